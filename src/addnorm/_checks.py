@@ -1,0 +1,111 @@
+"""Argument validation at the public boundary.
+
+Every public function and constructor checks its inputs with these helpers, so a bad value
+raises a ``ValueError``/``TypeError`` that names the offending argument and value, instead of
+a NaN, a silently wrong shape or a stack trace from deep inside torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Container, Sequence
+
+import torch
+
+__all__ = [
+    "check_bool_mask",
+    "check_choice",
+    "check_float",
+    "check_int",
+    "check_probability",
+    "check_tensor",
+]
+
+
+def check_int(name: str, value: object, *, min_value: int | None = None) -> int:
+    """Return ``value`` as an int, or raise if it is not an integer (bools rejected) >= min."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    if min_value is not None and value < min_value:
+        raise ValueError(f"{name} must be >= {min_value}, got {value}")
+    return value
+
+
+def check_float(
+    name: str,
+    value: object,
+    *,
+    min_value: float | None = None,
+    min_inclusive: bool = True,
+    max_value: float | None = None,
+) -> float:
+    """Return ``value`` as a finite float, or raise naming it; bounds are optional."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} ({value!r})")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if min_value is not None:
+        too_small = value < min_value if min_inclusive else value <= min_value
+        if too_small:
+            op = ">=" if min_inclusive else ">"
+            raise ValueError(f"{name} must be {op} {min_value}, got {value}")
+    if max_value is not None and value > max_value:
+        raise ValueError(f"{name} must be <= {max_value}, got {value}")
+    return value
+
+
+def check_probability(name: str, value: object) -> float:
+    """A dropout-style probability in [0, 1)."""
+    p = check_float(name, value, min_value=0.0)
+    if p >= 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {p}")
+    return p
+
+
+def check_choice(name: str, value: object, choices: Container[str] | Sequence[str]) -> str:
+    """A string option from a fixed set, e.g. ``norm_position in ("post", "pre")``."""
+    if not isinstance(value, str) or value not in choices:
+        options = ", ".join(repr(c) for c in choices)  # type: ignore[union-attr]
+        raise ValueError(f"{name} must be one of {options}; got {value!r}")
+    return value
+
+
+def check_tensor(
+    name: str,
+    x: object,
+    *,
+    ndim: int | Sequence[int] | None = None,
+    last_dim: int | None = None,
+    floating: bool = False,
+) -> torch.Tensor:
+    """Raise unless ``x`` is a tensor of the given rank / last-dim width / float dtype."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if x.ndim not in allowed:
+            want = " or ".join(str(n) for n in allowed)
+            raise ValueError(f"{name} must have {want} dims, got shape {tuple(x.shape)}")
+    if last_dim is not None and (x.ndim == 0 or x.shape[-1] != last_dim):
+        raise ValueError(
+            f"{name} last dim must be {last_dim} (d_model), got shape {tuple(x.shape)}"
+        )
+    if floating and not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    return x
+
+
+def check_bool_mask(name: str, mask: object, shape: Sequence[int] | None = None) -> torch.Tensor:
+    """A boolean mask whose shape equals ``shape`` exactly (when given).
+
+    Masks are never float: a float mask is ambiguous (additive -inf or multiplicative 0/1?),
+    so it is rejected with the polarity the caller must use spelled out in ``name``.
+    """
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a bool torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{name} must have dtype torch.bool, got {mask.dtype}")
+    if shape is not None and tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(mask.shape)}")
+    return mask
