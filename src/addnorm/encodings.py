@@ -1,0 +1,318 @@
+"""Absolute position codes: the sinusoidal encoding (SPEC section 1) and a learned table.
+
+Shapes legend: B batch, L sequence length, D d_model, P number of positions.
+
+Three sinusoidal layouts are in use in real systems; they are chosen by name:
+
+``"interleaved"`` (Vaswani et al. 2017, the seed blogs, SPEC section 1)
+    ``PE[p, 2i] = sin(p * w_i)``, ``PE[p, 2i+1] = cos(p * w_i)``, ``w_i = base^(-2i/D)``.
+    Odd D: the last column is the sine of frequency ``i = (D-1)/2`` (it has no cosine partner).
+``"halves"`` (HF ``MarianSinusoidalPositionalEmbedding``; x-transformers' sinusoidal embeddings)
+    ``[sin(p w_0) .. sin(p w_{m-1}) | cos(p w_0) .. cos(p w_{n-1})]`` with the same ``w_i`` as
+    above, ``m = ceil(D/2)`` sines and ``n = floor(D/2)`` cosines, so for every D (odd
+    included, Marian's ``sentinel`` rule) it is a column permutation of ``"interleaved"``.
+``"whisper"`` (OpenAI Whisper's ``sinusoids``)
+    ``[sin(p v_0) .. sin(p v_{h-1}) | cos(p v_0) .. cos(p v_{h-1})]`` with ``h = D/2`` and
+    ``v_j = base^(-j/(h-1))``: the frequencies run exactly from 1 down to ``1/base``. Because
+    the denominator is ``h - 1`` rather than ``h``, it is *not* a permutation of the other two.
+    Needs an even D >= 4 (for D = 2 the denominator is 0).
+
+The relative-position property ``PE(p + k) = T(k) PE(p)`` (:func:`relative_shift_matrix`) is
+stated for the interleaved layout, as in SPEC section 1.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from addnorm._checks import check_choice, check_float, check_int, check_probability, check_tensor
+
+__all__ = [
+    "LAYOUTS",
+    "LearnedPositionalEmbedding",
+    "SinusoidalPositionalEncoding",
+    "relative_shift_matrix",
+    "sinusoidal_encoding",
+]
+
+LAYOUTS = ("interleaved", "halves", "whisper")
+
+
+def _frequencies(d_model: int, base: float, layout: str, device: torch.device) -> torch.Tensor:
+    """Angular frequencies in float64: ``ceil(D/2)`` of them (``D/2`` for whisper)."""
+    if layout == "whisper":
+        if d_model % 2 or d_model < 4:
+            raise ValueError(
+                f"layout='whisper' needs an even d_model >= 4 (its exponent divides by "
+                f"d_model/2 - 1), got d_model ({d_model})"
+            )
+        half = d_model // 2
+        j = torch.arange(half, dtype=torch.float64, device=device)
+        return torch.exp(-math.log(base) / (half - 1) * j)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device=device)
+    return base ** (-two_i / d_model)
+
+
+def _check_positions_1d(positions: object) -> torch.Tensor:
+    """A 1-D real tensor of finite positions."""
+    pos = check_tensor("positions", positions, ndim=1)
+    if pos.dtype == torch.bool or pos.is_complex():
+        raise TypeError(f"positions must be an integer or float tensor, got dtype {pos.dtype}")
+    if pos.is_floating_point() and not bool(torch.isfinite(pos).all()):
+        raise ValueError(f"positions must be finite, got {pos[~torch.isfinite(pos)][0].item()}")
+    return pos
+
+
+def sinusoidal_encoding(
+    positions: int | torch.Tensor,
+    d_model: int,
+    *,
+    base: float = 10000.0,
+    layout: str = "interleaved",
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """The sinusoidal position table ``PE`` of SPEC section 1, one row per position.
+
+    Args:
+        positions: an int count ``P`` (positions ``0 .. P-1``) or a 1-D tensor of positions,
+            which may be fractional, negative or offset.
+        d_model: width D of a row; odd D is allowed for ``"interleaved"`` and ``"halves"``.
+        base: the constant in ``w_i = base^(-2i/D)`` (10000 in the paper); must be > 1.
+        layout: ``"interleaved"``, ``"halves"`` or ``"whisper"`` (see the module docstring).
+        dtype: result dtype; default float64 for float64 positions, float32 otherwise.
+            The angles are always computed in float64 and rounded once at the end.
+        device: device of the result; default the positions' device (CPU for an int count).
+
+    Shapes:
+        positions: (P,) or an int P
+        returns: (P, D)
+    """
+    d_model = check_int("d_model", d_model, min_value=1)
+    base = check_float("base", base, min_value=1.0, min_inclusive=False)
+    layout = check_choice("layout", layout, LAYOUTS)
+    if isinstance(positions, torch.Tensor):
+        pos = _check_positions_1d(positions)
+        default_dtype = torch.float64 if pos.dtype == torch.float64 else torch.float32
+        device = pos.device if device is None else torch.device(device)
+        pos = pos.to(device=device, dtype=torch.float64)
+    else:
+        count = check_int("positions", positions, min_value=0)
+        default_dtype = torch.float32
+        pos = torch.arange(count, dtype=torch.float64, device=device)
+    if dtype is not None and not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point dtype, got {dtype}")
+    freqs = _frequencies(d_model, base, layout, pos.device)
+    angles = pos[:, None] * freqs[None, :]  # (P, ceil(D/2))
+    if layout == "interleaved":
+        pairs = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (P, ceil(D/2), 2)
+        table = pairs.flatten(1)[:, :d_model]  # (P, D)
+    else:
+        n_cos = d_model // 2
+        table = torch.cat([angles.sin(), angles[:, :n_cos].cos()], dim=-1)  # (P, D)
+    return table.to(dtype or default_dtype)
+
+
+def relative_shift_matrix(
+    k: float,
+    d_model: int,
+    *,
+    base: float = 10000.0,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """The matrix ``T(k)`` with ``PE(p + k) = T(k) @ PE(p)`` for every p (interleaved layout).
+
+    ``T(k)`` is block diagonal with one rotation per frequency acting on the column pair
+    ``(sin w p, cos w p)``: ``[[cos wk, sin wk], [-sin wk, cos wk]]`` (SPEC section 1). With
+    PE rows stored as a (P, D) table the same identity reads ``PE(p + k) = PE(p) @ T(k).T``.
+    ``k`` may be fractional or negative. An odd ``d_model`` raises: its last (sine) column has
+    no cosine partner, and ``sin(w(p + k))`` needs ``cos(w p)``, so no matrix can shift it.
+
+    Shapes:
+        returns: (D, D), float32 unless ``dtype`` is given
+    """
+    k = check_float("k", k)
+    d_model = check_int("d_model", d_model, min_value=2)
+    base = check_float("base", base, min_value=1.0, min_inclusive=False)
+    if d_model % 2:
+        raise ValueError(
+            f"relative_shift_matrix needs an even d_model, got d_model ({d_model}): the last "
+            "sine column of an odd d_model has no cosine partner, so no linear map shifts it"
+        )
+    if dtype is not None and not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point dtype, got {dtype}")
+    wk = _frequencies(d_model, base, "interleaved", torch.device(device or "cpu")) * k
+    cos, sin = wk.cos(), wk.sin()
+    sin_rows = torch.arange(0, d_model, 2, device=wk.device)
+    cos_rows = sin_rows + 1
+    shift = torch.zeros(d_model, d_model, dtype=torch.float64, device=wk.device)
+    shift[sin_rows, sin_rows] = cos
+    shift[sin_rows, cos_rows] = sin
+    shift[cos_rows, sin_rows] = -sin
+    shift[cos_rows, cos_rows] = cos
+    return shift.to(dtype or torch.float32)
+
+
+def _check_input(x: object, d_model: int) -> torch.Tensor:
+    return check_tensor("x", x, ndim=3, last_dim=d_model, floating=True)
+
+
+def _check_positions_bl(positions: object, batch: int, length: int) -> torch.Tensor:
+    """Per-token positions of shape (L,) or (B, L), real-valued and finite."""
+    pos = check_tensor("positions", positions, ndim=(1, 2))
+    if pos.dtype == torch.bool or pos.is_complex():
+        raise TypeError(f"positions must be an integer or float tensor, got dtype {pos.dtype}")
+    if tuple(pos.shape) not in ((length,), (batch, length)):
+        raise ValueError(
+            f"positions must have shape ({length},) or ({batch}, {length}) to match x, "
+            f"got {tuple(pos.shape)}"
+        )
+    if pos.is_floating_point() and not bool(torch.isfinite(pos).all()):
+        raise ValueError(f"positions must be finite, got {pos[~torch.isfinite(pos)][0].item()}")
+    return pos
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """``dropout(x + PE)`` with the parameter-free sinusoidal table (SPEC section 1).
+
+    There is no maximum length. Rows ``0 .. n-1`` are cached in a non-persistent buffer
+    (``table``, absent from ``state_dict``) that grows, to the next power of two, the first time
+    a longer input arrives; call :meth:`reserve` beforehand to keep the growth out of the hot
+    path. Explicit ``positions`` (fractional, negative or per-row) are computed directly.
+    """
+
+    table: torch.Tensor
+
+    def __init__(
+        self,
+        d_model: int,
+        *,
+        base: float = 10000.0,
+        dropout: float = 0.0,
+        layout: str = "interleaved",
+    ) -> None:
+        super().__init__()
+        self.d_model = check_int("d_model", d_model, min_value=1)
+        self.base = check_float("base", base, min_value=1.0, min_inclusive=False)
+        self.layout = check_choice("layout", layout, LAYOUTS)
+        self.dropout = nn.Dropout(check_probability("dropout", dropout))
+        empty = sinusoidal_encoding(0, self.d_model, base=self.base, layout=self.layout)
+        self.register_buffer("table", empty, persistent=False)
+
+    def reserve(self, length: int) -> None:
+        """Make sure the cached table holds at least ``length`` rows (a pure cache fill)."""
+        length = check_int("length", length, min_value=0)
+        if length <= self.table.shape[0]:
+            return
+        rows = 1 << (length - 1).bit_length()
+        self.table = sinusoidal_encoding(
+            rows, self.d_model, base=self.base, layout=self.layout,
+            dtype=self.table.dtype, device=self.table.device,
+        )
+
+    def encoding(
+        self, batch: int, length: int, *, offset: int = 0, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The PE rows for a (B, L) input: (L, D) from the cache, or (B, L, D) per row."""
+        if positions is None:
+            self.reserve(offset + length)
+            return self.table[offset : offset + length]  # (L, D)
+        pe = sinusoidal_encoding(
+            positions.reshape(-1), self.d_model, base=self.base, layout=self.layout,
+            dtype=self.table.dtype,
+        )
+        return pe.reshape(*positions.shape, self.d_model)  # (L, D) or (B, L, D)
+
+    def forward(
+        self, x: torch.Tensor, *, offset: int = 0, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Add the position code of each token to ``x``, then apply dropout.
+
+        Args:
+            x: token embeddings.
+            offset: position of the first token (tokens already in a decoding cache).
+            positions: explicit positions, shared (L,) or per row (B, L), e.g. for left-padded
+                batched decoding; when given, ``offset`` is ignored.
+
+        Shapes:
+            x: (B, L, D)
+            positions: (L,) or (B, L)
+            returns: (B, L, D)
+        """
+        x = _check_input(x, self.d_model)
+        offset = check_int("offset", offset, min_value=0)
+        batch, length, _ = x.shape
+        if positions is not None:
+            positions = _check_positions_bl(positions, batch, length)
+        pe = self.encoding(batch, length, offset=offset, positions=positions)
+        return self.dropout(x + pe.to(x.dtype))
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """``dropout(x + E[pos])`` with a learned table ``E`` of ``max_len`` rows (GPT-style).
+
+    Unlike the sinusoidal code it cannot represent a position ``>= max_len`` (SPEC claim 8):
+    asking for one raises a ``ValueError`` naming the position and ``max_len``.
+    """
+
+    def __init__(self, max_len: int, d_model: int, *, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.max_len = check_int("max_len", max_len, min_value=1)
+        self.d_model = check_int("d_model", d_model, min_value=1)
+        self.embedding = nn.Embedding(self.max_len, self.d_model)
+        self.dropout = nn.Dropout(check_probability("dropout", dropout))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """GPT-2 / nanoGPT rule: table entries drawn from N(0, 0.02^2)."""
+        nn.init.normal_(self.embedding.weight, mean=0.0, std=0.02)
+
+    def _indices(self, positions: torch.Tensor) -> torch.Tensor:
+        """Positions as long indices in ``[0, max_len)``, or a ValueError naming the culprit."""
+        if positions.is_floating_point():
+            fractional = positions != positions.round()
+            if bool(fractional.any()):
+                bad = positions[fractional][0].item()
+                raise ValueError(f"positions must be whole numbers for a learned table, got {bad}")
+        index = positions.long()
+        if index.numel() and int(index.min()) < 0:
+            raise ValueError(f"positions must be >= 0, got {int(index.min())}")
+        if index.numel() and int(index.max()) >= self.max_len:
+            raise ValueError(
+                f"position {int(index.max())} is out of range for max_len ({self.max_len}); "
+                "a learned table has no row for it"
+            )
+        return index
+
+    def forward(
+        self, x: torch.Tensor, *, offset: int = 0, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Add the learned embedding of each token's position to ``x``, then apply dropout.
+
+        Args:
+            x: token embeddings.
+            offset: position of the first token; ``offset + L`` must not exceed ``max_len``.
+            positions: explicit whole-number positions, (L,) or (B, L); overrides ``offset``.
+
+        Shapes:
+            x: (B, L, D)
+            positions: (L,) or (B, L)
+            returns: (B, L, D)
+        """
+        x = _check_input(x, self.d_model)
+        offset = check_int("offset", offset, min_value=0)
+        batch, length, _ = x.shape
+        if positions is None:
+            if offset + length > self.max_len:
+                raise ValueError(
+                    f"offset ({offset}) + sequence length ({length}) = {offset + length} "
+                    f"exceeds max_len ({self.max_len})"
+                )
+            index = torch.arange(offset, offset + length, device=x.device)  # (L,)
+        else:
+            index = self._indices(_check_positions_bl(positions, batch, length))
+        return self.dropout(x + self.embedding(index).to(x.dtype))

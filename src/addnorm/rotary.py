@@ -1,0 +1,123 @@
+"""Rotary position embedding (RoPE, Su et al. 2021), applied to queries and keys.
+
+Shapes legend: B batch, H heads, L sequence length, Dh head dim.
+
+Layout: *half-split* ("rotate_half", as in GPT-NeoX, HF LLaMA and x-transformers). Feature
+``j < Dh/2`` is paired with feature ``j + Dh/2``; the pair ``(x_j, x_{j+Dh/2})``, read as the
+complex number ``x_j + i x_{j+Dh/2}``, is multiplied by ``exp(i * pos * theta_j)`` with
+``theta_j = base^(-2j/Dh)``. In real arithmetic::
+
+    rope(x, pos) = x * cos(pos theta) + rotate_half(x) * sin(pos theta)
+    rotate_half([x1 | x2]) = [-x2 | x1]
+
+where ``cos``/``sin`` repeat the Dh/2 angles twice along the last dim. Because each pair is
+rotated, ``<rope(q, p), rope(k, p + m)>`` depends on the offset ``m`` only, and norms are kept.
+(The original RoFormer / Meta LLaMA checkpoints pair *adjacent* features instead; weights
+trained with one layout need their q/k projections permuted to use the other.)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from addnorm._checks import check_float, check_int, check_tensor
+from addnorm.encodings import _check_positions_bl
+
+__all__ = ["RotaryEmbedding", "rotate_half"]
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """``[x1 | x2] -> [-x2 | x1]`` on the last dim: multiplication by ``i`` for each pair."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotate each (query or key) head vector by its position (half-split RoPE).
+
+    ``cos``/``sin`` tables for positions ``0 .. n-1`` are cached in non-persistent buffers
+    (absent from ``state_dict``) that grow, to the next power of two, when a longer input
+    arrives; :meth:`reserve` fills them ahead of time. Explicit ``positions`` (fractional or per
+    row) are computed directly. The rotation is done in the wider of x's dtype and the tables'
+    dtype and the result is cast back to x's dtype.
+    """
+
+    cos_cached: torch.Tensor
+    sin_cached: torch.Tensor
+
+    def __init__(self, d_head: int, *, base: float = 10000.0) -> None:
+        super().__init__()
+        self.d_head = check_int("d_head", d_head, min_value=2)
+        if self.d_head % 2:
+            raise ValueError(
+                f"d_head ({self.d_head}) must be even for rotary embeddings: features are "
+                "rotated in pairs (j, j + d_head/2)"
+            )
+        self.base = check_float("base", base, min_value=1.0, min_inclusive=False)
+        cos, sin = self._tables(torch.zeros(0, dtype=torch.float64), torch.float32)
+        self.register_buffer("cos_cached", cos, persistent=False)
+        self.register_buffer("sin_cached", sin, persistent=False)
+
+    def _tables(
+        self, positions: torch.Tensor, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``cos``/``sin`` of ``pos * theta``, repeated for both halves; angles in float64."""
+        two_j = torch.arange(0, self.d_head, 2, dtype=torch.float64, device=positions.device)
+        theta = self.base ** (-two_j / self.d_head)  # (Dh/2,)
+        angles = positions.to(torch.float64)[..., None] * theta  # (..., Dh/2)
+        angles = torch.cat([angles, angles], dim=-1)  # (..., Dh)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+    def reserve(self, length: int) -> None:
+        """Make sure the cached tables hold at least ``length`` positions (a pure cache fill)."""
+        length = check_int("length", length, min_value=0)
+        if length <= self.cos_cached.shape[0]:
+            return
+        rows = 1 << (length - 1).bit_length()
+        positions = torch.arange(rows, dtype=torch.float64, device=self.cos_cached.device)
+        self.cos_cached, self.sin_cached = self._tables(positions, self.cos_cached.dtype)
+
+    def _cos_sin(
+        self, batch: int, length: int, offset: int, positions: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tables broadcastable against (B, H, L, Dh)."""
+        if positions is None:
+            self.reserve(offset + length)
+            rows = slice(offset, offset + length)
+            return self.cos_cached[rows], self.sin_cached[rows]  # (L, Dh)
+        cos, sin = self._tables(positions, self.cos_cached.dtype)  # (L, Dh) or (B, L, Dh)
+        if positions.ndim == 2:
+            cos, sin = cos[:, None], sin[:, None]  # (B, 1, L, Dh)
+        return cos, sin
+
+    def forward(
+        self, x: torch.Tensor, *, offset: int = 0, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Rotate queries or keys by their positions.
+
+        Args:
+            x: per-head queries or keys.
+            offset: position of the first token (keys already in a decoding cache).
+            positions: explicit positions, shared (L,) or per row (B, L), e.g. for left-padded
+                batched decoding; when given, ``offset`` is ignored.
+
+        Shapes:
+            x: (B, H, L, Dh)
+            positions: (L,) or (B, L)
+            returns: (B, H, L, Dh), same dtype as x
+        """
+        x = check_tensor("x", x, ndim=4, floating=True)
+        if x.shape[-1] != self.d_head:
+            raise ValueError(
+                f"x last dim must be d_head ({self.d_head}), got shape {tuple(x.shape)}"
+            )
+        offset = check_int("offset", offset, min_value=0)
+        batch, _, length, _ = x.shape
+        if positions is not None:
+            positions = _check_positions_bl(positions, batch, length)
+        cos, sin = self._cos_sin(batch, length, offset, positions)
+        wide = torch.promote_types(x.dtype, cos.dtype)
+        x_wide = x.to(wide)
+        return (x_wide * cos.to(wide) + rotate_half(x_wide) * sin.to(wide)).to(x.dtype)
+

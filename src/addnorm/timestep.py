@@ -1,0 +1,185 @@
+"""The diffusion timestep embedding (SPEC section 2, seed 004) and DiT's timestep MLP.
+
+Shapes legend: N number of timesteps (one per sample), D d_model.
+
+The sinusoidal part differs from the positional encoding of :mod:`addnorm.encodings` in three
+ways (SPEC section 2): concatenated halves instead of interleaving, cos before sin, and the
+exponent ``k/half`` instead of ``2i/d``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+from torch import nn
+
+from addnorm._checks import check_float, check_int
+
+__all__ = ["TimestepEmbedder", "timestep_embedding"]
+
+
+def _as_timesteps(timesteps: object, device: torch.device | None = None) -> torch.Tensor:
+    """A 1-D real tensor from a tensor (0-d or 1-D), a Python number or a list of numbers."""
+    if isinstance(timesteps, torch.Tensor):
+        t = timesteps
+    elif isinstance(timesteps, bool) or not isinstance(timesteps, int | float | list | tuple):
+        raise TypeError(
+            "timesteps must be a tensor, a number or a list of numbers, "
+            f"got {type(timesteps).__name__} ({timesteps!r})"
+        )
+    else:
+        items = timesteps if isinstance(timesteps, list | tuple) else [timesteps]
+        for item in items:
+            if isinstance(item, bool) or not isinstance(item, int | float):
+                kind = type(item).__name__
+                raise TypeError(f"timesteps must hold numbers, got {kind} ({item!r})")
+        t = torch.tensor(items, device=device)
+    if t.dtype == torch.bool or t.is_complex():
+        raise TypeError(f"timesteps must be an integer or float tensor, got dtype {t.dtype}")
+    if t.ndim == 0:
+        t = t[None]  # (1,)
+    if t.ndim != 1:
+        raise ValueError(
+            f"timesteps must be a scalar or have 1 dim (N,), got shape {tuple(t.shape)}"
+        )
+    return t
+
+
+def _check_values(t: torch.Tensor, max_period: float) -> None:
+    """Reject non-finite timesteps; warn when they look normalized to [0, 1] (one host sync)."""
+    if t.numel() == 0:
+        return
+    t = t.double()
+    finite, in_unit, fractional = torch.stack(
+        [torch.isfinite(t).all(), ((t >= 0) & (t <= 1)).all(), (t != t.round()).any()]
+    ).tolist()
+    if not finite:
+        raise ValueError(f"timesteps must be finite, got {t[~torch.isfinite(t)][0].item()}")
+    if in_unit and fractional and max_period >= 1000:
+        warnings.warn(
+            f"all timesteps lie in [0, 1] while max_period ({max_period:g}) >= 1000: most "
+            "channels then stay nearly constant. Pass integer-scale timesteps (e.g. t * 1000) "
+            "or a smaller max_period.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def timestep_embedding(
+    timesteps: torch.Tensor | float | list[float],
+    dim: int,
+    max_period: float = 10000,
+    repeat_only: bool = False,
+    *,
+    flip_sin_to_cos: bool = True,
+    downscale_freq_shift: float = 0.0,
+    scale: float = 1.0,
+) -> torch.Tensor:
+    """Sinusoidal embedding of diffusion timesteps (guided-diffusion / latent diffusion / DiT).
+
+    With the defaults this is the seed's function (SPEC section 2)::
+
+        half = dim // 2;  freqs = exp(-ln(max_period) * arange(half) / half)   # 1 .. ~1/max_period
+        args = t[:, None] * freqs[None];  emb = [cos(args) | sin(args)]  (+ a zero column if odd)
+
+    The keywords generalise it to diffusers' ``get_timestep_embedding``: the exponent
+    divisor becomes ``half - downscale_freq_shift``, the angles are multiplied by ``scale``,
+    and ``flip_sin_to_cos=False`` gives ``[sin | cos]``. Note diffusers' own defaults
+    (``flip_sin_to_cos=False, downscale_freq_shift=1``) are not ours:
+
+    | diffusers ``get_timestep_embedding(...)``  | addnorm ``timestep_embedding(...)``          |
+    |--------------------------------------------|----------------------------------------------|
+    | ``(t, d)`` (its defaults: flip False,      | ``(t, d, flip_sin_to_cos=False,``            |
+    | shift 1)                                   | ``downscale_freq_shift=1)``                  |
+    | ``(t, d, flip_sin_to_cos=True,``           | ``(t, d)`` (our defaults)                    |
+    | ``downscale_freq_shift=0)`` (SD, DiT)      |                                              |
+    | ``(t, d, f, s, c, m)``, positionally:      | ``(t, d, m, flip_sin_to_cos=f,``             |
+    | flip, shift, scale, max_period             | ``downscale_freq_shift=s, scale=c)``         |
+
+    Args:
+        timesteps: one per sample; a 1-D tensor, a 0-d tensor, a number or a list. May be
+            fractional. A warning is issued when they all lie in [0, 1], some fractionally,
+            while ``max_period >= 1000`` (normalized t with a pixel-diffusion period: most
+            channels then barely move).
+        dim: output width; odd ``dim`` appends one zero column. Must leave
+            ``dim // 2 > downscale_freq_shift`` (where diffusers would divide by 0 and return
+            NaN, e.g. ``dim`` 2 or 3 with shift 1, this raises), so ``dim >= 2``.
+        max_period: sets the lowest frequency (~``1/max_period``); must be > 0.
+        repeat_only: return ``t`` repeated ``dim`` times (``result[n, j] = t_n``), no sinusoids;
+            any ``dim >= 1`` is allowed then.
+        flip_sin_to_cos: ``[cos | sin]`` (True, the seed/DiT order) or ``[sin | cos]``.
+        downscale_freq_shift: exponent ``-ln(max_period) * k / (half - shift)``.
+        scale: multiplies the angles ``t * freq``; must be > 0.
+
+    Computed in float64 for float64 timesteps, float32 otherwise (which reproduces the seed's
+    float32 arithmetic operation by operation).
+
+    Shapes:
+        timesteps: (N,) or scalar (N = 1)
+        returns: (N, dim)
+    """
+    t = _as_timesteps(timesteps)
+    dim = check_int("dim", dim, min_value=1)
+    max_period = check_float("max_period", max_period, min_value=0.0, min_inclusive=False)
+    for name, flag in (("repeat_only", repeat_only), ("flip_sin_to_cos", flip_sin_to_cos)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {type(flag).__name__} ({flag!r})")
+    shift = check_float("downscale_freq_shift", downscale_freq_shift)
+    scale = check_float("scale", scale, min_value=0.0, min_inclusive=False)
+    dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
+    if repeat_only:
+        _check_values(t, 0.0)
+        return t.to(dtype)[:, None].repeat(1, dim)  # (N, dim)
+    half = dim // 2
+    if half == 0:
+        raise ValueError(f"dim ({dim}) must be >= 2 for sinusoids (half = dim // 2 = 0)")
+    if half - shift <= 0:
+        raise ValueError(
+            f"dim // 2 ({half}) must exceed downscale_freq_shift ({shift}), else the exponent "
+            f"divides by {half - shift:g}; use dim >= {2 * math.floor(shift) + 2}"
+        )
+    _check_values(t, max_period)
+    k = torch.arange(half, dtype=dtype, device=t.device)
+    freqs = torch.exp(-math.log(max_period) * k / (half - shift))  # (half,)
+    args = scale * (t.to(dtype)[:, None] * freqs[None])  # (N, half)
+    halves = [args.cos(), args.sin()] if flip_sin_to_cos else [args.sin(), args.cos()]
+    if dim % 2:
+        halves.append(torch.zeros_like(args[:, :1]))
+    return torch.cat(halves, dim=-1)  # (N, dim)
+
+
+class TimestepEmbedder(nn.Module):
+    """DiT's timestep conditioning: ``w2(SiLU(w1(timestep_embedding(t, d_freq))))``.
+
+    The sinusoids use the seed/DiT convention (``[cos | sin]``, exponent ``k/half``).
+    """
+
+    def __init__(self, d_model: int, *, d_freq: int = 256, max_period: float = 10000) -> None:
+        super().__init__()
+        self.d_model = check_int("d_model", d_model, min_value=1)
+        self.d_freq = check_int("d_freq", d_freq, min_value=2)
+        self.max_period = check_float("max_period", max_period, min_value=0.0, min_inclusive=False)
+        self.w1 = nn.Linear(self.d_freq, self.d_model)
+        self.act = nn.SiLU()
+        self.w2 = nn.Linear(self.d_model, self.d_model)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """DiT's ``initialize_weights`` rule: both weights ~ N(0, 0.02^2), biases 0."""
+        for linear in (self.w1, self.w2):
+            nn.init.normal_(linear.weight, mean=0.0, std=0.02)
+            nn.init.zeros_(linear.bias)
+
+    def forward(self, t: torch.Tensor | float) -> torch.Tensor:
+        """Embed one diffusion timestep per sample.
+
+        Shapes:
+            t: (N,) or scalar (N = 1)
+            returns: (N, D)
+        """
+        weight = self.w1.weight
+        t = _as_timesteps(t, device=weight.device)
+        freq = timestep_embedding(t, self.d_freq, self.max_period)  # (N, d_freq)
+        return self.w2(self.act(self.w1(freq.to(weight.dtype))))
