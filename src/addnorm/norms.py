@@ -1,0 +1,307 @@
+"""Normalization layers for (B, L, D) sequences and (B, D) vectors (SPEC section 3).
+
+Every norm is called as ``norm(x, padding_mask=None)``:
+
+- ``x``: (B, L, D) or (B, D), floating point.
+- ``padding_mask``: bool (B, L), **True = padding token**, only for (B, L, D) input.
+  ``BatchNorm`` and ``GroupNorm`` leave padding out of their statistics; ``LayerNorm`` and
+  ``RMSNorm`` normalize each token on its own, so they accept the mask and ignore it.
+
+All of them compute ``y = gamma * (x - mu) / sqrt(sigma^2 + eps) + beta`` (RMSNorm drops
+``mu`` and ``beta``) with the biased variance and ``eps`` inside the square root; they differ
+only in which values the statistics ``mu, sigma^2`` are taken over:
+
+- LayerNorm: each token, over its D features.
+- BatchNorm: each feature, over the batch (and the real positions).
+- GroupNorm: each sample and group of D / G features, over the group and the real positions.
+
+Padding positions are *not* zeroed: they are normalized with the same statistics as the real
+tokens, so every norm stays an elementwise affine map per (sample, feature) once its
+statistics are known. Downstream attention ignores padded keys anyway.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from addnorm._checks import (
+    check_bool_mask,
+    check_choice,
+    check_float,
+    check_int,
+    check_tensor,
+)
+
+__all__ = ["BatchNorm", "GroupNorm", "LayerNorm", "NORM_KINDS", "RMSNorm", "make_norm"]
+
+NORM_KINDS = ("layer", "batch", "rms", "group")
+
+
+def _check_norm_input(
+    x: object, padding_mask: object, d_model: int
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Validate ``norm(x, padding_mask)`` arguments: x (B, L, D) / (B, D), mask bool (B, L)."""
+    x = check_tensor("x", x, ndim=(2, 3), last_dim=d_model, floating=True)
+    if padding_mask is None:
+        return x, None
+    if x.ndim == 2:
+        raise ValueError(
+            "padding_mask is only meaningful for (B, L, D) input; "
+            f"got x of shape {tuple(x.shape)} (B, D)"
+        )
+    mask = check_bool_mask("padding_mask (True = padding)", padding_mask, x.shape[:2])
+    return x, mask
+
+
+def _check_eps(eps: object) -> float:
+    return check_float("eps", eps, min_value=0.0)
+
+
+def _masked_var_mean(
+    values: torch.Tensor,
+    real: torch.Tensor | None,
+    *,
+    dim: tuple[int, ...],
+    count: int | torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Biased variance and mean over ``dim`` (kept) of the entries where ``real`` is True.
+
+    ``real`` broadcasts against ``values`` (None = every entry is real); ``count`` is the
+    number of real entries per reduced slice. Masked entries are replaced by zeros with
+    ``torch.where`` (never multiplied by 0), so padding holding inf or NaN cannot leak in.
+    """
+    if real is None:
+        return torch.var_mean(values, dim=dim, correction=0, keepdim=True)
+    zero = torch.zeros((), dtype=values.dtype, device=values.device)
+    mean = torch.where(real, values, zero).sum(dim=dim, keepdim=True) / count
+    centred = torch.where(real, values - mean, zero)
+    return centred.square().sum(dim=dim, keepdim=True) / count, mean
+
+
+class LayerNorm(nn.Module):
+    """Per-token normalization over the D features (Ba et al., 2016); equals ``nn.LayerNorm``.
+
+    Biased variance, ``eps`` inside the square root, parameters ``weight`` (gamma, init 1) and
+    ``bias`` (beta, init 0; ``None`` when ``bias=False``), so state dicts load both ways with
+    ``nn.LayerNorm(d_model, eps=eps, bias=bias)``. Independent of batch, padding and length.
+    """
+
+    def __init__(self, d_model: int, *, eps: float = 1e-5, bias: bool = True) -> None:
+        super().__init__()
+        self.d_model = check_int("d_model", d_model, min_value=1)
+        self.eps = _check_eps(eps)
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None
+
+    def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Normalize each token over its features; ``padding_mask`` is accepted and ignored.
+
+        Shapes:
+            x: (B, L, D) or (B, D); padding_mask: (B, L) bool, True = padding.
+            returns: the shape of x.
+        """
+        x, _ = _check_norm_input(x, padding_mask, self.d_model)
+        return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.d_model}, eps={self.eps}, bias={self.bias is not None}"
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm (Zhang & Sennrich, 2019): ``x / sqrt(mean(x^2) + eps) * weight``.
+
+    Equals ``nn.RMSNorm(d_model, eps=eps)``: no centring, no bias, one parameter ``weight``
+    (init 1). ``eps=None`` means ``torch.finfo(x.dtype).eps``, as in ``nn.RMSNorm``.
+    """
+
+    def __init__(self, d_model: int, *, eps: float | None = None) -> None:
+        super().__init__()
+        self.d_model = check_int("d_model", d_model, min_value=1)
+        self.eps = None if eps is None else _check_eps(eps)
+        self.weight = nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Scale each token by its root mean square; ``padding_mask`` is accepted and ignored.
+
+        Shapes:
+            x: (B, L, D) or (B, D); padding_mask: (B, L) bool, True = padding.
+            returns: the shape of x.
+        """
+        x, _ = _check_norm_input(x, padding_mask, self.d_model)
+        return F.rms_norm(x, (self.d_model,), self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.d_model}, eps={self.eps}"
+
+
+class BatchNorm(nn.Module):
+    """Per-feature normalization over the batch and the real positions (Ioffe & Szegedy, 2015).
+
+    With no ``padding_mask`` this equals ``nn.BatchNorm1d(d_model)`` applied to (B, D) input or
+    to ``x.transpose(1, 2)`` for (B, L, D) input. Parameters and buffers carry nn.BatchNorm1d's
+    names (``weight``, ``bias``, ``running_mean``, ``running_var``, ``num_batches_tracked``), so
+    state dicts load both ways.
+
+    Training: the statistics are the mean and biased variance over the real tokens (padding
+    positions, and sequences that are all padding, contribute nothing), and the running
+    statistics move by ``momentum`` towards the mean and the *unbiased* variance
+    (n / (n - 1)); ``momentum=None`` keeps a cumulative average (factor 1 / batches seen).
+    Evaluation: the running statistics are used, so train and eval differ (SPEC section 3).
+
+    Fewer than 2 real values per feature in training (one (B, D) vector, or one real token)
+    have no variance to estimate: like ``nn.BatchNorm1d`` ("Expected more than 1 value per
+    channel when training") this raises ``ValueError`` naming the count; evaluation mode works.
+    A batch of one sequence with L > 1 real tokens is fine. Counting the real tokens of a
+    masked batch reads one number back from the device (a sync on CUDA).
+
+    Padding positions in the output are normalized with the same statistics as real tokens.
+    Their values never enter the statistics (they are selected out, not multiplied by 0), but
+    keep them finite: a NaN there stays NaN in its own output and in the backward pass.
+    """
+
+    def __init__(self, d_model: int, *, eps: float = 1e-5, momentum: float | None = 0.1) -> None:
+        super().__init__()
+        self.d_model = check_int("d_model", d_model, min_value=1)
+        self.eps = _check_eps(eps)
+        if momentum is not None:
+            momentum = check_float("momentum", momentum, min_value=0.0, max_value=1.0)
+        self.momentum = momentum
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+        self.register_buffer("running_mean", torch.zeros(d_model))
+        self.register_buffer("running_var", torch.ones(d_model))
+        self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+
+    def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Normalize each feature with batch statistics (training) or running ones (eval).
+
+        Shapes:
+            x: (B, L, D) or (B, D); padding_mask: (B, L) bool, True = padding.
+            returns: the shape of x.
+        """
+        x, padding_mask = _check_norm_input(x, padding_mask, self.d_model)
+        if self.training:
+            mean, var = self._batch_statistics(x, padding_mask)
+        else:
+            mean, var = self.running_mean.to(x.dtype), self.running_var.to(x.dtype)
+        x_hat = (x - mean) / torch.sqrt(var + self.eps)
+        return self.weight * x_hat + self.bias
+
+    def _batch_statistics(
+        self, x: torch.Tensor, padding_mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and biased variance per feature over the real tokens; update running stats."""
+        tokens = x.reshape(-1, self.d_model)  # (B*L, D) or (B, D)
+        real = None if padding_mask is None else ~padding_mask.reshape(-1, 1)  # (B*L, 1)
+        n = tokens.shape[0] if real is None else int(real.sum())
+        if n < 2:
+            raise ValueError(
+                "BatchNorm needs more than 1 real value per feature in training, got "
+                f"{n} (x of shape {tuple(x.shape)}); use eval mode or a larger batch"
+            )
+        var, mean = _masked_var_mean(tokens, real, dim=(0,), count=n)  # (1, D) each
+        self._update_running_statistics(mean[0], var[0] * (n / (n - 1)))
+        return mean[0], var[0]
+
+    @torch.no_grad()
+    def _update_running_statistics(self, mean: torch.Tensor, unbiased_var: torch.Tensor) -> None:
+        """Exponential (``momentum``) or cumulative (``momentum=None``) average, as BatchNorm1d."""
+        self.num_batches_tracked.add_(1)
+        if self.momentum is None:
+            factor = 1.0 / float(self.num_batches_tracked)
+        else:
+            factor = self.momentum
+        self.running_mean.lerp_(mean.detach().to(self.running_mean.dtype), factor)
+        self.running_var.lerp_(unbiased_var.detach().to(self.running_var.dtype), factor)
+
+    def extra_repr(self) -> str:
+        return f"{self.d_model}, eps={self.eps}, momentum={self.momentum}"
+
+
+class GroupNorm(nn.Module):
+    """Per-sample normalization over groups of D / G features and every real position.
+
+    Wu & He (2018). For (B, L, D) input with no mask this equals
+    ``nn.GroupNorm(n_groups, d_model)(x.transpose(1, 2)).transpose(1, 2)``; for (B, D) input it
+    equals ``nn.GroupNorm(n_groups, d_model)(x)``. Parameters ``weight`` and ``bias`` as there.
+
+    With ``padding_mask`` only the real positions of each sample enter its statistics, so a
+    sample's output does not depend on its padding; padding positions are normalized with the
+    same statistics. A sample that is all padding has no statistics: it is normalized with
+    mean 0 and variance 1 so that its output stays finite (never NaN).
+    """
+
+    def __init__(self, n_groups: int, d_model: int, *, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.n_groups = check_int("n_groups", n_groups, min_value=1)
+        self.d_model = check_int("d_model", d_model, min_value=1)
+        if d_model % n_groups != 0:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_groups ({n_groups})")
+        self.eps = _check_eps(eps)
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Normalize each sample's feature groups over the group and its real positions.
+
+        Shapes:
+            x: (B, L, D) or (B, D); padding_mask: (B, L) bool, True = padding.
+            returns: the shape of x.
+        """
+        x, padding_mask = _check_norm_input(x, padding_mask, self.d_model)
+        seq = x if x.ndim == 3 else x.unsqueeze(1)  # (B, L, D), L = 1 for (B, D)
+        groups = seq.unflatten(-1, (self.n_groups, -1))  # (B, L, G, D/G)
+        mean, var = self._group_statistics(groups, padding_mask)
+        x_hat = (groups - mean) / torch.sqrt(var + self.eps)
+        y = self.weight * x_hat.flatten(-2) + self.bias  # (B, L, D)
+        return y.reshape(x.shape)  # back to (B, L, D) or (B, D)
+
+    def _group_statistics(
+        self, groups: torch.Tensor, padding_mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and biased variance per (sample, group), over the real positions only."""
+        if padding_mask is None:
+            var, mean = _masked_var_mean(groups, None, dim=(1, 3), count=None)
+            return mean, var  # (B, 1, G, 1) each
+        real = ~padding_mask[:, :, None, None]  # (B, L, 1, 1)
+        n_real = real.sum(dim=1, keepdim=True) * groups.shape[-1]  # (B, 1, 1, 1)
+        count = n_real.clamp(min=1).to(groups.dtype)
+        var, mean = _masked_var_mean(groups, real, dim=(1, 3), count=count)  # (B, 1, G, 1)
+        var = torch.where(n_real > 0, var, torch.ones((), dtype=var.dtype, device=var.device))
+        return mean, var
+
+    def extra_repr(self) -> str:
+        return f"{self.n_groups}, {self.d_model}, eps={self.eps}"
+
+
+def make_norm(
+    kind: str,
+    d_model: int,
+    *,
+    eps: float | None = 1e-5,
+    bias: bool = True,
+    n_groups: int = 32,
+) -> nn.Module:
+    """Build the norm named by ``kind``: ``"layer" | "batch" | "rms" | "group"``.
+
+    ``eps`` applies to every kind, so swapping the kind in an ablation changes one thing only
+    (note that ``nn.RMSNorm``'s own default is the dtype's machine epsilon, not 1e-5: pass
+    ``eps=None`` with ``kind="rms"`` to get it; ``None`` is refused for the other kinds).
+    ``bias=False`` is only available for ``"layer"`` (RMSNorm has no bias; BatchNorm and
+    GroupNorm always have one). ``n_groups`` is used by ``"group"`` only; its default, 32, is
+    the GroupNorm paper's.
+    """
+    check_choice("kind", kind, NORM_KINDS)
+    if eps is None and kind != "rms":
+        raise ValueError(f"eps=None is only allowed for kind 'rms', got kind {kind!r}")
+    if not bias and kind != "layer":
+        raise ValueError(f"bias=False is only supported for kind 'layer', got kind {kind!r}")
+    if kind == "layer":
+        return LayerNorm(d_model, eps=eps, bias=bias)
+    if kind == "batch":
+        return BatchNorm(d_model, eps=eps)
+    if kind == "rms":
+        return RMSNorm(d_model, eps=eps)
+    return GroupNorm(n_groups, d_model, eps=eps)

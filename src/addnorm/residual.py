@@ -1,0 +1,101 @@
+"""The residual connection with its norm: Add & Norm (SPEC section 5).
+
+    Post-LN (the paper):  out = Norm(x + Dropout(Sublayer(x)))
+    Pre-LN:               out = x + Dropout(Sublayer(Norm(x)))
+
+Pre-LN keeps an identity path from input to output: d out / d x = 1 + d Sublayer / d x,
+which is why deep Pre-LN stacks train stably where Post-LN ones need learning-rate warm-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import torch
+from torch import nn
+
+from addnorm._checks import check_choice, check_int, check_probability
+from addnorm.norms import _check_norm_input, make_norm
+
+__all__ = ["POSITIONS", "AddNorm"]
+
+POSITIONS = ("post", "pre")
+
+Sublayer = Callable[[torch.Tensor], torch.Tensor]
+
+
+class AddNorm(nn.Module):
+    """A residual connection around any sublayer, with the norm after (post) or before (pre).
+
+    Args:
+        d_model: feature width D.
+        position: ``"post"`` (Vaswani et al., 2017) or ``"pre"`` (Pre-LN).
+        norm: a kind for :func:`addnorm.norms.make_norm` (``"layer"``, ``"batch"``, ``"rms"``,
+            ``"group"``, built with ``eps``), or an ``nn.Module`` used as is (``eps`` is then
+            unused). An injected module is called as ``norm(h)``, or as
+            ``norm(h, padding_mask=padding_mask)`` when a mask is given, so torch's built-in
+            norms or ``nn.Identity()`` can be injected as long as no mask is passed.
+        dropout: dropout probability on the sublayer's output (the paper's P_drop).
+        eps: the norm's epsilon when ``norm`` is a kind.
+
+    Submodules: ``norm`` and ``dropout``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        *,
+        position: str = "post",
+        norm: str | nn.Module = "layer",
+        dropout: float = 0.0,
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        self.d_model = check_int("d_model", d_model, min_value=1)
+        self.position = check_choice("position", position, POSITIONS)
+        if isinstance(norm, str):
+            norm = make_norm(norm, d_model, eps=eps)
+        elif not isinstance(norm, nn.Module):
+            raise TypeError(
+                f"norm must be a norm kind (str) or an nn.Module, got {type(norm).__name__}"
+            )
+        self.norm = norm
+        self.dropout = nn.Dropout(check_probability("dropout", dropout))
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        sublayer: Sublayer,
+        padding_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Post: ``norm(x + dropout(f(x)))``; pre: ``x + dropout(f(norm(x)))``.
+
+        Shapes:
+            x: (B, L, D) or (B, D); sublayer: maps a tensor to one of the same shape;
+            padding_mask: (B, L) bool, True = padding, passed on to the norm.
+            returns: the shape of x.
+        """
+        x, padding_mask = _check_norm_input(x, padding_mask, self.d_model)
+        if not callable(sublayer):
+            raise TypeError(f"sublayer must be callable, got {type(sublayer).__name__}")
+        f = partial(_same_shape, sublayer)
+        norm = self.norm if padding_mask is None else partial(self.norm, padding_mask=padding_mask)
+        if self.position == "post":
+            return norm(x + self.dropout(f(x)))
+        return x + self.dropout(f(norm(x)))
+
+    def extra_repr(self) -> str:
+        return f"{self.d_model}, position={self.position!r}"
+
+
+def _same_shape(sublayer: Sublayer, h: torch.Tensor) -> torch.Tensor:
+    """``sublayer(h)``, refusing an output whose shape differs from the input's."""
+    out = sublayer(h)
+    if not isinstance(out, torch.Tensor) or out.shape != h.shape:
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(
+            f"sublayer must return the shape of its input {tuple(h.shape)} for the residual "
+            f"sum, got {got}"
+        )
+    return out

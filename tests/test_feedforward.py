@@ -1,0 +1,152 @@
+"""Tests for addnorm.feedforward.FeedForward (SPEC section 4).
+
+Provenance of expected values: the FFN formula written out by hand with the module's own
+weights (x @ W1.T + b1 ...), each activation from its defining formula (ReLU max(0, h); GELU
+h * Phi(h) with the erf; its tanh approximation, Hendrycks & Gimpel 2016; SwiGLU
+silu(x W3) * (x W1), Shazeer 2020), and invariants (position-wise weights commute with
+permutations of the positions).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from addnorm.feedforward import FeedForward
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+F64 = torch.float64
+
+
+def by_hand(ffn: FeedForward, x: torch.Tensor, dropout=lambda h: h) -> torch.Tensor:
+    """The FFN formula with explicit matrix products and the activation's own formula."""
+
+    def linear(layer, v):
+        out = v @ layer.weight.T
+        return out if layer.bias is None else out + layer.bias
+
+    h = linear(ffn.w1, x)
+    if ffn.activation == "relu":
+        hidden = torch.clamp(h, min=0.0)  # max(0, x W1 + b1)
+    elif ffn.activation == "gelu":
+        hidden = 0.5 * h * (1.0 + torch.erf(h / math.sqrt(2.0)))
+    elif ffn.activation == "gelu_tanh":
+        inner = math.sqrt(2.0 / math.pi) * (h + 0.044715 * h**3)
+        hidden = 0.5 * h * (1.0 + torch.tanh(inner))
+    else:  # swiglu: silu(gate) * value, gate = x W3, value = x W1
+        gate = linear(ffn.w3, x)
+        hidden = gate * torch.sigmoid(gate) * h
+    return linear(ffn.w2, dropout(hidden))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "swiglu"])
+def test_ffn_equals_its_formula_computed_by_hand(activation, bias, device):
+    torch.manual_seed(0)
+    ffn = FeedForward(8, 16, activation=activation, bias=bias).double().to(device)
+    x = torch.randn(3, 5, 8, dtype=F64, device=device)
+    torch.testing.assert_close(ffn(x), by_hand(ffn, x))
+    assert (ffn.w1.bias is None) == (not bias)
+    assert hasattr(ffn, "w3") == (activation == "swiglu")
+
+
+def test_default_ffn_is_the_papers_relu_with_d_ff_2048():
+    """SPEC 4: FFN(x) = max(0, x W1 + b1) W2 + b2 with d_ff = 2048."""
+    torch.manual_seed(1)
+    ffn = FeedForward(4).double()
+    assert ffn.w1.out_features == 2048 and ffn.w2.in_features == 2048
+    x = torch.randn(2, 3, 4, dtype=F64)
+    expected = torch.clamp(x @ ffn.w1.weight.T + ffn.w1.bias, min=0) @ ffn.w2.weight.T
+    torch.testing.assert_close(ffn(x), expected + ffn.w2.bias)
+
+
+def test_ffn_acts_on_any_leading_dims_as_on_the_flattened_tokens():
+    """Position-wise: (..., D) gives the same as the (N, D) rows one by one."""
+    torch.manual_seed(2)
+    ffn = FeedForward(8, 16, activation="swiglu").double()
+    x = torch.randn(2, 3, 4, 8, dtype=F64)
+    flat = ffn(x.reshape(-1, 8)).reshape(2, 3, 4, 8)
+    torch.testing.assert_close(ffn(x), flat)
+    torch.testing.assert_close(ffn(x[1, 2, 3]), flat[1, 2, 3])  # a single (D,) vector
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    activation=st.sampled_from(["relu", "gelu", "gelu_tanh", "swiglu"]),
+    perm=st.integers(1, 7).flatmap(lambda n: st.permutations(list(range(n)))),
+    seed=st.integers(0, 2**16),
+)
+def test_ffn_commutes_with_permuting_positions(activation, perm, seed):
+    """SPEC 4: the same weights apply at every position, so FFN(x[:, p]) = FFN(x)[:, p]."""
+    torch.manual_seed(seed)
+    ffn = FeedForward(6, 12, activation=activation).double()
+    x = torch.randn(2, len(perm), 6, dtype=F64)
+    torch.testing.assert_close(ffn(x[:, perm]), ffn(x)[:, perm])
+
+
+@pytest.mark.parametrize("activation", ["relu", "swiglu"])
+def test_dropout_acts_between_activation_and_w2_only_in_training(activation):
+    """Placement as in nn.TransformerEncoderLayer: linear2(dropout(activation(linear1(x))))."""
+    torch.manual_seed(3)
+    ffn = FeedForward(8, 32, activation=activation, dropout=0.5).double()
+    x = torch.randn(4, 6, 8, dtype=F64)
+    torch.manual_seed(4)
+    y_train = ffn(x)
+    torch.manual_seed(4)  # replay the same dropout draw by hand
+    expected = by_hand(ffn, x, dropout=lambda h: torch.nn.functional.dropout(h, 0.5))
+    torch.testing.assert_close(y_train, expected)
+    assert not torch.allclose(y_train, by_hand(ffn, x))
+    ffn.eval()
+    torch.testing.assert_close(ffn(x), by_hand(ffn, x))
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "match"),
+    [
+        (lambda: FeedForward(0), ValueError, r"d_model must be >= 1, got 0"),
+        (lambda: FeedForward(-3), ValueError, r"d_model must be >= 1, got -3"),
+        (lambda: FeedForward(2.5), TypeError, r"d_model must be an int, got float \(2.5\)"),
+        (lambda: FeedForward(8, 0), ValueError, r"d_ff must be >= 1, got 0"),
+        (lambda: FeedForward(8, 16.0), TypeError, r"d_ff must be an int, got float"),
+        (lambda: FeedForward(8, activation="tanh"), ValueError, r"activation .*'swiglu'.*'tanh'"),
+        (lambda: FeedForward(8, dropout=-0.1), ValueError, r"dropout must be >= 0.0, got -0.1"),
+        (lambda: FeedForward(8, dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1"),
+    ],
+)
+def test_ffn_constructor_rejects_bad_values_naming_them(build, error, match):
+    with pytest.raises(error, match=match):
+        build()
+
+
+@pytest.mark.parametrize(
+    ("x", "error", "match"),
+    [
+        (torch.randn(2, 3, 7), ValueError, r"x last dim must be 8 .*\(2, 3, 7\)"),
+        (torch.tensor(1.0), ValueError, r"x last dim must be 8 .*\(\)"),
+        (torch.ones(2, 8, dtype=torch.int64), TypeError, r"x must be .*floating.*torch.int64"),
+        ([0.0] * 8, TypeError, r"x must be a torch.Tensor, got list"),
+    ],
+)
+def test_ffn_forward_rejects_bad_input_naming_it(x, error, match):
+    with pytest.raises(error, match=match):
+        FeedForward(8, 16)(x)
+
+
+@pytest.mark.parametrize("activation", ["relu", "swiglu"])
+def test_a_deep_copy_computes_with_its_own_weights(activation):
+    """EMA copies a model with copy.deepcopy: the copy must not reach the original's weights."""
+    torch.manual_seed(5)
+    ffn = FeedForward(8, 16, activation=activation).double()
+    twin = copy.deepcopy(ffn)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.mul_(2.0)
+    x = torch.randn(3, 8, dtype=F64)
+    torch.testing.assert_close(twin(x), by_hand(twin, x))
+    torch.testing.assert_close(ffn(x), by_hand(ffn, x))

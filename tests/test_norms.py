@@ -1,0 +1,423 @@
+"""Tests for addnorm.norms: each norm against SPEC section 3 and torch's built-in norms.
+
+Provenance of expected values: SPEC worked examples (seed 003) to the printed digits, torch's
+nn.LayerNorm / nn.BatchNorm1d / nn.RMSNorm / nn.GroupNorm given the same parameters, and
+invariants (padding invariance, normalization of the real tokens gathered alone).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from addnorm.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm, make_norm
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+F64 = torch.float64
+
+# SPEC section 3, seed 003: 3 samples, 2 features.
+SPEC_X = [[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]]
+
+
+def randomize_parameters(module: nn.Module, seed: int) -> nn.Module:
+    """Give every parameter a non-trivial value (weights away from 1, biases away from 0)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.5 + 1.0)
+    return module
+
+
+def padded_batch(lengths: list[int], max_len: int, d_model: int, seed: int, fill: float):
+    """Sentences of the given lengths, padded to ``max_len`` with ``fill``; True = padding."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(len(lengths), max_len, d_model, generator=gen, dtype=F64) * 2.0 + 0.5
+    padding_mask = torch.arange(max_len)[None, :] >= torch.tensor(lengths)[:, None]
+    x = x.masked_fill(padding_mask[..., None], fill)
+    return x, padding_mask
+
+
+def bn_reference(x: torch.Tensor, ref: nn.BatchNorm1d) -> torch.Tensor:
+    """nn.BatchNorm1d on (B, D) or, transposed to its (B, D, L) layout, on (B, L, D)."""
+    return ref(x) if x.ndim == 2 else ref(x.transpose(1, 2)).transpose(1, 2)
+
+
+def gn_reference(x: torch.Tensor, ref: nn.GroupNorm) -> torch.Tensor:
+    """nn.GroupNorm on (B, D) or, transposed to its (B, D, L) layout, on (B, L, D)."""
+    return ref(x) if x.ndim == 2 else ref(x.transpose(1, 2)).transpose(1, 2)
+
+
+# ---------------------------------------------------------------- SPEC worked examples
+
+
+def test_batchnorm_reproduces_the_spec_worked_example():
+    """SPEC 3: mu = [2, 4], sigma^2 = [2/3, 8/3], x_hat = +-1.2247 / 0 (eps ignored)."""
+    bn = BatchNorm(2, eps=0.0, momentum=1.0).double()
+    y = bn(torch.tensor(SPEC_X, dtype=F64))
+    expected = torch.tensor([[-1.2247, -1.2247], [0.0, 0.0], [1.2247, 1.2247]], dtype=F64)
+    torch.testing.assert_close(y, expected, atol=5e-5, rtol=0)
+    # momentum=1 stores this batch's statistics: the mean, and the variance made unbiased
+    # (sigma^2 * n / (n - 1) = [2/3, 8/3] * 3/2 = [1, 4]).
+    torch.testing.assert_close(bn.running_mean, torch.tensor([2.0, 4.0], dtype=F64))
+    torch.testing.assert_close(bn.running_var, torch.tensor([2 / 3, 8 / 3], dtype=F64) * 1.5)
+
+
+def test_layernorm_maps_every_spec_row_to_minus_one_one():
+    """SPEC 3: every row of X becomes [-1, 1] (each row is (m - s, m + s))."""
+    y = LayerNorm(2, eps=0.0).double()(torch.tensor(SPEC_X, dtype=F64))
+    torch.testing.assert_close(y, torch.tensor([[-1.0, 1.0]] * 3, dtype=F64))
+
+
+# ---------------------------------------------------------------- LayerNorm and RMSNorm
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(3, 5, 8), (4, 8)])
+def test_layernorm_equals_nn_layernorm_and_shares_its_state_dict(shape, bias, device):
+    ours = randomize_parameters(LayerNorm(8, eps=1e-3, bias=bias), seed=1).double().to(device)
+    ref = nn.LayerNorm(8, eps=1e-3, bias=bias).double().to(device)
+    ref.load_state_dict(ours.state_dict(), strict=True)
+    x = torch.randn(shape, dtype=F64, device=device) * 3 + 1
+    torch.testing.assert_close(ours(x), ref(x))
+    assert (ours.bias is None) == (not bias)
+    back = LayerNorm(8, eps=1e-3, bias=bias).double().to(device)
+    back.load_state_dict(ref.state_dict(), strict=True)
+    torch.testing.assert_close(back(x), ref(x))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("eps", [None, 1e-3])
+def test_rmsnorm_equals_nn_rmsnorm(eps, dtype, device):
+    """eps=None means the dtype's machine epsilon in both; tiny inputs make eps matter."""
+    ours = randomize_parameters(RMSNorm(8, eps=eps), seed=2).to(device, dtype)
+    ref = nn.RMSNorm(8, eps=eps).to(device, dtype)
+    ref.load_state_dict(ours.state_dict(), strict=True)
+    x = torch.randn(3, 5, 8, dtype=dtype, device=device) * 1e-4
+    torch.testing.assert_close(ours(x), ref(x))
+    torch.testing.assert_close(ours(x[:, 0]), ref(x[:, 0]))
+
+
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_per_token_norm_of_a_sentence_ignores_padding_and_batch(kind):
+    """SPEC 3: LayerNorm (and RMSNorm) statistics are per token, so batch and padding vanish."""
+    norm = randomize_parameters(make_norm(kind, 8), seed=3).double()
+    x, padding_mask = padded_batch([4, 1, 6], max_len=9, d_model=8, seed=4, fill=7.0)
+    alone = norm(x[1:2, :1])
+    in_batch = norm(x, padding_mask=padding_mask)
+    torch.testing.assert_close(in_batch[1:2, :1], alone)
+
+
+# ---------------------------------------------------------------- BatchNorm
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("momentum", [0.1, None, 1.0])
+@pytest.mark.parametrize("shape", [(6, 8), (3, 5, 8), (1, 5, 8)])
+def test_batchnorm_equals_nn_batchnorm1d_over_training_steps_and_in_eval(shape, momentum, device):
+    """Outputs, gradients, running stats and the step count match nn.BatchNorm1d."""
+    ours = randomize_parameters(BatchNorm(8, eps=1e-3, momentum=momentum), 5).double().to(device)
+    ref = nn.BatchNorm1d(8, eps=1e-3, momentum=momentum).double().to(device)
+    ref.load_state_dict(ours.state_dict(), strict=True)
+    gen = torch.Generator().manual_seed(6)
+    for step in range(4):
+        x = (torch.randn(shape, generator=gen, dtype=F64) * (step + 1) + step).to(device)
+        x_ours, x_ref = x.clone().requires_grad_(), x.clone().requires_grad_()
+        y_ours, y_ref = ours(x_ours), bn_reference(x_ref, ref)
+        torch.testing.assert_close(y_ours, y_ref)
+        weights = torch.randn(shape, generator=gen, dtype=F64).to(device)
+        (y_ours * weights).sum().backward()
+        (y_ref * weights).sum().backward()
+        torch.testing.assert_close(x_ours.grad, x_ref.grad)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(getattr(ours, name), getattr(ref, name))
+    torch.testing.assert_close(ours.weight.grad, ref.weight.grad)
+    ours.eval(), ref.eval()
+    x = torch.randn(shape, dtype=F64, device=device)
+    torch.testing.assert_close(ours(x), bn_reference(x, ref))
+
+
+def test_batchnorm_state_dict_loads_both_ways_with_nn_batchnorm1d():
+    trained = nn.BatchNorm1d(8).double()
+    randomize_parameters(trained, seed=7)
+    for _ in range(3):
+        trained(torch.randn(10, 8, dtype=F64) * 2 + 1)
+    ours = BatchNorm(8).double()
+    ours.load_state_dict(trained.state_dict(), strict=True)
+    back = nn.BatchNorm1d(8).double()
+    back.load_state_dict(ours.state_dict(), strict=True)
+    assert set(ours.state_dict()) == set(trained.state_dict())
+    ours.eval(), trained.eval(), back.eval()
+    x = torch.randn(4, 8, dtype=F64)
+    torch.testing.assert_close(ours(x), trained(x))
+    torch.testing.assert_close(back(x), trained(x))
+
+
+def test_batchnorm_with_one_vector_refuses_training_like_torch_and_works_in_eval():
+    """SPEC 3/claim 6, batch size 1: one value per feature has no variance to estimate."""
+    x = torch.randn(1, 8, dtype=F64)
+    ref = nn.BatchNorm1d(8).double()
+    with pytest.raises(ValueError, match="Expected more than 1 value per channel"):
+        ref(x)
+    ours = BatchNorm(8).double()
+    with pytest.raises(ValueError, match=r"more than 1 real value per feature.*got 1"):
+        ours(x)
+    with pytest.raises(ValueError, match="got 1"):
+        ours(x[:, None])  # (1, 1, D): one token is one value per feature too
+    assert int(ours.num_batches_tracked) == 0, "a refused batch must not touch running stats"
+    ours.eval(), ref.eval()
+    torch.testing.assert_close(ours(x), ref(x))
+
+
+def test_batchnorm_train_eval_gap_comes_from_the_running_statistics():
+    """SPEC claim 6: eval normalizes with running stats, training with the batch's."""
+    bn = BatchNorm(4, momentum=0.1).double()
+    x = torch.randn(16, 4, dtype=F64) * 3 + 2
+    y_train = bn(x)
+    bn.eval()
+    y_eval = bn(x)
+    assert not torch.allclose(y_train, y_eval)
+    # After one step from (mean 0, var 1), running = 0.9 * init + 0.1 * batch statistics.
+    mean, var = x.mean(0), x.var(0, correction=1)
+    expected = (x - 0.1 * mean) / torch.sqrt(0.9 + 0.1 * var + bn.eps)
+    torch.testing.assert_close(y_eval, expected)
+
+
+# ---------------------------------------------------------------- masked BatchNorm
+
+
+def test_unmasked_batchnorm_output_for_a_sentence_changes_with_padding():
+    """SPEC claim 5 (seed 003): without a mask, padding enters the statistics."""
+    bn = BatchNorm(8).double()
+    short, _ = padded_batch([4, 1, 6], max_len=6, d_model=8, seed=8, fill=0.0)
+    longer, _ = padded_batch([4, 1, 6], max_len=12, d_model=8, seed=8, fill=0.0)
+    longer[:, :6] = short
+    out_short, out_long = bn(short), bn(longer)
+    assert (out_short[0, :4] - out_long[0, :4]).abs().max() > 0.1
+
+
+def test_masked_batchnorm_output_for_a_sentence_ignores_padding():
+    """SPEC claim 5 fixed: with padding_mask the statistics see real tokens only."""
+    bn = randomize_parameters(BatchNorm(8), seed=9).double()
+    short, mask_short = padded_batch([4, 1, 6], max_len=6, d_model=8, seed=10, fill=0.0)
+    longer, mask_long = padded_batch([4, 1, 6, 0], max_len=12, d_model=8, seed=11, fill=1e6)
+    longer[:3, :6] = torch.where(mask_short[..., None], longer[:3, :6], short)
+    out_short = bn(short, padding_mask=mask_short)
+    out_long = bn(longer, padding_mask=mask_long)
+    real = ~mask_short
+    torch.testing.assert_close(out_long[:3, :6][real], out_short[real])
+
+
+@pytest.mark.parametrize("momentum", [0.1, None])
+def test_masked_batchnorm_equals_nn_batchnorm1d_on_the_real_tokens_alone(momentum):
+    """Gathering the real tokens into (N, D) and using nn.BatchNorm1d is the reference.
+
+    Padding holds 1e6: it must enter neither the output of real tokens, nor their gradient,
+    nor the running statistics. Sentence 4 is all padding and contributes nothing.
+    """
+    ours = randomize_parameters(BatchNorm(8, momentum=momentum), seed=12).double()
+    ref = nn.BatchNorm1d(8, momentum=momentum).double()
+    ref.load_state_dict(ours.state_dict())
+    for step, lengths in enumerate([[4, 1, 6, 0], [2, 5, 5, 3], [6, 6, 1, 0]]):
+        x, padding_mask = padded_batch(lengths, 6, 8, seed=13 + step, fill=1e6)
+        x.requires_grad_()
+        real = ~padding_mask
+        gathered = x.detach()[real].requires_grad_()  # (N, D)
+        y_ours, y_ref = ours(x, padding_mask=padding_mask)[real], ref(gathered)
+        torch.testing.assert_close(y_ours, y_ref)
+        upstream = torch.randn_like(y_ref)
+        (y_ours * upstream).sum().backward()
+        (y_ref * upstream).sum().backward()
+        torch.testing.assert_close(x.grad[real], gathered.grad)
+        assert torch.all(x.grad[padding_mask] == 0)
+    torch.testing.assert_close(ours.running_mean, ref.running_mean)
+    torch.testing.assert_close(ours.running_var, ref.running_var)
+    torch.testing.assert_close(ours.num_batches_tracked, ref.num_batches_tracked)
+
+
+def test_masked_batchnorm_normalizes_padding_with_the_real_tokens_statistics():
+    """Documented choice: padding gets the same per-feature affine map as real tokens."""
+    bn = randomize_parameters(BatchNorm(8, eps=1e-3), seed=16).double()
+    x, padding_mask = padded_batch([4, 1, 6], max_len=6, d_model=8, seed=17, fill=0.0)
+    x = x + 3.0 * padding_mask[..., None]  # padding holds 3, far from the real mean
+    y = bn(x, padding_mask=padding_mask)
+    var, mean = torch.var_mean(x[~padding_mask], dim=0, correction=0)
+    expected = bn.weight * (x - mean) / torch.sqrt(var + bn.eps) + bn.bias
+    torch.testing.assert_close(y, expected)
+
+
+@pytest.mark.parametrize("lengths", [[1, 0, 0], [0, 0, 0]])
+def test_masked_batchnorm_refuses_fewer_than_two_real_tokens_in_training(lengths):
+    bn = BatchNorm(8).double()
+    x, padding_mask = padded_batch(lengths, max_len=4, d_model=8, seed=18, fill=0.0)
+    with pytest.raises(ValueError, match=f"got {sum(lengths)}"):
+        bn(x, padding_mask=padding_mask)
+    bn.eval()
+    assert torch.isfinite(bn(x, padding_mask=padding_mask)).all()
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 5), min_size=1, max_size=4).filter(lambda ls: sum(ls) >= 2),
+    extra=st.integers(0, 4),
+)
+def test_masked_batchnorm_is_invariant_to_extra_padding(lengths, extra):
+    """Appending padding columns never changes the output at real tokens (claim 5)."""
+    bn = BatchNorm(4).double()
+    x, mask = padded_batch(lengths, max_len=5, d_model=4, seed=19, fill=0.0)
+    x_long, mask_long = padded_batch(lengths, max_len=5 + extra, d_model=4, seed=20, fill=-9.0)
+    x_long[:, :5] = torch.where(mask[..., None], x_long[:, :5], x)
+    y, y_long = bn(x, padding_mask=mask), bn(x_long, padding_mask=mask_long)
+    torch.testing.assert_close(y_long[:, :5][~mask], y[~mask])
+
+
+# ---------------------------------------------------------------- GroupNorm
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n_groups", [1, 2, 8])
+@pytest.mark.parametrize("shape", [(3, 5, 8), (4, 8)])
+def test_groupnorm_equals_nn_groupnorm_and_shares_its_state_dict(shape, n_groups, device):
+    ours = randomize_parameters(GroupNorm(n_groups, 8, eps=1e-3), seed=21).double().to(device)
+    ref = nn.GroupNorm(n_groups, 8, eps=1e-3).double().to(device)
+    ref.load_state_dict(ours.state_dict(), strict=True)
+    x = torch.randn(shape, dtype=F64, device=device) * 2 + 1
+    torch.testing.assert_close(ours(x), gn_reference(x, ref))
+    back = GroupNorm(n_groups, 8, eps=1e-3).double().to(device)
+    back.load_state_dict(ref.state_dict(), strict=True)
+    torch.testing.assert_close(back(x), gn_reference(x, ref))
+
+
+@pytest.mark.parametrize("n_groups", [1, 4])
+def test_masked_groupnorm_equals_nn_groupnorm_on_each_samples_real_positions(n_groups):
+    ours = randomize_parameters(GroupNorm(n_groups, 8), seed=22).double()
+    ref = nn.GroupNorm(n_groups, 8).double()
+    ref.load_state_dict(ours.state_dict())
+    x, padding_mask = padded_batch([4, 1, 6], max_len=6, d_model=8, seed=23, fill=float("inf"))
+    y = ours(x, padding_mask=padding_mask)
+    for b in range(x.shape[0]):
+        real = ~padding_mask[b]
+        alone = gn_reference(x[b, real][None], ref)[0]  # nn.GroupNorm on (1, D, L_b)
+        torch.testing.assert_close(y[b, real], alone)
+
+
+def test_masked_groupnorm_gives_an_all_padding_sample_finite_identity_statistics():
+    """Documented choice: no real position -> mean 0, variance 1, never NaN."""
+    gn = randomize_parameters(GroupNorm(2, 8), seed=24).double()
+    x, padding_mask = padded_batch([3, 0], max_len=4, d_model=8, seed=25, fill=2.0)
+    y = gn(x, padding_mask=padding_mask)
+    expected = gn.weight * x[1] / math.sqrt(1.0 + gn.eps) + gn.bias
+    torch.testing.assert_close(y[1], expected)
+
+
+# ---------------------------------------------------------------- make_norm
+
+
+@pytest.mark.parametrize(
+    ("kind", "cls", "reference"),
+    [
+        ("layer", LayerNorm, lambda: nn.LayerNorm(64, eps=1e-3)),
+        ("batch", BatchNorm, lambda: nn.BatchNorm1d(64, eps=1e-3)),
+        ("rms", RMSNorm, lambda: nn.RMSNorm(64, eps=1e-3)),
+        ("group", GroupNorm, lambda: nn.GroupNorm(32, 64, eps=1e-3)),
+    ],
+)
+def test_make_norm_builds_each_kind_equal_to_its_torch_builtin(kind, cls, reference):
+    norm = randomize_parameters(make_norm(kind, 64, eps=1e-3), seed=26).double()
+    assert type(norm) is cls
+    ref = reference().double()
+    ref.load_state_dict(norm.state_dict(), strict=True)
+    x = torch.randn(3, 5, 64, dtype=F64)
+    expected = ref(x) if kind in ("layer", "rms") else gn_reference(x, ref)
+    torch.testing.assert_close(norm(x), expected)
+
+
+def test_make_norm_passes_eps_none_to_rms_as_the_dtype_epsilon():
+    """nn.RMSNorm's own default (eps=None) is torch.finfo(x.dtype).eps."""
+    norm = make_norm("rms", 8, eps=None)
+    x = torch.randn(2, 8) * 1e-4
+    torch.testing.assert_close(norm(x), nn.RMSNorm(8)(x))
+
+
+def test_make_norm_without_bias_builds_a_bias_free_layernorm():
+    norm = make_norm("layer", 8, bias=False)
+    assert norm.bias is None and set(norm.state_dict()) == {"weight"}
+
+
+# ---------------------------------------------------------------- bad input
+
+CONSTRUCTORS = {
+    "LayerNorm": lambda d_model=8, **kw: LayerNorm(d_model, **kw),
+    "BatchNorm": lambda d_model=8, **kw: BatchNorm(d_model, **kw),
+    "RMSNorm": lambda d_model=8, **kw: RMSNorm(d_model, **kw),
+    "GroupNorm": lambda d_model=8, **kw: GroupNorm(1, d_model, **kw),
+    "make_norm": lambda d_model=8, **kw: make_norm("layer", d_model, **kw),
+}
+
+
+@pytest.mark.parametrize("name", list(CONSTRUCTORS))
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"d_model": 0}, ValueError, r"d_model must be >= 1, got 0"),
+        ({"d_model": -3}, ValueError, r"d_model must be >= 1, got -3"),
+        ({"d_model": 2.5}, TypeError, r"d_model must be an int, got float \(2.5\)"),
+        ({"eps": -1e-5}, ValueError, r"eps must be >= 0.0, got -1e-05"),
+        ({"eps": "small"}, TypeError, r"eps must be a number, got str"),
+    ],
+)
+def test_norm_constructors_reject_bad_values_naming_them(name, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        CONSTRUCTORS[name](**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "match"),
+    [
+        (lambda: BatchNorm(8, momentum=-0.1), ValueError, r"momentum must be >= 0.0, got -0.1"),
+        (lambda: BatchNorm(8, momentum=1.5), ValueError, r"momentum must be <= 1.0, got 1.5"),
+        (lambda: GroupNorm(3, 8), ValueError, r"d_model \(8\) .* divisible by n_groups \(3\)"),
+        (lambda: GroupNorm(0, 8), ValueError, r"n_groups must be >= 1, got 0"),
+        (lambda: make_norm("group", 48), ValueError, r"d_model \(48\) .* n_groups \(32\)"),
+        (lambda: make_norm("instance", 8), ValueError, r"kind .*'layer'.*'group'; got 'inst"),
+        (lambda: make_norm("layer", 8, eps=None), ValueError, r"eps=None .* 'rms'.*'layer'"),
+        (lambda: make_norm("batch", 8, bias=False), ValueError, r"bias=False.*'batch'"),
+    ],
+)
+def test_norm_specific_bad_values_raise_naming_them(build, error, match):
+    with pytest.raises(error, match=match):
+        build()
+
+
+NORMS = {
+    "layer": lambda: LayerNorm(8),
+    "batch": lambda: BatchNorm(8),
+    "rms": lambda: RMSNorm(8),
+    "group": lambda: GroupNorm(2, 8),
+}
+GOOD_MASK = torch.zeros(2, 3, dtype=torch.bool)
+
+
+@pytest.mark.parametrize("kind", list(NORMS))
+@pytest.mark.parametrize(
+    ("x", "padding_mask", "error", "match"),
+    [
+        (torch.randn(2, 3, 7), None, ValueError, r"x last dim must be 8.*\(2, 3, 7\)"),
+        (torch.randn(8), None, ValueError, r"x must have 2 or 3 dims, got shape \(8,\)"),
+        (torch.randn(1, 2, 3, 8), None, ValueError, r"x must have 2 or 3 dims.*\(1, 2, 3, 8\)"),
+        (torch.ones(2, 3, 8, dtype=torch.long), None, TypeError, r"floating.*torch.int64"),
+        ([[0.0] * 8] * 2, None, TypeError, r"x must be a torch.Tensor, got list"),
+        (torch.randn(2, 3, 8), torch.zeros(2, 4, dtype=torch.bool), ValueError, r"\(2, 3\).*"),
+        (torch.randn(2, 3, 8), torch.zeros(2, 3), TypeError, r"padding_mask.*torch.float32"),
+        (torch.randn(2, 8), GOOD_MASK, ValueError, r"padding_mask .* \(B, L, D\).*\(2, 8\)"),
+    ],
+)
+def test_norm_forward_rejects_bad_input_naming_it(kind, x, padding_mask, error, match):
+    with pytest.raises(error, match=match):
+        NORMS[kind]()(x, padding_mask=padding_mask)

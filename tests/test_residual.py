@@ -1,0 +1,242 @@
+"""Tests for addnorm.residual.AddNorm (SPEC section 5).
+
+Provenance of expected values: the post-LN and pre-LN formulas evaluated with torch's
+built-in norms (nn.LayerNorm, nn.BatchNorm1d, nn.RMSNorm, nn.GroupNorm) given the same
+parameters, and the identities of SPEC 5 (a zero sublayer leaves pre-LN's x unchanged;
+d out / d x = 1 + d Sublayer / d x for pre-LN).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.autograd.functional import jacobian
+
+from addnorm.norms import LayerNorm, RMSNorm
+from addnorm.residual import AddNorm
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+F64 = torch.float64
+D = 64  # a multiple of 32, make_norm's default n_groups for "group"
+
+
+def builtin_norm(kind: str, ours: nn.Module):
+    """torch's own norm of that kind with our parameters, applied to (B, L, D)."""
+    if kind == "layer":
+        ref = nn.LayerNorm(D, eps=1e-3)
+    elif kind == "rms":
+        ref = nn.RMSNorm(D, eps=1e-3)
+    elif kind == "batch":
+        ref = nn.BatchNorm1d(D, eps=1e-3)
+    else:
+        ref = nn.GroupNorm(32, D, eps=1e-3)
+    ref = ref.to(ours.weight.device, F64)
+    ref.load_state_dict(ours.state_dict(), strict=True)
+    if kind in ("layer", "rms"):
+        return ref
+    return lambda h: ref(h.transpose(1, 2)).transpose(1, 2)  # (B, D, L) layout
+
+
+def make_add_norm(position: str, kind: str, device: str = "cpu") -> AddNorm:
+    add_norm = AddNorm(D, position=position, norm=kind, eps=1e-3).to(device, F64)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in add_norm.norm.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=F64) * 0.5 + 1.0)
+    return add_norm
+
+
+def fixed_linear(device: str = "cpu") -> nn.Linear:
+    torch.manual_seed(1)
+    return nn.Linear(D, D).to(device, F64)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["layer", "batch", "rms", "group"])
+def test_post_ln_normalizes_after_the_residual(kind, device):
+    """Post-LN (the paper): out = Norm(x + Sublayer(x))."""
+    add_norm, sublayer = make_add_norm("post", kind, device), fixed_linear(device)
+    norm = builtin_norm(kind, add_norm.norm)
+    x = torch.randn(3, 5, D, dtype=F64, device=device)
+    torch.testing.assert_close(add_norm(x, sublayer), norm(x + sublayer(x)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["layer", "batch", "rms", "group"])
+def test_pre_ln_normalizes_only_the_sublayers_input(kind, device):
+    """Pre-LN: out = x + Sublayer(Norm(x))."""
+    add_norm, sublayer = make_add_norm("pre", kind, device), fixed_linear(device)
+    norm = builtin_norm(kind, add_norm.norm)
+    x = torch.randn(3, 5, D, dtype=F64, device=device)
+    torch.testing.assert_close(add_norm(x, sublayer), x + sublayer(norm(x)))
+
+
+@pytest.mark.parametrize("position", ["post", "pre"])
+def test_any_callable_sublayer_works_and_vectors_are_accepted(position):
+    """A lambda sublayer on (B, D) input, checked against nn.LayerNorm."""
+    add_norm = make_add_norm(position, "layer")
+    norm = builtin_norm("layer", add_norm.norm)
+
+    def sublayer(h):
+        return torch.tanh(h) * 3.0
+
+    x = torch.randn(4, D, dtype=F64)
+    expected = norm(x + sublayer(x)) if position == "post" else x + sublayer(norm(x))
+    torch.testing.assert_close(add_norm(x, sublayer), expected)
+
+
+@pytest.mark.parametrize("position", ["post", "pre"])
+def test_an_injected_norm_module_is_used_as_is(position):
+    injected = RMSNorm(D, eps=1e-2).double()
+    add_norm = AddNorm(D, position=position, norm=injected, eps=0.5)
+    assert add_norm.norm is injected
+    x, sublayer = torch.randn(2, 3, D, dtype=F64), fixed_linear()
+    ref = nn.RMSNorm(D, eps=1e-2).double()  # eps=0.5 of AddNorm is unused
+    expected = ref(x + sublayer(x)) if position == "post" else x + sublayer(ref(x))
+    torch.testing.assert_close(add_norm(x, sublayer), expected)
+
+
+def test_a_torch_builtin_norm_can_be_injected_when_no_mask_is_passed():
+    builtin = nn.LayerNorm(D).double()
+    add_norm = AddNorm(D, norm=builtin)
+    x, sublayer = torch.randn(2, 3, D, dtype=F64), fixed_linear()
+    torch.testing.assert_close(add_norm(x, sublayer), builtin(x + sublayer(x)))
+
+
+@pytest.mark.parametrize("kind", ["layer", "batch", "rms", "group"])
+def test_with_a_zero_sublayer_pre_returns_x_exactly_and_post_returns_norm_x(kind):
+    """SPEC 5: pre-LN keeps an untouched identity path; post-LN normalizes it."""
+    x = torch.randn(2, 4, D, dtype=F64) * 5 + 3
+
+    def zero(h):
+        return torch.zeros_like(h)
+
+    assert torch.equal(make_add_norm("pre", kind)(x, zero), x)
+    post = make_add_norm("post", kind)
+    torch.testing.assert_close(post(x, zero), builtin_norm(kind, post.norm)(x))
+
+
+def test_pre_ln_gradient_with_a_zero_weight_sublayer_is_the_identity():
+    """SPEC 5: dy/dx = 1 + dSublayer/dx, and dSublayer/dx = 0 when its weight is 0."""
+    sublayer = nn.Linear(8, 8).double()
+    with torch.no_grad():
+        sublayer.weight.zero_()
+    add_norm = AddNorm(8, position="pre").double()
+    x = torch.randn(2, 3, 8, dtype=F64)
+    jac = jacobian(lambda v: add_norm(v, sublayer), x).reshape(48, 48)
+    assert torch.equal(jac, torch.eye(48, dtype=F64))
+
+
+@pytest.mark.parametrize("position", ["post", "pre"])
+def test_jacobian_is_identity_plus_the_sublayer_branch_only_for_pre_ln(position):
+    """SPEC 5: for pre-LN, d out/dx = I + d Sublayer(Norm(x))/dx; post-LN has no such path."""
+    torch.manual_seed(2)
+    sublayer = nn.Linear(8, 8).double()
+    add_norm = AddNorm(8, position=position).double()
+    x = torch.randn(1, 3, 8, dtype=F64)
+    jac = jacobian(lambda v: add_norm(v, sublayer), x).reshape(24, 24)
+    branch = jacobian(lambda v: sublayer(add_norm.norm(v)), x).reshape(24, 24)
+    identity_plus_branch = torch.eye(24, dtype=F64) + branch
+    assert torch.allclose(jac, identity_plus_branch) == (position == "pre")
+
+
+@pytest.mark.parametrize("position", ["post", "pre"])
+def test_dropout_hits_the_sublayer_output_only_in_training(position):
+    add_norm = AddNorm(D, position=position, dropout=0.5, eps=1e-3).double()
+    norm = builtin_norm("layer", add_norm.norm)
+    x, sublayer = torch.randn(2, 3, D, dtype=F64), fixed_linear()
+
+    def formula(drop):
+        if position == "post":
+            return norm(x + drop(sublayer(x)))
+        return x + drop(sublayer(norm(x)))
+
+    torch.manual_seed(3)
+    y_train = add_norm(x, sublayer)
+    torch.manual_seed(3)  # replay the same dropout draw by hand
+    torch.testing.assert_close(y_train, formula(lambda h: nn.functional.dropout(h, 0.5)))
+    add_norm.eval()
+    torch.testing.assert_close(add_norm(x, sublayer), formula(lambda h: h))
+    assert not torch.allclose(y_train, add_norm(x, sublayer))
+
+
+@pytest.mark.parametrize("position", ["post", "pre"])
+def test_padding_mask_reaches_the_norm_so_batchnorm_ignores_padding(position):
+    """SPEC claim 5 through Add & Norm: a sentence's output ignores its batch's padding."""
+    add_norm = make_add_norm(position, "batch")
+    sublayer = fixed_linear()
+    torch.manual_seed(4)
+    sentence = torch.randn(1, 3, D, dtype=F64)
+    other = torch.randn(1, 3, D, dtype=F64)
+    outputs = []
+    for max_len in (3, 7):
+        x = torch.zeros(2, max_len, D, dtype=F64)
+        x[0, :3], x[1, :3] = sentence[0], other[0]
+        padding_mask = torch.arange(max_len)[None, :].expand(2, -1) >= 3
+        outputs.append(add_norm(x, sublayer, padding_mask=padding_mask)[:, :3])
+    torch.testing.assert_close(outputs[0], outputs[1])
+
+
+def test_an_injected_norm_receives_the_padding_mask():
+    seen = {}
+
+    class Spy(LayerNorm):
+        def forward(self, x, padding_mask=None):
+            seen["padding_mask"] = padding_mask
+            return super().forward(x, padding_mask)
+
+    padding_mask = torch.tensor([[False, False, True]])
+    AddNorm(4, norm=Spy(4))(torch.randn(1, 3, 4), lambda h: h, padding_mask=padding_mask)
+    assert seen["padding_mask"] is padding_mask
+
+
+@pytest.mark.parametrize(
+    ("sublayer", "error", "match"),
+    [
+        (lambda h: h[..., :-1], ValueError, r"shape of its input \(2, 3, 8\).*got \(2, 3, 7\)"),
+        (lambda h: h[0], ValueError, r"shape of its input \(2, 3, 8\).*got \(3, 8\)"),
+        (lambda h: h.tolist(), ValueError, r"shape of its input \(2, 3, 8\).*got list"),
+        ("linear", TypeError, r"sublayer must be callable, got str"),
+    ],
+)
+@pytest.mark.parametrize("position", ["post", "pre"])
+def test_a_sublayer_that_breaks_the_residual_is_refused(position, sublayer, error, match):
+    with pytest.raises(error, match=match):
+        AddNorm(8, position=position)(torch.randn(2, 3, 8), sublayer)
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "match"),
+    [
+        (lambda: AddNorm(0), ValueError, r"d_model must be >= 1, got 0"),
+        (lambda: AddNorm(-3), ValueError, r"d_model must be >= 1, got -3"),
+        (lambda: AddNorm(2.5), TypeError, r"d_model must be an int, got float \(2.5\)"),
+        (lambda: AddNorm(8, position="middle"), ValueError, r"position .*'pre'; got 'middle'"),
+        (lambda: AddNorm(8, norm="instance"), ValueError, r"kind .*'group'; got 'instance'"),
+        (lambda: AddNorm(8, norm=3), TypeError, r"norm must be .* nn.Module, got int"),
+        (lambda: AddNorm(8, dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1.0"),
+        (lambda: AddNorm(8, eps=-1.0), ValueError, r"eps must be >= 0.0, got -1.0"),
+        (lambda: AddNorm(8, norm="group"), ValueError, r"d_model \(8\) .* n_groups \(32\)"),
+    ],
+)
+def test_add_norm_constructor_rejects_bad_values_naming_them(build, error, match):
+    with pytest.raises(error, match=match):
+        build()
+
+
+@pytest.mark.parametrize(
+    ("x", "padding_mask", "error", "match"),
+    [
+        (torch.randn(2, 3, 7), None, ValueError, r"x last dim must be 8.*\(2, 3, 7\)"),
+        (torch.randn(8), None, ValueError, r"x must have 2 or 3 dims, got shape \(8,\)"),
+        (torch.randn(1, 2, 3, 8), None, ValueError, r"x must have 2 or 3 dims.*\(1, 2, 3, 8\)"),
+        (torch.ones(2, 3, 8, dtype=torch.int32), None, TypeError, r"floating.*torch.int32"),
+        (torch.randn(2, 3, 8), torch.zeros(3, 2, dtype=torch.bool), ValueError, r"\(2, 3\)"),
+        (torch.randn(2, 3, 8), torch.zeros(2, 3), TypeError, r"padding_mask.*torch.float32"),
+        (torch.randn(2, 8), torch.zeros(2, 8, dtype=torch.bool), ValueError, r"\(B, L, D\)"),
+    ],
+)
+def test_add_norm_forward_rejects_bad_input_naming_it(x, padding_mask, error, match):
+    with pytest.raises(error, match=match):
+        AddNorm(8)(x, lambda h: h, padding_mask=padding_mask)
