@@ -38,9 +38,9 @@ def by_hand(ffn: FeedForward, x: torch.Tensor, dropout=lambda h: h) -> torch.Ten
     elif ffn.activation == "gelu_tanh":
         inner = math.sqrt(2.0 / math.pi) * (h + 0.044715 * h**3)
         hidden = 0.5 * h * (1.0 + torch.tanh(inner))
-    else:  # swiglu: silu(gate) * value, gate = x W3, value = x W1
-        gate = linear(ffn.w3, x)
-        hidden = gate * torch.sigmoid(gate) * h
+    else:  # swiglu (LLaMA's naming): silu(gate) * value, gate = x W1, value = x W3
+        value = linear(ffn.w3, x)
+        hidden = h * torch.sigmoid(h) * value
     return linear(ffn.w2, dropout(hidden))
 
 

@@ -17,6 +17,7 @@ __all__ = [
     "check_choice",
     "check_float",
     "check_int",
+    "check_positions",
     "check_probability",
     "check_tensor",
 ]
@@ -78,6 +79,7 @@ def check_tensor(
     ndim: int | Sequence[int] | None = None,
     last_dim: int | None = None,
     floating: bool = False,
+    dim_name: str = "d_model",
 ) -> torch.Tensor:
     """Raise unless ``x`` is a tensor of the given rank / last-dim width / float dtype."""
     if not isinstance(x, torch.Tensor):
@@ -89,7 +91,7 @@ def check_tensor(
             raise ValueError(f"{name} must have {want} dims, got shape {tuple(x.shape)}")
     if last_dim is not None and (x.ndim == 0 or x.shape[-1] != last_dim):
         raise ValueError(
-            f"{name} last dim must be {last_dim} (d_model), got shape {tuple(x.shape)}"
+            f"{name} last dim must be {last_dim} ({dim_name}), got shape {tuple(x.shape)}"
         )
     if floating and not x.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
@@ -109,3 +111,18 @@ def check_bool_mask(name: str, mask: object, shape: Sequence[int] | None = None)
     if shape is not None and tuple(mask.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(mask.shape)}")
     return mask
+
+
+def check_positions(positions: object, batch: int, length: int) -> torch.Tensor:
+    """Per-token positions of shape (L,) or (B, L), real-valued and finite."""
+    pos = check_tensor("positions", positions, ndim=(1, 2))
+    if pos.dtype == torch.bool or pos.is_complex():
+        raise TypeError(f"positions must be an integer or float tensor, got dtype {pos.dtype}")
+    if tuple(pos.shape) not in ((length,), (batch, length)):
+        raise ValueError(
+            f"positions must have shape ({length},) or ({batch}, {length}) to match x, "
+            f"got {tuple(pos.shape)}"
+        )
+    if pos.is_floating_point() and not bool(torch.isfinite(pos).all()):
+        raise ValueError(f"positions must be finite, got {pos[~torch.isfinite(pos)][0].item()}")
+    return pos

@@ -28,7 +28,14 @@ import math
 import torch
 from torch import nn
 
-from addnorm._checks import check_choice, check_float, check_int, check_probability, check_tensor
+from addnorm._checks import (
+    check_choice,
+    check_float,
+    check_int,
+    check_positions,
+    check_probability,
+    check_tensor,
+)
 
 __all__ = [
     "LAYOUTS",
@@ -161,21 +168,6 @@ def _check_input(x: object, d_model: int) -> torch.Tensor:
     return check_tensor("x", x, ndim=3, last_dim=d_model, floating=True)
 
 
-def _check_positions_bl(positions: object, batch: int, length: int) -> torch.Tensor:
-    """Per-token positions of shape (L,) or (B, L), real-valued and finite."""
-    pos = check_tensor("positions", positions, ndim=(1, 2))
-    if pos.dtype == torch.bool or pos.is_complex():
-        raise TypeError(f"positions must be an integer or float tensor, got dtype {pos.dtype}")
-    if tuple(pos.shape) not in ((length,), (batch, length)):
-        raise ValueError(
-            f"positions must have shape ({length},) or ({batch}, {length}) to match x, "
-            f"got {tuple(pos.shape)}"
-        )
-    if pos.is_floating_point() and not bool(torch.isfinite(pos).all()):
-        raise ValueError(f"positions must be finite, got {pos[~torch.isfinite(pos)][0].item()}")
-    return pos
-
-
 class SinusoidalPositionalEncoding(nn.Module):
     """``dropout(x + PE)`` with the parameter-free sinusoidal table (SPEC section 1).
 
@@ -247,7 +239,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         offset = check_int("offset", offset, min_value=0)
         batch, length, _ = x.shape
         if positions is not None:
-            positions = _check_positions_bl(positions, batch, length)
+            positions = check_positions(positions, batch, length)
         pe = self.encoding(batch, length, offset=offset, positions=positions)
         return self.dropout(x + pe.to(x.dtype))
 
@@ -314,5 +306,5 @@ class LearnedPositionalEmbedding(nn.Module):
                 )
             index = torch.arange(offset, offset + length, device=x.device)  # (L,)
         else:
-            index = self._indices(_check_positions_bl(positions, batch, length))
+            index = self._indices(check_positions(positions, batch, length))
         return self.dropout(x + self.embedding(index).to(x.dtype))

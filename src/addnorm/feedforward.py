@@ -22,7 +22,7 @@ ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
     "relu": nn.ReLU,  # max(0, h), the paper's
     "gelu": lambda: nn.GELU(approximate="none"),  # h * Phi(h), exact erf
     "gelu_tanh": lambda: nn.GELU(approximate="tanh"),  # GPT-2 / BERT's tanh approximation
-    "swiglu": nn.SiLU,  # silu(gate) * value, with the gate from w3
+    "swiglu": nn.SiLU,  # silu(x W1) * (x W3): W1 is the gate, W3 the value
 }
 
 
@@ -32,12 +32,11 @@ class FeedForward(nn.Module):
     Submodules: ``w1`` (Linear D -> F), ``act``, ``dropout`` (between the activation and
     ``w2``, where ``nn.TransformerEncoderLayer`` puts it), ``w2`` (Linear F -> D).
 
-    ``activation="swiglu"`` adds ``w3`` (Linear D -> F), the *gate*, and the hidden layer
-    becomes ``silu(w3(x)) * w1(x)``: ``w1`` stays the value ("up") projection in every
-    variant, ``w3`` is the gate, ``w2`` the output ("down") projection. Beware: LLaMA and
-    torchtune name them the other way round (their ``w1`` is the gate, ``w3`` the value), so
-    loading their weights swaps ``w1`` and ``w3``. ``d_ff`` is used as given (LLaMA shrinks it
-    to about 2/3 of 4 D to keep the parameter count; choose it yourself).
+    ``activation="swiglu"`` adds ``w3`` (Linear D -> F), the *value* projection, and the hidden
+    layer becomes ``silu(w1(x)) * w3(x)``: ``act(w1(x))`` is the same in every variant, and
+    the names match LLaMA and torchtune (``w1`` gate, ``w3`` value / "up", ``w2`` "down"), so
+    their weights load without a swap. ``d_ff`` is used as given (LLaMA shrinks it to about 2/3
+    of 4 D to keep the parameter count; choose it yourself).
     """
 
     def __init__(
@@ -64,7 +63,7 @@ class FeedForward(nn.Module):
             self._hidden = self._plain_hidden
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``w2(dropout(act(w1(x))))``; for SwiGLU ``act(w1(x))`` is ``silu(w3(x)) * w1(x)``.
+        """``w2(dropout(act(w1(x))))``; for SwiGLU ``w2(dropout(silu(w1(x)) * w3(x)))``.
 
         Shapes:
             x: (..., D), any number of leading dims (typically (B, L, D)).
@@ -77,7 +76,7 @@ class FeedForward(nn.Module):
         return self.act(self.w1(x))  # (..., F)
 
     def _gated_hidden(self, x: torch.Tensor) -> torch.Tensor:
-        return self.act(self.w3(x)) * self.w1(x)  # (..., F)
+        return self.act(self.w1(x)) * self.w3(x)  # (..., F)
 
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}"

@@ -21,8 +21,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from addnorm._checks import check_float, check_int, check_tensor
-from addnorm.encodings import _check_positions_bl
+from addnorm._checks import check_float, check_int, check_positions, check_tensor
 
 __all__ = ["RotaryEmbedding", "rotate_half"]
 
@@ -115,7 +114,7 @@ class RotaryEmbedding(nn.Module):
         offset = check_int("offset", offset, min_value=0)
         batch, _, length, _ = x.shape
         if positions is not None:
-            positions = _check_positions_bl(positions, batch, length)
+            positions = check_positions(positions, batch, length)
         cos, sin = self._cos_sin(batch, length, offset, positions)
         wide = torch.promote_types(x.dtype, cos.dtype)
         x_wide = x.to(wide)
