@@ -1,0 +1,371 @@
+"""Multi-head attention (Vaswani et al., 2017, section 3.2).
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(Dh)) V
+    MultiHead(x, m)    = Concat(head_1 .. head_H) W_o
+    head_i             = Attention(x W_q^i, m W_k^i, m W_v^i)
+
+with ``m = x`` for self-attention and ``m = memory`` (the encoder output) for cross-attention.
+
+Shapes legend: B batch, L query length, S key length, D d_model, H heads, Dh = D / H.
+
+Masks (the convention of the whole package, see ``docs/design.md``); polarity is in the name:
+
+- ``padding_mask``: bool (B, S), **True = padding key** (torch.nn's ``key_padding_mask``).
+- ``attend_mask``: bool (L, S), (B, L, S) or (B, H, L, S) (B and H may be 1),
+  **True = may attend** (``F.scaled_dot_product_attention``'s convention, the *negation* of
+  torch.nn's bool ``attn_mask``).
+- ``causal=True``: bottom-right aligned, query i of L sees key j of S iff
+  ``j <= i + (S - L)``; so one new query after n cached keys sees all n + 1 of them.
+
+The three combine with AND. A query row that can see no key at all (every key padding, say)
+gets zero attention weights and a zero output, never NaN, on every path: SDPA's handling of
+such rows differs between backends, so they are opened before the kernel and zeroed after it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from addnorm._checks import check_bool_mask, check_int, check_probability, check_tensor
+from addnorm.cache import KVCache
+from addnorm.rotary import RotaryEmbedding
+
+__all__ = ["AttentionMask", "MultiHeadAttention", "build_attention_mask"]
+
+
+class AttentionMask(NamedTuple):
+    """A validated combination of padding, attend and causal masks, ready for SDPA.
+
+    Built once by :func:`build_attention_mask` (once per stack forward, shared by its layers).
+
+    Attributes:
+        allowed: bool (B|1, H|1, L, S), True = may attend, with rows that see no key opened
+            (all True) so no kernel produces NaN; None when nothing is masked (or only
+            ``is_causal``).
+        dead: bool (B|1, H|1, L, 1), True where a row sees no key; its head output is zeroed.
+        dead_rows: bool (B|1, L, 1), True where a row sees no key in any head; the module's
+            output row is zeroed (the out_proj bias is not added to an empty attention).
+        is_causal: use SDPA's ``is_causal`` fast path (plain causal mask with L == S).
+    """
+
+    allowed: torch.Tensor | None
+    dead: torch.Tensor | None
+    dead_rows: torch.Tensor | None
+    is_causal: bool
+
+
+def _check_attend_mask(
+    attend_mask: object, batch: int, n_heads: int, query_len: int, key_len: int
+) -> torch.Tensor:
+    """attend_mask as bool (B|1, H|1, L, S), or an error naming the accepted shapes."""
+    mask = check_bool_mask("attend_mask (True = may attend)", attend_mask)
+    shape = tuple(mask.shape)
+    if mask.ndim == 2 and shape == (query_len, key_len):
+        return mask[None, None]  # (1, 1, L, S)
+    fits = shape[-2:] == (query_len, key_len) and shape[0] in (1, batch)
+    if mask.ndim == 3 and fits:
+        return mask[:, None]  # (B, 1, L, S)
+    if mask.ndim == 4 and fits and shape[1] in (1, n_heads):
+        return mask
+    raise ValueError(
+        f"attend_mask must have shape (L, S) = {(query_len, key_len)}, "
+        f"(B, L, S) = {(batch, query_len, key_len)} or "
+        f"(B, H, L, S) = {(batch, n_heads, query_len, key_len)}; got {shape}"
+    )
+
+
+def causal_attend_mask(query_len: int, key_len: int, device: torch.device) -> torch.Tensor:
+    """Bottom-right aligned causal mask, True = may attend: ``j <= i + (S - L)``.
+
+    Shapes:
+        returns: (L, S) bool
+    """
+    full = torch.ones(query_len, key_len, dtype=torch.bool, device=device)
+    return full.tril(key_len - query_len)
+
+
+def build_attention_mask(
+    *,
+    batch: int,
+    n_heads: int,
+    query_len: int,
+    key_len: int,
+    device: torch.device,
+    padding_mask: torch.Tensor | None = None,
+    attend_mask: torch.Tensor | None = None,
+    causal: bool = False,
+) -> AttentionMask:
+    """Validate and AND together ``padding_mask``, ``attend_mask`` and ``causal``.
+
+    Shapes:
+        padding_mask: (B, S) bool, True = padding key
+        attend_mask: (L, S), (B, L, S) or (B, H, L, S) bool, True = may attend
+        returns: an :class:`AttentionMask` whose tensors broadcast against (B, H, L, S)
+    """
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__} ({causal!r})")
+    allowed = None
+    if attend_mask is not None:
+        allowed = _check_attend_mask(attend_mask, batch, n_heads, query_len, key_len)
+    if padding_mask is not None:
+        name = "padding_mask (True = padding)"
+        keep = ~check_bool_mask(name, padding_mask, (batch, key_len))[:, None, None, :]
+        allowed = keep if allowed is None else allowed & keep  # (B, H|1, L|1, S)
+    if causal and not (query_len == 1 and key_len >= 1):  # one last query sees every key
+        if allowed is None and query_len == key_len:
+            return AttentionMask(None, None, None, is_causal=True)
+        tril = causal_attend_mask(query_len, key_len, device)  # (L, S)
+        allowed = tril if allowed is None else allowed & tril
+    if allowed is None:
+        return AttentionMask(None, None, None, is_causal=False)
+    allowed = allowed.reshape((1,) * (4 - allowed.ndim) + allowed.shape)  # (B|1, H|1, L|1, S)
+    dead = ~allowed.any(dim=-1, keepdim=True)  # (B|1, H|1, L|1, 1)
+    return AttentionMask(allowed | dead, dead, dead.all(dim=1), is_causal=False)
+
+
+def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """(B, L, D) -> (B, H, L, Dh)."""
+    batch, length, _ = x.shape
+    return x.view(batch, length, n_heads, -1).transpose(1, 2)  # (B, H, L, Dh)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, H, L, Dh) -> (B, L, D), the Concat of the paper."""
+    batch, n_heads, length, d_head = x.shape
+    return x.transpose(1, 2).reshape(batch, length, n_heads * d_head)  # (B, L, D)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head scaled dot-product attention, self or cross, through SDPA.
+
+    Args:
+        d_model: model width D; must be divisible by ``n_heads``.
+        n_heads: number of heads H; each has width Dh = D / H.
+        dropout: dropout probability on the attention weights (training only).
+        bias: whether the projections have biases.
+        rotary: a :class:`~addnorm.rotary.RotaryEmbedding` of width Dh applied to the queries
+            and keys of *self*-attention (cross-attention keys have no shared positions).
+
+    Submodules: ``in_proj`` (Linear D -> 3D, rows ``[W_q; W_k; W_v]``, the layout of
+    ``nn.MultiheadAttention.in_proj_weight``/``in_proj_bias``) and ``out_proj``
+    (Linear D -> D). Attributes ``dropout`` (float), ``n_heads``, ``d_head``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        dropout: float = 0.0,
+        bias: bool = True,
+        rotary: RotaryEmbedding | None = None,
+    ) -> None:
+        super().__init__()
+        self.d_model = check_int("d_model", d_model, min_value=1)
+        self.n_heads = check_int("n_heads", n_heads, min_value=1)
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        self.d_head = d_model // n_heads
+        self.dropout = check_probability("dropout", dropout)
+        if rotary is not None and not isinstance(rotary, RotaryEmbedding):
+            got = type(rotary).__name__
+            raise TypeError(f"rotary must be a RotaryEmbedding or None, got {got}")
+        if rotary is not None and rotary.d_head != self.d_head:
+            raise ValueError(
+                f"rotary.d_head ({rotary.d_head}) must equal d_model / n_heads ({self.d_head})"
+            )
+        self.rotary = rotary
+        self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform (Glorot & Bengio, 2010) on W_q, W_k, W_v, W_o, each (D, D); zero biases.
+
+        Each of the three blocks of ``in_proj`` is its own D x D matrix with bound
+        sqrt(6 / (D + D)); torch.nn initialises the stacked (3D, D) matrix as one, with the
+        smaller bound sqrt(6 / (4D)).
+        """
+        for block in self.in_proj.weight.detach().chunk(3, dim=0):
+            nn.init.xavier_uniform_(block)
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        for linear in (self.in_proj, self.out_proj):
+            if linear.bias is not None:
+                nn.init.zeros_(linear.bias)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor | None = None,
+        *,
+        padding_mask: torch.Tensor | None = None,
+        attend_mask: torch.Tensor | None = None,
+        causal: bool = False,
+        cache: KVCache | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Attend from ``x`` to itself (``memory=None``) or to ``memory``.
+
+        Args:
+            x: the queries' inputs (and keys'/values' for self-attention).
+            memory: the encoder output to attend to (cross-attention), or None.
+            padding_mask: True = padding key. With a self-attention ``cache`` the keys are the
+                cached ones followed by x's, so S = cache.length + L.
+            attend_mask: True = may attend (see the module docstring for the shapes).
+            causal: bottom-right aligned causal masking.
+            cache: keys and values of earlier positions (self-attention: x's are appended in
+                place; cross-attention: filled from ``memory`` on first use, then reused).
+            positions: positions of x's tokens for ``rotary``; default ``cache.length + arange(L)``.
+
+        Shapes:
+            x: (B, L, D); memory: (B, S, D); padding_mask: (B, S)
+            attend_mask: (L, S), (B, L, S) or (B, H, L, S); positions: (L,) or (B, L)
+            returns: (B, L, D)
+        """
+        q, k, v = self.project(x, memory, cache=cache, positions=positions)
+        mask = self._mask(q, k, padding_mask, attend_mask, causal)
+        return self.attend(q, k, v, mask)
+
+    def forward_with_weights(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor | None = None,
+        *,
+        padding_mask: torch.Tensor | None = None,
+        attend_mask: torch.Tensor | None = None,
+        causal: bool = False,
+        cache: KVCache | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Like :meth:`forward`, and also return the attention weights (slower: no SDPA).
+
+        The weights are ``softmax(Q K^T / sqrt(Dh))`` over the visible keys, before dropout;
+        each row sums to 1, or is all zeros when the row sees no key.
+
+        Shapes:
+            x: (B, L, D); memory: (B, S, D); padding_mask: (B, S)
+            attend_mask: (L, S), (B, L, S) or (B, H, L, S); positions: (L,) or (B, L)
+            returns: output (B, L, D), weights (B, H, L, S)
+        """
+        q, k, v = self.project(x, memory, cache=cache, positions=positions)
+        mask = self._mask(q, k, padding_mask, attend_mask, causal)
+        return self.attend_with_weights(q, k, v, mask)
+
+    def _mask(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        padding_mask: torch.Tensor | None,
+        attend_mask: torch.Tensor | None,
+        causal: bool,
+    ) -> AttentionMask:
+        return build_attention_mask(
+            batch=q.shape[0], n_heads=self.n_heads, query_len=q.shape[2], key_len=k.shape[2],
+            device=q.device, padding_mask=padding_mask, attend_mask=attend_mask, causal=causal,
+        )
+
+    def project(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor | None = None,
+        *,
+        cache: KVCache | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-head queries, keys and values (keys/values include the cached ones).
+
+        Self-attention uses the fused ``in_proj``; cross-attention its q rows on x and its
+        k, v rows on ``memory`` (skipped once a cross-attention cache holds them).
+
+        Shapes:
+            x: (B, L, D); memory: (B, S, D); positions: (L,) or (B, L)
+            returns: q (B, H, L, Dh), k (B, H, S, Dh), v (B, H, S, Dh)
+        """
+        check_tensor("x", x, ndim=3, last_dim=self.d_model, floating=True)
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
+        if memory is None:
+            return self._project_self(x, cache, positions)
+        check_tensor("memory", memory, ndim=3, last_dim=self.d_model, floating=True)
+        if memory.shape[0] != x.shape[0]:
+            raise ValueError(
+                f"memory batch size ({memory.shape[0]}) must equal x batch size ({x.shape[0]})"
+            )
+        d = self.d_model
+        w_q, w_kv = self.in_proj.weight.split([d, 2 * d])
+        bias = self.in_proj.bias
+        b_q, b_kv = (None, None) if bias is None else bias.split([d, 2 * d])
+        q = split_heads(F.linear(x, w_q, b_q), self.n_heads)  # (B, H, L, Dh)
+        if cache is not None and cache.length > 0:  # memory's keys/values computed at start
+            return q, *cache.view()
+        k, v = F.linear(memory, w_kv, b_kv).chunk(2, dim=-1)  # (B, S, D) each
+        k, v = split_heads(k, self.n_heads), split_heads(v, self.n_heads)  # (B, H, S, Dh)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        return q, k, v
+
+    def _project_self(
+        self, x: torch.Tensor, cache: KVCache | None, positions: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q, k, v = self.in_proj(x).chunk(3, dim=-1)  # (B, L, D) each
+        q, k, v = (split_heads(t, self.n_heads) for t in (q, k, v))  # (B, H, L, Dh)
+        if self.rotary is not None:
+            offset = 0 if cache is None else cache.length
+            q = self.rotary(q, offset=offset, positions=positions)
+            k = self.rotary(k, offset=offset, positions=positions)
+        if cache is not None:
+            k, v = cache.append(k, v)  # (B, H, S, Dh), S = cached + L
+        return q, k, v
+
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AttentionMask
+    ) -> torch.Tensor:
+        """SDPA over projected heads, then ``out_proj``; rows that see no key give zeros.
+
+        Shapes:
+            q: (B, H, L, Dh); k, v: (B, H, S, Dh)
+            returns: (B, L, D)
+        """
+        p = self.dropout if self.training else 0.0
+        heads = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask.allowed, dropout_p=p, is_causal=mask.is_causal
+        )  # (B, H, L, Dh)
+        return self._output(heads, mask)
+
+    def attend_with_weights(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AttentionMask
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The explicit ``softmax(Q K^T / sqrt(Dh)) V``, returning the weights as well.
+
+        Shapes:
+            q: (B, H, L, Dh); k, v: (B, H, S, Dh)
+            returns: output (B, L, D), weights (B, H, L, S)
+        """
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)  # (B, H, L, S)
+        allowed = mask.allowed
+        if mask.is_causal:
+            allowed = causal_attend_mask(q.shape[2], k.shape[2], q.device)
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        if mask.dead is not None:
+            weights = weights.masked_fill(mask.dead, 0.0)
+        p = self.dropout if self.training else 0.0
+        heads = F.dropout(weights, p=p, training=self.training) @ v  # (B, H, L, Dh)
+        return self._output(heads, mask), weights
+
+    def _output(self, heads: torch.Tensor, mask: AttentionMask) -> torch.Tensor:
+        if mask.dead is not None:
+            heads = heads.masked_fill(mask.dead, 0.0)
+        out = self.out_proj(merge_heads(heads))  # (B, L, D)
+        if mask.dead_rows is not None:
+            out = out.masked_fill(mask.dead_rows, 0.0)
+        return out
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, n_heads={self.n_heads}, dropout={self.dropout}"

@@ -1,0 +1,199 @@
+"""Frozen, validated configurations of the two models, and the named presets.
+
+Variants come from ``dataclasses.replace(cfg, ...)`` (validated again); checkpoints store a
+config as JSON through ``to_dict()`` / ``from_dict()``. ``PRESETS`` is the one dict of named
+configurations: the paper's base model and small CPU-sized ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from addnorm._checks import check_choice, check_float, check_int, check_probability
+from addnorm.feedforward import ACTIVATIONS
+from addnorm.norms import NORM_KINDS
+from addnorm.residual import POSITIONS
+
+__all__ = ["POSITION_KINDS", "PRESETS", "LMConfig", "TransformerConfig"]
+
+POSITION_KINDS = ("sinusoidal", "learned", "rotary", "none")
+
+_C = TypeVar("_C", bound="_ConfigBase")
+
+
+class _ConfigBase:
+    """JSON helpers shared by the configs (plain dicts of ints, floats, strs, bools, None)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-serialisable dict."""
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[_C], data: dict[str, Any]) -> _C:
+        """Rebuild a config from :meth:`to_dict`'s output; unknown keys raise ValueError."""
+        if not isinstance(data, dict):
+            raise TypeError(f"data must be a dict, got {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown {cls.__name__} keys {unknown}; known keys are {sorted(known)}"
+            )
+        return cls(**data)
+
+
+def _check_body(cfg: TransformerConfig | LMConfig) -> None:
+    """Checks shared by both configs: widths, heads, dropout, choices, positions."""
+    check_int("d_model", cfg.d_model, min_value=1)
+    check_int("n_heads", cfg.n_heads, min_value=1)
+    if cfg.d_model % cfg.n_heads:
+        raise ValueError(f"d_model ({cfg.d_model}) must be divisible by n_heads ({cfg.n_heads})")
+    check_int("d_ff", cfg.d_ff, min_value=1)
+    check_probability("dropout", cfg.dropout)
+    check_choice("activation", cfg.activation, tuple(ACTIVATIONS))
+    check_choice("norm", cfg.norm, NORM_KINDS)
+    check_choice("norm_position", cfg.norm_position, POSITIONS)
+    check_float("norm_eps", cfg.norm_eps, min_value=0.0)
+    check_choice("positions", cfg.positions, POSITION_KINDS)
+    check_float("position_base", cfg.position_base, min_value=1.0, min_inclusive=False)
+    check_int("max_len", cfg.max_len, min_value=1)
+    d_head = cfg.d_model // cfg.n_heads
+    if cfg.positions == "rotary" and d_head % 2:
+        raise ValueError(
+            f"positions='rotary' needs an even d_head; d_model ({cfg.d_model}) / n_heads "
+            f"({cfg.n_heads}) = {d_head}"
+        )
+    for name in ("bias", "tie_output"):
+        if not isinstance(getattr(cfg, name), bool):
+            raise TypeError(f"{name} must be a bool, got {getattr(cfg, name)!r}")
+    if cfg.final_norm is not None and not isinstance(cfg.final_norm, bool):
+        raise TypeError(f"final_norm must be a bool or None, got {cfg.final_norm!r}")
+
+
+def _check_token_id(name: str, value: object, vocab_name: str, vocab_size: int) -> None:
+    check_int(name, value, min_value=0)
+    if value >= vocab_size:  # type: ignore[operator]
+        raise ValueError(f"{name} ({value}) must be < {vocab_name} ({vocab_size})")
+
+
+@dataclass(frozen=True)
+class TransformerConfig(_ConfigBase):
+    """The encoder-decoder Transformer; the defaults are the paper's base model.
+
+    Attributes:
+        src_vocab_size, tgt_vocab_size: V of the source and target vocabularies.
+        d_model, n_heads, d_ff: widths D, H, F.
+        n_encoder_layers, n_decoder_layers: N of each stack.
+        dropout: P_drop (embeddings + positions, attention weights, sublayers, FFN).
+        activation: FFN activation (``"relu"``, ``"gelu"``, ``"gelu_tanh"``, ``"swiglu"``).
+        norm: norm kind (``"layer"``, ``"batch"``, ``"rms"``, ``"group"``).
+        norm_position: ``"post"`` (the paper) or ``"pre"``.
+        norm_eps: epsilon of the norms.
+        bias: biases of the linear layers and LayerNorms.
+        final_norm: norm after each stack; None = only for pre-LN.
+        positions: ``"sinusoidal"`` (the paper), ``"learned"``, ``"rotary"`` or ``"none"``.
+        position_base: base of the sinusoids / rotary frequencies.
+        max_len: rows of a learned position table (longer sequences are refused).
+        share_embeddings: one embedding table for source and target (equal vocab sizes).
+        tie_output: the output projection reuses the target embedding (the paper).
+        pad_id, bos_id, eos_id: special token ids; ``pad_id`` in both vocabularies,
+            ``bos_id``/``eos_id`` in the target one.
+    """
+
+    src_vocab_size: int = 37000
+    tgt_vocab_size: int = 37000
+    d_model: int = 512
+    n_heads: int = 8
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1
+    activation: str = "relu"
+    norm: str = "layer"
+    norm_position: str = "post"
+    norm_eps: float = 1e-5
+    bias: bool = True
+    final_norm: bool | None = None
+    positions: str = "sinusoidal"
+    position_base: float = 10000.0
+    max_len: int = 512
+    share_embeddings: bool = True
+    tie_output: bool = True
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+
+    def __post_init__(self) -> None:
+        _check_body(self)
+        check_int("src_vocab_size", self.src_vocab_size, min_value=1)
+        check_int("tgt_vocab_size", self.tgt_vocab_size, min_value=1)
+        check_int("n_encoder_layers", self.n_encoder_layers, min_value=1)
+        check_int("n_decoder_layers", self.n_decoder_layers, min_value=1)
+        if not isinstance(self.share_embeddings, bool):
+            raise TypeError(f"share_embeddings must be a bool, got {self.share_embeddings!r}")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                f"share_embeddings needs equal vocab sizes, got src_vocab_size "
+                f"({self.src_vocab_size}) and tgt_vocab_size ({self.tgt_vocab_size})"
+            )
+        _check_token_id("pad_id", self.pad_id, "src_vocab_size", self.src_vocab_size)
+        for name in ("pad_id", "bos_id", "eos_id"):
+            _check_token_id(name, getattr(self, name), "tgt_vocab_size", self.tgt_vocab_size)
+
+
+@dataclass(frozen=True)
+class LMConfig(_ConfigBase):
+    """A decoder-only language model: causal self-attention + FFN blocks, pre-LN by default.
+
+    Attributes as in :class:`TransformerConfig`, with one ``vocab_size`` and ``n_layers``;
+    ``tie_output`` ties the output projection to the token embedding.
+    """
+
+    vocab_size: int = 256
+    d_model: int = 128
+    n_heads: int = 4
+    n_layers: int = 4
+    d_ff: int = 512
+    dropout: float = 0.1
+    activation: str = "gelu"
+    norm: str = "layer"
+    norm_position: str = "pre"
+    norm_eps: float = 1e-5
+    bias: bool = True
+    final_norm: bool | None = None
+    positions: str = "sinusoidal"
+    position_base: float = 10000.0
+    max_len: int = 512
+    tie_output: bool = True
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+
+    def __post_init__(self) -> None:
+        _check_body(self)
+        check_int("vocab_size", self.vocab_size, min_value=1)
+        check_int("n_layers", self.n_layers, min_value=1)
+        for name in ("pad_id", "bos_id", "eos_id"):
+            _check_token_id(name, getattr(self, name), "vocab_size", self.vocab_size)
+
+
+PRESETS: dict[str, TransformerConfig | LMConfig] = {
+    # Vaswani et al. (2017), Table 3 "base": N=6, d_model=512, h=8, d_ff=2048, P_drop=0.1,
+    # post-LN, shared source/target/output embeddings (their 37000-token BPE vocabulary).
+    "base": TransformerConfig(),
+    # CPU-sized encoder-decoders; vocab sizes are placeholders for the tokenizer's
+    # (``dataclasses.replace(cfg, src_vocab_size=..., tgt_vocab_size=...)``).
+    "tiny": TransformerConfig(
+        src_vocab_size=128, tgt_vocab_size=128, d_model=64, n_heads=4, n_encoder_layers=2,
+        n_decoder_layers=2, d_ff=256, max_len=256,
+    ),
+    "small": TransformerConfig(
+        src_vocab_size=256, tgt_vocab_size=256, d_model=128, n_heads=4, n_encoder_layers=3,
+        n_decoder_layers=3, d_ff=512, max_len=256,
+    ),
+    # CPU-sized decoder-only language models (pre-LN, final norm).
+    "lm-tiny": LMConfig(vocab_size=128, d_model=64, n_heads=4, n_layers=2, d_ff=256),
+    "lm-small": LMConfig(vocab_size=256, d_model=128, n_heads=4, n_layers=4, d_ff=512),
+}

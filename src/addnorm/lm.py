@@ -1,0 +1,173 @@
+"""The decoder-only language model: causal self-attention + FFN blocks.
+
+Shapes legend: B batch, L sequence length, L0 prompt length, D d_model, V vocab,
+N generated tokens. Embeddings, positions, padding and decoding work as for the
+encoder-decoder (see :mod:`addnorm.transformer`); prompts for generation are left-padded and
+each row's positions count its real tokens only.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from addnorm._checks import check_int
+from addnorm.cache import DecodingCache
+from addnorm.config import LMConfig
+from addnorm.generation import generate_tokens
+from addnorm.stacks import Encoder
+from addnorm.transformer import (
+    Embedder,
+    EosOption,
+    _check_ids,
+    _check_step,
+    _generation_config,
+    _learned_max_len,
+    _output_projection,
+    _padding,
+    _rotary,
+    positions_from_padding,
+)
+
+__all__ = ["TransformerLM"]
+
+
+class TransformerLM(nn.Module):
+    """A decoder-only language model: causal :class:`EncoderLayer` blocks (pre-LN default).
+
+    Submodules: ``embed`` (:class:`Embedder`), ``blocks`` (:class:`Encoder`, run with
+    ``causal=True``), ``to_logits`` (Linear D -> V, tied to ``embed.tokens`` when
+    ``cfg.tie_output``); ``rotary`` or None.
+    """
+
+    def __init__(self, cfg: LMConfig) -> None:
+        super().__init__()
+        if not isinstance(cfg, LMConfig):
+            raise TypeError(f"cfg must be an LMConfig, got {type(cfg).__name__}")
+        self.cfg = cfg
+        self.rotary = _rotary(cfg)
+        self.embed = Embedder(
+            cfg.vocab_size, cfg.d_model, positions=cfg.positions, max_len=cfg.max_len,
+            base=cfg.position_base, dropout=cfg.dropout,
+        )
+        self.blocks = Encoder(
+            cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.d_ff, dropout=cfg.dropout,
+            activation=cfg.activation, norm_position=cfg.norm_position, norm=cfg.norm,
+            norm_eps=cfg.norm_eps, bias=cfg.bias, rotary=self.rotary, final_norm=cfg.final_norm,
+        )
+        tied = self.embed.tokens if cfg.tie_output else None
+        self.to_logits = _output_projection(cfg.d_model, cfg.vocab_size, tied)
+
+    def _inputs(
+        self, name: str, ids: object, padding_mask: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = _check_ids(name, ids, self.cfg.vocab_size, _learned_max_len(self.cfg))
+        return ids, _padding("padding_mask", padding_mask, ids, self.cfg.pad_id)
+
+    def forward(
+        self, ids: torch.Tensor, *, padding_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Next-token logits at every position (causal).
+
+        Shapes:
+            ids: (B, L); padding_mask: (B, L) bool, True = padding (default ids == pad_id)
+            returns: (B, L, V)
+        """
+        ids, padding = self._inputs("ids", ids, padding_mask)
+        positions = positions_from_padding(padding)  # (B, L)
+        h = self.blocks(
+            self.embed(ids, positions), padding_mask=padding, causal=True, positions=positions
+        )  # (B, L, D)
+        return self.to_logits(h)
+
+    @torch.no_grad()
+    def start(
+        self,
+        prompt_ids: torch.Tensor,
+        *,
+        padding_mask: torch.Tensor | None = None,
+        max_new_tokens: int,
+    ) -> tuple[DecodingCache, torch.Tensor]:
+        """Run the (left-padded) prompt once; return the cache and the next-token logits.
+
+        Shapes:
+            prompt_ids: (B, L0); padding_mask: (B, L0), True = padding, left padding only
+            returns: cache (room for L0 + max_new_tokens positions), logits (B, V)
+        """
+        cfg = self.cfg
+        check_int("max_new_tokens", max_new_tokens, min_value=1)
+        prompt_ids, padding = self._inputs("prompt_ids", prompt_ids, padding_mask)
+        if bool((padding[:, 1:] & ~padding[:, :-1]).any()):
+            raise ValueError(
+                "padding_mask must be left padding for generation (True only before a row's "
+                "first real token): new tokens are appended on the right"
+            )
+        batch, prompt_len = prompt_ids.shape
+        if cfg.positions == "learned" and prompt_len + max_new_tokens - 1 > cfg.max_len:
+            raise ValueError(
+                f"prompt length ({prompt_len}) + max_new_tokens ({max_new_tokens}) - 1 exceeds "
+                f"max_len ({cfg.max_len}) of the learned position table"
+            )
+        cache = DecodingCache.allocate(
+            n_layers=cfg.n_layers, batch_size=batch, n_heads=cfg.n_heads,
+            d_head=cfg.d_model // cfg.n_heads, max_len=prompt_len + max_new_tokens,
+            dtype=self.embed.tokens.weight.dtype, device=prompt_ids.device,
+        )
+        return cache, self._run(prompt_ids, padding, cache)
+
+    @torch.no_grad()
+    def step(self, tokens: torch.Tensor, cache: DecodingCache) -> torch.Tensor:
+        """Feed one token per row; the cache grows by one position.
+
+        Shapes:
+            tokens: (B, 1)
+            returns: logits (B, V) for the next token
+        """
+        tokens = _check_ids("tokens", tokens, self.cfg.vocab_size, None)
+        _check_step(tokens, cache, needs_memory=False)
+        return self._run(tokens, torch.zeros_like(tokens, dtype=torch.bool), cache)
+
+    def _run(
+        self, ids: torch.Tensor, padding: torch.Tensor, cache: DecodingCache
+    ) -> torch.Tensor:
+        key_padding, positions = cache.extend(padding)  # (B, n + L), (B, L)
+        h = self.blocks(
+            self.embed(ids, positions), padding_mask=key_padding, causal=True, cache=cache,
+            positions=positions,
+        )  # (B, L, D)
+        return self.to_logits(h[:, -1])  # (B, V)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt_ids: torch.Tensor,
+        *,
+        padding_mask: torch.Tensor | None = None,
+        max_new_tokens: int = 64,
+        strategy: str = "greedy",
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        num_beams: int = 4,
+        length_penalty: float = 1.0,
+        eos_id: EosOption = "config",
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Continue each (left-padded) prompt (see :class:`GenerationConfig`).
+
+        ``eos_id="config"`` stops at ``cfg.eos_id``; None never stops early. The output holds
+        the new tokens only; after a row's stop token it holds ``cfg.pad_id``.
+
+        Shapes:
+            prompt_ids: (B, L0); padding_mask: (B, L0), True = padding (left)
+            returns: (B, N) long, N <= max_new_tokens
+        """
+        config = _generation_config(
+            self.cfg, max_new_tokens=max_new_tokens, strategy=strategy,
+            temperature=temperature, top_k=top_k, top_p=top_p, num_beams=num_beams,
+            length_penalty=length_penalty, eos_id=eos_id,
+        )
+        cache, logits = self.start(
+            prompt_ids, padding_mask=padding_mask, max_new_tokens=max_new_tokens
+        )
+        return generate_tokens(self.step, logits, cache, config, generator=generator)

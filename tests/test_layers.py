@@ -1,0 +1,204 @@
+"""EncoderLayer and DecoderLayer: oracles are nn.TransformerEncoderLayer / DecoderLayer given
+the same weights (copied by hand), the Glorot bound, and cached == uncached."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from addnorm.attention import MultiHeadAttention
+from addnorm.cache import KVCache, LayerCache
+from addnorm.layers import DecoderLayer, EncoderLayer
+
+D, H, FF = 16, 4, 32
+F64 = torch.float64
+
+
+@torch.no_grad()
+def copy_attention(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
+    ours.in_proj.weight.copy_(ref.in_proj_weight)
+    ours.in_proj.bias.copy_(ref.in_proj_bias)
+    ours.out_proj.load_state_dict(ref.out_proj.state_dict())
+
+
+@torch.no_grad()
+def copy_encoder_layer(ours: EncoderLayer, ref: nn.TransformerEncoderLayer) -> None:
+    copy_attention(ours.self_attn, ref.self_attn)
+    ours.ff.w1.load_state_dict(ref.linear1.state_dict())
+    ours.ff.w2.load_state_dict(ref.linear2.state_dict())
+    ours.attn_add_norm.norm.load_state_dict(ref.norm1.state_dict())
+    ours.ff_add_norm.norm.load_state_dict(ref.norm2.state_dict())
+
+
+@torch.no_grad()
+def copy_decoder_layer(ours: DecoderLayer, ref: nn.TransformerDecoderLayer) -> None:
+    copy_attention(ours.self_attn, ref.self_attn)
+    copy_attention(ours.cross_attn, ref.multihead_attn)
+    ours.ff.w1.load_state_dict(ref.linear1.state_dict())
+    ours.ff.w2.load_state_dict(ref.linear2.state_dict())
+    ours.self_attn_add_norm.norm.load_state_dict(ref.norm1.state_dict())
+    ours.cross_attn_add_norm.norm.load_state_dict(ref.norm2.state_dict())
+    ours.ff_add_norm.norm.load_state_dict(ref.norm3.state_dict())
+
+
+def randn(*shape: int, seed: int = 1) -> torch.Tensor:
+    return torch.randn(*shape, dtype=F64, generator=torch.Generator().manual_seed(seed))
+
+
+def right_padding(lengths: list[int], total: int) -> torch.Tensor:
+    return torch.arange(total)[None, :] >= torch.tensor(lengths)[:, None]
+
+
+def torch_causal(length: int) -> torch.Tensor:
+    """torch.nn's bool attn_mask: True = blocked (the future)."""
+    return torch.ones(length, length, dtype=torch.bool).triu(1)
+
+
+CASES = [
+    pytest.param(position, activation, train, id=f"{position}-{activation}-{int(train)}")
+    for position in ("post", "pre")
+    for activation in ("relu", "gelu")
+    for train in (False, True)
+]
+
+
+@pytest.mark.parametrize(("position", "activation", "train"), CASES)
+def test_encoder_layer_matches_torch_encoder_layer(position, activation, train):
+    torch.manual_seed(0)
+    ref = nn.TransformerEncoderLayer(
+        D, H, FF, dropout=0.0, activation=activation, batch_first=True,
+        norm_first=position == "pre",
+    ).to(F64)
+    ours = EncoderLayer(D, H, FF, activation=activation, norm_position=position).to(F64)
+    copy_encoder_layer(ours, ref)
+    ours.train(train), ref.train(train)
+    x, padding = randn(2, 5, D), right_padding([5, 3], 5)
+    expected = ref(x, src_key_padding_mask=padding)
+    torch.testing.assert_close(ours(x, padding_mask=padding), expected, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize(("position", "activation", "train"), CASES)
+def test_decoder_layer_matches_torch_decoder_layer(position, activation, train):
+    torch.manual_seed(0)
+    ref = nn.TransformerDecoderLayer(
+        D, H, FF, dropout=0.0, activation=activation, batch_first=True,
+        norm_first=position == "pre",
+    ).to(F64)
+    ours = DecoderLayer(D, H, FF, activation=activation, norm_position=position).to(F64)
+    copy_decoder_layer(ours, ref)
+    ours.train(train), ref.train(train)
+    x, memory = randn(2, 4, D), randn(2, 6, D, seed=2)
+    padding, memory_padding = right_padding([4, 2], 4), right_padding([6, 3], 6)
+    expected = ref(
+        x, memory, tgt_mask=torch_causal(4), tgt_key_padding_mask=padding,
+        memory_key_padding_mask=memory_padding,
+    )
+    got = ours(x, memory, padding_mask=padding, memory_padding_mask=memory_padding)
+    torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)
+
+
+def test_decoder_layer_attend_mask_equals_causal_flag():
+    """attend_mask = lower triangle (True = may attend) is the causal mask for L == S."""
+    torch.manual_seed(0)
+    layer = DecoderLayer(D, H, FF).to(F64)
+    x, memory = randn(2, 4, D), randn(2, 3, D, seed=2)
+    tril = torch.ones(4, 4, dtype=torch.bool).tril()
+    torch.testing.assert_close(
+        layer(x, memory, attend_mask=tril, causal=False), layer(x, memory), atol=1e-12, rtol=0
+    )
+
+
+@pytest.mark.parametrize("position", ["post", "pre"])
+def test_cached_decoder_layer_equals_full_recomputation(position):
+    torch.manual_seed(0)
+    layer = DecoderLayer(D, H, FF, norm_position=position).to(F64).eval()
+    x, memory = randn(2, 5, D), randn(2, 3, D, seed=2)
+    memory_padding = right_padding([3, 2], 3)
+    full = layer(x, memory, memory_padding_mask=memory_padding)
+    cache = LayerCache(KVCache(2, H, 5, D // H, dtype=F64), KVCache(2, H, 3, D // H, dtype=F64))
+    steps = [
+        layer(x[:, i : i + 1], memory, memory_padding_mask=memory_padding, cache=cache)
+        for i in range(5)
+    ]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-12, rtol=0)
+
+
+def test_causal_encoder_layer_with_cache_equals_full_recomputation():
+    torch.manual_seed(0)
+    layer = EncoderLayer(D, H, FF, norm_position="pre").to(F64).eval()
+    x = randn(2, 6, D)
+    padding = torch.tensor([[True, True, False, False, False, False], [False] * 6])  # left pad
+    full = layer(x, padding_mask=padding, causal=True)
+    cache = LayerCache(KVCache(2, H, 6, D // H, dtype=F64))
+    prompt = layer(x[:, :4], padding_mask=padding[:, :4], causal=True, cache=cache)
+    steps = [
+        layer(x[:, i : i + 1], padding_mask=padding[:, : i + 1], causal=True, cache=cache)
+        for i in range(4, 6)
+    ]
+    torch.testing.assert_close(torch.cat([prompt, *steps], 1), full, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("layer_class", [EncoderLayer, DecoderLayer])
+def test_fresh_layer_has_xavier_uniform_weights_and_zero_biases(layer_class):
+    """Glorot & Bengio (2010): U(-b, b), b = sqrt(6 / (fan_in + fan_out)), per weight matrix."""
+    torch.manual_seed(0)
+    layer = layer_class(64, 4, 128)
+    matrices = []
+    for module in layer.modules():
+        if isinstance(module, MultiHeadAttention):
+            matrices += [*module.in_proj.weight.chunk(3), module.out_proj.weight]
+    matrices += [layer.ff.w1.weight, layer.ff.w2.weight]
+    for w in matrices:
+        bound = math.sqrt(6 / (w.shape[0] + w.shape[1]))
+        assert w.abs().max() <= bound
+        assert w.abs().max() > 0.95 * bound  # >= 4096 uniform draws come close to the bound
+    for name, p in layer.named_parameters():
+        if name.endswith("bias") and "norm" not in name:
+            assert torch.equal(p, torch.zeros_like(p)), name
+
+
+def test_two_layers_built_in_a_row_have_different_weights():
+    """Each construction draws its own initialisation (no deep copies)."""
+    first, second = EncoderLayer(D, H, FF), EncoderLayer(D, H, FF)
+    assert not torch.equal(first.self_attn.in_proj.weight, second.self_attn.in_proj.weight)
+    assert not torch.equal(first.ff.w1.weight, second.ff.w1.weight)
+
+
+def test_bias_false_removes_every_linear_and_layer_norm_bias():
+    layer = DecoderLayer(D, H, FF, bias=False)
+    names = [name for name, _ in layer.named_parameters()]
+    assert not [n for n in names if n.endswith("bias")], names
+
+
+def test_dropout_reaches_attention_sublayers_and_ffn():
+    layer = DecoderLayer(D, H, FF, dropout=0.25)
+    assert layer.self_attn.dropout == layer.cross_attn.dropout == 0.25
+    assert layer.ff.dropout.p == 0.25
+    for add_norm in (layer.self_attn_add_norm, layer.cross_attn_add_norm, layer.ff_add_norm):
+        assert add_norm.dropout.p == 0.25
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda e, d, x: e(x[..., :8]), ValueError, r"x last dim must be 16"),
+        (lambda e, d, x: d(x, randn(2, 3, 8)), ValueError, r"memory last dim must be 16"),
+        (lambda e, d, x: d(x, randn(3, 3, D)), ValueError, r"memory batch size \(3\)"),
+        (lambda e, d, x: e(x, padding_mask=torch.zeros(2, 5)), TypeError, r"torch.bool"),
+        (lambda e, d, x: e(x, cache=KVCache(2, H, 5, 4)), TypeError, r"LayerCache"),
+        (lambda e, d, x: d(x, x, cache=LayerCache(KVCache(2, H, 5, 4))), ValueError,
+         r"cross_attn KVCache"),
+        (lambda e, d, x: EncoderLayer(D, H, FF, norm="batchy"), ValueError, r"norm must be one"),
+        (lambda e, d, x: EncoderLayer(D, H, FF, activation="tanh"), ValueError, r"activation"),
+        (lambda e, d, x: DecoderLayer(D, H, FF, norm_position="middle"), ValueError,
+         r"position must be one of 'post', 'pre'; got 'middle'"),
+    ],
+)
+def test_bad_inputs_raise_naming_the_values(call, error, match):
+    torch.manual_seed(0)
+    encoder, decoder = EncoderLayer(D, H, FF).to(F64), DecoderLayer(D, H, FF).to(F64)
+    with pytest.raises(error, match=match):
+        call(encoder, decoder, randn(2, 5, D))

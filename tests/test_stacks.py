@@ -1,0 +1,222 @@
+"""Encoder, Decoder, EncoderDecoder: oracles are nn.TransformerEncoder / Decoder /
+nn.Transformer given the same weights (copied by hand), and invariants (padding, causality,
+permutation equivariance, independent initialisation)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from addnorm.norms import LayerNorm
+from addnorm.stacks import Decoder, Encoder, EncoderDecoder
+
+D, H, FF, N = 16, 4, 32, 2
+F64 = torch.float64
+
+
+@torch.no_grad()
+def copy_attention(ours, ref: nn.MultiheadAttention) -> None:
+    ours.in_proj.weight.copy_(ref.in_proj_weight)
+    ours.in_proj.bias.copy_(ref.in_proj_bias)
+    ours.out_proj.load_state_dict(ref.out_proj.state_dict())
+
+
+@torch.no_grad()
+def copy_encoder(ours: Encoder, ref: nn.TransformerEncoder) -> None:
+    for mine, theirs in zip(ours.layers, ref.layers, strict=True):
+        copy_attention(mine.self_attn, theirs.self_attn)
+        mine.ff.w1.load_state_dict(theirs.linear1.state_dict())
+        mine.ff.w2.load_state_dict(theirs.linear2.state_dict())
+        mine.attn_add_norm.norm.load_state_dict(theirs.norm1.state_dict())
+        mine.ff_add_norm.norm.load_state_dict(theirs.norm2.state_dict())
+    if ref.norm is not None:
+        ours.norm.load_state_dict(ref.norm.state_dict())
+
+
+@torch.no_grad()
+def copy_decoder(ours: Decoder, ref: nn.TransformerDecoder) -> None:
+    for mine, theirs in zip(ours.layers, ref.layers, strict=True):
+        copy_attention(mine.self_attn, theirs.self_attn)
+        copy_attention(mine.cross_attn, theirs.multihead_attn)
+        mine.ff.w1.load_state_dict(theirs.linear1.state_dict())
+        mine.ff.w2.load_state_dict(theirs.linear2.state_dict())
+        mine.self_attn_add_norm.norm.load_state_dict(theirs.norm1.state_dict())
+        mine.cross_attn_add_norm.norm.load_state_dict(theirs.norm2.state_dict())
+        mine.ff_add_norm.norm.load_state_dict(theirs.norm3.state_dict())
+    if ref.norm is not None:
+        ours.norm.load_state_dict(ref.norm.state_dict())
+
+
+def randn(*shape: int, seed: int = 1, dtype: torch.dtype = F64) -> torch.Tensor:
+    return torch.randn(*shape, dtype=dtype, generator=torch.Generator().manual_seed(seed))
+
+
+def right_padding(lengths: list[int], total: int) -> torch.Tensor:
+    return torch.arange(total)[None, :] >= torch.tensor(lengths)[:, None]
+
+
+def torch_causal(length: int) -> torch.Tensor:
+    return torch.ones(length, length, dtype=torch.bool).triu(1)  # torch.nn: True = blocked
+
+
+def torch_stacks(position: str, activation: str):
+    pre = position == "pre"
+    kw = dict(dropout=0.0, activation=activation, batch_first=True, norm_first=pre)
+    encoder = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(D, H, FF, **kw), N,
+        norm=nn.LayerNorm(D) if pre else None, enable_nested_tensor=False,
+    )
+    decoder = nn.TransformerDecoder(
+        nn.TransformerDecoderLayer(D, H, FF, **kw), N, norm=nn.LayerNorm(D) if pre else None
+    )
+    return encoder.to(F64), decoder.to(F64)
+
+
+CASES = [(p, a) for p in ("post", "pre") for a in ("relu", "gelu")]
+
+
+@pytest.mark.parametrize(("position", "activation"), CASES)
+def test_encoder_and_decoder_match_torch_stacks(position, activation):
+    torch.manual_seed(0)
+    ref_encoder, ref_decoder = torch_stacks(position, activation)
+    kw = dict(activation=activation, norm_position=position)
+    encoder, decoder = Encoder(N, D, H, FF, **kw).to(F64), Decoder(N, D, H, FF, **kw).to(F64)
+    copy_encoder(encoder, ref_encoder)
+    copy_decoder(decoder, ref_decoder)
+    src, tgt = randn(2, 6, D), randn(2, 4, D, seed=2)
+    src_padding, tgt_padding = right_padding([6, 4], 6), right_padding([4, 3], 4)
+    memory = encoder(src, padding_mask=src_padding)
+    torch.testing.assert_close(
+        memory, ref_encoder(src, src_key_padding_mask=src_padding), atol=1e-10, rtol=0
+    )
+    expected = ref_decoder(
+        tgt, memory, tgt_mask=torch_causal(4), tgt_key_padding_mask=tgt_padding,
+        memory_key_padding_mask=src_padding,
+    )
+    got = decoder(tgt, memory, padding_mask=tgt_padding, memory_padding_mask=src_padding)
+    torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)
+
+
+def test_encoder_decoder_with_final_norms_matches_nn_transformer():
+    """final_norm=True on a post-LN stack mirrors nn.Transformer's extra norms."""
+    torch.manual_seed(0)
+    ref = nn.Transformer(D, H, N, N, FF, dropout=0.0, batch_first=True).to(F64)
+    ours = EncoderDecoder(
+        Encoder(N, D, H, FF, final_norm=True), Decoder(N, D, H, FF, final_norm=True)
+    ).to(F64)
+    copy_encoder(ours.encoder, ref.encoder)
+    copy_decoder(ours.decoder, ref.decoder)
+    src, tgt = randn(2, 5, D), randn(2, 3, D, seed=2)
+    src_padding = right_padding([5, 2], 5)
+    expected = ref(
+        src, tgt, tgt_mask=torch_causal(3), src_key_padding_mask=src_padding,
+        memory_key_padding_mask=src_padding,
+    )
+    torch.testing.assert_close(
+        ours(src, tgt, src_padding_mask=src_padding), expected, atol=1e-10, rtol=0
+    )
+
+
+@pytest.mark.parametrize("stack", [Encoder, Decoder])
+def test_layers_of_a_stack_are_initialised_independently(stack):
+    model = stack(N, D, H, FF)
+    first, second = model.layers[0], model.layers[1]
+    assert not torch.equal(first.self_attn.in_proj.weight, second.self_attn.in_proj.weight)
+    assert not torch.equal(first.ff.w1.weight, second.ff.w1.weight)
+    assert first.self_attn.in_proj.weight.data_ptr() != second.self_attn.in_proj.weight.data_ptr()
+
+
+@pytest.mark.parametrize(
+    ("position", "final_norm", "expected"),
+    [
+        ("post", None, nn.Identity),  # post-LN already ends in a norm: never two in a row
+        ("pre", None, LayerNorm),  # pre-LN's residual stream needs one at the end
+        ("post", True, LayerNorm),  # explicitly mirroring nn.Transformer
+        ("pre", False, nn.Identity),
+    ],
+)
+def test_final_norm_only_where_it_belongs(position, final_norm, expected):
+    for stack in (Encoder, Decoder):
+        model = stack(N, D, H, FF, norm_position=position, final_norm=final_norm)
+        assert type(model.norm) is expected
+
+
+def test_encoder_output_of_a_sequence_is_the_same_alone_and_in_a_padded_batch():
+    torch.manual_seed(0)
+    encoder = Encoder(N, D, H, FF, norm_position="pre").eval()
+    x = randn(3, 7, D, dtype=torch.float32)
+    padding = right_padding([7, 4, 2], 7)
+    batched = encoder(x, padding_mask=padding)
+    for row, length in enumerate([7, 4, 2]):
+        alone = encoder(x[row : row + 1, :length])
+        torch.testing.assert_close(batched[row, :length], alone[0], atol=1e-5, rtol=0)
+
+
+def test_decoder_output_of_a_sequence_is_the_same_alone_and_in_a_padded_batch():
+    torch.manual_seed(0)
+    decoder = Decoder(N, D, H, FF).eval()
+    tgt, memory = randn(2, 5, D, dtype=torch.float32), randn(2, 6, D, seed=2, dtype=torch.float32)
+    tgt_padding, memory_padding = right_padding([5, 3], 5), right_padding([6, 2], 6)
+    batched = decoder(tgt, memory, padding_mask=tgt_padding, memory_padding_mask=memory_padding)
+    alone = decoder(tgt[1:, :3], memory[1:, :2])
+    torch.testing.assert_close(batched[1, :3], alone[0], atol=1e-5, rtol=0)
+
+
+def test_all_padding_source_row_gives_no_nan():
+    torch.manual_seed(0)
+    encoder, decoder = Encoder(N, D, H, FF), Decoder(N, D, H, FF)
+    src, tgt = randn(2, 4, D, dtype=torch.float32), randn(2, 3, D, dtype=torch.float32)
+    padding = torch.tensor([[True] * 4, [False, False, True, True]])
+    memory = encoder(src, padding_mask=padding)
+    out = decoder(tgt, memory, memory_padding_mask=padding)
+    assert torch.isfinite(memory).all() and torch.isfinite(out).all()
+
+
+def test_decoder_outputs_do_not_depend_on_future_target_positions():
+    torch.manual_seed(0)
+    decoder = Decoder(N, D, H, FF, norm_position="pre").to(F64)
+    tgt, memory = randn(2, 6, D), randn(2, 3, D, seed=2)
+    changed = tgt.clone()
+    changed[:, 3:] = randn(2, 3, D, seed=5)
+    torch.testing.assert_close(
+        decoder(tgt, memory)[:, :3], decoder(changed, memory)[:, :3], atol=0, rtol=0
+    )
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**16), length=st.integers(2, 6))
+def test_encoder_without_positions_is_permutation_equivariant(seed, length):
+    torch.manual_seed(0)
+    encoder = Encoder(N, D, H, FF).to(F64)
+    x = randn(2, length, D, seed=seed)
+    perm = torch.randperm(length, generator=torch.Generator().manual_seed(seed))
+    torch.testing.assert_close(encoder(x[:, perm]), encoder(x)[:, perm], atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda m: m(randn(2, 5, D), randn(3, 4, D)), ValueError,
+         r"src batch size \(2\) must equal tgt batch size \(3\)"),
+        (lambda m: m(randn(2, 5, 8), randn(2, 4, D)), ValueError, r"src last dim must be 16"),
+        (lambda m: m.decoder(randn(2, 4, D), randn(2, 5, 8)), ValueError,
+         r"memory last dim must be 16"),
+        (lambda m: m.decoder(randn(2, 4, D), randn(3, 5, D)), ValueError,
+         r"memory batch size \(3\) must equal x batch size \(2\)"),
+        (lambda m: m.encoder(randn(2, 4, D), padding_mask=torch.zeros(2, 5, dtype=torch.bool)),
+         ValueError, r"padding_mask .* must have shape \(2, 4\), got \(2, 5\)"),
+        (lambda m: m.encoder(randn(2, 4, D), cache=[]), TypeError, r"DecodingCache"),
+        (lambda m: EncoderDecoder(m.encoder, Decoder(N, 8, H, FF)), ValueError,
+         r"encoder d_model \(16\) must equal decoder d_model \(8\)"),
+        (lambda m: Encoder(0, D, H, FF), ValueError, r"n_layers must be >= 1, got 0"),
+        (lambda m: Decoder(N, D, H, FF, final_norm="yes"), TypeError, r"final_norm must be"),
+    ],
+)
+def test_bad_inputs_raise_naming_the_values(call, error, match):
+    torch.manual_seed(0)
+    model = EncoderDecoder(Encoder(N, D, H, FF), Decoder(N, D, H, FF)).to(F64)
+    with pytest.raises(error, match=match):
+        call(model)
