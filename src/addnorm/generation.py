@@ -1,0 +1,355 @@
+"""Decoding algorithms: greedy, sampling (temperature, top-k, top-p) and beam search.
+
+Every algorithm drives a model through one small interface, so it works for any model that
+exposes it (``Transformer`` and ``TransformerLM`` in ``addnorm.models`` do):
+
+- ``first_logits`` (B, V): the next-token logits after the prompt (the model's ``start``);
+- ``step_fn(tokens (B', 1), cache) -> logits (B', V)``: feed one token per row; the cache grows
+  by one position;
+- ``cache.reorder(index (B',))``: replace the cache's batch dimension by
+  ``tensor.index_select(0, index)``. Only beam search needs it: once to expand the B input rows
+  to B * K beams (row ``b`` holds beams ``b * K .. b * K + K - 1``), then after every step to
+  follow each surviving beam's parent.
+
+Stop tokens: a row ends when it emits one of ``eos_id``; the stop token itself is part of the
+output and every later position holds ``pad_id``. Decoding ends when every row has ended, or
+after ``max_new_tokens`` tokens; the result has N <= ``max_new_tokens`` columns (the longest
+row). N tokens take N - 1 calls of ``step_fn``: the last token is never fed back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ._checks import check_choice, check_float, check_int, check_tensor
+
+__all__ = ["STRATEGIES", "GenerationConfig", "generate_tokens"]
+
+STRATEGIES = ("greedy", "sample", "beam")
+
+StepFn = Callable[[Tensor, Any], Tensor]
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """How to pick the next tokens; validated on construction.
+
+    Attributes:
+        max_new_tokens: the most tokens generated per row (>= 1).
+        strategy: ``"greedy"`` (argmax; ties go to the lowest token id), ``"sample"`` (draw
+            from the softmax, shaped by ``temperature``, ``top_k``, ``top_p``) or ``"beam"``.
+        temperature: sampling only; logits are divided by it (> 0). Temperature 0 is not a
+            limit we extrapolate to: use ``strategy="greedy"``.
+        top_k: sampling only; keep the ``top_k`` largest logits (applied after temperature).
+        top_p: sampling only; nucleus: keep the smallest set of most likely tokens whose
+            probability (after temperature and top-k) sums to >= ``top_p``, never fewer than
+            one token. In (0, 1].
+        num_beams: beam search only; the beam width K (>= 1).
+        length_penalty: beam search only; a hypothesis of n generated tokens (its stop token
+            included) scores ``sum of token log-probs / n ** length_penalty``. 0 ranks by the
+            plain log-probability; larger values favour longer outputs.
+        eos_id: a stop token id, a tuple of them, or None (rows end only at max_new_tokens).
+        pad_id: the id written after a row's stop token.
+    """
+
+    max_new_tokens: int
+    strategy: str = "greedy"
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    num_beams: int = 4
+    length_penalty: float = 1.0
+    eos_id: int | tuple[int, ...] | None = None
+    pad_id: int = 0
+
+    def __post_init__(self) -> None:
+        check_int("max_new_tokens", self.max_new_tokens, min_value=1)
+        check_choice("strategy", self.strategy, STRATEGIES)
+        if isinstance(self.temperature, int | float) and self.temperature == 0:
+            raise ValueError(
+                "temperature must be > 0, got 0; for deterministic argmax decoding use "
+                'strategy="greedy"'
+            )
+        check_float("temperature", self.temperature, min_value=0.0, min_inclusive=False)
+        if self.top_k is not None:
+            check_int("top_k", self.top_k, min_value=1)
+        if self.top_p is not None:
+            check_float("top_p", self.top_p, min_value=0.0, min_inclusive=False, max_value=1.0)
+        check_int("num_beams", self.num_beams, min_value=1)
+        check_float("length_penalty", self.length_penalty)
+        check_int("pad_id", self.pad_id, min_value=0)
+        if isinstance(self.eos_id, list):
+            object.__setattr__(self, "eos_id", tuple(self.eos_id))
+        _check_eos_id(self.eos_id)
+        defaults = {"temperature": 1.0, "top_k": None, "top_p": None}
+        used = [f"{n}={getattr(self, n)!r}" for n, d in defaults.items() if getattr(self, n) != d]
+        if self.strategy != "sample" and used:
+            raise ValueError(
+                f"{', '.join(used)} only apply to strategy='sample', "
+                f"got strategy={self.strategy!r}"
+            )
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """The stop token ids as a tuple (empty when ``eos_id`` is None)."""
+        if self.eos_id is None:
+            return ()
+        return self.eos_id if isinstance(self.eos_id, tuple) else (self.eos_id,)
+
+
+def _check_eos_id(eos_id: object) -> None:
+    """An int >= 0, a non-empty tuple of them, or None."""
+    if isinstance(eos_id, tuple):
+        if not eos_id:
+            raise ValueError("eos_id must be an int, a non-empty tuple of ints or None, got ()")
+        for i, stop in enumerate(eos_id):
+            check_int(f"eos_id[{i}]", stop, min_value=0)
+    elif eos_id is not None:
+        check_int("eos_id", eos_id, min_value=0)
+
+
+@torch.no_grad()
+def generate_tokens(
+    step_fn: StepFn,
+    first_logits: Tensor,
+    cache: Any,
+    config: GenerationConfig,
+    *,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Generate up to ``config.max_new_tokens`` tokens per row with the configured strategy.
+
+    Runs under ``torch.no_grad()``. ``generator`` is used by sampling only; it must live on the
+    logits' device. Beam search returns, per input row, the best finished hypothesis by
+    length-penalised score (see ``GenerationConfig.length_penalty`` and ``_beam_search``).
+
+    Shapes:
+        first_logits: (B, V), the logits for the first new token.
+        step_fn: tokens (B', 1), cache -> logits (B', V); B' = B, or B * num_beams for beam.
+        returns: LongTensor (B, N) with N <= max_new_tokens, ``pad_id`` after a stop token.
+    """
+    if not isinstance(config, GenerationConfig):
+        raise TypeError(f"config must be a GenerationConfig, got {type(config).__name__}")
+    if not callable(step_fn):
+        raise TypeError(f"step_fn must be callable, got {type(step_fn).__name__}")
+    logits = _check_logits("first_logits", first_logits)
+    vocab = logits.shape[1]
+    for name, token in [("pad_id", config.pad_id)] + [("eos_id", s) for s in config.stop_ids]:
+        if token >= vocab:
+            raise ValueError(f"{name} ({token}) must be < the vocabulary size V ({vocab})")
+    if generator is not None:
+        if not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+        if generator.device.type != logits.device.type:
+            raise ValueError(
+                f"generator is on {generator.device} but the logits are on {logits.device}"
+            )
+    if config.strategy == "beam":
+        if not callable(getattr(cache, "reorder", None)):
+            raise TypeError(
+                f"beam search needs cache.reorder(index); {type(cache).__name__} has none"
+            )
+        return _beam_search(step_fn, logits, cache, config)
+    return _decode_token_by_token(step_fn, logits, cache, config, generator)
+
+
+def _check_logits(name: str, logits: object, shape: tuple[int, int] | None = None) -> Tensor:
+    """Logits must be a float (B, V) tensor, every row with a finite maximum and no NaN."""
+    logits = check_tensor(name, logits, ndim=2, floating=True)
+    if shape is not None and tuple(logits.shape) != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {tuple(logits.shape)}")
+    if logits.shape[1] == 0:
+        raise ValueError(f"{name} must have V >= 1 columns, got shape {tuple(logits.shape)}")
+    row_max = logits.amax(dim=-1)  # (B,), NaN and +inf propagate
+    bad = ~torch.isfinite(row_max)
+    if bad.any():
+        row = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            f"{name} row {row} has NaN, +inf or only -inf values (max {row_max[row].item()}); "
+            "every row needs at least one finite logit and no NaN"
+        )
+    return logits
+
+
+def _decode_token_by_token(
+    step_fn: StepFn,
+    logits: Tensor,
+    cache: Any,
+    config: GenerationConfig,
+    generator: torch.Generator | None,
+) -> Tensor:
+    """Greedy or sampled decoding: one token per row per step, all rows at once."""
+    batch, vocab = logits.shape
+    stop_ids = torch.tensor(config.stop_ids, dtype=torch.long, device=logits.device)
+    ended = torch.zeros(batch, dtype=torch.bool, device=logits.device)
+    tokens: list[Tensor] = []
+    for step in range(config.max_new_tokens):
+        if step > 0:
+            logits = step_fn(tokens[-1][:, None], cache)  # (B, 1) -> (B, V)
+            logits = _check_logits(f"step_fn output (step {step})", logits, (batch, vocab))
+        next_token = _next_token(logits, config, generator)  # (B,)
+        next_token = next_token.masked_fill(ended, config.pad_id)
+        tokens.append(next_token)
+        if config.stop_ids:
+            ended = ended | torch.isin(next_token, stop_ids)
+            if bool(ended.all()):
+                break
+    return torch.stack(tokens, dim=1)  # (B, N)
+
+
+def _next_token(logits: Tensor, config: GenerationConfig, generator: torch.Generator | None):
+    """Argmax, or one draw from the shaped softmax."""
+    if config.strategy == "greedy":
+        return logits.argmax(dim=-1)
+    probs = _sampling_probs(logits, config)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+
+
+def _sampling_probs(logits: Tensor, config: GenerationConfig) -> Tensor:
+    """softmax(logits / temperature), restricted to the top-k, then to the top-p nucleus."""
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    logits = logits.to(dtype) / config.temperature
+    vocab = logits.shape[-1]
+    if config.top_k is not None and config.top_k < vocab:
+        top = logits.topk(config.top_k, dim=-1).indices  # (B, k)
+        keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, top, True)
+        logits = logits.masked_fill(~keep, float("-inf"))
+    probs = F.softmax(logits, dim=-1)
+    if config.top_p is not None and config.top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        cumulative = sorted_probs.cumsum(dim=-1)  # (B, V)
+        mass_before = F.pad(cumulative[..., :-1], (1, 0))  # (B, V): mass of likelier tokens
+        # a token is in the nucleus iff the more likely tokens have not yet reached top_p
+        keep = torch.zeros_like(probs, dtype=torch.bool).scatter_(
+            -1, order, mass_before < config.top_p
+        )
+        probs = probs.masked_fill(~keep, 0.0)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+@dataclass
+class _Beams:
+    """Beam-search state for B rows of K beams; ``fin_*`` keep each row's K best endings."""
+
+    alive_tokens: Tensor  # (B, K, n) tokens of the beams still growing
+    alive_scores: Tensor  # (B, K) sum of log-probs; -inf marks an empty beam
+    fin_tokens: Tensor  # (B, K, max_new_tokens) finished hypotheses, pad_id after the end
+    fin_scores: Tensor  # (B, K) length-penalised scores, best first; -inf marks an empty slot
+    fin_lengths: Tensor  # (B, K)
+    done: Tensor  # (B,) the row's finished hypotheses can no longer be beaten
+    pad_id: int
+
+
+def _beam_search(step_fn: StepFn, logits: Tensor, cache: Any, config: GenerationConfig) -> Tensor:
+    """Beam search with K = ``num_beams`` beams per row, vectorised over rows and beams.
+
+    At each step every beam is extended by every token. Of the K best extensions of a row,
+    those ending in a stop token leave the beam as finished hypotheses; the K best extensions
+    that do not end in a stop token form the next beams. At ``max_new_tokens`` the remaining
+    beams finish too. Score: ``sum log p / n ** length_penalty`` (n generated tokens).
+
+    Stopping rule (exact, not a heuristic): a row is done once its K-th best finished
+    hypothesis scores >= the best score any live beam could still reach. Log-probs are <= 0,
+    so a beam's sum s can only fall; its best reachable score is s / n ** length_penalty at
+    the most favourable final length n in [current + 1, max_new_tokens], which is one of the
+    two ends. A row with fewer than K finished hypotheses goes on while it has a live beam.
+    Decoding stops when every row is done or at ``max_new_tokens``; each row returns its best
+    finished hypothesis.
+    """
+    batch, vocab = logits.shape
+    k, max_new, penalty = config.num_beams, config.max_new_tokens, config.length_penalty
+    device = logits.device
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    is_stop = torch.zeros(vocab, dtype=torch.bool, device=device)
+    is_stop[list(config.stop_ids)] = True
+    cache.reorder(torch.arange(batch, device=device).repeat_interleave(k))  # B -> B * K rows
+    logits = logits.repeat_interleave(k, dim=0)  # (B * K, V): beam copies of each row
+    beams = _start_beams(batch, k, max_new, config.pad_id, device, dtype)
+    for step in range(max_new):
+        if step > 0:
+            last = beams.alive_tokens[:, :, -1].reshape(batch * k, 1)  # (B * K, 1)
+            logits = step_fn(last, cache)  # (B * K, V)
+            logits = _check_logits(f"step_fn output (step {step})", logits, (batch * k, vocab))
+        log_probs = F.log_softmax(logits.to(dtype), dim=-1).view(batch, k, vocab)  # (B, K, V)
+        parent = _advance(beams, log_probs, is_stop, penalty)  # (B, K)
+        length = step + 1
+        if length == max_new:
+            ending = torch.isfinite(beams.alive_scores) & ~beams.done[:, None]
+            scores = beams.alive_scores / float(length) ** penalty
+            _add_finished(beams, beams.alive_tokens, scores.masked_fill(~ending, float("-inf")))
+            break
+        _update_done(beams, length, max_new, penalty)
+        if bool(beams.done.all()):
+            break
+        rows = torch.arange(batch, device=device)[:, None] * k  # (B, 1)
+        cache.reorder((rows + parent).reshape(-1))  # (B * K,) follow each beam's parent
+    n = int(beams.fin_lengths[:, 0].max())
+    return beams.fin_tokens[:, 0, :n]  # (B, N): the best hypothesis of each row
+
+
+def _start_beams(batch: int, k: int, max_new: int, pad_id: int, device, dtype) -> _Beams:
+    """K copies of the empty prefix per row; all but the first are empty so none repeats."""
+    alive_scores = torch.full((batch, k), float("-inf"), dtype=dtype, device=device)
+    alive_scores[:, 0] = 0.0
+    return _Beams(
+        alive_tokens=torch.empty(batch, k, 0, dtype=torch.long, device=device),
+        alive_scores=alive_scores,
+        fin_tokens=torch.full((batch, k, max_new), pad_id, dtype=torch.long, device=device),
+        fin_scores=torch.full((batch, k), float("-inf"), dtype=dtype, device=device),
+        fin_lengths=torch.zeros(batch, k, dtype=torch.long, device=device),
+        done=torch.zeros(batch, dtype=torch.bool, device=device),
+        pad_id=pad_id,
+    )
+
+
+def _advance(beams: _Beams, log_probs: Tensor, is_stop: Tensor, penalty: float) -> Tensor:
+    """Extend every beam by every token; move stop endings out, keep the K best others."""
+    batch, k, vocab = log_probs.shape
+    length = beams.alive_tokens.shape[-1] + 1
+    candidates = (beams.alive_scores[..., None] + log_probs).view(batch, k * vocab)  # (B, K*V)
+    top_scores, top_index = candidates.topk(k, dim=-1)  # (B, K)
+    ending = is_stop[top_index % vocab] & torch.isfinite(top_scores) & ~beams.done[:, None]
+    scores = (top_scores / float(length) ** penalty).masked_fill(~ending, float("-inf"))
+    _add_finished(beams, _extend(beams.alive_tokens, top_index, vocab), scores)
+    growing = candidates.masked_fill(is_stop.repeat(k), float("-inf"))  # (B, K*V)
+    alive_scores, alive_index = growing.topk(k, dim=-1)  # (B, K)
+    beams.alive_tokens = _extend(beams.alive_tokens, alive_index, vocab)  # (B, K, n + 1)
+    beams.alive_scores = alive_scores
+    return alive_index // vocab
+
+
+def _extend(tokens: Tensor, index: Tensor, vocab: int) -> Tensor:
+    """Sequences for flat candidate ``index`` (beam * V + token) of shape (B, K')."""
+    parent, token = index // vocab, index % vocab  # (B, K')
+    prefix = tokens.gather(1, parent[..., None].expand(-1, -1, tokens.shape[-1]))  # (B, K', n)
+    return torch.cat([prefix, token[..., None]], dim=-1)  # (B, K', n + 1)
+
+
+def _add_finished(beams: _Beams, sequences: Tensor, scores: Tensor) -> None:
+    """Merge hypotheses (B, K', n) scored (B, K') (-inf = not a hypothesis) into the K best."""
+    batch, k, max_new = beams.fin_tokens.shape
+    n = sequences.shape[-1]
+    padded = beams.fin_tokens.new_full((batch, sequences.shape[1], max_new), beams.pad_id)
+    padded[..., :n] = sequences
+    all_scores = torch.cat([beams.fin_scores, scores], dim=1)  # (B, K + K')
+    all_tokens = torch.cat([beams.fin_tokens, padded], dim=1)  # (B, K + K', max_new)
+    all_lengths = torch.cat([beams.fin_lengths, torch.full_like(scores, n, dtype=torch.long)], 1)
+    beams.fin_scores, best = all_scores.topk(k, dim=-1)  # (B, K), best first
+    beams.fin_tokens = all_tokens.gather(1, best[..., None].expand(-1, -1, max_new))
+    beams.fin_lengths = all_lengths.gather(1, best)
+
+
+def _update_done(beams: _Beams, length: int, max_new: int, penalty: float) -> None:
+    """Mark rows whose K finished hypotheses no live beam can beat (see ``_beam_search``)."""
+    best_sum = beams.alive_scores.amax(dim=-1)  # (B,), <= 0 or -inf
+    reachable = torch.maximum(
+        best_sum / float(length + 1) ** penalty, best_sum / float(max_new) ** penalty
+    )
+    beams.done |= beams.fin_scores[:, -1] >= reachable
