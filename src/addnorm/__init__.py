@@ -3,6 +3,9 @@
 Conventions shared by every module (shapes legend, mask polarity) are in docs/design.md.
 """
 
+from addnorm.attention import MultiHeadAttention
+from addnorm.cache import DecodingCache, KVCache
+from addnorm.config import PRESETS, LMConfig, TransformerConfig
 from addnorm.encodings import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
@@ -10,26 +13,49 @@ from addnorm.encodings import (
     sinusoidal_encoding,
 )
 from addnorm.feedforward import FeedForward
+from addnorm.generation import GenerationConfig, generate_tokens
+from addnorm.interop import from_torch, to_torch
+from addnorm.layers import DecoderLayer, EncoderLayer
+from addnorm.lm import TransformerLM
 from addnorm.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm, make_norm
 from addnorm.residual import AddNorm
 from addnorm.rotary import RotaryEmbedding
+from addnorm.stacks import Decoder, Encoder, EncoderDecoder
 from addnorm.timestep import TimestepEmbedder, timestep_embedding
+from addnorm.transformer import Transformer
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AddNorm",
     "BatchNorm",
+    "Decoder",
+    "DecoderLayer",
+    "DecodingCache",
+    "Encoder",
+    "EncoderDecoder",
+    "EncoderLayer",
     "FeedForward",
+    "GenerationConfig",
     "GroupNorm",
+    "KVCache",
+    "LMConfig",
     "LayerNorm",
     "LearnedPositionalEmbedding",
+    "MultiHeadAttention",
+    "PRESETS",
     "RMSNorm",
     "RotaryEmbedding",
     "SinusoidalPositionalEncoding",
     "TimestepEmbedder",
+    "Transformer",
+    "TransformerConfig",
+    "TransformerLM",
+    "from_torch",
+    "generate_tokens",
     "make_norm",
     "relative_shift_matrix",
     "sinusoidal_encoding",
     "timestep_embedding",
+    "to_torch",
 ]
