@@ -37,8 +37,9 @@ GroupNorm), and the ``swiglu`` / ``gelu_tanh`` activations.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +53,11 @@ from addnorm.stacks import Decoder, Encoder, EncoderDecoder
 __all__ = ["from_torch", "to_torch"]
 
 Pairs = list[tuple[str, str]]  # (addnorm parameter name, torch.nn parameter name)
+TorchLayer = nn.TransformerEncoderLayer | nn.TransformerDecoderLayer
+TorchStack = nn.TransformerEncoder | nn.TransformerDecoder
+AddnormLayer = EncoderLayer | DecoderLayer
+AddnormStack = Encoder | Decoder
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -110,7 +116,7 @@ def _finish(target: nn.Module, source: nn.Module, pairs: Pairs) -> nn.Module:
             dst, src = _lookup(target, target_name), _lookup(source, source_name)
             if (dst is None) != (src is None):
                 raise RuntimeError(f"internal: {target_name} and {source_name} disagree on bias")
-            if dst is not None:
+            if dst is not None and src is not None:  # both or neither, checked above
                 dst.copy_(src)
     return target
 
@@ -170,7 +176,7 @@ def _stack_pairs(n_layers: int, decoder: bool, final_norm: bool) -> Pairs:
 # ----------------------------------------------------------------- reading torch.nn modules
 
 
-def _same(what: str, values: dict[str, object]) -> object:
+def _same(what: str, values: Mapping[str, _T]) -> _T:
     """The one value shared by all entries, or a ValueError listing them."""
     distinct = set(values.values())
     if len(distinct) != 1:
@@ -217,11 +223,10 @@ def _norm_spec(name: str, norm: object) -> tuple[float, bool]:
     return float(norm.eps), norm.bias is not None
 
 
-def _torch_layer_spec(layer: nn.Module, decoder: bool) -> _LayerSpec:
+def _torch_layer_spec(layer: TorchLayer, decoder: bool) -> _LayerSpec:
     """The spec of an ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer``."""
-    attns = {"self_attn": layer.self_attn}
-    if decoder:
-        attns["multihead_attn"] = layer.multihead_attn
+    attn_names = ("self_attn", "multihead_attn") if decoder else ("self_attn",)
+    attns = {name: getattr(layer, name) for name in attn_names}
     mha = {name: _torch_mha(m, name) for name, m in attns.items()}
     d_model, n_heads = _same("(d_model, n_heads)", {n: s[:2] for n, s in mha.items()})
     norm_names = ("norm1", "norm2", "norm3") if decoder else ("norm1", "norm2")
@@ -244,9 +249,10 @@ def _torch_layer_spec(layer: nn.Module, decoder: bool) -> _LayerSpec:
     )
 
 
-def _torch_stack_spec(stack: nn.Module, decoder: bool) -> tuple[_LayerSpec, bool]:
+def _torch_stack_spec(stack: TorchStack, decoder: bool) -> tuple[_LayerSpec, bool]:
     """(layer spec shared by every layer, has a final norm) of a torch.nn stack."""
-    specs = {f"layers[{i}]": _torch_layer_spec(layer, decoder) for i, layer in
+    # torch.nn stacks hold clones of the Transformer{Encoder,Decoder}Layer they were given
+    specs = {f"layers[{i}]": _torch_layer_spec(cast(TorchLayer, layer), decoder) for i, layer in
              enumerate(stack.layers)}
     spec = _same("layer configuration", specs)
     if stack.norm is not None:
@@ -267,13 +273,14 @@ def _addnorm_mha(mha: MultiHeadAttention, name: str) -> tuple[int, int, float, b
     return mha.d_model, mha.n_heads, float(mha.dropout), bool(bias)
 
 
-def _addnorm_layer_spec(layer: nn.Module, decoder: bool) -> _LayerSpec:
+def _addnorm_layer_spec(layer: AddnormLayer, decoder: bool) -> _LayerSpec:
     """The spec of an addnorm ``EncoderLayer`` / ``DecoderLayer``, or why torch.nn lacks it."""
-    attns = {"self_attn": layer.self_attn}
+    attn_names = ["self_attn"]
     add_norm_names = ["attn_add_norm", "ff_add_norm"]
     if decoder:
-        attns["cross_attn"] = layer.cross_attn
+        attn_names = ["self_attn", "cross_attn"]
         add_norm_names = ["self_attn_add_norm", "cross_attn_add_norm", "ff_add_norm"]
+    attns = {name: getattr(layer, name) for name in attn_names}
     mha = {name: _addnorm_mha(m, name) for name, m in attns.items()}
     add_norms = {name: getattr(layer, name) for name in add_norm_names}
     norms = {n: _norm_spec(f"{n}.norm ({type(a.norm).__name__})", a.norm)
@@ -299,9 +306,10 @@ def _addnorm_layer_spec(layer: nn.Module, decoder: bool) -> _LayerSpec:
     )
 
 
-def _addnorm_stack_spec(stack: Encoder | Decoder, decoder: bool) -> tuple[_LayerSpec, bool]:
-    specs = {f"layers[{i}]": _addnorm_layer_spec(layer, decoder) for i, layer in
-             enumerate(stack.layers)}
+def _addnorm_stack_spec(stack: AddnormStack, decoder: bool) -> tuple[_LayerSpec, bool]:
+    # Encoder / Decoder build their layers from EncoderLayer / DecoderLayer only
+    specs = {f"layers[{i}]": _addnorm_layer_spec(cast(AddnormLayer, layer), decoder)
+             for i, layer in enumerate(stack.layers)}
     spec = _same("layer configuration", specs)
     final_norm = not isinstance(stack.norm, nn.Identity)
     if final_norm:
@@ -334,7 +342,7 @@ def _addnorm_layer(spec: _LayerSpec, decoder: bool) -> nn.Module:
     )
 
 
-def _torch_layer(spec: _LayerSpec, decoder: bool) -> nn.Module:
+def _torch_layer(spec: _LayerSpec, decoder: bool) -> TorchLayer:
     layer_type = nn.TransformerDecoderLayer if decoder else nn.TransformerEncoderLayer
     return layer_type(
         spec.d_model, spec.n_heads, dim_feedforward=spec.d_ff, dropout=spec.dropout,
@@ -355,27 +363,31 @@ def _addnorm_stack(spec: _LayerSpec, n_layers: int, final_norm: bool, decoder: b
 def _torch_stack(spec: _LayerSpec, n_layers: int, final_norm: bool, decoder: bool):
     norm = nn.LayerNorm(spec.d_model, eps=spec.norm_eps, bias=spec.bias) if final_norm else None
     layer = _torch_layer(spec, decoder)
-    if decoder:
+    if isinstance(layer, nn.TransformerDecoderLayer):  # exactly when decoder
         return nn.TransformerDecoder(layer, n_layers, norm=norm)
     return nn.TransformerEncoder(layer, n_layers, norm=norm, enable_nested_tensor=False)
 
 
 def _layer_converter(decoder: bool, into_addnorm: bool) -> Callable:
-    def convert(layer: nn.Module) -> tuple[nn.Module, Pairs]:
+    # from_torch / to_torch call ``convert`` only on instances of the types it is listed with
+    def convert(layer: TorchLayer | AddnormLayer) -> tuple[nn.Module, Pairs]:
         if into_addnorm:
-            return _addnorm_layer(_torch_layer_spec(layer, decoder), decoder), _layer_pairs(decoder)
-        return _torch_layer(_addnorm_layer_spec(layer, decoder), decoder), _layer_pairs(decoder)
+            spec = _torch_layer_spec(cast(TorchLayer, layer), decoder)
+            return _addnorm_layer(spec, decoder), _layer_pairs(decoder)
+        spec = _addnorm_layer_spec(cast(AddnormLayer, layer), decoder)
+        return _torch_layer(spec, decoder), _layer_pairs(decoder)
 
     return convert
 
 
 def _stack_converter(decoder: bool, into_addnorm: bool) -> Callable:
-    def convert(stack: nn.Module) -> tuple[nn.Module, Pairs]:
-        read, build = (
-            (_torch_stack_spec, _addnorm_stack) if into_addnorm
-            else (_addnorm_stack_spec, _torch_stack)
-        )
-        spec, final_norm = read(stack, decoder)
+    # from_torch / to_torch call ``convert`` only on instances of the types it is listed with
+    def convert(stack: TorchStack | AddnormStack) -> tuple[nn.Module, Pairs]:
+        if into_addnorm:
+            spec, final_norm = _torch_stack_spec(cast(TorchStack, stack), decoder)
+        else:
+            spec, final_norm = _addnorm_stack_spec(cast(AddnormStack, stack), decoder)
+        build = _addnorm_stack if into_addnorm else _torch_stack
         n_layers = len(stack.layers)
         converted = build(spec, n_layers, final_norm, decoder)
         return converted, _stack_pairs(n_layers, decoder, final_norm)
@@ -401,7 +413,7 @@ def _transformer_from_torch(model: nn.Transformer) -> tuple[nn.Module, Pairs]:
 def _transformer_to_torch(model: EncoderDecoder) -> tuple[nn.Module, Pairs]:
     encoder, encoder_pairs = _stack_converter(False, into_addnorm=False)(model.encoder)
     decoder, decoder_pairs = _stack_converter(True, into_addnorm=False)(model.decoder)
-    first = model.encoder.layers[0]
+    first = cast(EncoderLayer, model.encoder.layers[0])  # Encoder builds EncoderLayers only
     converted = nn.Transformer(
         d_model=first.self_attn.d_model, nhead=first.self_attn.n_heads,
         custom_encoder=encoder, custom_decoder=decoder, batch_first=True,

@@ -22,6 +22,8 @@ statistics are known. Downstream attention ignores padded keys anyway.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -64,7 +66,7 @@ def _masked_var_mean(
     real: torch.Tensor | None,
     *,
     dim: tuple[int, ...],
-    count: int | torch.Tensor | None,
+    count: int | torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Biased variance and mean over ``dim`` (kept) of the entries where ``real`` is True.
 
@@ -160,6 +162,10 @@ class BatchNorm(nn.Module):
     Their values never enter the statistics (they are selected out, not multiplied by 0), but
     keep them finite: a NaN there stays NaN in its own output and in the backward pass.
     """
+
+    running_mean: torch.Tensor
+    running_var: torch.Tensor
+    num_batches_tracked: torch.Tensor
 
     def __init__(self, d_model: int, *, eps: float = 1e-5, momentum: float | None = 0.1) -> None:
         super().__init__()
@@ -263,7 +269,7 @@ class GroupNorm(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and biased variance per (sample, group), over the real positions only."""
         if padding_mask is None:
-            var, mean = _masked_var_mean(groups, None, dim=(1, 3), count=None)
+            var, mean = torch.var_mean(groups, dim=(1, 3), correction=0, keepdim=True)
             return mean, var  # (B, 1, G, 1) each
         real = ~padding_mask[:, :, None, None]  # (B, L, 1, 1)
         n_real = real.sum(dim=1, keepdim=True) * groups.shape[-1]  # (B, 1, 1, 1)
@@ -298,10 +304,11 @@ def make_norm(
         raise ValueError(f"eps=None is only allowed for kind 'rms', got kind {kind!r}")
     if not bias and kind != "layer":
         raise ValueError(f"bias=False is only supported for kind 'layer', got kind {kind!r}")
+    if kind == "rms":
+        return RMSNorm(d_model, eps=eps)
+    eps = cast(float, eps)  # not None: refused above for every kind but "rms"
     if kind == "layer":
         return LayerNorm(d_model, eps=eps, bias=bias)
     if kind == "batch":
         return BatchNorm(d_model, eps=eps)
-    if kind == "rms":
-        return RMSNorm(d_model, eps=eps)
     return GroupNorm(n_groups, d_model, eps=eps)

@@ -17,6 +17,9 @@ layers (polarity: ``padding_mask`` True = padding, ``attend_mask`` True = may at
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import cast
+
 import torch
 from torch import nn
 
@@ -138,15 +141,16 @@ class Encoder(nn.Module):
             returns: (B, L, D)
         """
         check_tensor("x", x, ndim=3, last_dim=self.d_model, floating=True)
-        caches = _layer_caches(cache, len(self.layers))
+        layers = cast("Sequence[EncoderLayer]", self.layers)  # built from EncoderLayers only
+        caches = _layer_caches(cache, len(layers))
         batch, length, _ = x.shape
         mask = build_attention_mask(
-            batch=batch, n_heads=self.layers[0].self_attn.n_heads, query_len=length,
+            batch=batch, n_heads=layers[0].self_attn.n_heads, query_len=length,
             key_len=_cached_length(caches) + length, device=x.device,
             padding_mask=padding_mask, attend_mask=attend_mask, causal=causal,
         )
         query_padding = _query_padding(padding_mask, length)
-        for layer, layer_cache in zip(self.layers, caches, strict=True):
+        for layer, layer_cache in zip(layers, caches, strict=True):
             x = layer.forward_with_mask(
                 x, mask, query_padding_mask=query_padding, cache=layer_cache, positions=positions
             )
@@ -222,9 +226,10 @@ class Decoder(nn.Module):
             raise ValueError(
                 f"memory batch size ({memory.shape[0]}) must equal x batch size ({x.shape[0]})"
             )
-        caches = _layer_caches(cache, len(self.layers))
+        layers = cast("Sequence[DecoderLayer]", self.layers)  # built from DecoderLayers only
+        caches = _layer_caches(cache, len(layers))
         batch, length, _ = x.shape
-        n_heads = self.layers[0].self_attn.n_heads
+        n_heads = layers[0].self_attn.n_heads
         self_mask = build_attention_mask(
             batch=batch, n_heads=n_heads, query_len=length,
             key_len=_cached_length(caches) + length, device=x.device,
@@ -235,7 +240,7 @@ class Decoder(nn.Module):
             device=x.device, padding_mask=memory_padding_mask,
         )
         query_padding = _query_padding(padding_mask, length)
-        for layer, layer_cache in zip(self.layers, caches, strict=True):
+        for layer, layer_cache in zip(layers, caches, strict=True):
             x = layer.forward_with_mask(
                 x, memory, self_mask, cross_mask, query_padding_mask=query_padding,
                 cache=layer_cache, positions=positions,
