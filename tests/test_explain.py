@@ -26,6 +26,10 @@ def test_explain_prints_the_worked_examples_and_writes_the_heatmap(tmp_path, cap
     assert numbers["batchnorm_padding_gap"] > 1e-2
     assert numbers["masked_gap"] < 1e-5
     assert numbers["layernorm_gap"] < 1e-5
+    # SPEC 3 worked example: mu = [2, 4], sigma^2 = [2/3, 8/3].
+    assert numbers["batch_mean"] == [2.0, 4.0]
+    var = numbers["batch_var"]
+    assert abs(var[0] - 2 / 3) < 1e-12 and abs(var[1] - 8 / 3) < 1e-12
     # SPEC claim 9: frequencies from 1 down to max_period^(-(half-1)/half), half = 128.
     assert abs(numbers["freq_max"] - 1.0) < 1e-6
     assert abs(numbers["freq_min"] - 10000 ** (-127 / 128)) < 1e-6

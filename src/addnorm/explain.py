@@ -52,17 +52,25 @@ def rotation_check(d_model: int = 512, n_positions: int = 2048) -> dict[str, flo
 
 
 def norm_example() -> dict[str, object]:
-    """Seed 003: X = [[1,2],[2,4],[3,6]], 3 samples and 2 features, eps ignored."""
+    """Seed 003: X = [[1,2],[2,4],[3,6]], 3 samples and 2 features, eps ignored.
+
+    The batch mean and biased variance are read back from BatchNorm itself: with
+    ``momentum=1`` its running mean is the batch mean and its running variance the unbiased
+    one, n / (n - 1) times the biased variance used to normalize.
+    """
     x = torch.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]], dtype=torch.float64)  # (B, D)
-    batch_norm = BatchNorm(2, eps=0.0).double().train()
+    batch_norm = BatchNorm(2, eps=0.0, momentum=1.0).double().train()
     layer_norm = LayerNorm(2, eps=0.0).double()
     with torch.no_grad():
         bn, ln = batch_norm(x), layer_norm(x)
+    n = x.shape[0]
+    mean, var = batch_norm.running_mean, batch_norm.running_var * (n - 1) / n
     print("3. BatchNorm vs LayerNorm on X = [[1,2],[2,4],[3,6]] (seed 003)")
-    print(f"   BatchNorm mean {_fmt(x.mean(0))}, variance {_fmt(x.var(0, unbiased=False))}")
+    print(f"   BatchNorm mean {_fmt(mean)}, variance {_fmt(var)}")
     for row_x, row_bn, row_ln in zip(x, bn, ln, strict=True):
         print(f"   x {_fmt(row_x)} -> BN {_fmt(row_bn)}   LN {_fmt(row_ln)}")
-    return {"batch_norm": bn.tolist(), "layer_norm": ln.tolist()}
+    return {"batch_norm": bn.tolist(), "layer_norm": ln.tolist(), "batch_mean": mean.tolist(),
+            "batch_var": var.tolist()}
 
 
 def padding_effect(d_model: int = 8, seed: int = 0) -> dict[str, float]:
@@ -103,20 +111,22 @@ def timestep_frequencies(dim: int = 256, max_period: int = 10000) -> dict[str, f
 
 
 def write_heatmap(path: Path, dims: tuple[int, ...] = HEATMAP_DIMS, n_positions: int = 100) -> None:
-    """SPEC claim 1: the PE matrix as a heat map (x: dimension, y: position) per d_model."""
-    import matplotlib
+    """SPEC claim 1: the PE matrix as a heat map (x: dimension, y: position) per d_model.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Drawn on a bare Agg canvas, so no global matplotlib backend is switched.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    fig, axes = plt.subplots(1, len(dims), figsize=(4 * len(dims), 4), constrained_layout=True)
+    fig = Figure(figsize=(4 * len(dims), 4), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(dims))
     for ax, d_model in zip(axes, dims, strict=True):
         pe = sinusoidal_encoding(n_positions, d_model)  # (P, D)
         image = ax.imshow(pe.numpy(), cmap="RdBu", vmin=-1, vmax=1, aspect="auto")
         ax.set(title=f"d_model = {d_model}", xlabel="dimension", ylabel="position")
     fig.colorbar(image, ax=axes, shrink=0.8, label="PE value")
     fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def run_explain(out_dir: Path) -> int:
