@@ -16,8 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from addnorm.encodings import (
+    MAX_CACHED_POSITIONS,
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
+    angle_dtype,
     relative_shift_matrix,
     sinusoidal_encoding,
 )
@@ -291,6 +293,48 @@ def test_module_keeps_low_precision_input_dtype():
     torch.testing.assert_close(out.float(), x + sinusoidal_encoding(5, 8), atol=3e-2, rtol=1e-2)
 
 
+@pytest.mark.parametrize("offset", [2**40, MAX_CACHED_POSITIONS - 1])
+def test_module_offset_past_the_cache_cap_is_computed_and_not_cached(offset):
+    # Oracle: sinusoidal_encoding on the same float64 positions; the cache does not grow.
+    module = SinusoidalPositionalEncoding(8).double()
+    module(torch.zeros(1, 5, 8, dtype=torch.float64))
+    cached_rows = module.table.shape[0]
+    x = torch.randn(2, 3, 8, dtype=torch.float64)
+    out = module(x, offset=offset)
+    positions = torch.arange(offset, offset + 3, dtype=torch.float64)
+    expected = x + sinusoidal_encoding(positions, 8, dtype=torch.float64)
+    assert torch.equal(out, expected)
+    assert module.table.shape[0] == cached_rows
+
+
+def test_module_cache_grows_up_to_the_cap_and_reserve_may_exceed_it():
+    # Invariant: the automatic growth stops at MAX_CACHED_POSITIONS rows; reserve is explicit.
+    module = SinusoidalPositionalEncoding(2)
+    module(torch.zeros(1, 1, 2), offset=MAX_CACHED_POSITIONS - 1)
+    assert module.table.shape[0] == MAX_CACHED_POSITIONS
+    module.reserve(MAX_CACHED_POSITIONS + 1)
+    assert module.table.shape[0] == 2 * MAX_CACHED_POSITIONS
+
+
+@pytest.mark.parametrize("positions", [torch.arange(3), torch.tensor([[0, 1, 2], [4, 5, 6]])])
+def test_module_moves_positions_to_the_device_of_x(positions):
+    # Documented: positions given on another device are moved to x's ('meta' stands in for
+    # an accelerator: it checks devices and shapes without computing values).
+    module = SinusoidalPositionalEncoding(8).to("meta")
+    out = module(torch.zeros(2, 3, 8, device="meta"), positions=positions)
+    assert out.device.type == "meta" and out.shape == (2, 3, 8)
+    learned = LearnedPositionalEmbedding(16, 8).to("meta")
+    out = learned(torch.zeros(2, 3, 8, device="meta"), positions=positions)
+    assert out.device.type == "meta" and out.shape == (2, 3, 8)
+
+
+def test_angles_are_float64_except_on_mps_which_has_none():
+    # Documented helper: MPS has no float64, so angles there are float32.
+    assert angle_dtype(torch.device("cpu")) == torch.float64
+    assert angle_dtype(torch.device("meta")) == torch.float64
+    assert angle_dtype(torch.device("mps")) == torch.float32
+
+
 # ---------------------------------------------------------------- LearnedPositionalEmbedding
 
 
@@ -322,6 +366,9 @@ def test_learned_table_is_initialised_with_std_0_02():
         ({"positions": torch.tensor([0, 1, 16])}, r"position 16 .*max_len \(16\)"),
         ({"positions": torch.tensor([0, -1, 2])}, r"positions must be >= 0, got -1"),
         ({"positions": torch.tensor([0.0, 1.5, 2.0])}, r"whole numbers .* got 1.5"),
+        # Range checked on the float values (1e20 would wrap around as a long).
+        ({"positions": torch.tensor([0.0, 1.0, 1e20])}, r"position 1\.0\d*e\+20 is out of range"),
+        ({"positions": torch.tensor([0.0, 1.0, -1e20])}, r"must be >= 0, got -1\.0\d*e\+20"),
     ],
 )
 def test_learned_rejects_positions_it_has_no_row_for(kwargs, match):

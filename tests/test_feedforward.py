@@ -3,7 +3,7 @@
 Provenance of expected values: the FFN formula written out by hand with the module's own
 weights (x @ W1.T + b1 ...), each activation from its defining formula (ReLU max(0, h); GELU
 h * Phi(h) with the erf; its tanh approximation, Hendrycks & Gimpel 2016; SwiGLU
-silu(x W3) * (x W1), Shazeer 2020), and invariants (position-wise weights commute with
+silu(x W1) * (x W3), Shazeer 2020), and invariants (position-wise weights commute with
 permutations of the positions).
 """
 
@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import copy
 import math
+import pickle
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addnorm.feedforward import FeedForward
+from addnorm.feedforward import FeedForward, GatedFeedForward
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 F64 = torch.float64
@@ -54,6 +55,32 @@ def test_ffn_equals_its_formula_computed_by_hand(activation, bias, device):
     torch.testing.assert_close(ffn(x), by_hand(ffn, x))
     assert (ffn.w1.bias is None) == (not bias)
     assert hasattr(ffn, "w3") == (activation == "swiglu")
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "swiglu"])
+def test_the_activation_string_picks_the_plain_or_the_gated_class(activation):
+    """swiglu builds GatedFeedForward (still a FeedForward); the state dict names w1, w2, w3."""
+    ffn = FeedForward(8, 16, activation=activation)
+    gated = activation == "swiglu"
+    assert type(ffn) is (GatedFeedForward if gated else FeedForward)
+    assert isinstance(ffn, FeedForward) and ffn.activation == activation
+    names = ["w1", "w2", "w3"] if gated else ["w1", "w2"]
+    assert sorted(ffn.state_dict()) == [f"{w}.{p}" for w in names for p in ("bias", "weight")]
+    for copied in (copy.deepcopy(ffn), pickle.loads(pickle.dumps(ffn))):
+        assert type(copied) is type(ffn)
+
+
+def test_gated_feedforward_built_directly_equals_the_swiglu_string():
+    """Identity: the same seed gives the same weights and outputs either way."""
+    x = torch.randn(2, 3, 8, dtype=F64)
+    torch.manual_seed(6)
+    direct = GatedFeedForward(8, 16, bias=False).double()
+    torch.manual_seed(6)
+    by_name = FeedForward(8, 16, activation="swiglu", bias=False).double()
+    assert torch.equal(direct(x), by_name(x))
+    torch.testing.assert_close(direct(x), by_hand(direct, x))
+    with pytest.raises(ValueError, match=r"activation must be one of 'swiglu'; got 'relu'"):
+        GatedFeedForward(8, 16, activation="relu")
 
 
 def test_default_ffn_is_the_papers_relu_with_d_ff_2048():

@@ -8,6 +8,7 @@ invariants (padding invariance, normalization of the real tokens gathered alone)
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -314,6 +315,110 @@ def test_masked_groupnorm_gives_an_all_padding_sample_finite_identity_statistics
     y = gn(x, padding_mask=padding_mask)
     expected = gn.weight * x[1] / math.sqrt(1.0 + gn.eps) + gn.bias
     torch.testing.assert_close(y[1], expected)
+
+
+# ---------------------------------------------------------------- low precision
+
+LOW = [torch.float16, torch.bfloat16]
+# One or two units in the last place at the outputs' scale (|y| < 4): torch's CPU kernels
+# round the same float32 statistics through a slightly different formula.
+LOW_TOL = {
+    torch.float16: {"atol": 4e-3, "rtol": 2e-3},
+    torch.bfloat16: {"atol": 3e-2, "rtol": 1e-2},
+}
+
+
+def wide_features(dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """(16, 6, 8) activations with std ~300: a variance of ~9e4 overflows float16 (65504)."""
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(16, 6, 8, generator=gen) * 300 + 50).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_low_precision_batchnorm_with_large_variance_equals_nn_batchnorm1d(dtype):
+    """Oracle: nn.BatchNorm1d in the same dtype, which keeps its statistics in float32."""
+    ours, ref = BatchNorm(8).to(dtype), nn.BatchNorm1d(8).to(dtype)
+    for step in range(2):
+        x = wide_features(dtype, seed=40 + step)
+        y = ours(x)
+        assert y.dtype == dtype and torch.isfinite(y).all()
+        torch.testing.assert_close(y, bn_reference(x, ref), **LOW_TOL[dtype])
+    assert torch.isfinite(ours.running_var).all()
+    torch.testing.assert_close(ours.running_mean, ref.running_mean, **LOW_TOL[dtype])
+    torch.testing.assert_close(ours.running_var, ref.running_var, **LOW_TOL[dtype])
+    ours.eval(), ref.eval()
+    x = wide_features(dtype, seed=42)
+    torch.testing.assert_close(ours(x), bn_reference(x, ref), **LOW_TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_low_precision_masked_batchnorm_with_large_variance_equals_nn_batchnorm1d(dtype):
+    """Oracle: nn.BatchNorm1d on the real tokens gathered into (N, D), same dtype."""
+    ours, ref = BatchNorm(8).to(dtype), nn.BatchNorm1d(8).to(dtype)
+    x = wide_features(dtype, seed=43)
+    padding_mask = torch.arange(6)[None, :] >= torch.arange(16)[:, None] % 6 + 1
+    y = ours(x, padding_mask=padding_mask)
+    torch.testing.assert_close(y[~padding_mask], ref(x[~padding_mask]), **LOW_TOL[dtype])
+    torch.testing.assert_close(ours.running_var, ref.running_var, **LOW_TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("n_groups", [1, 4])
+def test_low_precision_groupnorm_with_large_variance_equals_nn_groupnorm(n_groups, dtype):
+    """Oracle: nn.GroupNorm in the same dtype (float32 statistics there too)."""
+    ours, ref = GroupNorm(n_groups, 8).to(dtype), nn.GroupNorm(n_groups, 8).to(dtype)
+    x = wide_features(dtype, seed=44)
+    y = ours(x)
+    assert y.dtype == dtype and torch.isfinite(y).all()
+    torch.testing.assert_close(y, gn_reference(x, ref), **LOW_TOL[dtype])
+    torch.testing.assert_close(ours(x[:, 0]), gn_reference(x[:, 0], ref), **LOW_TOL[dtype])
+
+
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")  # torch's rms_norm
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize(
+    ("kind", "reference"),
+    [
+        ("layer", lambda: nn.LayerNorm(8)),
+        ("batch", lambda: nn.BatchNorm1d(8)),
+        ("rms", lambda: nn.RMSNorm(8)),
+        ("group", lambda: nn.GroupNorm(2, 8)),
+    ],
+)
+def test_a_float32_norm_returns_the_dtype_of_low_precision_input(kind, reference, dtype):
+    """Oracle: torch's float32 norm given the same low-precision input returns that dtype."""
+    ours = randomize_parameters(make_norm(kind, 8, n_groups=2), seed=45)
+    ref = reference()
+    ref.load_state_dict(ours.state_dict(), strict=True)
+    x = (torch.randn(4, 5, 8) * 3 + 1).to(dtype)
+    expected = ref(x) if kind in ("layer", "rms") else gn_reference(x, ref)
+    y = ours(x)
+    assert y.dtype == expected.dtype == dtype
+    torch.testing.assert_close(y, expected, **LOW_TOL[dtype])
+
+
+# ---------------------------------------------------------------- empty input
+
+
+def test_groupnorm_of_zero_positions_is_empty_and_silent():
+    """Identity: no positions, nothing to normalize; torch's var_mean would warn here."""
+    gn = GroupNorm(2, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = gn(torch.randn(3, 0, 8))
+        y_masked = gn(torch.randn(3, 0, 8), padding_mask=torch.zeros(3, 0, dtype=torch.bool))
+        y_batch = gn(torch.randn(0, 8))
+    assert y.shape == y_masked.shape == (3, 0, 8) and y_batch.shape == (0, 8)
+
+
+@pytest.mark.parametrize("shape", [(0, 8), (0, 5, 8), (3, 0, 8)])
+def test_batchnorm_on_empty_input_refuses_training_and_is_empty_in_eval(shape):
+    """Documented: no values, no statistics (got 0); eval is elementwise, so it is empty."""
+    bn = BatchNorm(8)
+    with pytest.raises(ValueError, match=r"more than 1 real value per feature .*got 0"):
+        bn(torch.randn(shape))
+    assert int(bn.num_batches_tracked) == 0
+    assert bn.eval()(torch.randn(shape)).shape == shape
 
 
 # ---------------------------------------------------------------- make_norm

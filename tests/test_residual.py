@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.autograd.functional import jacobian
 
-from addnorm.norms import LayerNorm, RMSNorm
+from addnorm.norms import GroupNorm, LayerNorm, RMSNorm
 from addnorm.residual import AddNorm
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -97,11 +97,50 @@ def test_an_injected_norm_module_is_used_as_is(position):
     torch.testing.assert_close(add_norm(x, sublayer), expected)
 
 
-def test_a_torch_builtin_norm_can_be_injected_when_no_mask_is_passed():
-    builtin = nn.LayerNorm(D).double()
-    add_norm = AddNorm(D, norm=builtin)
+@pytest.mark.parametrize("position", ["post", "pre"])
+@pytest.mark.parametrize(
+    "builtin",
+    [lambda: nn.LayerNorm(D), lambda: nn.RMSNorm(D), lambda: nn.RMSNorm([D]), nn.Identity],
+)
+def test_a_last_dim_torch_norm_can_be_injected_and_the_mask_is_not_passed_to_it(builtin, position):
+    """Oracle: the formula with torch's norm called as norm(h); per-token norms need no mask."""
+    norm = builtin().double()
+    add_norm = AddNorm(D, position=position, norm=norm)
     x, sublayer = torch.randn(2, 3, D, dtype=F64), fixed_linear()
-    torch.testing.assert_close(add_norm(x, sublayer), builtin(x + sublayer(x)))
+    padding_mask = torch.tensor([[False, False, True], [False, True, True]])
+    expected = norm(x + sublayer(x)) if position == "post" else x + sublayer(norm(x))
+    torch.testing.assert_close(add_norm(x, sublayer), expected)
+    torch.testing.assert_close(add_norm(x, sublayer, padding_mask=padding_mask), expected)
+
+
+@pytest.mark.parametrize(
+    "channels_first",
+    [
+        lambda: nn.BatchNorm1d(8),
+        lambda: nn.BatchNorm2d(8),
+        lambda: nn.LazyBatchNorm1d(),
+        lambda: nn.GroupNorm(2, 8),
+        lambda: nn.InstanceNorm1d(8),
+    ],
+)
+def test_a_channels_first_torch_norm_is_refused_pointing_to_addnorms_own(channels_first):
+    """nn.BatchNorm1d on (B, L, D) would normalize over L per position: the wrong axis."""
+    with pytest.raises(TypeError, match=r"dim 1 .*addnorm.norms.BatchNorm / addnorm.norms.Group"):
+        AddNorm(8, norm=channels_first())
+
+
+@pytest.mark.parametrize(
+    ("norm", "match"),
+    [
+        (nn.LayerNorm(16), r"LayerNorm has normalized_shape \(16,\).* d_model is 8"),
+        (nn.RMSNorm([4, 8]), r"RMSNorm has normalized_shape \(4, 8\).* d_model is 8"),
+        (LayerNorm(16), r"LayerNorm has d_model 16.* d_model is 8"),
+        (GroupNorm(2, 16), r"GroupNorm has d_model 16.* d_model is 8"),
+    ],
+)
+def test_an_injected_norm_of_another_width_is_refused_naming_both(norm, match):
+    with pytest.raises(ValueError, match=match):
+        AddNorm(8, norm=norm)
 
 
 @pytest.mark.parametrize("kind", ["layer", "batch", "rms", "group"])

@@ -12,6 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from addnorm.encodings import MAX_CACHED_POSITIONS
 from addnorm.rotary import RotaryEmbedding, rotate_half
 
 
@@ -103,6 +104,38 @@ def test_cache_growth_matches_direct_computation_and_stays_out_of_state_dict():
     expected = complex_rope(x, torch.arange(5, 5 + 3 * rows), 10000.0)
     torch.testing.assert_close(out, expected, atol=1e-12, rtol=0)
     assert len(rope.state_dict()) == 0
+
+
+def test_offset_past_the_cache_cap_is_computed_and_not_cached():
+    # Oracles: explicit positions (same computation, bit for bit) and complex_rope; the cached
+    # tables keep their size however large the offset.
+    rope = RotaryEmbedding(8).double()
+    rope(torch.zeros(1, 1, 5, 8, dtype=torch.float64))
+    cached_rows = rope.cos_cached.shape[0]
+    x = torch.randn(2, 2, 3, 8, dtype=torch.float64)
+    offset = 2**40
+    out = rope(x, offset=offset)
+    positions = torch.arange(offset, offset + 3)
+    assert torch.equal(out, rope(x, positions=positions))
+    torch.testing.assert_close(out, complex_rope(x, positions, 10000.0), atol=1e-9, rtol=0)
+    assert rope.cos_cached.shape[0] == rope.sin_cached.shape[0] == cached_rows
+    rope(x[:, :, :1], offset=MAX_CACHED_POSITIONS - 1)  # ends at the cap: cached
+    assert rope.cos_cached.shape[0] == MAX_CACHED_POSITIONS
+
+
+@pytest.mark.parametrize("positions", [torch.arange(3), torch.tensor([[0, 1, 2], [4, 5, 6]])])
+def test_positions_are_moved_to_the_device_of_x(positions):
+    # Documented: positions on another device are moved to x's ('meta' stands in for an
+    # accelerator: it checks devices and shapes without computing values).
+    rope = RotaryEmbedding(8).to("meta")
+    out = rope(torch.zeros(2, 2, 3, 8, device="meta"), positions=positions)
+    assert out.device.type == "meta" and out.shape == (2, 2, 3, 8)
+
+
+def test_rotate_half_keeps_leading_dims():
+    # Identity: rotating twice is multiplication by i^2 = -1, for any leading dims.
+    x = torch.randn(2, 3, 4, 6)
+    assert torch.equal(rotate_half(rotate_half(x)), -x)
 
 
 def test_low_precision_input_keeps_its_dtype():

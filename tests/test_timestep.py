@@ -1,7 +1,8 @@
 """Tests for addnorm.timestep: the seed/DiT timestep embedding, its diffusers options, the MLP.
 
 Oracles: line-by-line restatements of the seed's function (SPEC section 2) and of diffusers'
-``get_timestep_embedding``; SPEC claim 9 (frequency span); torch built-ins for the MLP.
+``get_timestep_embedding``, matched bit for bit (same float32 operations in the same order);
+SPEC claim 9 (frequency span); torch built-ins for the MLP.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from addnorm import timestep as timestep_module
 from addnorm.timestep import TimestepEmbedder, timestep_embedding
 
 
 def seed_timestep_embedding(timesteps, dim, max_period=10000, repeat_only=False):
     """SPEC section 2 (seed 004 / guided-diffusion / DiT), restated line by line."""
     if repeat_only:
-        return timesteps[:, None].float().repeat(1, dim)
+        return timesteps[:, None].repeat(1, dim)  # the seed's repeat(timesteps, 'b -> b d')
     half = dim // 2
     freqs = torch.exp(-math.log(max_period) * torch.arange(0, half, dtype=torch.float32) / half)
     args = timesteps[:, None].float() * freqs[None]
@@ -54,25 +56,33 @@ TIMESTEPS = torch.tensor([0.0, 1.0, 2.5, 17.0, 250.25, 999.0])
 
 @pytest.mark.parametrize("dim", range(2, 10))
 @pytest.mark.parametrize("max_period", [10000, 100])
-def test_defaults_equal_the_seed_function(dim, max_period):
-    # Oracle: seed_timestep_embedding (same float32 operations, so tolerance is tiny).
+def test_defaults_equal_the_seed_function_bit_for_bit(dim, max_period):
+    # Oracle: seed_timestep_embedding (the same float32 operations, so exactly equal).
     expected = seed_timestep_embedding(TIMESTEPS, dim, max_period)
-    torch.testing.assert_close(timestep_embedding(TIMESTEPS, dim, max_period), expected)
+    assert torch.equal(timestep_embedding(TIMESTEPS, dim, max_period), expected)
 
 
 @pytest.mark.parametrize("dim", [1, 4, 7])
-def test_repeat_only_repeats_the_timesteps(dim):
-    # Oracle: the seed's repeat_only branch, result[n, j] = t_n.
-    out = timestep_embedding(TIMESTEPS, dim, repeat_only=True)
-    assert torch.equal(out, seed_timestep_embedding(TIMESTEPS, dim, repeat_only=True))
-
-
 @pytest.mark.parametrize(
-    ("flip", "shift", "scale", "max_period", "dim"),
-    list(itertools.product([False, True], [0, 1], [1, 2.5], [10000, 1000], [4, 5, 8, 9, 32])),
+    "timesteps", [TIMESTEPS, torch.tensor([1, 999, 2**30 + 1]), torch.tensor([3, 7]).int()]
 )
-def test_keywords_reproduce_diffusers_for_every_combination(flip, shift, scale, max_period, dim):
-    # Oracle: diffusers_timestep_embedding with the same options (see the docstring table).
+def test_repeat_only_repeats_the_timesteps_in_their_dtype(timesteps, dim):
+    # Oracle: the seed's repeat_only branch, result[n, j] = t_n; integers stay integers (so
+    # 2**30 + 1 is not rounded by float32).
+    out = timestep_embedding(timesteps, dim, repeat_only=True)
+    assert out.dtype == timesteps.dtype
+    assert torch.equal(out, seed_timestep_embedding(timesteps, dim, repeat_only=True))
+
+
+DIFFUSERS_CASES = list(
+    itertools.product([False, True], [0, 1, 0.5], [1, 2.5], [10000, 1000], [4, 5, 6, 7, 8, 9, 32])
+) + [(flip, 0, 1, 10000, dim) for flip in (False, True) for dim in (2, 3)]
+
+
+@pytest.mark.parametrize(("flip", "shift", "scale", "max_period", "dim"), DIFFUSERS_CASES)
+def test_keywords_reproduce_diffusers_bit_for_bit(flip, shift, scale, max_period, dim):
+    # Oracle: diffusers_timestep_embedding with the same options (see the module docstring's
+    # table); the same float32 operations in the same order, so exactly equal.
     expected = diffusers_timestep_embedding(
         TIMESTEPS, dim, flip_sin_to_cos=flip, downscale_freq_shift=shift, scale=scale,
         max_period=max_period,
@@ -80,14 +90,14 @@ def test_keywords_reproduce_diffusers_for_every_combination(flip, shift, scale, 
     got = timestep_embedding(
         TIMESTEPS, dim, max_period, flip_sin_to_cos=flip, downscale_freq_shift=shift, scale=scale
     )
-    torch.testing.assert_close(got, expected)
+    assert torch.equal(got, expected)
 
 
 def test_diffusers_defaults_map_to_flip_false_shift_one():
     # Docstring table row 1: diffusers' defaults (flip False, shift 1) are not ours.
     expected = diffusers_timestep_embedding(TIMESTEPS, 16)
     got = timestep_embedding(TIMESTEPS, 16, flip_sin_to_cos=False, downscale_freq_shift=1)
-    torch.testing.assert_close(got, expected)
+    assert torch.equal(got, expected)
     assert not torch.allclose(timestep_embedding(TIMESTEPS, 16), expected)
 
 
@@ -109,7 +119,7 @@ def test_frequencies_span_one_down_to_one_over_max_period(dim, max_period):
 def test_scalars_and_lists_become_one_row(timesteps):
     # Oracle: the seed function on the 1-D tensor [7.].
     expected = seed_timestep_embedding(torch.tensor([7.0]), 6)
-    torch.testing.assert_close(timestep_embedding(timesteps, 6), expected)
+    assert torch.equal(timestep_embedding(timesteps, 6), expected)
 
 
 def test_float64_timesteps_stay_float64():
@@ -123,17 +133,44 @@ def test_float64_timesteps_stay_float64():
     torch.testing.assert_close(out, torch.cat([args.cos(), args.sin()], -1), atol=1e-14, rtol=0)
 
 
-def test_warns_when_timesteps_look_normalized_to_unit_interval():
+@pytest.fixture
+def not_yet_warned(monkeypatch):
+    """A process that has not issued the once-per-process unit-interval warning yet."""
+    monkeypatch.setattr(timestep_module, "_warned_unit_timesteps", False)
+
+
+def test_warns_when_timesteps_look_normalized_to_unit_interval(not_yet_warned):
     # Known pitfall: t in [0, 1] with max_period 10000 leaves most channels nearly constant.
     with pytest.warns(UserWarning, match=r"all timesteps lie in \[0, 1\].*max_period \(10000\)"):
         timestep_embedding(torch.tensor([0.0, 0.25, 1.0]), 16)
+
+
+def test_the_unit_interval_warning_is_issued_once_per_process(not_yet_warned):
+    # Documented: once per process whatever the warnings filter (a module-level flag).
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        timestep_embedding(torch.tensor([0.5]), 16)
+        timestep_embedding(torch.tensor([0.25, 0.75]), 16)
+        TimestepEmbedder(8, d_freq=16)(torch.tensor([0.5]))
+    assert len(caught) == 1 and "[0, 1]" in str(caught[0].message)
+    assert timestep_module._warned_unit_timesteps
+
+
+def test_values_are_not_checked_while_compiling(not_yet_warned, monkeypatch):
+    # Documented: under torch.compile no host sync, so neither the warning nor the NaN check.
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        timestep_embedding(torch.tensor([0.5]), 16)
+        assert torch.isnan(timestep_embedding(torch.tensor([math.nan]), 4)).all()
+    assert not timestep_module._warned_unit_timesteps
 
 
 @pytest.mark.parametrize(
     ("timesteps", "max_period"),
     [([0.0, 0.25, 1.0], 100), ([0, 1, 0], 10000), ([0.5, 2.0], 10000), ([0], 10000)],
 )
-def test_does_not_warn_for_integer_steps_or_small_periods(timesteps, max_period):
+def test_does_not_warn_for_integer_steps_or_small_periods(timesteps, max_period, not_yet_warned):
     # Integer timesteps 0/1 are ordinary diffusion steps; small periods suit normalized t.
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -211,6 +248,14 @@ def test_embedder_constructor_rejects_bad_arguments(kwargs, error, match):
         TimestepEmbedder(**kwargs)
 
 
+def test_embedder_moves_timesteps_to_its_weights_device():
+    # Documented: t is moved to the weights' device ('meta' stands in for an accelerator: it
+    # checks devices and shapes without computing values; integer t needs no value check).
+    embedder = TimestepEmbedder(8, d_freq=16).to("meta")
+    out = embedder(torch.tensor([1, 500]))
+    assert out.device.type == "meta" and out.shape == (2, 8)
+
+
 def test_embedder_rejects_bad_timesteps():
     with pytest.raises(ValueError, match=r"timesteps must be a scalar or have 1 dim"):
         TimestepEmbedder(8)(torch.zeros(2, 2))
@@ -223,3 +268,4 @@ def test_embedder_runs_on_cuda_with_python_scalars():
     cpu = embedder(torch.tensor([5.0, 50.0]))
     gpu = embedder.cuda()
     torch.testing.assert_close(gpu([5.0, 50.0]).cpu(), cpu, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(gpu(torch.tensor([5.0, 50.0])).cpu(), cpu, atol=1e-5, rtol=1e-4)

@@ -8,13 +8,17 @@ a NaN, a silently wrong shape or a stack trace from deep inside torch.
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 from collections.abc import Container, Sequence
 
 import torch
 
 __all__ = [
+    "check_bool",
     "check_bool_mask",
     "check_choice",
+    "check_dtype",
     "check_float",
     "check_int",
     "check_positions",
@@ -24,9 +28,14 @@ __all__ = [
 
 
 def check_int(name: str, value: object, *, min_value: int | None = None) -> int:
-    """Return ``value`` as an int, or raise if it is not an integer (bools rejected) >= min."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """Return ``value`` as a Python int, or raise if it is not an integer >= ``min_value``.
+
+    Any ``numbers.Integral`` is accepted (Python and NumPy integers) and converted with
+    ``operator.index``; bools, floats (even whole ones) and tensors are refused.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    value = operator.index(value)
     if min_value is not None and value < min_value:
         raise ValueError(f"{name} must be >= {min_value}, got {value}")
     return value
@@ -40,8 +49,11 @@ def check_float(
     min_inclusive: bool = True,
     max_value: float | None = None,
 ) -> float:
-    """Return ``value`` as a finite float, or raise naming it; bounds are optional."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    """Return ``value`` as a finite Python float, or raise naming it; bounds are optional.
+
+    Any ``numbers.Real`` is accepted (Python and NumPy ints and floats); bools are refused.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number, got {type(value).__name__} ({value!r})")
     value = float(value)
     if not math.isfinite(value):
@@ -53,6 +65,24 @@ def check_float(
             raise ValueError(f"{name} must be {op} {min_value}, got {value}")
     if max_value is not None and value > max_value:
         raise ValueError(f"{name} must be <= {max_value}, got {value}")
+    return value
+
+
+def check_bool(name: str, value: object) -> bool:
+    """A flag that must be a real ``bool`` (``0``, ``1`` or ``"no"`` are refused)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} ({value!r})")
+    return value
+
+
+def check_dtype(name: str, value: object, *, floating: bool = False) -> torch.dtype | None:
+    """``None`` or a ``torch.dtype`` (a floating-point one when ``floating``)."""
+    if value is None:
+        return None
+    if not isinstance(value, torch.dtype):
+        raise TypeError(f"{name} must be a torch.dtype, got {type(value).__name__} ({value!r})")
+    if floating and not value.is_floating_point:
+        raise TypeError(f"{name} must be a floating-point dtype, got {value}")
     return value
 
 

@@ -19,6 +19,10 @@ Three sinusoidal layouts are in use in real systems; they are chosen by name:
 
 The relative-position property ``PE(p + k) = T(k) PE(p)`` (:func:`relative_shift_matrix`) is
 stated for the interleaved layout, as in SPEC section 1.
+
+Angles ``p * w_i`` are computed in float64 and rounded once to the result dtype, except on
+Apple's ``mps`` device, which has no float64: there they are computed in float32
+(:func:`angle_dtype`), so an angle's rounding error grows to about 6e-8 times the position.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from torch import nn
 
 from addnorm._checks import (
     check_choice,
+    check_dtype,
     check_float,
     check_int,
     check_positions,
@@ -39,6 +44,7 @@ from addnorm._checks import (
 
 __all__ = [
     "LAYOUTS",
+    "MAX_CACHED_POSITIONS",
     "LearnedPositionalEmbedding",
     "SinusoidalPositionalEncoding",
     "relative_shift_matrix",
@@ -47,9 +53,19 @@ __all__ = [
 
 LAYOUTS = ("interleaved", "halves", "whisper")
 
+# Position modules cache rows 0 .. n-1 with n a power of two up to this cap; rows beyond it
+# (an offset of 2**40, say) are computed for each call instead of growing the cache.
+MAX_CACHED_POSITIONS = 1 << 16
+
+
+def angle_dtype(device: torch.device) -> torch.dtype:
+    """float64 for position angles, or float32 on ``mps``, which has no float64."""
+    return torch.float32 if device.type == "mps" else torch.float64
+
 
 def _frequencies(d_model: int, base: float, layout: str, device: torch.device) -> torch.Tensor:
-    """Angular frequencies in float64: ``ceil(D/2)`` of them (``D/2`` for whisper)."""
+    """Angular frequencies in ``angle_dtype``: ``ceil(D/2)`` of them (``D/2`` for whisper)."""
+    dtype = angle_dtype(device)
     if layout == "whisper":
         if d_model % 2 or d_model < 4:
             raise ValueError(
@@ -57,9 +73,9 @@ def _frequencies(d_model: int, base: float, layout: str, device: torch.device) -
                 f"d_model/2 - 1), got d_model ({d_model})"
             )
         half = d_model // 2
-        j = torch.arange(half, dtype=torch.float64, device=device)
+        j = torch.arange(half, dtype=dtype, device=device)
         return torch.exp(-math.log(base) / (half - 1) * j)
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device=device)
+    two_i = torch.arange(0, d_model, 2, dtype=dtype, device=device)
     return base ** (-two_i / d_model)
 
 
@@ -91,7 +107,7 @@ def sinusoidal_encoding(
         base: the constant in ``w_i = base^(-2i/D)`` (10000 in the paper); must be > 1.
         layout: ``"interleaved"``, ``"halves"`` or ``"whisper"`` (see the module docstring).
         dtype: result dtype; default float64 for float64 positions, float32 otherwise.
-            The angles are always computed in float64 and rounded once at the end.
+            The angles are computed in float64 (float32 on ``mps``) and rounded once at the end.
         device: device of the result; default the positions' device (CPU for an int count).
 
     Shapes:
@@ -101,17 +117,17 @@ def sinusoidal_encoding(
     d_model = check_int("d_model", d_model, min_value=1)
     base = check_float("base", base, min_value=1.0, min_inclusive=False)
     layout = check_choice("layout", layout, LAYOUTS)
+    dtype = check_dtype("dtype", dtype, floating=True)
     if isinstance(positions, torch.Tensor):
         pos = _check_positions_1d(positions)
         default_dtype = torch.float64 if pos.dtype == torch.float64 else torch.float32
         device = pos.device if device is None else torch.device(device)
-        pos = pos.to(device=device, dtype=torch.float64)
     else:
         count = check_int("positions", positions, min_value=0)
         default_dtype = torch.float32
-        pos = torch.arange(count, dtype=torch.float64, device=device)
-    if dtype is not None and not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating-point dtype, got {dtype}")
+        device = torch.device("cpu" if device is None else device)
+        pos = torch.arange(count, device=device)
+    pos = pos.to(device=device, dtype=angle_dtype(device))  # (P,)
     freqs = _frequencies(d_model, base, layout, pos.device)
     angles = pos[:, None] * freqs[None, :]  # (P, ceil(D/2))
     if layout == "interleaved":
@@ -150,13 +166,12 @@ def relative_shift_matrix(
             f"relative_shift_matrix needs an even d_model, got d_model ({d_model}): the last "
             "sine column of an odd d_model has no cosine partner, so no linear map shifts it"
         )
-    if dtype is not None and not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating-point dtype, got {dtype}")
+    dtype = check_dtype("dtype", dtype, floating=True)
     wk = _frequencies(d_model, base, "interleaved", torch.device(device or "cpu")) * k
     cos, sin = wk.cos(), wk.sin()
     sin_rows = torch.arange(0, d_model, 2, device=wk.device)
     cos_rows = sin_rows + 1
-    shift = torch.zeros(d_model, d_model, dtype=torch.float64, device=wk.device)
+    shift = torch.zeros(d_model, d_model, dtype=wk.dtype, device=wk.device)
     shift[sin_rows, sin_rows] = cos
     shift[sin_rows, cos_rows] = sin
     shift[cos_rows, sin_rows] = -sin
@@ -174,7 +189,10 @@ class SinusoidalPositionalEncoding(nn.Module):
     There is no maximum length. Rows ``0 .. n-1`` are cached in a non-persistent buffer
     (``table``, absent from ``state_dict``) that grows, to the next power of two, the first time
     a longer input arrives; call :meth:`reserve` beforehand to keep the growth out of the hot
-    path. Explicit ``positions`` (fractional, negative or per-row) are computed directly.
+    path. The automatic growth stops at ``MAX_CACHED_POSITIONS`` (2**16) rows: rows past the
+    cache (a huge ``offset``) are computed for each call, so the memory held stays bounded
+    (:meth:`reserve` may still cache more on request). Explicit ``positions`` (fractional,
+    negative or per-row) are computed directly, on x's device.
     """
 
     table: torch.Tensor
@@ -196,7 +214,10 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.register_buffer("table", empty, persistent=False)
 
     def reserve(self, length: int) -> None:
-        """Make sure the cached table holds at least ``length`` rows (a pure cache fill)."""
+        """Make sure the cached table holds at least ``length`` rows (a pure cache fill).
+
+        The table grows to the next power of two >= ``length``; no cap applies here.
+        """
         length = check_int("length", length, min_value=0)
         if length <= self.table.shape[0]:
             return
@@ -207,12 +228,28 @@ class SinusoidalPositionalEncoding(nn.Module):
         )
 
     def encoding(
-        self, batch: int, length: int, *, offset: int = 0, positions: torch.Tensor | None = None
+        self, length: int, *, offset: int = 0, positions: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """The PE rows for a (B, L) input: (L, D) from the cache, or (B, L, D) per row."""
-        if positions is None:
-            self.reserve(offset + length)
-            return self.table[offset : offset + length]  # (L, D)
+        """The PE rows of ``length`` tokens from ``offset``, or of explicit ``positions``.
+
+        Rows ``offset .. offset + length - 1`` come from the cache, which grows up to
+        ``MAX_CACHED_POSITIONS`` rows; rows beyond it are computed for this call only.
+
+        Shapes:
+            positions: (L,) or (B, L)
+            returns: (L, D), or (B, L, D) for per-row positions
+        """
+        if positions is not None:
+            return self._computed(positions)  # (L, D) or (B, L, D)
+        end = offset + length
+        if self.table.shape[0] < end <= MAX_CACHED_POSITIONS:
+            self.reserve(end)
+        if end <= self.table.shape[0]:
+            return self.table[offset:end]  # (L, D)
+        return self._computed(torch.arange(offset, end, device=self.table.device))  # (L, D)
+
+    def _computed(self, positions: torch.Tensor) -> torch.Tensor:
+        """PE rows computed (not cached) for (L,) or (B, L) positions, on their device."""
         pe = sinusoidal_encoding(
             positions.reshape(-1), self.d_model, base=self.base, layout=self.layout,
             dtype=self.table.dtype,
@@ -228,7 +265,8 @@ class SinusoidalPositionalEncoding(nn.Module):
             x: token embeddings.
             offset: position of the first token (tokens already in a decoding cache).
             positions: explicit positions, shared (L,) or per row (B, L), e.g. for left-padded
-                batched decoding; when given, ``offset`` is ignored.
+                batched decoding; when given, ``offset`` is ignored. They are moved to x's
+                device if they live elsewhere.
 
         Shapes:
             x: (B, L, D)
@@ -239,8 +277,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         offset = check_int("offset", offset, min_value=0)
         batch, length, _ = x.shape
         if positions is not None:
-            positions = check_positions(positions, batch, length)
-        pe = self.encoding(batch, length, offset=offset, positions=positions)
+            positions = check_positions(positions, batch, length).to(x.device)
+        pe = self.encoding(length, offset=offset, positions=positions)
         return self.dropout(x + pe.to(x.dtype))
 
 
@@ -264,21 +302,24 @@ class LearnedPositionalEmbedding(nn.Module):
         nn.init.normal_(self.embedding.weight, mean=0.0, std=0.02)
 
     def _indices(self, positions: torch.Tensor) -> torch.Tensor:
-        """Positions as long indices in ``[0, max_len)``, or a ValueError naming the culprit."""
+        """Positions as long indices in ``[0, max_len)``, or a ValueError naming the culprit.
+
+        The range is checked on the given values, before the conversion to long (a float such
+        as 1e20 would wrap around in it).
+        """
         if positions.is_floating_point():
             fractional = positions != positions.round()
             if bool(fractional.any()):
                 bad = positions[fractional][0].item()
                 raise ValueError(f"positions must be whole numbers for a learned table, got {bad}")
-        index = positions.long()
-        if index.numel() and int(index.min()) < 0:
-            raise ValueError(f"positions must be >= 0, got {int(index.min())}")
-        if index.numel() and int(index.max()) >= self.max_len:
+        if positions.numel() and bool(positions.min() < 0):
+            raise ValueError(f"positions must be >= 0, got {positions.min().item()}")
+        if positions.numel() and bool(positions.max() >= self.max_len):
             raise ValueError(
-                f"position {int(index.max())} is out of range for max_len ({self.max_len}); "
-                "a learned table has no row for it"
+                f"position {positions.max().item()} is out of range for max_len "
+                f"({self.max_len}); a learned table has no row for it"
             )
-        return index
+        return positions.long()
 
     def forward(
         self, x: torch.Tensor, *, offset: int = 0, positions: torch.Tensor | None = None
@@ -289,6 +330,7 @@ class LearnedPositionalEmbedding(nn.Module):
             x: token embeddings.
             offset: position of the first token; ``offset + L`` must not exceed ``max_len``.
             positions: explicit whole-number positions, (L,) or (B, L); overrides ``offset``.
+                They are moved to x's device if they live elsewhere.
 
         Shapes:
             x: (B, L, D)
@@ -306,5 +348,6 @@ class LearnedPositionalEmbedding(nn.Module):
                 )
             index = torch.arange(offset, offset + length, device=x.device)  # (L,)
         else:
-            index = self._indices(check_positions(positions, batch, length))
+            positions = check_positions(positions, batch, length)
+            index = self._indices(positions).to(x.device)  # checked where it was given
         return self.dropout(x + self.embedding(index).to(x.dtype))

@@ -18,6 +18,11 @@ only in which values the statistics ``mu, sigma^2`` are taken over:
 Padding positions are *not* zeroed: they are normalized with the same statistics as the real
 tokens, so every norm stays an elementwise affine map per (sample, feature) once its
 statistics are known. Downstream attention ignores padded keys anyway.
+
+Dtypes: the output has x's dtype whatever the parameters' dtype (a float32 norm applied to
+bfloat16 activations returns bfloat16), as in torch's norms. BatchNorm and GroupNorm take
+their statistics, and normalize, in ``torch.promote_types(x.dtype, torch.float32)``: a
+float16 variance overflows at 65504 (a feature with std 256), which would zero the output.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from addnorm._checks import (
+    check_bool,
     check_bool_mask,
     check_choice,
     check_float,
@@ -53,12 +59,17 @@ def _check_norm_input(
             "padding_mask is only meaningful for (B, L, D) input; "
             f"got x of shape {tuple(x.shape)} (B, D)"
         )
-    mask = check_bool_mask("padding_mask (True = padding)", padding_mask, x.shape[:2])
-    return x, mask
+    padding_mask = check_bool_mask("padding_mask (True = padding)", padding_mask, x.shape[:2])
+    return x, padding_mask
 
 
 def _check_eps(eps: object) -> float:
     return check_float("eps", eps, min_value=0.0)
+
+
+def _statistics_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for float16 / bfloat16 input (torch's accumulation type), else the input's."""
+    return torch.promote_types(dtype, torch.float32)
 
 
 def _masked_var_mean(
@@ -94,8 +105,8 @@ class LayerNorm(nn.Module):
         super().__init__()
         self.d_model = check_int("d_model", d_model, min_value=1)
         self.eps = _check_eps(eps)
-        self.weight = nn.Parameter(torch.ones(d_model))
-        self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None
+        self.weight = nn.Parameter(torch.ones(self.d_model))
+        self.bias = nn.Parameter(torch.zeros(self.d_model)) if check_bool("bias", bias) else None
 
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Normalize each token over its features; ``padding_mask`` is accepted and ignored.
@@ -122,7 +133,7 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.d_model = check_int("d_model", d_model, min_value=1)
         self.eps = None if eps is None else _check_eps(eps)
-        self.weight = nn.Parameter(torch.ones(d_model))
+        self.weight = nn.Parameter(torch.ones(self.d_model))
 
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Scale each token by its root mean square; ``padding_mask`` is accepted and ignored.
@@ -158,6 +169,14 @@ class BatchNorm(nn.Module):
     A batch of one sequence with L > 1 real tokens is fine. Counting the real tokens of a
     masked batch reads one number back from the device (a sync on CUDA).
 
+    Empty input (B = 0 or L = 0) in training raises the same ``ValueError`` ("got 0"): there
+    are no statistics to normalize with or to fold into the running ones. (``nn.BatchNorm1d``
+    instead returns an empty tensor and counts the batch in ``num_batches_tracked``.) In eval
+    mode empty input returns an empty tensor.
+
+    Statistics and running statistics are computed in float32 for float16 / bfloat16 input (the
+    module docstring says why); the output has x's dtype.
+
     Padding positions in the output are normalized with the same statistics as real tokens.
     Their values never enter the statistics (they are selected out, not multiplied by 0), but
     keep them finite: a NaN there stays NaN in its own output and in the backward pass.
@@ -174,10 +193,10 @@ class BatchNorm(nn.Module):
         if momentum is not None:
             momentum = check_float("momentum", momentum, min_value=0.0, max_value=1.0)
         self.momentum = momentum
-        self.weight = nn.Parameter(torch.ones(d_model))
-        self.bias = nn.Parameter(torch.zeros(d_model))
-        self.register_buffer("running_mean", torch.zeros(d_model))
-        self.register_buffer("running_var", torch.ones(d_model))
+        self.weight = nn.Parameter(torch.ones(self.d_model))
+        self.bias = nn.Parameter(torch.zeros(self.d_model))
+        self.register_buffer("running_mean", torch.zeros(self.d_model))
+        self.register_buffer("running_var", torch.ones(self.d_model))
         self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
 
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -188,12 +207,14 @@ class BatchNorm(nn.Module):
             returns: the shape of x.
         """
         x, padding_mask = _check_norm_input(x, padding_mask, self.d_model)
+        wide = _statistics_dtype(x.dtype)
+        h = x.to(wide)
         if self.training:
-            mean, var = self._batch_statistics(x, padding_mask)
+            mean, var = self._batch_statistics(h, padding_mask)
         else:
-            mean, var = self.running_mean.to(x.dtype), self.running_var.to(x.dtype)
-        x_hat = (x - mean) / torch.sqrt(var + self.eps)
-        return self.weight * x_hat + self.bias
+            mean, var = self.running_mean.to(wide), self.running_var.to(wide)
+        h_hat = (h - mean) / torch.sqrt(var + self.eps)
+        return (self.weight.to(wide) * h_hat + self.bias.to(wide)).to(x.dtype)
 
     def _batch_statistics(
         self, x: torch.Tensor, padding_mask: torch.Tensor | None
@@ -213,14 +234,18 @@ class BatchNorm(nn.Module):
 
     @torch.no_grad()
     def _update_running_statistics(self, mean: torch.Tensor, unbiased_var: torch.Tensor) -> None:
-        """Exponential (``momentum``) or cumulative (``momentum=None``) average, as BatchNorm1d."""
+        """Exponential (``momentum``) or cumulative (``momentum=None``) average, as BatchNorm1d.
+
+        The average is taken in the statistics' dtype and rounded once into the buffers, so a
+        float16 module keeps a finite running variance while the average itself fits float16.
+        """
         self.num_batches_tracked.add_(1)
         if self.momentum is None:
             factor = 1.0 / float(self.num_batches_tracked)
         else:
             factor = self.momentum
-        self.running_mean.lerp_(mean.detach().to(self.running_mean.dtype), factor)
-        self.running_var.lerp_(unbiased_var.detach().to(self.running_var.dtype), factor)
+        for running, batch in ((self.running_mean, mean), (self.running_var, unbiased_var)):
+            running.copy_(running.to(batch.dtype).lerp(batch.detach(), factor))
 
     def extra_repr(self) -> str:
         return f"{self.d_model}, eps={self.eps}, momentum={self.momentum}"
@@ -237,6 +262,9 @@ class GroupNorm(nn.Module):
     sample's output does not depend on its padding; padding positions are normalized with the
     same statistics. A sample that is all padding has no statistics: it is normalized with
     mean 0 and variance 1 so that its output stays finite (never NaN).
+
+    Statistics are computed in float32 for float16 / bfloat16 input; the output has x's dtype.
+    Empty input (B = 0, or L = 0) returns an empty tensor of x's shape.
     """
 
     def __init__(self, n_groups: int, d_model: int, *, eps: float = 1e-5) -> None:
@@ -246,8 +274,8 @@ class GroupNorm(nn.Module):
         if d_model % n_groups != 0:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_groups ({n_groups})")
         self.eps = _check_eps(eps)
-        self.weight = nn.Parameter(torch.ones(d_model))
-        self.bias = nn.Parameter(torch.zeros(d_model))
+        self.weight = nn.Parameter(torch.ones(self.d_model))
+        self.bias = nn.Parameter(torch.zeros(self.d_model))
 
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Normalize each sample's feature groups over the group and its real positions.
@@ -257,12 +285,15 @@ class GroupNorm(nn.Module):
             returns: the shape of x.
         """
         x, padding_mask = _check_norm_input(x, padding_mask, self.d_model)
-        seq = x if x.ndim == 3 else x.unsqueeze(1)  # (B, L, D), L = 1 for (B, D)
+        if x.numel() == 0:  # no positions: no statistics to take (torch.var_mean would warn)
+            return torch.empty_like(x)
+        h = x.to(_statistics_dtype(x.dtype))
+        seq = h if h.ndim == 3 else h.unsqueeze(1)  # (B, L, D), L = 1 for (B, D)
         groups = seq.unflatten(-1, (self.n_groups, -1))  # (B, L, G, D/G)
         mean, var = self._group_statistics(groups, padding_mask)
-        x_hat = (groups - mean) / torch.sqrt(var + self.eps)
-        y = self.weight * x_hat.flatten(-2) + self.bias  # (B, L, D)
-        return y.reshape(x.shape)  # back to (B, L, D) or (B, D)
+        h_hat = (groups - mean) / torch.sqrt(var + self.eps)
+        y = self.weight.to(h.dtype) * h_hat.flatten(-2) + self.bias.to(h.dtype)  # (B, L, D)
+        return y.reshape(x.shape).to(x.dtype)  # back to (B, L, D) or (B, D)
 
     def _group_statistics(
         self, groups: torch.Tensor, padding_mask: torch.Tensor | None
@@ -300,6 +331,7 @@ def make_norm(
     the GroupNorm paper's.
     """
     check_choice("kind", kind, NORM_KINDS)
+    check_bool("bias", bias)
     if eps is None and kind != "rms":
         raise ValueError(f"eps=None is only allowed for kind 'rms', got kind {kind!r}")
     if not bias and kind != "layer":

@@ -9,11 +9,13 @@ which is why deep Pre-LN stacks train stably where Post-LN ones need learning-ra
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from functools import partial
 
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _NormBase
 
 from addnorm._checks import check_choice, check_int, check_probability
 from addnorm.norms import _check_norm_input, make_norm
@@ -33,9 +35,16 @@ class AddNorm(nn.Module):
         position: ``"post"`` (Vaswani et al., 2017) or ``"pre"`` (Pre-LN).
         norm: a kind for :func:`addnorm.norms.make_norm` (``"layer"``, ``"batch"``, ``"rms"``,
             ``"group"``, built with ``eps``), or an ``nn.Module`` used as is (``eps`` is then
-            unused). An injected module is called as ``norm(h)``, or as
-            ``norm(h, padding_mask=padding_mask)`` when a mask is given, so torch's built-in
-            norms or ``nn.Identity()`` can be injected as long as no mask is passed.
+            unused). A module whose ``forward`` has a ``padding_mask`` parameter (addnorm's
+            norms) is called as ``norm(h, padding_mask=padding_mask)`` when a mask is given;
+            any other is called as ``norm(h)`` and the mask is not passed (this is decided once,
+            here). Of torch's own norms only the last-dim ones, such as ``nn.LayerNorm`` and
+            ``nn.RMSNorm``, can be injected (or ``nn.Identity()``): ``nn.BatchNorm1d`` /
+            ``nn.GroupNorm`` / ``nn.InstanceNorm1d`` normalize dim 1, which is L, not D, for
+            (B, L, D) input, so they raise a ``TypeError`` pointing to
+            :class:`addnorm.norms.BatchNorm` / :class:`addnorm.norms.GroupNorm`. A width the
+            module exposes (``normalized_shape``, ``num_features`` or ``d_model``) must be
+            ``d_model``.
         dropout: dropout probability on the sublayer's output (the paper's P_drop).
         eps: the norm's epsilon when ``norm`` is a kind.
 
@@ -55,13 +64,12 @@ class AddNorm(nn.Module):
         self.d_model = check_int("d_model", d_model, min_value=1)
         self.position = check_choice("position", position, POSITIONS)
         if isinstance(norm, str):
-            norm = make_norm(norm, d_model, eps=eps)
-        elif not isinstance(norm, nn.Module):
-            raise TypeError(
-                f"norm must be a norm kind (str) or an nn.Module, got {type(norm).__name__}"
-            )
+            norm = make_norm(norm, self.d_model, eps=eps)
+        else:
+            _check_injected_norm(norm, self.d_model)
         self.norm = norm
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
+        self._norm_takes_padding_mask = "padding_mask" in inspect.signature(norm.forward).parameters
 
     def forward(
         self,
@@ -73,20 +81,48 @@ class AddNorm(nn.Module):
 
         Shapes:
             x: (B, L, D) or (B, D); sublayer: maps a tensor to one of the same shape;
-            padding_mask: (B, L) bool, True = padding, passed on to the norm.
+            padding_mask: (B, L) bool, True = padding, passed on to a norm that takes it.
             returns: the shape of x.
         """
         x, padding_mask = _check_norm_input(x, padding_mask, self.d_model)
         if not callable(sublayer):
             raise TypeError(f"sublayer must be callable, got {type(sublayer).__name__}")
         f = partial(_same_shape, sublayer)
-        norm = self.norm if padding_mask is None else partial(self.norm, padding_mask=padding_mask)
+        takes_mask = padding_mask is not None and self._norm_takes_padding_mask
+        norm: Sublayer = partial(self.norm, padding_mask=padding_mask) if takes_mask else self.norm
         if self.position == "post":
             return norm(x + self.dropout(f(x)))
         return x + self.dropout(f(norm(x)))
 
     def extra_repr(self) -> str:
         return f"{self.d_model}, position={self.position!r}"
+
+
+def _check_injected_norm(norm: object, d_model: int) -> None:
+    """Refuse a non-module, a channels-first torch norm, or one whose width is not d_model."""
+    if not isinstance(norm, nn.Module):
+        raise TypeError(
+            f"norm must be a norm kind (str) or an nn.Module, got {type(norm).__name__}"
+        )
+    if isinstance(norm, _NormBase | nn.GroupNorm):
+        raise TypeError(
+            f"norm {type(norm).__name__} normalizes dim 1 (channels-first), which is L, not D, "
+            "for (B, L, D) input; use addnorm.norms.BatchNorm / addnorm.norms.GroupNorm (or "
+            "norm='batch' / norm='group'), which normalize the last dim and take padding_mask"
+        )
+    for attribute in ("normalized_shape", "num_features", "d_model"):
+        width = getattr(norm, attribute, None)
+        if isinstance(width, int) and not isinstance(width, bool):
+            shape: tuple[object, ...] | None = (width,)
+        elif isinstance(width, tuple | list):  # torch.Size is a tuple
+            shape = tuple(width)
+        else:
+            shape = None  # not exposed: nothing to check
+        if shape is not None and shape != (d_model,):
+            raise ValueError(
+                f"norm {type(norm).__name__} has {attribute} {width}, but AddNorm's d_model "
+                f"is {d_model}: the norm must act on the last dim, of width d_model"
+            )
 
 
 def _same_shape(sublayer: Sublayer, h: torch.Tensor) -> torch.Tensor:

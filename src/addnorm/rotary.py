@@ -14,6 +14,9 @@ where ``cos``/``sin`` repeat the Dh/2 angles twice along the last dim. Because e
 rotated, ``<rope(q, p), rope(k, p + m)>`` depends on the offset ``m`` only, and norms are kept.
 (The original RoFormer / Meta LLaMA checkpoints pair *adjacent* features instead; weights
 trained with one layout need their q/k projections permuted to use the other.)
+
+Angles are computed in float64 (float32 on ``mps``, which has no float64; see
+:func:`addnorm.encodings.angle_dtype`).
 """
 
 from __future__ import annotations
@@ -22,12 +25,18 @@ import torch
 from torch import nn
 
 from addnorm._checks import check_float, check_int, check_positions, check_tensor
+from addnorm.encodings import MAX_CACHED_POSITIONS, angle_dtype
 
 __all__ = ["RotaryEmbedding", "rotate_half"]
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """``[x1 | x2] -> [-x2 | x1]`` on the last dim: multiplication by ``i`` for each pair."""
+    """``[x1 | x2] -> [-x2 | x1]`` on the last dim: multiplication by ``i`` for each pair.
+
+    Shapes:
+        x: (..., Dh), Dh even
+        returns: (..., Dh)
+    """
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat([-x2, x1], dim=-1)
 
@@ -37,9 +46,11 @@ class RotaryEmbedding(nn.Module):
 
     ``cos``/``sin`` tables for positions ``0 .. n-1`` are cached in non-persistent buffers
     (absent from ``state_dict``) that grow, to the next power of two, when a longer input
-    arrives; :meth:`reserve` fills them ahead of time. Explicit ``positions`` (fractional or per
-    row) are computed directly. The rotation is done in the wider of x's dtype and the tables'
-    dtype and the result is cast back to x's dtype.
+    arrives; :meth:`reserve` fills them ahead of time. The automatic growth stops at
+    ``MAX_CACHED_POSITIONS`` (2**16) positions: positions past the cache (a huge ``offset``)
+    are computed for each call, so the memory held stays bounded. Explicit ``positions``
+    (fractional or per row) are computed directly, on x's device. The rotation is done in the
+    wider of x's dtype and the tables' dtype and the result is cast back to x's dtype.
     """
 
     cos_cached: torch.Tensor
@@ -54,37 +65,44 @@ class RotaryEmbedding(nn.Module):
                 "rotated in pairs (j, j + d_head/2)"
             )
         self.base = check_float("base", base, min_value=1.0, min_inclusive=False)
-        cos, sin = self._tables(torch.zeros(0, dtype=torch.float64), torch.float32)
+        cos, sin = self._tables(torch.zeros(0), torch.float32)
         self.register_buffer("cos_cached", cos, persistent=False)
         self.register_buffer("sin_cached", sin, persistent=False)
 
     def _tables(
         self, positions: torch.Tensor, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``cos``/``sin`` of ``pos * theta``, repeated for both halves; angles in float64."""
-        two_j = torch.arange(0, self.d_head, 2, dtype=torch.float64, device=positions.device)
+        """``cos``/``sin`` of ``pos * theta``, repeated for both halves; angles in angle_dtype."""
+        wide = angle_dtype(positions.device)
+        two_j = torch.arange(0, self.d_head, 2, dtype=wide, device=positions.device)
         theta = self.base ** (-two_j / self.d_head)  # (Dh/2,)
-        angles = positions.to(torch.float64)[..., None] * theta  # (..., Dh/2)
+        angles = positions.to(wide)[..., None] * theta  # (..., Dh/2)
         angles = torch.cat([angles, angles], dim=-1)  # (..., Dh)
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
     def reserve(self, length: int) -> None:
-        """Make sure the cached tables hold at least ``length`` positions (a pure cache fill)."""
+        """Make sure the cached tables hold at least ``length`` positions (a pure cache fill).
+
+        The tables grow to the next power of two >= ``length``; no cap applies here.
+        """
         length = check_int("length", length, min_value=0)
         if length <= self.cos_cached.shape[0]:
             return
         rows = 1 << (length - 1).bit_length()
-        positions = torch.arange(rows, dtype=torch.float64, device=self.cos_cached.device)
+        positions = torch.arange(rows, device=self.cos_cached.device)
         self.cos_cached, self.sin_cached = self._tables(positions, self.cos_cached.dtype)
 
     def _cos_sin(
-        self, batch: int, length: int, offset: int, positions: torch.Tensor | None
+        self, length: int, offset: int, positions: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tables broadcastable against (B, H, L, Dh)."""
+        """Tables broadcastable against (B, H, L, Dh): cached rows, or computed ones."""
         if positions is None:
-            self.reserve(offset + length)
-            rows = slice(offset, offset + length)
-            return self.cos_cached[rows], self.sin_cached[rows]  # (L, Dh)
+            end = offset + length
+            if self.cos_cached.shape[0] < end <= MAX_CACHED_POSITIONS:
+                self.reserve(end)
+            if end <= self.cos_cached.shape[0]:
+                return self.cos_cached[offset:end], self.sin_cached[offset:end]  # (L, Dh)
+            positions = torch.arange(offset, end, device=self.cos_cached.device)  # (L,)
         cos, sin = self._tables(positions, self.cos_cached.dtype)  # (L, Dh) or (B, L, Dh)
         if positions.ndim == 2:
             cos, sin = cos[:, None], sin[:, None]  # (B, 1, L, Dh)
@@ -99,7 +117,8 @@ class RotaryEmbedding(nn.Module):
             x: per-head queries or keys.
             offset: position of the first token (keys already in a decoding cache).
             positions: explicit positions, shared (L,) or per row (B, L), e.g. for left-padded
-                batched decoding; when given, ``offset`` is ignored.
+                batched decoding; when given, ``offset`` is ignored. They are moved to x's
+                device if they live elsewhere.
 
         Shapes:
             x: (B, H, L, Dh)
@@ -114,8 +133,8 @@ class RotaryEmbedding(nn.Module):
         offset = check_int("offset", offset, min_value=0)
         batch, _, length, _ = x.shape
         if positions is not None:
-            positions = check_positions(positions, batch, length)
-        cos, sin = self._cos_sin(batch, length, offset, positions)
+            positions = check_positions(positions, batch, length).to(x.device)
+        cos, sin = self._cos_sin(length, offset, positions)
         wide = torch.promote_types(x.dtype, cos.dtype)
         x_wide = x.to(wide)
         return (x_wide * cos.to(wide) + rotate_half(x_wide) * sin.to(wide)).to(x.dtype)

@@ -5,6 +5,20 @@ Shapes legend: N number of timesteps (one per sample), D d_model.
 The sinusoidal part differs from the positional encoding of :mod:`addnorm.encodings` in three
 ways (SPEC section 2): concatenated halves instead of interleaving, cos before sin, and the
 exponent ``k/half`` instead of ``2i/d``.
+
+:func:`timestep_embedding`'s keywords generalise the seed's function to diffusers'
+``get_timestep_embedding``: the exponent divisor becomes ``half - downscale_freq_shift``, the
+angles are multiplied by ``scale``, and ``flip_sin_to_cos=False`` gives ``[sin | cos]``. Note
+that diffusers' own defaults (``flip_sin_to_cos=False, downscale_freq_shift=1``) are not ours:
+
+| diffusers ``get_timestep_embedding(...)``  | addnorm ``timestep_embedding(...)``          |
+|--------------------------------------------|----------------------------------------------|
+| ``(t, d)`` (its defaults: flip False,      | ``(t, d, flip_sin_to_cos=False,``            |
+| shift 1)                                   | ``downscale_freq_shift=1)``                  |
+| ``(t, d, flip_sin_to_cos=True,``           | ``(t, d)`` (our defaults)                    |
+| ``downscale_freq_shift=0)`` (SD, DiT)      |                                              |
+| ``(t, d, f, s, c, m)``, positionally:      | ``(t, d, m, flip_sin_to_cos=f,``             |
+| flip, shift, scale, max_period             | ``downscale_freq_shift=s, scale=c)``         |
 """
 
 from __future__ import annotations
@@ -15,7 +29,7 @@ import warnings
 import torch
 from torch import nn
 
-from addnorm._checks import check_float, check_int
+from addnorm._checks import check_bool, check_float, check_int
 
 __all__ = ["TimestepEmbedder", "timestep_embedding"]
 
@@ -47,24 +61,53 @@ def _as_timesteps(timesteps: object, device: torch.device | None = None) -> torc
     return t
 
 
+# Set once the "timesteps look normalized" warning has been issued: it is issued once per
+# process whatever the warnings filter, and the check (a host sync) is skipped afterwards.
+_warned_unit_timesteps = False
+
+
 def _check_values(t: torch.Tensor, max_period: float) -> None:
-    """Reject non-finite timesteps; warn when they look normalized to [0, 1] (one host sync)."""
-    if t.numel() == 0:
+    """Reject non-finite timesteps; warn once when they look normalized to [0, 1].
+
+    Reads one bool or three back from the device (a host sync) for float timesteps, none for
+    integer ones; skipped entirely under ``torch.compile`` (no sync, no graph break).
+    """
+    global _warned_unit_timesteps
+    if t.numel() == 0 or not t.is_floating_point() or torch.compiler.is_compiling():
         return
     t = t.double()
+    look_for_unit = max_period >= 1000 and not _warned_unit_timesteps
+    if not look_for_unit:
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"timesteps must be finite, got {t[~torch.isfinite(t)][0].item()}")
+        return
     finite, in_unit, fractional = torch.stack(
         [torch.isfinite(t).all(), ((t >= 0) & (t <= 1)).all(), (t != t.round()).any()]
     ).tolist()
     if not finite:
         raise ValueError(f"timesteps must be finite, got {t[~torch.isfinite(t)][0].item()}")
-    if in_unit and fractional and max_period >= 1000:
+    if in_unit and fractional:
+        _warned_unit_timesteps = True
         warnings.warn(
             f"all timesteps lie in [0, 1] while max_period ({max_period:g}) >= 1000: most "
             "channels then stay nearly constant. Pass integer-scale timesteps (e.g. t * 1000) "
-            "or a smaller max_period.",
+            "or a smaller max_period. (Warned once per process.)",
             UserWarning,
             stacklevel=3,
         )
+
+
+def _half_width(dim: int, shift: float) -> int:
+    """``dim // 2``, the number of frequencies, which must exceed ``shift`` (the divisor)."""
+    half = dim // 2
+    if half == 0:
+        raise ValueError(f"dim ({dim}) must be >= 2 for sinusoids (half = dim // 2 = 0)")
+    if half - shift <= 0:
+        raise ValueError(
+            f"dim // 2 ({half}) must exceed downscale_freq_shift ({shift}), else the exponent "
+            f"divides by {half - shift:g}; use dim >= {2 * math.floor(shift) + 2}"
+        )
+    return half
 
 
 def timestep_embedding(
@@ -84,37 +127,26 @@ def timestep_embedding(
         half = dim // 2;  freqs = exp(-ln(max_period) * arange(half) / half)   # 1 .. ~1/max_period
         args = t[:, None] * freqs[None];  emb = [cos(args) | sin(args)]  (+ a zero column if odd)
 
-    The keywords generalise it to diffusers' ``get_timestep_embedding``: the exponent
-    divisor becomes ``half - downscale_freq_shift``, the angles are multiplied by ``scale``,
-    and ``flip_sin_to_cos=False`` gives ``[sin | cos]``. Note diffusers' own defaults
-    (``flip_sin_to_cos=False, downscale_freq_shift=1``) are not ours:
-
-    | diffusers ``get_timestep_embedding(...)``  | addnorm ``timestep_embedding(...)``          |
-    |--------------------------------------------|----------------------------------------------|
-    | ``(t, d)`` (its defaults: flip False,      | ``(t, d, flip_sin_to_cos=False,``            |
-    | shift 1)                                   | ``downscale_freq_shift=1)``                  |
-    | ``(t, d, flip_sin_to_cos=True,``           | ``(t, d)`` (our defaults)                    |
-    | ``downscale_freq_shift=0)`` (SD, DiT)      |                                              |
-    | ``(t, d, f, s, c, m)``, positionally:      | ``(t, d, m, flip_sin_to_cos=f,``             |
-    | flip, shift, scale, max_period             | ``downscale_freq_shift=s, scale=c)``         |
+    The keywords reproduce diffusers' ``get_timestep_embedding`` (mapped in the module doc).
 
     Args:
         timesteps: one per sample; a 1-D tensor, a 0-d tensor, a number or a list. May be
-            fractional. A warning is issued when they all lie in [0, 1], some fractionally,
-            while ``max_period >= 1000`` (normalized t with a pixel-diffusion period: most
-            channels then barely move).
+            fractional. A warning is issued, once per process, when they all lie in [0, 1],
+            some fractionally, while ``max_period >= 1000`` (normalized t with a
+            pixel-diffusion period: most channels then barely move).
         dim: output width; odd ``dim`` appends one zero column. Must leave
             ``dim // 2 > downscale_freq_shift`` (where diffusers would divide by 0 and return
             NaN, e.g. ``dim`` 2 or 3 with shift 1, this raises), so ``dim >= 2``.
         max_period: sets the lowest frequency (~``1/max_period``); must be > 0.
-        repeat_only: return ``t`` repeated ``dim`` times (``result[n, j] = t_n``), no sinusoids;
-            any ``dim >= 1`` is allowed then.
+        repeat_only: return ``t`` repeated ``dim`` times (``result[n, j] = t_n``, in t's
+            dtype, as the seed's ``repeat(timesteps, 'b -> b d')``), no sinusoids; any
+            ``dim >= 1`` is allowed then.
         flip_sin_to_cos: ``[cos | sin]`` (True, the seed/DiT order) or ``[sin | cos]``.
         downscale_freq_shift: exponent ``-ln(max_period) * k / (half - shift)``.
         scale: multiplies the angles ``t * freq``; must be > 0.
 
-    Computed in float64 for float64 timesteps, float32 otherwise (which reproduces the seed's
-    float32 arithmetic operation by operation).
+    Computed in float64 for float64 timesteps, else in float32, as the seed (bit for bit).
+    Timestep values are not checked under ``torch.compile``.
 
     Shapes:
         timesteps: (N,) or scalar (N = 1)
@@ -123,24 +155,16 @@ def timestep_embedding(
     t = _as_timesteps(timesteps)
     dim = check_int("dim", dim, min_value=1)
     max_period = check_float("max_period", max_period, min_value=0.0, min_inclusive=False)
-    for name, flag in (("repeat_only", repeat_only), ("flip_sin_to_cos", flip_sin_to_cos)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name} must be a bool, got {type(flag).__name__} ({flag!r})")
+    check_bool("repeat_only", repeat_only)
+    check_bool("flip_sin_to_cos", flip_sin_to_cos)
     shift = check_float("downscale_freq_shift", downscale_freq_shift)
     scale = check_float("scale", scale, min_value=0.0, min_inclusive=False)
-    dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
     if repeat_only:
         _check_values(t, 0.0)
-        return t.to(dtype)[:, None].repeat(1, dim)  # (N, dim)
-    half = dim // 2
-    if half == 0:
-        raise ValueError(f"dim ({dim}) must be >= 2 for sinusoids (half = dim // 2 = 0)")
-    if half - shift <= 0:
-        raise ValueError(
-            f"dim // 2 ({half}) must exceed downscale_freq_shift ({shift}), else the exponent "
-            f"divides by {half - shift:g}; use dim >= {2 * math.floor(shift) + 2}"
-        )
+        return t[:, None].repeat(1, dim)  # (N, dim)
+    half = _half_width(dim, shift)
     _check_values(t, max_period)
+    dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
     k = torch.arange(half, dtype=dtype, device=t.device)
     freqs = torch.exp(-math.log(max_period) * k / (half - shift))  # (half,)
     args = scale * (t.to(dtype)[:, None] * freqs[None])  # (N, half)
@@ -173,13 +197,13 @@ class TimestepEmbedder(nn.Module):
             nn.init.zeros_(linear.bias)
 
     def forward(self, t: torch.Tensor | float) -> torch.Tensor:
-        """Embed one diffusion timestep per sample.
+        """Embed one diffusion timestep per sample; ``t`` is moved to the weights' device.
 
         Shapes:
             t: (N,) or scalar (N = 1)
             returns: (N, D)
         """
         weight = self.w1.weight
-        t = _as_timesteps(t, device=weight.device)
+        t = _as_timesteps(t, device=weight.device).to(weight.device)
         freq = timestep_embedding(t, self.d_freq, self.max_period)  # (N, d_freq)
         return self.w2(self.act(self.w1(freq.to(weight.dtype))))
