@@ -12,7 +12,7 @@ from addnorm.encodings import (
     relative_shift_matrix,
     sinusoidal_encoding,
 )
-from addnorm.feedforward import FeedForward
+from addnorm.feedforward import FeedForward, GatedFeedForward
 from addnorm.generation import GenerationConfig, generate_tokens
 from addnorm.interop import from_torch, to_torch
 from addnorm.layers import DecoderLayer, EncoderLayer
@@ -36,6 +36,7 @@ __all__ = [
     "EncoderDecoder",
     "EncoderLayer",
     "FeedForward",
+    "GatedFeedForward",
     "GenerationConfig",
     "GroupNorm",
     "KVCache",
