@@ -180,6 +180,37 @@ def test_cross_attention_cache_is_filled_once_and_reused():
     torch.testing.assert_close(first, ours(x, memory), atol=1e-12, rtol=0)
 
 
+@pytest.mark.parametrize("path", ["forward", "weights"])
+@pytest.mark.parametrize("kind", ["self", "cross"])
+def test_a_call_with_a_bad_mask_raises_and_leaves_the_cache_unchanged(path, kind):
+    """The mask is validated before x's keys are appended: a failed call changes nothing, so
+    the same cache still decodes exactly like full attention (identity: cached == uncached)."""
+    ours, _ = pair()
+    x, memory = randn(2, 3, D), (randn(2, 5, D, seed=2) if kind == "cross" else None)
+    cache = KVCache(2, H, 5 if kind == "cross" else 3, DH, dtype=F64)
+    call = ours.forward if path == "forward" else ours.forward_with_weights
+    wrong = torch.zeros(2, 4, dtype=torch.bool)  # S is 3 (self) or 5 (cross), never 4
+    with pytest.raises(ValueError, match=r"padding_mask .* must have shape"):
+        call(x, memory, padding_mask=wrong, cache=cache)
+    assert cache.length == 0
+    assert torch.equal(cache.keys, torch.zeros_like(cache.keys))
+    out = ours(x, memory, causal=kind == "self", cache=cache)
+    torch.testing.assert_close(out, ours(x, memory, causal=kind == "self"), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 5])
+def test_a_prefix_of_rows_or_of_causal_queries_gives_that_prefix_of_the_output(n):
+    """Invariants: rows are independent, and causal query i sees only keys <= i; both hold for
+    an empty prefix (B = 0 or L = 0), which gives an empty output, not a reshape error."""
+    ours, _ = pair()
+    x = randn(5, 5, D)
+    torch.testing.assert_close(ours(x[:n]), ours(x)[:n], atol=1e-12, rtol=0)
+    prefix = ours(x[:, :n], causal=True)
+    torch.testing.assert_close(prefix, ours(x, causal=True)[:, :n], atol=1e-12, rtol=0)
+    _, weights = ours.forward_with_weights(x[:, :n], causal=True)
+    assert weights.shape == (5, H, n, n)
+
+
 def test_changing_future_tokens_leaves_earlier_outputs_unchanged():
     ours, _ = pair()
     x = randn(2, 6, D)

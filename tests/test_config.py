@@ -97,3 +97,36 @@ def test_bad_transformer_config_values_raise_naming_them(changes, error, match):
 def test_bad_lm_config_values_raise_naming_them(changes, error, match):
     with pytest.raises(error, match=match):
         LMConfig(**changes)
+
+
+@pytest.mark.parametrize("config", [TransformerConfig, LMConfig])
+def test_group_norm_is_refused_because_a_causal_decoder_would_see_the_future(config):
+    """GroupNorm pools statistics over all positions of a row; both models have a causal
+    decoder (the encoder-decoder shares one norm field between its stacks), so it is refused.
+    tests/test_stacks.py shows the leak it would cause."""
+    with pytest.raises(ValueError, match=rf"norm='group' is refused by {config.__name__}: "
+                                         r"GroupNorm's statistics span positions"):
+        config(norm="group")
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        (dict(pad_id=1, bos_id=1), r"pad_id \(1\) must differ from bos_id \(1\)"),
+        (dict(pad_id=2, eos_id=2), r"pad_id \(2\) must differ from eos_id \(2\)"),
+        (dict(bos_id=2, eos_id=2), r"bos_id \(2\) must differ from eos_id \(2\): generation "
+                                   r"never emits bos_id"),
+    ],
+)
+def test_transformer_special_ids_must_all_differ(changes, match):
+    with pytest.raises(ValueError, match=match):
+        TransformerConfig(**changes)
+
+
+def test_lm_pad_id_must_differ_from_bos_and_eos_but_bos_may_equal_eos():
+    """bos == eos is GPT-2's one <|endoftext|> separator; the LM never masks bos_id."""
+    with pytest.raises(ValueError, match=r"pad_id \(1\) must differ from bos_id \(1\)"):
+        LMConfig(pad_id=1)
+    with pytest.raises(ValueError, match=r"pad_id \(0\) must differ from eos_id \(0\)"):
+        LMConfig(eos_id=0)
+    assert LMConfig(bos_id=2, eos_id=2).bos_id == 2

@@ -8,11 +8,12 @@ import math
 
 import pytest
 import torch
+from torch import nn
 
 from addnorm.cache import DecodingCache
 from addnorm.config import LMConfig, TransformerConfig
 from addnorm.encodings import sinusoidal_encoding
-from addnorm.models import Transformer, TransformerLM
+from addnorm.models import Transformer, TransformerLM, positions_from_padding
 
 V, PAD, BOS, EOS = 23, 0, 1, 2
 F64 = torch.float64
@@ -122,6 +123,84 @@ def test_greedy_generation_is_the_argmax_of_full_recomputation():
 
 
 @torch.no_grad()
+def favouring(model, favoured: list[int]):
+    """The model with a +100 output bias on ``favoured``: they win every raw argmax."""
+    head = nn.Linear(32, V, dtype=F64)
+    head.weight.copy_(model.to_logits.weight)
+    head.bias.zero_()
+    head.bias[favoured] = 100.0
+    model.to_logits = head
+    return model
+
+
+GENERATE = dict(max_new_tokens=5, num_beams=3, eos_id=None)
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "sample", "beam"])
+@torch.no_grad()
+def test_lm_never_generates_pad_so_cached_logits_match_recomputation(strategy):
+    """A generated pad would be masked out when fed back. Invariants: no pad in the output,
+    although pad wins every raw argmax; cached logits == full recomputation of the output."""
+    model = favouring(language_model(), [PAD])
+    assert (model(PROMPT).argmax(-1) == PAD).all()
+    out = model.generate(PROMPT, strategy=strategy, generator=torch.Generator().manual_seed(0),
+                         **GENERATE)
+    assert out.shape == (2, 5) and not (out == PAD).any()
+    cache, first = model.start(PROMPT, max_new_tokens=5)
+    steps = [first] + [model.step(out[:, i : i + 1], cache) for i in range(4)]
+    full = model(torch.cat([PROMPT, out], dim=1))[:, 3:-1]
+    torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "sample", "beam"])
+@torch.no_grad()
+def test_transformer_never_generates_pad_or_bos_so_cached_logits_match_recomputation(strategy):
+    """As for the LM, with bos (the decoder's start token) banned as well."""
+    model = favouring(transformer(tie_output=False), [PAD, BOS])
+    target, banned = torch.full((2, 1), BOS), torch.tensor([PAD, BOS])
+    assert torch.isin(model(SOURCE, target).argmax(-1), banned).all()
+    out = model.generate(SOURCE, strategy=strategy, generator=torch.Generator().manual_seed(0),
+                         **GENERATE)
+    assert out.shape == (2, 5) and not torch.isin(out, banned).any()
+    cache, first = model.start(SOURCE, max_new_tokens=5)
+    steps = [first] + [model.step(out[:, i : i + 1], cache) for i in range(4)]
+    full = model(SOURCE, torch.cat([target, out[:, :4]], dim=1))
+    torch.testing.assert_close(torch.stack(steps, 1), full, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.int32])
+@torch.no_grad()
+def test_any_integer_dtype_of_ids_gives_the_logits_of_long_ids(dtype):
+    """Identity: ids are converted to long before the embedding lookup."""
+    model, lm = transformer(), language_model()
+    target = torch.cat([torch.full((2, 1), BOS), ids(2, 3)], dim=1)
+    expected = model(SOURCE, target)
+    torch.testing.assert_close(model(SOURCE.to(dtype), target.to(dtype)), expected, atol=0,
+                               rtol=0)
+    torch.testing.assert_close(lm(PROMPT.to(dtype)), lm(PROMPT), atol=0, rtol=0)
+    cache, _ = lm.start(PROMPT, max_new_tokens=2)
+    cache_long, _ = lm.start(PROMPT, max_new_tokens=2)
+    token = torch.full((2, 1), 4)
+    torch.testing.assert_close(lm.step(token.to(dtype), cache), lm.step(token, cache_long),
+                               atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
+@torch.no_grad()
+def test_forward_without_leading_padding_equals_explicit_per_row_positions(positions):
+    """Identity: when no padding precedes a real token, ``cumsum(~padding) - 1`` is
+    ``arange(L)`` on every real token, so the forward's ``positions=None`` shortcut (cached
+    tables, no range-check sync) gives the logits of explicit per-row positions."""
+    model = language_model(positions)
+    tokens = torch.tensor([[5, 6, 7, 8, 9], [7, 8, 9, PAD, PAD]])
+    padding = tokens == PAD
+    pos = positions_from_padding(padding)
+    h = model.blocks(model.embed(tokens, pos), padding_mask=padding, causal=True, positions=pos)
+    torch.testing.assert_close(model(tokens)[~padding], model.to_logits(h)[~padding],
+                               atol=1e-10, rtol=0)
+
+
+@torch.no_grad()
 def test_lm_changing_future_tokens_leaves_earlier_logits_unchanged():
     model = language_model()
     sequence = ids(2, 6)
@@ -198,6 +277,21 @@ def test_cache_reorder_follows_the_index_for_every_stored_tensor():
         (lambda t, m: m.step(torch.tensor([[4]]), "cache"), TypeError, r"DecodingCache"),
         (lambda t, m: t.generate(SOURCE, strategy="sampling"), ValueError, r"strategy"),
         (lambda t, m: Transformer(LMConfig()), TypeError, r"cfg must be a TransformerConfig"),
+        (lambda t, m: m(torch.tensor([[3.0]])), TypeError,
+         r"ids must be an integer tensor of token ids, got dtype torch.float32"),
+        (lambda t, m: m(torch.tensor([[True]])), TypeError, r"got dtype torch.bool"),
+        (lambda t, m: m(torch.zeros(0, 3, dtype=torch.long)), ValueError,
+         r"ids must have B >= 1 rows and L >= 1 tokens, got shape \(0, 3\)"),
+        (lambda t, m: t(SOURCE, torch.zeros(2, 0, dtype=torch.long)), ValueError,
+         r"tgt_ids must have B >= 1 rows and L >= 1 tokens, got shape \(2, 0\)"),
+        (lambda t, m: m.generate(PROMPT, eos_id=PAD), ValueError,
+         r"eos_id 0 includes pad_id \(0\), which generation never emits"),
+        (lambda t, m: t.generate(SOURCE, eos_id=(EOS, BOS)), ValueError,
+         r"eos_id \(2, 1\) includes bos_id \(1\), which generation never emits"),
+        (lambda t, m: m.step(torch.tensor([[4]]), t.start(SOURCE[:1], max_new_tokens=2)[0]),
+         ValueError, r"cache holds encoder memory \(a Transformer's cache\)"),
+        (lambda t, m: t.step(torch.tensor([[4]]), m.start(PROMPT[:1], max_new_tokens=2)[0]),
+         ValueError, r"cache has no encoder memory"),
     ],
 )
 def test_bad_inputs_raise_naming_the_values(call, error, match):

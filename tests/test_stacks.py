@@ -186,6 +186,21 @@ def test_decoder_outputs_do_not_depend_on_future_target_positions():
     )
 
 
+@pytest.mark.parametrize("norm", ["layer", "group"])
+def test_group_norm_lets_a_causal_stack_see_the_future_so_the_configs_refuse_it(norm):
+    """Causality (an invariant) holds with LayerNorm, per-token statistics, and fails with
+    GroupNorm, whose statistics pool every position of a row; hence TransformerConfig and
+    LMConfig refuse norm="group" (tests/test_config.py)."""
+    torch.manual_seed(0)
+    d = 32  # GroupNorm's default n_groups is 32
+    encoder = Encoder(N, d, H, FF, norm=norm).to(F64)
+    x = randn(2, 6, d)
+    changed = x.clone()
+    changed[:, 3:] = randn(2, 3, d, seed=5)
+    leak = (encoder(x, causal=True)[:, :3] - encoder(changed, causal=True)[:, :3]).abs().max()
+    assert (leak == 0) if norm == "layer" else (leak > 1e-3)
+
+
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**16), length=st.integers(2, 6))
 def test_encoder_without_positions_is_permutation_equivariant(seed, length):

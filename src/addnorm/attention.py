@@ -129,9 +129,9 @@ def build_attention_mask(
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """(B, L, D) -> (B, H, L, Dh)."""
-    batch, length, _ = x.shape
-    return x.view(batch, length, n_heads, -1).transpose(1, 2)  # (B, H, L, Dh)
+    """(B, L, D) -> (B, H, L, Dh); every size explicit, so empty B or L work too."""
+    batch, length, d_model = x.shape
+    return x.view(batch, length, n_heads, d_model // n_heads).transpose(1, 2)  # (B, H, L, Dh)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
@@ -227,8 +227,8 @@ class MultiHeadAttention(nn.Module):
             attend_mask: (L, S), (B, L, S) or (B, H, L, S); positions: (L,) or (B, L)
             returns: (B, L, D)
         """
+        mask = self._mask(x, memory, cache, padding_mask, attend_mask, causal)
         q, k, v = self.project(x, memory, cache=cache, positions=positions)
-        mask = self._mask(q, k, padding_mask, attend_mask, causal)
         return self.attend(q, k, v, mask)
 
     def forward_with_weights(
@@ -252,21 +252,35 @@ class MultiHeadAttention(nn.Module):
             attend_mask: (L, S), (B, L, S) or (B, H, L, S); positions: (L,) or (B, L)
             returns: output (B, L, D), weights (B, H, L, S)
         """
+        mask = self._mask(x, memory, cache, padding_mask, attend_mask, causal)
         q, k, v = self.project(x, memory, cache=cache, positions=positions)
-        mask = self._mask(q, k, padding_mask, attend_mask, causal)
         return self.attend_with_weights(q, k, v, mask)
 
     def _mask(
         self,
-        q: torch.Tensor,
-        k: torch.Tensor,
+        x: torch.Tensor,
+        memory: torch.Tensor | None,
+        cache: KVCache | None,
         padding_mask: torch.Tensor | None,
         attend_mask: torch.Tensor | None,
         causal: bool,
     ) -> AttentionMask:
+        """The validated mask, built *before* :meth:`project` appends x's keys to ``cache``,
+        so a call with a bad mask raises and leaves the cache as it was."""
+        check_tensor("x", x, ndim=3, last_dim=self.d_model, floating=True)
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
+        batch, query_len, _ = x.shape
+        cached = 0 if cache is None else cache.length
+        if memory is None:
+            key_len = cached + query_len  # self-attention: cached keys, then x's
+        elif cached:
+            key_len = cached  # cross-attention: memory's keys, cached at the first call
+        else:
+            key_len = check_tensor("memory", memory, ndim=3).shape[1]
         return build_attention_mask(
-            batch=q.shape[0], n_heads=self.n_heads, query_len=q.shape[2], key_len=k.shape[2],
-            device=q.device, padding_mask=padding_mask, attend_mask=attend_mask, causal=causal,
+            batch=batch, n_heads=self.n_heads, query_len=query_len, key_len=key_len,
+            device=x.device, padding_mask=padding_mask, attend_mask=attend_mask, causal=causal,
         )
 
     def project(

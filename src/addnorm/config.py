@@ -54,6 +54,12 @@ def _check_body(cfg: TransformerConfig | LMConfig) -> None:
     check_probability("dropout", cfg.dropout)
     check_choice("activation", cfg.activation, tuple(ACTIVATIONS))
     check_choice("norm", cfg.norm, NORM_KINDS)
+    if cfg.norm == "group":
+        raise ValueError(
+            f"norm='group' is refused by {type(cfg).__name__}: GroupNorm's statistics span "
+            "positions, so a causal decoder would see the future (use 'layer' or 'rms'; "
+            "addnorm.norms.GroupNorm stays available for non-causal stacks)"
+        )
     check_choice("norm_position", cfg.norm_position, POSITIONS)
     check_float("norm_eps", cfg.norm_eps, min_value=0.0)
     check_choice("positions", cfg.positions, POSITION_KINDS)
@@ -78,6 +84,22 @@ def _check_token_id(name: str, value: object, vocab_name: str, vocab_size: int) 
         raise ValueError(f"{name} ({value}) must be < {vocab_name} ({vocab_size})")
 
 
+_WHY_DISTINCT = {
+    ("pad_id", "bos_id"): "padding is masked out, so a start token equal to it would be ignored",
+    ("pad_id", "eos_id"): "padding is masked out, so a stop token equal to it would be ignored",
+    ("bos_id", "eos_id"): "generation never emits bos_id, so an equal eos_id could never stop it",
+}
+
+
+def _check_distinct_ids(cfg: TransformerConfig | LMConfig, pairs: list[tuple[str, str]]) -> None:
+    """Each pair of special token ids must hold two different ids (reasons above)."""
+    for first, second in pairs:
+        a, b = getattr(cfg, first), getattr(cfg, second)
+        if a == b:
+            why = _WHY_DISTINCT[first, second]
+            raise ValueError(f"{first} ({a}) must differ from {second} ({b}): {why}")
+
+
 @dataclass(frozen=True)
 class TransformerConfig(_ConfigBase):
     """The encoder-decoder Transformer; the defaults are the paper's base model.
@@ -88,7 +110,13 @@ class TransformerConfig(_ConfigBase):
         n_encoder_layers, n_decoder_layers: N of each stack.
         dropout: P_drop (embeddings + positions, attention weights, sublayers, FFN).
         activation: FFN activation (``"relu"``, ``"gelu"``, ``"gelu_tanh"``, ``"swiglu"``).
-        norm: norm kind (``"layer"``, ``"batch"``, ``"rms"``, ``"group"``).
+        norm: norm kind (``"layer"``, ``"batch"``, ``"rms"``). ``"group"`` is refused:
+            GroupNorm's statistics span positions, so the causal decoder would see the future
+            (one field serves both stacks, so the encoder cannot have it either).
+            ``"batch"`` in train mode also mixes positions: its batch statistics cover every
+            real token of the batch, later ones included, so a token's training output
+            depends (weakly) on the future; eval mode uses running statistics and is causal.
+            It is allowed for the seed's BatchNorm-vs-LayerNorm experiments.
         norm_position: ``"post"`` (the paper) or ``"pre"``.
         norm_eps: epsilon of the norms.
         bias: biases of the linear layers and LayerNorms.
@@ -99,7 +127,8 @@ class TransformerConfig(_ConfigBase):
         share_embeddings: one embedding table for source and target (equal vocab sizes).
         tie_output: the output projection reuses the target embedding (the paper).
         pad_id, bos_id, eos_id: special token ids; ``pad_id`` in both vocabularies,
-            ``bos_id``/``eos_id`` in the target one.
+            ``bos_id``/``eos_id`` in the target one. All three must differ: padding is
+            masked out, and generation never emits ``pad_id`` or ``bos_id``.
     """
 
     src_vocab_size: int = 37000
@@ -141,6 +170,9 @@ class TransformerConfig(_ConfigBase):
         _check_token_id("pad_id", self.pad_id, "src_vocab_size", self.src_vocab_size)
         for name in ("pad_id", "bos_id", "eos_id"):
             _check_token_id(name, getattr(self, name), "tgt_vocab_size", self.tgt_vocab_size)
+        _check_distinct_ids(
+            self, [("pad_id", "bos_id"), ("pad_id", "eos_id"), ("bos_id", "eos_id")]
+        )
 
 
 @dataclass(frozen=True)
@@ -148,7 +180,11 @@ class LMConfig(_ConfigBase):
     """A decoder-only language model: causal self-attention + FFN blocks, pre-LN by default.
 
     Attributes as in :class:`TransformerConfig`, with one ``vocab_size`` and ``n_layers``;
-    ``tie_output`` ties the output projection to the token embedding.
+    ``tie_output`` ties the output projection to the token embedding. ``norm="group"`` is
+    refused and ``norm="batch"`` mixes positions in train mode (see
+    :class:`TransformerConfig`). ``pad_id`` must differ from ``bos_id`` and ``eos_id``;
+    ``bos_id == eos_id`` is allowed here (GPT-2's one ``<|endoftext|>`` separator both starts
+    and ends documents; generation only refuses to emit ``pad_id``).
     """
 
     vocab_size: int = 256
@@ -177,6 +213,7 @@ class LMConfig(_ConfigBase):
         check_int("n_layers", self.n_layers, min_value=1)
         for name in ("pad_id", "bos_id", "eos_id"):
             _check_token_id(name, getattr(self, name), "vocab_size", self.vocab_size)
+        _check_distinct_ids(self, [("pad_id", "bos_id"), ("pad_id", "eos_id")])
 
 
 PRESETS: dict[str, TransformerConfig | LMConfig] = {

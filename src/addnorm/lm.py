@@ -14,19 +14,19 @@ from torch import nn
 from addnorm._checks import check_int
 from addnorm.cache import DecodingCache
 from addnorm.config import LMConfig
-from addnorm.generation import generate_tokens
 from addnorm.stacks import Encoder
 from addnorm.transformer import (
     Embedder,
     EosOption,
     _check_ids,
     _check_step,
+    _generate,
     _generation_config,
     _learned_max_len,
     _output_projection,
-    _padding,
     _rotary,
-    positions_from_padding,
+    _Tokens,
+    _tokens,
 )
 
 __all__ = ["TransformerLM"]
@@ -58,11 +58,12 @@ class TransformerLM(nn.Module):
         tied = self.embed.tokens if cfg.tie_output else None
         self.to_logits = _output_projection(cfg.d_model, cfg.vocab_size, tied)
 
-    def _inputs(
-        self, name: str, ids: object, padding_mask: object
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        ids = _check_ids(name, ids, self.cfg.vocab_size, _learned_max_len(self.cfg))
-        return ids, _padding("padding_mask", padding_mask, ids, self.cfg.pad_id)
+    def _inputs(self, name: str, ids: object, padding_mask: object) -> _Tokens:
+        cfg = self.cfg
+        return _tokens(
+            name, ids, "padding_mask", padding_mask, vocab_size=cfg.vocab_size,
+            max_len=_learned_max_len(cfg), pad_id=cfg.pad_id,
+        )
 
     def forward(
         self, ids: torch.Tensor, *, padding_mask: torch.Tensor | None = None
@@ -73,10 +74,10 @@ class TransformerLM(nn.Module):
             ids: (B, L); padding_mask: (B, L) bool, True = padding (default ids == pad_id)
             returns: (B, L, V)
         """
-        ids, padding = self._inputs("ids", ids, padding_mask)
-        positions = positions_from_padding(padding)  # (B, L)
+        tokens = self._inputs("ids", ids, padding_mask)
         h = self.blocks(
-            self.embed(ids, positions), padding_mask=padding, causal=True, positions=positions
+            self.embed(tokens.ids, tokens.positions), padding_mask=tokens.padding, causal=True,
+            positions=tokens.positions,
         )  # (B, L, D)
         return self.to_logits(h)
 
@@ -96,7 +97,7 @@ class TransformerLM(nn.Module):
         """
         cfg = self.cfg
         check_int("max_new_tokens", max_new_tokens, min_value=1)
-        prompt_ids, padding = self._inputs("prompt_ids", prompt_ids, padding_mask)
+        prompt_ids, padding, _ = self._inputs("prompt_ids", prompt_ids, padding_mask)
         if bool((padding[:, 1:] & ~padding[:, :-1]).any()):
             raise ValueError(
                 "padding_mask must be left padding for generation (True only before a row's "
@@ -156,18 +157,20 @@ class TransformerLM(nn.Module):
         """Continue each (left-padded) prompt (see :class:`GenerationConfig`).
 
         ``eos_id="config"`` stops at ``cfg.eos_id``; None never stops early. The output holds
-        the new tokens only; after a row's stop token it holds ``cfg.pad_id``.
+        the new tokens only; after a row's stop token it holds ``cfg.pad_id``. ``pad_id`` is
+        never generated (its logits are set to -inf), so it may not be a stop token.
 
         Shapes:
             prompt_ids: (B, L0); padding_mask: (B, L0), True = padding (left)
             returns: (B, N) long, N <= max_new_tokens
         """
+        never_emit = {"pad_id": self.cfg.pad_id}
         config = _generation_config(
             self.cfg, max_new_tokens=max_new_tokens, strategy=strategy,
             temperature=temperature, top_k=top_k, top_p=top_p, num_beams=num_beams,
-            length_penalty=length_penalty, eos_id=eos_id,
+            length_penalty=length_penalty, eos_id=eos_id, never_emit=never_emit,
         )
         cache, logits = self.start(
             prompt_ids, padding_mask=padding_mask, max_new_tokens=max_new_tokens
         )
-        return generate_tokens(self.step, logits, cache, config, generator=generator)
+        return _generate(self.step, logits, cache, config, never_emit, generator)
