@@ -307,6 +307,86 @@ def test_module_offset_past_the_cache_cap_is_computed_and_not_cached(offset):
     assert module.table.shape[0] == cached_rows
 
 
+# Integer positions are gathered from the cache; these pin that the gathered rows are the
+# direct float64 computation (sinusoidal_encoding at those positions) to float32 rounding.
+SHARED_POSITIONS = torch.tensor([0, 3, 40, 2, 7])  # (L,): 40 is past the first cached table
+PER_ROW_POSITIONS = torch.tensor([[0, 0, 0, 1, 2], [5, 6, 7, 8, 99]])  # (B, L): left-padded
+
+
+@pytest.mark.parametrize("positions", [SHARED_POSITIONS, PER_ROW_POSITIONS])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_module_integer_positions_are_cached_rows_equal_to_direct_computation(positions, dtype):
+    # Oracle: x + sinusoidal_encoding(positions) rounded once to the table dtype; the cache
+    # grows to cover max(positions), which is past the rows it held.
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 8, dtype=dtype)
+    module = SinusoidalPositionalEncoding(8).to(dtype)
+    module(torch.zeros(1, 4, 8, dtype=dtype))
+    assert module.table.shape[0] <= int(positions.max())
+    out = module(x, positions=positions)
+    assert module.table.shape[0] > int(positions.max())
+    pe = sinusoidal_encoding(positions.reshape(-1).double(), 8, dtype=dtype)
+    expected = x + pe.reshape(*positions.shape, 8)
+    tol = 1e-12 if dtype == torch.float64 else 1e-6
+    torch.testing.assert_close(out, expected, atol=tol, rtol=0)
+
+
+@pytest.mark.parametrize("int_dtype", [torch.uint8, torch.int16, torch.int32, torch.int64])
+def test_module_gathers_rows_for_every_integer_dtype(int_dtype):
+    # Oracle: the same positions as float64, computed directly (float32 rounding apart).
+    x = torch.randn(2, 5, 8)
+    module = SinusoidalPositionalEncoding(8)
+    out = module(x, positions=PER_ROW_POSITIONS.to(int_dtype))
+    torch.testing.assert_close(
+        out, module(x, positions=PER_ROW_POSITIONS.double()), atol=1e-6, rtol=0
+    )
+
+
+@pytest.mark.parametrize(
+    "positions",
+    [
+        torch.tensor([[0, 1, 2], [5, 6, MAX_CACHED_POSITIONS]]),  # one past the cap
+        torch.tensor([2**40, 2**40 + 1, 3]),  # far past the cap
+        torch.tensor([[-2, -1, 0], [0, 1, 2]]),  # negative: no row to gather
+    ],
+)
+def test_module_integer_positions_outside_the_cache_range_are_computed(positions):
+    # Oracle: sinusoidal_encoding on the same float64 positions; the cache does not grow.
+    module = SinusoidalPositionalEncoding(8).double()
+    module(torch.zeros(1, 5, 8, dtype=torch.float64))
+    cached_rows = module.table.shape[0]
+    x = torch.randn(2, 3, 8, dtype=torch.float64)
+    out = module(x, positions=positions)
+    pe = sinusoidal_encoding(positions.reshape(-1).double(), 8, dtype=torch.float64)
+    torch.testing.assert_close(out, x + pe.reshape(*positions.shape, 8), atol=1e-12, rtol=0)
+    assert module.table.shape[0] == cached_rows
+
+
+def test_module_positions_in_a_table_reserved_past_the_cap_match_direct_computation():
+    # Oracle: sinusoidal_encoding; reserve may exceed the cap and forward keeps that table.
+    module = SinusoidalPositionalEncoding(2)
+    module.reserve(MAX_CACHED_POSITIONS + 1)
+    table = module.table
+    positions = torch.tensor([MAX_CACHED_POSITIONS, 1])
+    out = module(torch.zeros(1, 2, 2), positions=positions)
+    assert module.table is table
+    expected = sinusoidal_encoding(positions.double(), 2, dtype=torch.float32)
+    torch.testing.assert_close(out[0], expected, atol=1e-6, rtol=0)
+
+
+def test_module_under_torch_compile_computes_integer_positions_without_a_host_sync(
+    monkeypatch,
+):
+    # Documented: no host sync under torch.compile, so no gather and no cache growth there.
+    module = SinusoidalPositionalEncoding(8)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    x = torch.randn(2, 5, 8)
+    out = module(x, positions=PER_ROW_POSITIONS)
+    assert module.table.shape[0] == 0
+    expected = x + sinusoidal_encoding(PER_ROW_POSITIONS.reshape(-1), 8).reshape(2, 5, 8)
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
+
+
 def test_module_cache_grows_up_to_the_cap_and_reserve_may_exceed_it():
     # Invariant: the automatic growth stops at MAX_CACHED_POSITIONS rows; reserve is explicit.
     module = SinusoidalPositionalEncoding(2)

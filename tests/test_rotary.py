@@ -123,6 +123,70 @@ def test_offset_past_the_cache_cap_is_computed_and_not_cached():
     assert rope.cos_cached.shape[0] == MAX_CACHED_POSITIONS
 
 
+# Integer positions are gathered from the cached tables; these pin that the gathered rotation
+# is the direct float64 one (the complex-number form) to float32 rounding.
+SHARED_POSITIONS = torch.tensor([0, 3, 40, 2, 7])  # (L,): 40 is past the first cached table
+PER_ROW_POSITIONS = torch.tensor([[0, 0, 0, 1, 2], [5, 6, 7, 8, 99]])  # (B, L): left-padded
+
+
+@pytest.mark.parametrize("positions", [SHARED_POSITIONS, PER_ROW_POSITIONS])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_integer_positions_use_cached_tables_equal_to_the_complex_form(positions, dtype):
+    # Oracle: complex_rope (float64), to the rounding of the tables' dtype; the tables grow to
+    # cover max(positions), which is past the rows they held.
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 5, 16, dtype=dtype)
+    rope = RotaryEmbedding(16).to(dtype)
+    rope(torch.zeros(1, 1, 4, 16, dtype=dtype))
+    assert rope.cos_cached.shape[0] <= int(positions.max())
+    out = rope(x, positions=positions)
+    assert rope.cos_cached.shape[0] == rope.sin_cached.shape[0] > int(positions.max())
+    rows = positions if positions.ndim == 1 else positions[:, None]  # (L,) or (B, 1, L)
+    tol = 1e-12 if dtype == torch.float64 else 1e-6
+    torch.testing.assert_close(out, complex_rope(x, rows, 10000.0).to(dtype), atol=tol, rtol=0)
+
+
+@pytest.mark.parametrize("int_dtype", [torch.uint8, torch.int16, torch.int32, torch.int64])
+def test_every_integer_dtype_matches_the_same_positions_as_floats(int_dtype):
+    # Oracle: the same positions as float64, computed directly (float32 rounding apart).
+    x = torch.randn(2, 3, 5, 8)
+    rope = RotaryEmbedding(8)
+    out = rope(x, positions=PER_ROW_POSITIONS.to(int_dtype))
+    expected = rope(x, positions=PER_ROW_POSITIONS.double())
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "positions",
+    [
+        torch.tensor([[0, 1, 2], [5, 6, MAX_CACHED_POSITIONS]]),  # one past the cap
+        torch.tensor([2**40, 2**40 + 1, 3]),  # far past the cap
+        torch.tensor([[-2, -1, 0], [0, 1, 2]]),  # negative: no row to gather
+    ],
+)
+def test_integer_positions_outside_the_cache_range_are_computed(positions):
+    # Oracle: complex_rope at the same positions; the cached tables do not grow.
+    rope = RotaryEmbedding(8).double()
+    rope(torch.zeros(1, 1, 5, 8, dtype=torch.float64))
+    cached_rows = rope.cos_cached.shape[0]
+    x = torch.randn(2, 2, 3, 8, dtype=torch.float64)
+    out = rope(x, positions=positions)
+    rows = positions if positions.ndim == 1 else positions[:, None]  # (L,) or (B, 1, L)
+    torch.testing.assert_close(out, complex_rope(x, rows, 10000.0), atol=1e-9, rtol=0)
+    assert rope.cos_cached.shape[0] == rope.sin_cached.shape[0] == cached_rows
+
+
+def test_under_torch_compile_integer_positions_are_computed_without_a_host_sync(monkeypatch):
+    # Documented: no host sync under torch.compile, so no gather and no cache growth there.
+    rope = RotaryEmbedding(8)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    x = torch.randn(2, 2, 5, 8, dtype=torch.float64)
+    out = rope.double()(x, positions=PER_ROW_POSITIONS)
+    assert rope.cos_cached.shape[0] == 0
+    expected = complex_rope(x, PER_ROW_POSITIONS[:, None], 10000.0)
+    torch.testing.assert_close(out, expected, atol=1e-12, rtol=0)
+
+
 @pytest.mark.parametrize("positions", [torch.arange(3), torch.tensor([[0, 1, 2], [4, 5, 6]])])
 def test_positions_are_moved_to_the_device_of_x(positions):
     # Documented: positions on another device are moved to x's ('meta' stands in for an

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from addnorm._checks import (
@@ -77,6 +78,40 @@ def _frequencies(d_model: int, base: float, layout: str, device: torch.device) -
         return torch.exp(-math.log(base) / (half - 1) * j)
     two_i = torch.arange(0, d_model, 2, dtype=dtype, device=device)
     return base ** (-two_i / d_model)
+
+
+def cacheable_rows(positions: torch.Tensor, table: torch.Tensor) -> int | None:
+    """The table length to gather explicit ``positions`` from a cache, or None to compute them.
+
+    Integer positions that all lie in ``[0, n)`` give ``max + 1``, where ``n`` is the larger of
+    ``MAX_CACHED_POSITIONS`` and the rows ``table`` already holds; the caller reserves that many
+    rows and gathers. Reading the bounds is one host sync, far cheaper than recomputing the
+    angles. None (compute directly) for float positions (possibly fractional), negative ones,
+    ones past the cap, positions on another device than the table or on ``meta``, and where a
+    host sync must not happen: under ``torch.compile`` or while capturing a CUDA graph.
+    """
+    if positions.is_floating_point() or positions.numel() == 0 or torch.compiler.is_compiling():
+        return None
+    if positions.device != table.device or positions.is_meta:
+        return None
+    if positions.is_cuda and torch.cuda.is_current_stream_capturing():
+        return None
+    low, high = (int(v) for v in torch.aminmax(positions))  # the host sync
+    if low < 0 or high >= max(table.shape[0], MAX_CACHED_POSITIONS):
+        return None
+    return high + 1
+
+
+def gather_rows(table: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Rows ``table[positions]`` for in-range integer positions (an embedding lookup).
+
+    Shapes:
+        table: (P, D); positions: (L,) or (B, L)
+        returns: (L, D) or (B, L, D)
+    """
+    if positions.dtype not in (torch.int32, torch.int64):
+        positions = positions.long()
+    return F.embedding(positions, table)  # (L, D) or (B, L, D)
 
 
 def _check_positions_1d(positions: object) -> torch.Tensor:
@@ -191,8 +226,10 @@ class SinusoidalPositionalEncoding(nn.Module):
     a longer input arrives; call :meth:`reserve` beforehand to keep the growth out of the hot
     path. The automatic growth stops at ``MAX_CACHED_POSITIONS`` (2**16) rows: rows past the
     cache (a huge ``offset``) are computed for each call, so the memory held stays bounded
-    (:meth:`reserve` may still cache more on request). Explicit ``positions`` (fractional,
-    negative or per-row) are computed directly, on x's device.
+    (:meth:`reserve` may still cache more on request). Explicit integer ``positions`` (shared
+    or per row) are gathered from the cache, which grows to ``max(positions) + 1`` rows under
+    the same cap; fractional, negative or past-the-cap ones are computed directly, on x's
+    device.
     """
 
     table: torch.Tensor
@@ -232,15 +269,19 @@ class SinusoidalPositionalEncoding(nn.Module):
     ) -> torch.Tensor:
         """The PE rows of ``length`` tokens from ``offset``, or of explicit ``positions``.
 
-        Rows ``offset .. offset + length - 1`` come from the cache, which grows up to
-        ``MAX_CACHED_POSITIONS`` rows; rows beyond it are computed for this call only.
+        Rows ``offset .. offset + length - 1``, or integer ``positions``, come from the cache,
+        which grows up to ``MAX_CACHED_POSITIONS`` rows; other rows are computed for this call.
 
         Shapes:
             positions: (L,) or (B, L)
             returns: (L, D), or (B, L, D) for per-row positions
         """
         if positions is not None:
-            return self._computed(positions)  # (L, D) or (B, L, D)
+            rows = cacheable_rows(positions, self.table)
+            if rows is None:
+                return self._computed(positions)  # (L, D) or (B, L, D)
+            self.reserve(rows)
+            return gather_rows(self.table, positions)  # (L, D) or (B, L, D)
         end = offset + length
         if self.table.shape[0] < end <= MAX_CACHED_POSITIONS:
             self.reserve(end)
@@ -312,13 +353,15 @@ class LearnedPositionalEmbedding(nn.Module):
             if bool(fractional.any()):
                 bad = positions[fractional][0].item()
                 raise ValueError(f"positions must be whole numbers for a learned table, got {bad}")
-        if positions.numel() and bool(positions.min() < 0):
-            raise ValueError(f"positions must be >= 0, got {positions.min().item()}")
-        if positions.numel() and bool(positions.max() >= self.max_len):
-            raise ValueError(
-                f"position {positions.max().item()} is out of range for max_len "
-                f"({self.max_len}); a learned table has no row for it"
-            )
+        if positions.numel():
+            low, high = (v.item() for v in torch.aminmax(positions))  # one reduction
+            if low < 0:
+                raise ValueError(f"positions must be >= 0, got {low}")
+            if high >= self.max_len:
+                raise ValueError(
+                    f"position {high} is out of range for max_len ({self.max_len}); a learned "
+                    "table has no row for it"
+                )
         return positions.long()
 
     def forward(

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from addnorm._checks import check_float, check_int, check_positions, check_tensor
-from addnorm.encodings import MAX_CACHED_POSITIONS, angle_dtype
+from addnorm.encodings import MAX_CACHED_POSITIONS, angle_dtype, cacheable_rows, gather_rows
 
 __all__ = ["RotaryEmbedding", "rotate_half"]
 
@@ -48,9 +48,11 @@ class RotaryEmbedding(nn.Module):
     (absent from ``state_dict``) that grow, to the next power of two, when a longer input
     arrives; :meth:`reserve` fills them ahead of time. The automatic growth stops at
     ``MAX_CACHED_POSITIONS`` (2**16) positions: positions past the cache (a huge ``offset``)
-    are computed for each call, so the memory held stays bounded. Explicit ``positions``
-    (fractional or per row) are computed directly, on x's device. The rotation is done in the
-    wider of x's dtype and the tables' dtype and the result is cast back to x's dtype.
+    are computed for each call, so the memory held stays bounded. Explicit integer
+    ``positions`` (shared or per row) are gathered from the tables, which grow to
+    ``max(positions) + 1`` rows under the same cap; fractional, negative or past-the-cap ones
+    are computed directly, on x's device. The rotation is done in the wider of x's dtype and
+    the tables' dtype and the result is cast back to x's dtype.
     """
 
     cos_cached: torch.Tensor
@@ -96,14 +98,22 @@ class RotaryEmbedding(nn.Module):
         self, length: int, offset: int, positions: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Tables broadcastable against (B, H, L, Dh): cached rows, or computed ones."""
+        dtype = self.cos_cached.dtype
         if positions is None:
             end = offset + length
             if self.cos_cached.shape[0] < end <= MAX_CACHED_POSITIONS:
                 self.reserve(end)
             if end <= self.cos_cached.shape[0]:
                 return self.cos_cached[offset:end], self.sin_cached[offset:end]  # (L, Dh)
-            positions = torch.arange(offset, end, device=self.cos_cached.device)  # (L,)
-        cos, sin = self._tables(positions, self.cos_cached.dtype)  # (L, Dh) or (B, L, Dh)
+            past_the_cap = torch.arange(offset, end, device=self.cos_cached.device)  # (L,)
+            return self._tables(past_the_cap, dtype)  # (L, Dh)
+        rows = cacheable_rows(positions, self.cos_cached)
+        if rows is None:
+            cos, sin = self._tables(positions, dtype)  # (L, Dh) or (B, L, Dh)
+        else:
+            self.reserve(rows)
+            cos = gather_rows(self.cos_cached, positions)  # (L, Dh) or (B, L, Dh)
+            sin = gather_rows(self.sin_cached, positions)  # (L, Dh) or (B, L, Dh)
         if positions.ndim == 2:
             cos, sin = cos[:, None], sin[:, None]  # (B, 1, L, Dh)
         return cos, sin
