@@ -1,0 +1,110 @@
+"""The same models on CUDA as on the CPU: skipped where no GPU is present.
+
+The CPU run is the oracle: every check below compares a CUDA result with the CPU result of
+the same module and weights, or restates an invariant (no NaN for fully padded rows,
+cached == uncached, batched == alone) on the GPU's own attention kernels.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+
+import addnorm
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+CUDA = torch.device("cuda")
+
+
+def _tiny_transformer(**changes) -> addnorm.Transformer:
+    cfg = dataclasses.replace(
+        addnorm.PRESETS["tiny"], src_vocab_size=20, tgt_vocab_size=20, dropout=0.0, **changes
+    )
+    torch.manual_seed(0)
+    return addnorm.Transformer(cfg).eval()
+
+
+def _ids(batch: int, length: int, vocab: int, *, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(3, vocab, (batch, length), generator=gen)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_fully_padded_rows_give_zeros_on_every_cuda_kernel(dtype):
+    # Invariant (docs/design.md): a row that sees no key returns zeros, never NaN, whatever
+    # SDPA backend (flash, memory-efficient, math) the dtype selects.
+    torch.manual_seed(0)
+    mha = addnorm.MultiHeadAttention(64, 4).to(CUDA, dtype)
+    x = torch.randn(3, 7, 64, device=CUDA, dtype=dtype)
+    padding = torch.zeros(3, 7, dtype=torch.bool, device=CUDA)
+    padding[1] = True  # every key of row 1 is padding
+    out = mha(x, padding_mask=padding)
+    assert torch.isfinite(out).all()
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
+
+
+def test_attention_on_cuda_equals_the_cpu_result():
+    # Oracle: the same module and weights on the CPU in float64.
+    torch.manual_seed(1)
+    mha = addnorm.MultiHeadAttention(64, 8).double()
+    x = torch.randn(2, 9, 64, dtype=torch.float64)
+    padding = torch.tensor([[False] * 9, [False] * 5 + [True] * 4])
+    expected = mha(x, padding_mask=padding, causal=True)
+    got = copy.deepcopy(mha).to(CUDA, torch.float32)(
+        x.to(CUDA, torch.float32), padding_mask=padding.to(CUDA), causal=True
+    )
+    torch.testing.assert_close(got.cpu().double(), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_transformer_logits_on_cuda_equal_the_cpu_logits():
+    model = _tiny_transformer()
+    src, tgt = _ids(3, 8, 20, seed=2), _ids(3, 6, 20, seed=3)
+    src[2, 5:] = model.cfg.pad_id
+    with torch.no_grad():
+        expected = model(src, tgt)
+        got = copy.deepcopy(model).to(CUDA)(src.to(CUDA), tgt.to(CUDA))
+    torch.testing.assert_close(got.cpu(), expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned", "rotary"])
+def test_cached_greedy_decoding_on_cuda_equals_the_cpu_tokens(positions):
+    # Oracle: the CPU decode of the same weights; batched equals alone on the GPU too.
+    model = _tiny_transformer(positions=positions)
+    src = _ids(3, 8, 20, seed=4)
+    src[1, 4:] = model.cfg.pad_id
+    expected = model.generate(src, max_new_tokens=10, eos_id=None)
+    gpu = copy.deepcopy(model).to(CUDA)
+    got = gpu.generate(src.to(CUDA), max_new_tokens=10, eos_id=None).cpu()
+    assert torch.equal(got, expected)
+    alone = gpu.generate(src[1:2, :4].to(CUDA), max_new_tokens=10, eos_id=None).cpu()
+    assert torch.equal(alone, expected[1:2])
+
+
+def test_lm_left_padded_batch_on_cuda_decodes_like_each_prompt_alone():
+    cfg = dataclasses.replace(addnorm.PRESETS["lm-tiny"], vocab_size=30, dropout=0.0)
+    torch.manual_seed(5)
+    model = addnorm.TransformerLM(cfg).eval().to(CUDA)
+    short, long = _ids(1, 3, 30, seed=6), _ids(1, 6, 30, seed=7)
+    batch = torch.full((2, 6), cfg.pad_id)
+    batch[0, 3:], batch[1] = short[0], long[0]
+    padding = batch == cfg.pad_id
+    both = model.generate(batch.to(CUDA), padding_mask=padding.to(CUDA), max_new_tokens=8,
+                          eos_id=None).cpu()
+    for row, prompt in enumerate((short, long)):
+        alone = model.generate(prompt.to(CUDA), max_new_tokens=8, eos_id=None).cpu()
+        assert torch.equal(both[row : row + 1], alone)
+
+
+def test_masked_batchnorm_on_cuda_equals_the_cpu_result():
+    torch.manual_seed(8)
+    x = torch.randn(4, 6, 16, dtype=torch.float64)
+    padding = torch.rand(4, 6) < 0.3
+    padding[:, 0] = False
+    cpu = addnorm.BatchNorm(16).double()
+    gpu = copy.deepcopy(cpu).to(CUDA)
+    torch.testing.assert_close(gpu(x.to(CUDA), padding).cpu(), cpu(x, padding))
+    torch.testing.assert_close(gpu.running_var.cpu(), cpu.running_var)
