@@ -1,0 +1,105 @@
+"""Training batch sources for the two tasks, each with a JSON data-order state.
+
+A batch source has ``next_batch() -> dict[str, Tensor]`` and ``state_dict()`` /
+``load_state_dict()``; all its randomness comes from its own ``random.Random``, whose state
+is the data order a checkpoint saves.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from addnorm._checks import check_int
+from addnorm.data.dates import dates_in_split, random_examples
+from addnorm.data.text import TextCorpus
+from addnorm.data.tokenizers import CharTokenizer
+
+__all__ = ["DateBatches", "TextBatches", "encode_date_pairs"]
+
+
+def encode_date_pairs(
+    sources: list[str], targets: list[str], src_tok: CharTokenizer, tgt_tok: CharTokenizer
+) -> dict[str, torch.Tensor]:
+    """Tensors for teacher forcing, right-padded with ``pad_id`` (0).
+
+    Returns ``src`` (B, S), ``tgt_in`` = ``<bos>`` + target (B, L) and ``tgt_out`` =
+    target + ``<eos>`` (B, L): position i of ``tgt_in`` predicts position i of ``tgt_out``.
+    """
+    return {
+        "src": src_tok.encode_batch(sources),
+        "tgt_in": tgt_tok.encode_batch(targets, add_bos=True),
+        "tgt_out": tgt_tok.encode_batch(targets, add_eos=True),
+    }
+
+
+def _rng_state(rng: random.Random) -> dict:
+    version, internal, gauss = rng.getstate()
+    return {"version": version, "internal": list(internal), "gauss_next": gauss}
+
+
+def _set_rng_state(rng: random.Random, state: dict) -> None:
+    rng.setstate((state["version"], tuple(state["internal"]), state["gauss_next"]))
+
+
+class DateBatches:
+    """Endless batches of train-split dates, each in a randomly chosen format.
+
+    Args:
+        src_tok, tgt_tok: the date task's tokenizers.
+        batch_size: examples per batch.
+        seed: seeds the data order.
+    """
+
+    def __init__(
+        self, src_tok: CharTokenizer, tgt_tok: CharTokenizer, *, batch_size: int, seed: int
+    ) -> None:
+        self.src_tok, self.tgt_tok = src_tok, tgt_tok
+        self.batch_size = check_int("batch_size", batch_size, min_value=1)
+        self.rng = random.Random(check_int("seed", seed, min_value=0))
+        self.dates = dates_in_split("train")
+
+    def next_batch(self) -> dict[str, torch.Tensor]:
+        """``src`` (B, S), ``tgt_in`` (B, L), ``tgt_out`` (B, L); see ``encode_date_pairs``."""
+        pairs = list(random_examples(self.dates, self.rng, self.batch_size))
+        sources, targets = zip(*pairs, strict=True)
+        return encode_date_pairs(list(sources), list(targets), self.src_tok, self.tgt_tok)
+
+    def state_dict(self) -> dict:
+        """The data order: the state of this source's random generator."""
+        return {"rng": _rng_state(self.rng)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the data order saved by ``state_dict``."""
+        _set_rng_state(self.rng, state["rng"])
+
+
+class TextBatches:
+    """Endless batches of random windows of a corpus's train split.
+
+    Args:
+        corpus: the text.
+        batch_size: windows per batch.
+        length: characters per window (the model's context).
+        seed: seeds the data order.
+    """
+
+    def __init__(self, corpus: TextCorpus, *, batch_size: int, length: int, seed: int) -> None:
+        self.corpus = corpus
+        self.batch_size = check_int("batch_size", batch_size, min_value=1)
+        self.length = check_int("length", length, min_value=1)
+        self.rng = random.Random(check_int("seed", seed, min_value=0))
+
+    def next_batch(self) -> dict[str, torch.Tensor]:
+        """``ids`` (B, L) and the next characters ``targets`` (B, L)."""
+        windows = self.corpus.random_windows(self.rng, self.batch_size, self.length)
+        return {"ids": windows[:, :-1], "targets": windows[:, 1:]}
+
+    def state_dict(self) -> dict:
+        """The data order: the state of this source's random generator."""
+        return {"rng": _rng_state(self.rng)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the data order saved by ``state_dict``."""
+        _set_rng_state(self.rng, state["rng"])
