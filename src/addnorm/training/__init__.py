@@ -1,0 +1,22 @@
+"""Training: a generic trainer (AdamW, schedules, clipping, accumulation, bf16, EMA, budgets,
+exact resume), atomic safetensors checkpoints, metrics, and the two tasks (``translate``,
+``lm``) wired to the models."""
+
+from addnorm.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from addnorm.training.config import TrainConfig
+from addnorm.training.ema import EMA
+from addnorm.training.schedules import LRSchedule, noam_lr, warmup_cosine_lr
+from addnorm.training.trainer import Trainer, TrainResult
+
+__all__ = [
+    "EMA",
+    "CheckpointError",
+    "LRSchedule",
+    "TrainConfig",
+    "TrainResult",
+    "Trainer",
+    "load_checkpoint",
+    "noam_lr",
+    "save_checkpoint",
+    "warmup_cosine_lr",
+]

@@ -1,0 +1,111 @@
+"""``TrainConfig``: the trainer's settings, one frozen dataclass validated on construction."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+from addnorm._checks import check_choice, check_float, check_int, check_probability
+
+__all__ = ["SCHEDULES", "TrainConfig"]
+
+SCHEDULES = ("noam", "cosine", "constant")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train: budget, batches, optimizer (AdamW), schedule, regularisation, saving.
+
+    Attributes:
+        max_steps: optimizer steps to run (the step budget).
+        max_minutes: wall-clock budget of one invocation in minutes; None = no limit. Training
+            stops at whichever budget ends first.
+        batch_size: sequences per micro-batch.
+        grad_accum: micro-batches accumulated into one optimizer step.
+        lr: peak learning rate for "cosine" and "constant"; for "noam" the scale factor of the
+            paper's schedule ``d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)``.
+        schedule: "noam" (Vaswani et al. 2017, eq. 3), "cosine" (linear warm-up, then cosine
+            decay to ``final_lr_fraction * lr`` at ``max_steps``) or "constant" (after warm-up).
+        warmup: warm-up steps.
+        final_lr_fraction: the cosine schedule's last learning rate, as a fraction of ``lr``.
+        weight_decay: AdamW's decoupled weight decay.
+        beta1, beta2: AdamW's moment decay rates (the paper: 0.9, 0.98).
+        label_smoothing: F.cross_entropy's label_smoothing (the paper: 0.1).
+        grad_clip: max global gradient norm; 0 disables clipping.
+        ema_decay: decay of the exponential moving average of the weights; 0 disables it.
+        bf16: run forward and loss under bfloat16 autocast.
+        seed: seeds the weights, dropout and the data order.
+        checkpoint_every: save every this many steps (0 = only at the end).
+        keep_checkpoints: how many of the newest checkpoints to keep on disk.
+        log_every: write a metrics line every this many steps.
+        seq_len: characters per training window of the ``lm`` task (the other task ignores
+            it; its sequences are whole examples).
+        eval_size: held-out examples scored at the end: test dates for ``translate`` (plus a
+            quarter as many validation dates), at most this many validation windows for
+            ``lm``.
+    """
+
+    max_steps: int = 1000
+    max_minutes: float | None = None
+    batch_size: int = 64
+    grad_accum: int = 1
+    lr: float = 1e-3
+    schedule: Literal["noam", "cosine", "constant"] = "cosine"
+    warmup: int = 100
+    final_lr_fraction: float = 0.1
+    weight_decay: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.98
+    label_smoothing: float = 0.1
+    grad_clip: float = 1.0
+    ema_decay: float = 0.0
+    bf16: bool = False
+    seed: int = 0
+    checkpoint_every: int = 500
+    keep_checkpoints: int = 2
+    log_every: int = 10
+    seq_len: int = 128
+    eval_size: int = 2000
+
+    def __post_init__(self) -> None:
+        check_int("max_steps", self.max_steps, min_value=1)
+        if self.max_minutes is not None:
+            check_float("max_minutes", self.max_minutes, min_value=0.0, min_inclusive=False)
+        check_int("batch_size", self.batch_size, min_value=1)
+        check_int("grad_accum", self.grad_accum, min_value=1)
+        check_float("lr", self.lr, min_value=0.0, min_inclusive=False)
+        check_choice("schedule", self.schedule, SCHEDULES)
+        check_int("warmup", self.warmup, min_value=0)
+        if self.schedule == "noam" and self.warmup < 1:
+            raise ValueError(f"warmup must be >= 1 for the noam schedule, got {self.warmup}")
+        check_float("final_lr_fraction", self.final_lr_fraction, min_value=0.0, max_value=1.0)
+        check_float("weight_decay", self.weight_decay, min_value=0.0)
+        check_probability("beta1", self.beta1)
+        check_probability("beta2", self.beta2)
+        check_probability("label_smoothing", self.label_smoothing)
+        check_float("grad_clip", self.grad_clip, min_value=0.0)
+        check_probability("ema_decay", self.ema_decay)
+        if not isinstance(self.bf16, bool):
+            raise TypeError(f"bf16 must be a bool, got {type(self.bf16).__name__}")
+        check_int("seed", self.seed, min_value=0)
+        check_int("checkpoint_every", self.checkpoint_every, min_value=0)
+        check_int("keep_checkpoints", self.keep_checkpoints, min_value=1)
+        check_int("log_every", self.log_every, min_value=1)
+        check_int("seq_len", self.seq_len, min_value=1)
+        check_int("eval_size", self.eval_size, min_value=1)
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict of the fields."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TrainConfig:
+        """Build from a dict; unknown keys raise ValueError naming them."""
+        if not isinstance(data, dict):
+            raise TypeError(f"train config must be a dict, got {type(data).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"unknown TrainConfig fields: {', '.join(unknown)}")
+        return cls(**data)

@@ -1,0 +1,89 @@
+"""Command-line flags derived from the fields of a config dataclass.
+
+``add_dataclass_flags(parser, TransformerConfig)`` adds ``--d-model INT``,
+``--norm-position {post,pre}``, ``--bias/--no-bias``, ... one flag per field, typed from the
+field's annotation: int, float, str, bool (``--x/--no-x``), ``T | None`` ("none" = None),
+``Literal[...]`` and the model configs' string options (choices). The flags default to "not
+given", so only what a user types overrides the config's defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+
+from addnorm.config import POSITION_KINDS
+from addnorm.feedforward import ACTIVATIONS
+from addnorm.norms import NORM_KINDS
+from addnorm.residual import POSITIONS
+
+__all__ = ["add_dataclass_flags"]
+
+# String fields of the model configs and their allowed values.
+CHOICES = {
+    "activation": tuple(ACTIVATIONS),
+    "norm": tuple(NORM_KINDS),
+    "norm_position": tuple(POSITIONS),
+    "positions": tuple(POSITION_KINDS),
+}
+
+
+def _optional(parse):
+    """A parser for ``T | None`` fields: "none" means None."""
+
+    def parse_optional(text: str):
+        return None if text.lower() == "none" else parse(text)
+
+    parse_optional.__name__ = getattr(parse, "__name__", "value")
+    return parse_optional
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return lowered == "true"
+
+
+def add_dataclass_flags(
+    parser: argparse.ArgumentParser, defaults: object, *, skip: tuple | set = ()
+) -> list[str]:
+    """Add one ``--field-name`` flag per field of the dataclass instance ``defaults``, typed
+    from the field's annotation; the help shows the value in ``defaults``.
+
+    Flags default to "not given" (``argparse.SUPPRESS``), so only the flags a user types
+    override the defaults. Returns the field names that got a flag.
+    """
+    cls = type(defaults)
+    hints = typing.get_type_hints(cls)
+    group = parser.add_argument_group(f"{cls.__name__} fields")
+    names = []
+    for field in dataclasses.fields(cls):
+        if field.name in skip:
+            continue
+        hint = hints[field.name]
+        optional = typing.get_origin(hint) in (typing.Union, types.UnionType)
+        base = next(a for a in typing.get_args(hint) if a is not type(None)) if optional else hint
+        flag = "--" + field.name.replace("_", "-")
+        kwargs: dict = {
+            "dest": field.name,
+            "default": argparse.SUPPRESS,
+            "help": f"default {getattr(defaults, field.name)!r}",
+        }
+        if base is bool and not optional:
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
+        elif typing.get_origin(base) is typing.Literal or field.name in CHOICES:
+            choices = typing.get_args(base) or CHOICES[field.name]
+            group.add_argument(flag, choices=choices, **kwargs)
+        else:
+            parse = {bool: _parse_bool, int: int, float: float, str: str}[base]
+            group.add_argument(
+                flag,
+                type=_optional(parse) if optional else parse,
+                metavar=base.__name__.upper(),
+                **kwargs,
+            )
+        names.append(field.name)
+    return names

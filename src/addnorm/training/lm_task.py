@@ -1,0 +1,190 @@
+"""The ``lm`` task: a character-level decoder-only ``TransformerLM`` on the pydoc topics.
+
+Training windows are random slices of the train split; the held-out figure is validation
+bits per character, ``bpc = mean cross-entropy (nats) / ln 2``, over non-overlapping windows
+that tile the validation split. At the end the model writes a few samples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from addnorm.config import PRESETS, LMConfig
+from addnorm.data.batches import TextBatches
+from addnorm.data.text import TextCorpus
+from addnorm.data.tokenizers import CharTokenizer
+from addnorm.models import TransformerLM
+from addnorm.training.config import TrainConfig
+
+__all__ = ["LMTask", "lm_loss"]
+
+SAMPLE_PROMPTS = ("The ", "def ", "class ")
+
+
+def lm_loss(
+    model: nn.Module, batch: dict[str, torch.Tensor], *, label_smoothing: float = 0.0
+) -> tuple[torch.Tensor, int]:
+    """Mean next-character cross-entropy over the batch, and the number of targets."""
+    logits = model(batch["ids"])  # (B, L, V)
+    targets = batch["targets"]  # (B, L)
+    loss = F.cross_entropy(
+        logits.flatten(0, 1).float(), targets.flatten(), label_smoothing=label_smoothing
+    )
+    return loss, targets.numel()
+
+
+class LMTask:
+    """Everything the trainer and the CLI need to know about the language-model task.
+
+    Args:
+        tokenizer: the character vocabulary; None builds it from the corpus.
+    """
+
+    name = "lm"
+    description = "character-level language model on the pydoc topics (decoder-only)"
+    config_class = LMConfig
+    metric = "val_bpc"
+
+    def __init__(self, tokenizer: CharTokenizer | None = None) -> None:
+        self._corpus: TextCorpus | None = None
+        self.tokenizer = tokenizer or self.corpus.tokenizer
+
+    @property
+    def corpus(self) -> TextCorpus:
+        """The text, loaded on first use (inference from a checkpoint never needs it)."""
+        if self._corpus is None:
+            self._corpus = TextCorpus()
+        return self._corpus
+
+    @staticmethod
+    def default_model_config() -> LMConfig:
+        """The preset the default run trains (vocabulary size filled in by ``prepare``)."""
+        return dataclasses.replace(PRESETS["lm-tiny"], max_len=256, dropout=0.0)
+
+    @staticmethod
+    def default_train_config() -> TrainConfig:
+        """A short CPU run: a few minutes, ``seq_len`` 128."""
+        return TrainConfig(
+            max_steps=2000,
+            max_minutes=5.0,
+            batch_size=32,
+            lr=2e-3,
+            schedule="cosine",
+            warmup=100,
+            label_smoothing=0.0,
+            checkpoint_every=500,
+            log_every=10,
+        )
+
+    def prepare(self, cfg: LMConfig) -> LMConfig:
+        """``cfg`` with this corpus's vocabulary size and special ids."""
+        tok = self.tokenizer
+        return dataclasses.replace(
+            cfg,
+            vocab_size=tok.vocab_size,
+            pad_id=tok.pad_id,
+            bos_id=tok.bos_id,
+            eos_id=tok.eos_id,
+        )
+
+    @staticmethod
+    def check(cfg: LMConfig, train_cfg: TrainConfig) -> None:
+        """Raise ValueError if the two configs do not fit together."""
+        if cfg.positions == "learned" and train_cfg.seq_len > cfg.max_len:
+            raise ValueError(
+                f"seq_len ({train_cfg.seq_len}) must be <= max_len ({cfg.max_len}) with "
+                "learned positions"
+            )
+
+    def build_model(self, cfg: LMConfig) -> TransformerLM:
+        """A fresh model for ``cfg`` (call ``prepare`` first)."""
+        return TransformerLM(cfg)
+
+    def batches(self, train_cfg: TrainConfig, cfg: LMConfig) -> TextBatches:
+        """Random training windows of ``train_cfg.seq_len`` characters."""
+        self.check(cfg, train_cfg)
+        return TextBatches(
+            self.corpus,
+            batch_size=train_cfg.batch_size,
+            length=train_cfg.seq_len,
+            seed=train_cfg.seed,
+        )
+
+    def loss_fn(self, train_cfg: TrainConfig):
+        """``(model, batch) -> (loss, n_tokens)`` with the configured label smoothing."""
+        smoothing = train_cfg.label_smoothing
+
+        def loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+            return lm_loss(model, batch, label_smoothing=smoothing)
+
+        return loss
+
+    @torch.no_grad()
+    def evaluate(
+        self, model: TransformerLM, *, seq_len: int = 128, max_windows: int | None = None
+    ) -> dict[str, float]:
+        """Validation bits per character (no label smoothing), over tiling windows."""
+        model.eval()
+        device = next(model.parameters()).device
+        windows = self.corpus.eval_windows("val", seq_len, max_windows=max_windows)
+        total, count = 0.0, 0
+        for chunk in windows.split(64):
+            chunk = chunk.to(device)
+            loss, n = lm_loss(model, {"ids": chunk[:, :-1], "targets": chunk[:, 1:]})
+            total += loss.item() * n
+            count += n
+        return {"val_bpc": total / count / math.log(2), "val_chars": count}
+
+    @torch.no_grad()
+    def sample(
+        self,
+        model: TransformerLM,
+        prompt: str,
+        *,
+        max_new_tokens: int = 200,
+        temperature: float = 0.8,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        generator: torch.Generator | None = None,
+    ) -> str:
+        """``prompt`` continued by sampling (greedy when ``temperature`` is 0, which ignores
+        ``top_k`` and ``top_p``); at most ``cfg.max_len`` characters in all."""
+        model.eval()
+        device = next(model.parameters()).device
+        ids = torch.tensor([self.tokenizer.encode(prompt)], device=device)  # (1, L0)
+        if ids.shape[1] == 0:
+            raise ValueError("prompt must not be empty")
+        if ids.shape[1] + max_new_tokens > model.cfg.max_len:
+            max_new_tokens = max(model.cfg.max_len - ids.shape[1], 1)
+        greedy = temperature == 0
+        new = model.generate(
+            ids,
+            max_new_tokens=max_new_tokens,
+            strategy="greedy" if greedy else "sample",
+            temperature=1.0 if greedy else temperature,
+            top_k=None if greedy else top_k,
+            top_p=None if greedy else top_p,
+            eos_id=None,
+            generator=generator,
+        )  # (1, N)
+        return prompt + self.tokenizer.decode(new[0].tolist())
+
+    def samples(self, model: TransformerLM, prompts=SAMPLE_PROMPTS) -> list[tuple[str, str]]:
+        """(prompt, continuation) pairs for display, from a fixed-seed generator."""
+        device = next(model.parameters()).device
+        generator = torch.Generator(device=device).manual_seed(0)
+        return [(p, self.sample(model, p, generator=generator)) for p in prompts]
+
+    def to_dict(self) -> dict:
+        """What a checkpoint needs to rebuild this task (its tokenizer)."""
+        return {"tokenizer": self.tokenizer.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> LMTask:
+        """Rebuild from ``to_dict``'s output."""
+        return cls(CharTokenizer.from_dict(data["tokenizer"]))

@@ -1,0 +1,285 @@
+"""A small, generic trainer: AdamW, a step-indexed lr schedule, clipping, accumulation,
+optional bf16 autocast, an EMA of the weights, budgets, exact resume and atomic checkpoints.
+
+It trains any ``nn.Module`` given a loss function and a source of batches:
+
+- ``loss_fn(model, batch) -> (loss, n_tokens)``: the mean loss of one micro-batch (a scalar
+  tensor) and how many target tokens it covered (for tokens/s).
+- ``batches``: an object with ``next_batch() -> dict[str, Tensor]`` (CPU tensors) and
+  ``state_dict()`` / ``load_state_dict(state)`` whose state is JSON (the data order).
+
+Resuming restores the weights, the optimizer, the EMA, the step, every global random number
+generator and the data order, so on the same machine and thread count a resumed run's loss
+curve equals the uninterrupted run's bit for bit.
+
+Ctrl-C: while ``fit`` runs, SIGINT only sets a flag; the current step finishes, a checkpoint
+is written and ``fit`` returns with ``stopped_by == "interrupt"``. A second Ctrl-C raises
+``KeyboardInterrupt`` at once. A ``KeyboardInterrupt`` raised by other means in the middle of
+a step also writes a checkpoint, with the random and data state of the step's start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from addnorm.training.checkpoint import LoadedCheckpoint, save_checkpoint
+from addnorm.training.config import TrainConfig
+from addnorm.training.ema import EMA
+from addnorm.training.metrics import MetricsLog
+from addnorm.training.schedules import LRSchedule
+from addnorm.training.state import (
+    capture_rng,
+    optimizer_from_parts,
+    optimizer_to_parts,
+    restore_rng,
+)
+
+__all__ = ["BatchSource", "Trainer", "TrainResult", "make_optimizer"]
+
+LossFn = Callable[[nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, int]]
+
+
+class BatchSource(Protocol):
+    """Where training batches come from; its JSON state is the data order."""
+
+    def next_batch(self) -> dict[str, torch.Tensor]:
+        """The next training batch (CPU tensors)."""
+        ...
+
+    def state_dict(self) -> dict:
+        """The data order as JSON."""
+        ...
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the data order saved by ``state_dict``."""
+        ...
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """How ``Trainer.fit`` ended.
+
+    Attributes:
+        step: optimizer steps done in total.
+        loss: the last step's training loss (None if no step ran).
+        checkpoint: the checkpoint written at the end.
+        stopped_by: "max_steps", "max_minutes" or "interrupt".
+        elapsed_s: training time of all invocations together, in seconds.
+    """
+
+    step: int
+    loss: float | None
+    checkpoint: Path
+    stopped_by: str
+    elapsed_s: float
+
+
+def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not on biases, norm gains or scalars)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    groups = [
+        {"params": decay, "weight_decay": config.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+
+
+class Trainer:
+    """Trains ``model`` (already on its device) with ``loss_fn`` on ``batches``.
+
+    Args:
+        model: the module to train; batches are moved to the device of its parameters.
+        loss_fn: ``(model, batch) -> (mean loss, n_tokens)``.
+        batches: the batch source (see the module docstring).
+        config: the trainer settings.
+        run_dir: where checkpoints and ``metrics.jsonl`` go.
+        schedule: the learning rate of each step.
+        run_info: JSON saved in every checkpoint (what is needed to rebuild the model).
+        progress: show a tqdm progress bar on stderr.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        loss_fn: LossFn,
+        batches: BatchSource,
+        config: TrainConfig,
+        *,
+        run_dir: str | os.PathLike,
+        schedule: LRSchedule,
+        run_info: dict | None = None,
+        progress: bool = False,
+    ) -> None:
+        if not isinstance(config, TrainConfig):
+            raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+        self.model, self.loss_fn, self.batches, self.config = model, loss_fn, batches, config
+        self.run_dir = Path(run_dir)
+        self.schedule = schedule
+        self.run_info = run_info or {}
+        self.progress = progress
+        self.device = next(model.parameters()).device
+        self.optimizer = make_optimizer(model, config)
+        self.ema = EMA(model, config.ema_decay) if config.ema_decay > 0 else None
+        self.step = 0
+        self.elapsed_s = 0.0
+        self._resumed_from: int | None = None
+        self._stop_requested = False
+
+    def load(self, checkpoint: LoadedCheckpoint) -> None:
+        """Continue from ``checkpoint``: weights, optimizer, EMA, step, RNG and data order."""
+        self.model.load_state_dict(checkpoint.tensors["model"])
+        optimizer_from_parts(
+            self.optimizer, checkpoint.tensors["optimizer"], checkpoint.state["optimizer"]
+        )
+        if self.ema is not None:
+            if "ema" not in checkpoint.tensors:
+                raise ValueError(f"{checkpoint.path} has no EMA weights but ema_decay > 0")
+            self.ema.load_state_dict(checkpoint.tensors["ema"])
+        self.batches.load_state_dict(checkpoint.state["data"])
+        restore_rng(checkpoint.tensors["rng"], checkpoint.state["rng"])
+        self.step = checkpoint.step
+        self.elapsed_s = float(checkpoint.state.get("elapsed_s", 0.0))
+        self._resumed_from = checkpoint.step
+
+    def fit(self) -> TrainResult:
+        """Train until ``max_steps`` or ``max_minutes`` (whichever ends first) or Ctrl-C."""
+        log = MetricsLog(self.run_dir / "metrics.jsonl", resume_from_step=self._resumed_from)
+        previous_handler = self._catch_sigint()
+        bar = tqdm(
+            total=self.config.max_steps,
+            initial=self.step,
+            disable=not self.progress,
+            unit="step",
+            dynamic_ncols=True,
+        )
+        start, loss, stopped_by = time.monotonic(), None, "max_steps"
+        window = {"tokens": 0, "time": time.monotonic()}
+        boundary = self._snapshot()
+        try:
+            while self.step < self.config.max_steps:
+                if self._stop_requested:
+                    stopped_by = "interrupt"
+                    break
+                if self._out_of_time(start):
+                    stopped_by = "max_minutes"
+                    break
+                boundary = self._snapshot()
+                loss, tokens = self._train_step()
+                window["tokens"] += tokens
+                bar.update(1)
+                if self.step % self.config.log_every == 0 or self.step == self.config.max_steps:
+                    self._log(log, bar, loss, window, start)
+                if self.config.checkpoint_every and self.step % self.config.checkpoint_every == 0:
+                    self.save(elapsed_now=time.monotonic() - start)
+        except KeyboardInterrupt:
+            stopped_by = "interrupt"
+            self.batches.load_state_dict(boundary[0])
+            restore_rng(*boundary[1])
+        finally:
+            bar.close()
+            if previous_handler is not None:
+                signal.signal(signal.SIGINT, previous_handler)
+        self.elapsed_s += time.monotonic() - start
+        path = self.save()
+        return TrainResult(self.step, loss, path, stopped_by, self.elapsed_s)
+
+    def save(self, *, elapsed_now: float = 0.0) -> Path:
+        """Write a checkpoint of the current step (atomically; see ``checkpoint.py``)."""
+        opt_tensors, opt_skeleton = optimizer_to_parts(self.optimizer)
+        rng_tensors, rng_json = capture_rng()
+        tensors = {"model": self.model.state_dict(), "optimizer": opt_tensors, "rng": rng_tensors}
+        if self.ema is not None:
+            tensors["ema"] = self.ema.state_dict()
+        state = {
+            "step": self.step,
+            "elapsed_s": self.elapsed_s + elapsed_now,
+            "run": self.run_info,
+            "train_config": self.config.to_dict(),
+            "schedule": dataclasses.asdict(self.schedule),
+            "optimizer": opt_skeleton,
+            "data": self.batches.state_dict(),
+            "rng": rng_json,
+        }
+        return save_checkpoint(
+            self.run_dir, self.step, tensors, state, keep=self.config.keep_checkpoints
+        )
+
+    def _train_step(self) -> tuple[float, int]:
+        """One optimizer step over ``grad_accum`` micro-batches; returns (mean loss, tokens)."""
+        cfg = self.config
+        lr = self.schedule(self.step + 1)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        total, tokens = 0.0, 0
+        for _ in range(cfg.grad_accum):
+            batch = {k: v.to(self.device) for k, v in self.batches.next_batch().items()}
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+                loss, n_tokens = self.loss_fn(self.model, batch)
+            (loss / cfg.grad_accum).backward()
+            total += loss.item()
+            tokens += n_tokens
+        mean_loss = total / cfg.grad_accum
+        if not math.isfinite(mean_loss):
+            raise FloatingPointError(
+                f"training loss is {mean_loss} at step {self.step + 1}; try a lower lr ({lr:.3g})"
+            )
+        if cfg.grad_clip > 0:
+            nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self.optimizer.step()
+        if self.ema is not None:
+            self.ema.update(self.model)
+        self.step += 1
+        return mean_loss, tokens
+
+    def _log(self, log: MetricsLog, bar, loss: float, window: dict, start: float) -> None:
+        now = time.monotonic()
+        tokens_per_s = window["tokens"] / max(now - window["time"], 1e-9)
+        lr = self.schedule(self.step)
+        log.write(
+            {
+                "step": self.step,
+                "loss": loss,
+                "lr": lr,
+                "tokens_per_s": tokens_per_s,
+                "elapsed_s": self.elapsed_s + now - start,
+            }
+        )
+        bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:.0f}")
+        window["tokens"], window["time"] = 0, now
+
+    def _out_of_time(self, start: float) -> bool:
+        limit = self.config.max_minutes
+        return limit is not None and time.monotonic() - start >= 60.0 * limit
+
+    def _snapshot(self) -> tuple[dict, tuple[dict, dict]]:
+        """The data order and RNG states at a step boundary (restored on a mid-step Ctrl-C)."""
+        return self.batches.state_dict(), capture_rng()
+
+    def _catch_sigint(self):
+        """While fitting, the first SIGINT asks for a clean stop; returns the old handler."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+
+        def request_stop(signum, frame):
+            if self._stop_requested:
+                raise KeyboardInterrupt
+            self._stop_requested = True
+
+        return signal.signal(signal.SIGINT, request_stop)

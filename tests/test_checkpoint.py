@@ -1,0 +1,160 @@
+"""Checkpoints: round trips, atomic writes, and clear errors for damaged files.
+
+Provenance: identities (what is saved is what is loaded, a restored generator repeats its
+draws, a restored optimizer takes the same next step) and the documented on-disk layout.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import addnorm.training.checkpoint as checkpoint_module
+from addnorm.training.checkpoint import (
+    CheckpointError,
+    find_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
+from addnorm.training.state import (
+    capture_rng,
+    optimizer_from_parts,
+    optimizer_to_parts,
+    restore_rng,
+)
+
+
+def write(run_dir, step, value=0.0, keep=3):
+    tensors = {"model": {"w": torch.full((2, 3), value), "step0d": torch.tensor(value)}}
+    return save_checkpoint(run_dir, step, tensors, {"note": f"step {step}"}, keep=keep)
+
+
+def test_saved_tensors_and_state_load_back_unchanged(tmp_path):
+    path = write(tmp_path, 5, value=1.5)
+    loaded = load_checkpoint(tmp_path)
+    assert loaded.path == path and loaded.step == 5
+    assert loaded.state == {"note": "step 5"}
+    assert torch.equal(loaded.tensors["model"]["w"], torch.full((2, 3), 1.5))
+    assert torch.equal(loaded.tensors["model"]["step0d"], torch.tensor(1.5))
+
+
+def test_a_checkpoint_holds_only_safetensors_and_json(tmp_path):
+    # Loading never unpickles: there is no file a pickle loader could be pointed at.
+    path = write(tmp_path, 1)
+    suffixes = {p.suffix for p in path.iterdir()}
+    assert suffixes == {".safetensors", ".json"}
+
+
+def test_the_newest_checkpoints_are_kept_and_found(tmp_path):
+    for step in (10, 20, 30, 40):
+        write(tmp_path, step, keep=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000030", "step-00000040"]
+    assert find_checkpoint(tmp_path).name == "step-00000040"
+
+
+def test_a_write_killed_halfway_leaves_the_previous_checkpoint_loadable(tmp_path, monkeypatch):
+    write(tmp_path, 10, value=1.0)
+    real_write_json = checkpoint_module._write_json
+
+    def dies_at_the_manifest(path, data):
+        if path.name == checkpoint_module.MANIFEST:
+            raise OSError("disk full (simulated)")
+        real_write_json(path, data)
+
+    monkeypatch.setattr(checkpoint_module, "_write_json", dies_at_the_manifest)
+    with pytest.raises(OSError, match="simulated"):
+        write(tmp_path, 20, value=2.0)
+    loaded = load_checkpoint(tmp_path)
+    assert loaded.step == 10
+    assert torch.equal(loaded.tensors["model"]["w"], torch.full((2, 3), 1.0))
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step-00000010"]
+
+
+def test_rewriting_the_same_step_replaces_it(tmp_path):
+    write(tmp_path, 10, value=1.0)
+    write(tmp_path, 10, value=3.0)
+    assert torch.equal(load_checkpoint(tmp_path).tensors["model"]["w"], torch.full((2, 3), 3.0))
+
+
+def test_a_restored_optimizer_takes_the_same_next_step():
+    def fresh():
+        torch.manual_seed(0)
+        model = nn.Linear(3, 2)
+        return model, torch.optim.AdamW(model.parameters(), lr=0.1, betas=(0.9, 0.98))
+
+    def step(model, optimizer):
+        optimizer.zero_grad()
+        model(torch.ones(4, 3)).square().sum().backward()
+        optimizer.step()
+
+    model_a, opt_a = fresh()
+    step(model_a, opt_a)
+    tensors, skeleton = optimizer_to_parts(opt_a)
+    json.dumps(skeleton)  # the skeleton is pure JSON
+    model_b, opt_b = fresh()
+    model_b.load_state_dict(model_a.state_dict())
+    optimizer_from_parts(opt_b, tensors, json.loads(json.dumps(skeleton)))
+    assert opt_b.param_groups[0]["betas"] == (0.9, 0.98)
+    step(model_a, opt_a)
+    step(model_b, opt_b)
+    for a, b in zip(model_a.parameters(), model_b.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_restored_generators_repeat_their_draws():
+    tensors, state = capture_rng()
+    state = json.loads(json.dumps(state))
+    first = (torch.rand(3), random.random(), np.random.rand(2))
+    restore_rng(tensors, state)
+    again = (torch.rand(3), random.random(), np.random.rand(2))
+    assert torch.equal(first[0], again[0])
+    assert first[1] == again[1]
+    assert np.array_equal(first[2], again[2])
+
+
+def test_missing_directory_is_named(tmp_path):
+    with pytest.raises(CheckpointError, match="nowhere"):
+        load_checkpoint(tmp_path / "nowhere")
+
+
+def test_run_directory_without_checkpoints_is_named(tmp_path):
+    with pytest.raises(CheckpointError, match="no checkpoint in"):
+        load_checkpoint(tmp_path)
+
+
+def test_truncated_safetensors_names_the_file(tmp_path):
+    path = write(tmp_path, 1)
+    weights = path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:20])
+    with pytest.raises(CheckpointError, match="model.safetensors"):
+        load_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "state.json"])
+def test_corrupt_json_names_the_file(tmp_path, name):
+    path = write(tmp_path, 1)
+    (path / name).write_text("{not json")
+    with pytest.raises(CheckpointError, match=name):
+        load_checkpoint(path)
+
+
+def test_a_file_altered_in_place_fails_its_hash(tmp_path):
+    path = write(tmp_path, 1)
+    state = path / "state.json"
+    text = state.read_text()
+    state.write_text(text.replace("step 1", "step 9"))  # same size, different bytes
+    with pytest.raises(CheckpointError, match="sha256"):
+        load_checkpoint(path)
+
+
+def test_a_missing_file_is_named(tmp_path):
+    path = write(tmp_path, 1)
+    (path / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="missing.*model.safetensors"):
+        load_checkpoint(path)

@@ -1,0 +1,235 @@
+"""The generic trainer, its schedules, EMA and config, on a tiny stand-in model.
+
+Provenance of expected values: the schedule formulas themselves (the paper's eq. 3 and the
+cosine's end points), the EMA update rule, the identity between gradient accumulation and one
+big batch, and a resumed run compared with the same run uninterrupted (bit for bit).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import signal
+
+import pytest
+import torch
+from torch import nn
+
+from addnorm.training.checkpoint import load_checkpoint
+from addnorm.training.config import TrainConfig
+from addnorm.training.ema import EMA
+from addnorm.training.metrics import plot_loss_curve, read_metrics
+from addnorm.training.schedules import LRSchedule, noam_lr, warmup_cosine_lr
+from addnorm.training.trainer import Trainer
+
+
+class SumBatches:
+    """Regression batches: y = sum(x), x uniform in [0, 1)^4, from a seeded random.Random."""
+
+    def __init__(self, seed: int = 0, batch_size: int = 8) -> None:
+        self.rng, self.batch_size = random.Random(seed), batch_size
+
+    def next_batch(self):
+        x = torch.tensor([[self.rng.random() for _ in range(4)] for _ in range(self.batch_size)])
+        return {"x": x, "y": x.sum(-1, keepdim=True)}
+
+    def state_dict(self):
+        version, internal, gauss = self.rng.getstate()
+        return {"rng": [version, list(internal), gauss]}
+
+    def load_state_dict(self, state):
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+
+
+def mse_loss(model, batch):
+    return nn.functional.mse_loss(model(batch["x"]), batch["y"]), batch["x"].shape[0]
+
+
+def make_trainer(run_dir, *, loss_fn=mse_loss, **overrides) -> Trainer:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 32), nn.Dropout(0.1), nn.ReLU(), nn.Linear(32, 1))
+    settings = dict(
+        max_steps=30,
+        lr=1e-2,
+        warmup=5,
+        log_every=1,
+        checkpoint_every=10,
+        ema_decay=0.9,
+        grad_accum=2,
+        grad_clip=1.0,
+    )
+    settings.update(overrides)
+    config = TrainConfig(**settings)
+    schedule = LRSchedule("cosine", config.lr, config.warmup, total_steps=30)
+    return Trainer(model, loss_fn, SumBatches(), config, run_dir=run_dir, schedule=schedule)
+
+
+def losses(run_dir) -> list[float]:
+    return [r["loss"] for r in read_metrics(run_dir / "metrics.jsonl")]
+
+
+def test_trainer_lowers_the_loss_on_a_tiny_regression(tmp_path):
+    result = make_trainer(tmp_path, max_steps=60).fit()
+    curve = losses(tmp_path)
+    assert result.stopped_by == "max_steps" and result.step == 60
+    assert sum(curve[-5:]) / 5 < 0.2 * sum(curve[:5]) / 5
+
+
+def test_resumed_run_equals_the_uninterrupted_run_bit_for_bit(tmp_path):
+    whole = make_trainer(tmp_path / "whole")
+    whole.fit()
+    first_half = make_trainer(tmp_path / "split", max_steps=12)
+    first_half.fit()
+    second_half = make_trainer(tmp_path / "split")
+    second_half.load(load_checkpoint(tmp_path / "split"))
+    second_half.fit()
+    assert losses(tmp_path / "split") == losses(tmp_path / "whole")
+    for name, value in whole.model.state_dict().items():
+        assert torch.equal(second_half.model.state_dict()[name], value)
+    for name, value in whole.ema.state_dict().items():
+        assert torch.equal(second_half.ema.state_dict()[name], value)
+
+
+def test_keyboard_interrupt_mid_step_checkpoints_and_resumes_exactly(tmp_path):
+    calls = {"n": 0}
+
+    def interrupted_loss(model, batch):
+        calls["n"] += 1
+        if calls["n"] == 2 * 7 + 2:  # the second micro-batch of step 8
+            raise KeyboardInterrupt
+        return mse_loss(model, batch)
+
+    result = make_trainer(tmp_path / "split", loss_fn=interrupted_loss).fit()
+    assert (result.stopped_by, result.step) == ("interrupt", 7)
+    resumed = make_trainer(tmp_path / "split")
+    resumed.load(load_checkpoint(result.checkpoint))
+    resumed.fit()
+    make_trainer(tmp_path / "whole").fit()
+    assert losses(tmp_path / "split") == losses(tmp_path / "whole")
+
+
+def test_sigint_finishes_the_step_then_checkpoints(tmp_path):
+    calls = {"n": 0}
+
+    def loss_with_ctrl_c(model, batch):
+        calls["n"] += 1
+        if calls["n"] == 2 * 4 + 1:  # the first micro-batch of step 5
+            os.kill(os.getpid(), signal.SIGINT)
+        return mse_loss(model, batch)
+
+    handler_before = signal.getsignal(signal.SIGINT)
+    result = make_trainer(tmp_path, loss_fn=loss_with_ctrl_c).fit()
+    assert (result.stopped_by, result.step) == ("interrupt", 5)
+    assert load_checkpoint(tmp_path).step == 5
+    assert signal.getsignal(signal.SIGINT) is handler_before  # put back after fit
+
+
+def test_time_budget_stops_before_the_step_budget(tmp_path):
+    result = make_trainer(tmp_path, max_steps=10_000, max_minutes=1e-6).fit()
+    assert result.stopped_by == "max_minutes"
+    assert result.step < 10_000
+
+
+def test_gradient_accumulation_equals_one_batch_of_the_same_examples(tmp_path):
+    # The mean loss over two equal halves has the gradient of the mean over the whole batch.
+    torch.set_default_dtype(torch.float64)
+    try:
+        accumulated = make_trainer(tmp_path / "a", max_steps=1, grad_accum=2, ema_decay=0.0)
+        accumulated.batches = SumBatches(batch_size=4)
+        accumulated.model = accumulated.model.eval()
+        whole = make_trainer(tmp_path / "b", max_steps=1, grad_accum=1, ema_decay=0.0)
+        whole.batches = SumBatches(batch_size=8)
+        for trainer in (accumulated, whole):
+            trainer.model[1].p = 0.0  # no dropout, so both see the same function
+            trainer.fit()
+    finally:
+        torch.set_default_dtype(torch.float32)
+    for a, b in zip(accumulated.model.parameters(), whole.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_bf16_autocast_trains_on_cpu(tmp_path):
+    make_trainer(tmp_path, max_steps=40, bf16=True, grad_accum=1).fit()
+    curve = losses(tmp_path)
+    assert all(math.isfinite(x) for x in curve)
+    assert curve[-1] < curve[0]
+
+
+def test_metrics_lines_hold_step_loss_lr_throughput_and_time(tmp_path):
+    trainer = make_trainer(tmp_path, max_steps=6)
+    trainer.fit()
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
+    for r in records:
+        assert r["lr"] == trainer.schedule(r["step"])
+        assert r["tokens_per_s"] > 0 and r["elapsed_s"] > 0
+    png = plot_loss_curve(tmp_path / "metrics.jsonl", tmp_path / "loss.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the PNG file signature
+
+
+def test_noam_schedule_peaks_at_warmup_with_the_papers_value():
+    d_model, warmup = 512, 4000
+    peak = noam_lr(warmup, d_model=d_model, warmup=warmup)
+    # At step == warmup both branches of the min agree: d_model^-0.5 * warmup^-0.5.
+    assert peak == pytest.approx(d_model**-0.5 * warmup**-0.5, rel=1e-12)
+    assert noam_lr(warmup // 2, d_model=d_model, warmup=warmup) == pytest.approx(peak / 2)
+    assert noam_lr(4 * warmup, d_model=d_model, warmup=warmup) == pytest.approx(peak / 2)
+    assert noam_lr(1, d_model=d_model, warmup=warmup, scale=2.0) == pytest.approx(
+        2 * d_model**-0.5 * warmup**-1.5
+    )
+
+
+def test_cosine_schedule_rises_to_the_peak_then_decays_to_the_floor():
+    kwargs = dict(peak_lr=1.0, warmup=10, total_steps=110, final_lr=0.1)
+    assert warmup_cosine_lr(5, **kwargs) == pytest.approx(0.5)
+    assert warmup_cosine_lr(10, **kwargs) == pytest.approx(1.0)
+    assert warmup_cosine_lr(60, **kwargs) == pytest.approx(0.55)  # halfway: the mean
+    assert warmup_cosine_lr(110, **kwargs) == pytest.approx(0.1)
+    assert warmup_cosine_lr(500, **kwargs) == pytest.approx(0.1)
+
+
+def test_ema_follows_its_update_rule():
+    model = nn.Linear(2, 1)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    ema = EMA(model, decay=0.75)
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    ema.update(model)
+    expected = 0.75 * before["weight"] + 0.25 * model.weight
+    torch.testing.assert_close(ema.state_dict()["weight"], expected)
+    ema.copy_to(model)
+    torch.testing.assert_close(model.weight, expected)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [
+        ("max_steps", 0, ValueError),
+        ("max_steps", 2.5, TypeError),
+        ("max_minutes", 0.0, ValueError),
+        ("batch_size", -4, ValueError),
+        ("lr", 0.0, ValueError),
+        ("schedule", "linear", ValueError),
+        ("label_smoothing", 1.0, ValueError),
+        ("grad_clip", -1.0, ValueError),
+        ("ema_decay", 1.0, ValueError),
+        ("bf16", "yes", TypeError),
+        ("seed", -1, ValueError),
+    ],
+)
+def test_train_config_rejects_bad_values_naming_the_field(field, value, error):
+    with pytest.raises(error, match=field):
+        TrainConfig(**{field: value})
+
+
+def test_noam_schedule_needs_a_warmup():
+    with pytest.raises(ValueError, match="warmup"):
+        TrainConfig(schedule="noam", warmup=0)
+
+
+def test_train_config_from_dict_rejects_unknown_fields():
+    assert TrainConfig.from_dict(TrainConfig(lr=0.5).to_dict()) == TrainConfig(lr=0.5)
+    with pytest.raises(ValueError, match="learning_rate"):
+        TrainConfig.from_dict({"learning_rate": 0.1})
