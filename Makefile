@@ -23,7 +23,7 @@ lint: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check src tests experiments benchmarks
-	$(PY) -m pytest -q -n 2 -m "not slow"
+	$(PY) -m pytest -q -n 2
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache
