@@ -57,7 +57,7 @@ def _add_norm(
     return AddNorm(d_model, position=position, norm=module, dropout=dropout)
 
 
-def _query_padding(padding_mask: torch.Tensor | None, query_len: int) -> torch.Tensor | None:
+def query_padding(padding_mask: torch.Tensor | None, query_len: int) -> torch.Tensor | None:
     """The padding of the queries: the last L keys of self-attention (cache first)."""
     return None if padding_mask is None else padding_mask[:, -query_len:]
 
@@ -159,7 +159,7 @@ class EncoderLayer(nn.Module):
             padding_mask=padding_mask, attend_mask=attend_mask, causal=causal,
         )
         return self.forward_with_mask(
-            x, mask, query_padding_mask=_query_padding(padding_mask, length),
+            x, mask, query_padding_mask=query_padding(padding_mask, length),
             cache=cache, positions=positions,
         )
 
@@ -272,7 +272,7 @@ class DecoderLayer(nn.Module):
         )
         return self.forward_with_mask(
             x, memory, self_mask, cross_mask,
-            query_padding_mask=_query_padding(padding_mask, length),
+            query_padding_mask=query_padding(padding_mask, length),
             cache=cache, positions=positions,
         )
 

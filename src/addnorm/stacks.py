@@ -26,7 +26,7 @@ from torch import nn
 from addnorm._checks import check_choice, check_int, check_tensor
 from addnorm.attention import build_attention_mask
 from addnorm.cache import DecodingCache, LayerCache
-from addnorm.layers import DecoderLayer, EncoderLayer
+from addnorm.layers import DecoderLayer, EncoderLayer, query_padding
 from addnorm.norms import make_norm
 from addnorm.residual import POSITIONS
 from addnorm.rotary import RotaryEmbedding
@@ -60,10 +60,6 @@ def _layer_caches(cache: object, n_layers: int) -> list[LayerCache | None]:
 
 def _cached_length(caches: list[LayerCache | None]) -> int:
     return 0 if caches[0] is None else caches[0].self_attn.length
-
-
-def _query_padding(padding_mask: torch.Tensor | None, query_len: int) -> torch.Tensor | None:
-    return None if padding_mask is None else padding_mask[:, -query_len:]
 
 
 def _apply_norm(norm: nn.Module, x: torch.Tensor, padding: torch.Tensor | None) -> torch.Tensor:
@@ -149,12 +145,13 @@ class Encoder(nn.Module):
             key_len=_cached_length(caches) + length, device=x.device,
             padding_mask=padding_mask, attend_mask=attend_mask, causal=causal,
         )
-        query_padding = _query_padding(padding_mask, length)
+        query_padding_mask = query_padding(padding_mask, length)
         for layer, layer_cache in zip(layers, caches, strict=True):
             x = layer.forward_with_mask(
-                x, mask, query_padding_mask=query_padding, cache=layer_cache, positions=positions
+                x, mask, query_padding_mask=query_padding_mask, cache=layer_cache,
+                positions=positions,
             )
-        return _apply_norm(self.norm, x, query_padding)
+        return _apply_norm(self.norm, x, query_padding_mask)
 
 
 class Decoder(nn.Module):
@@ -239,13 +236,13 @@ class Decoder(nn.Module):
             batch=batch, n_heads=n_heads, query_len=length, key_len=memory.shape[1],
             device=x.device, padding_mask=memory_padding_mask,
         )
-        query_padding = _query_padding(padding_mask, length)
+        query_padding_mask = query_padding(padding_mask, length)
         for layer, layer_cache in zip(layers, caches, strict=True):
             x = layer.forward_with_mask(
-                x, memory, self_mask, cross_mask, query_padding_mask=query_padding,
+                x, memory, self_mask, cross_mask, query_padding_mask=query_padding_mask,
                 cache=layer_cache, positions=positions,
             )
-        return _apply_norm(self.norm, x, query_padding)
+        return _apply_norm(self.norm, x, query_padding_mask)
 
 
 class EncoderDecoder(nn.Module):
