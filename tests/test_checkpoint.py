@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import random
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -158,3 +161,78 @@ def test_a_missing_file_is_named(tmp_path):
     (path / "model.safetensors").unlink()
     with pytest.raises(CheckpointError, match="missing.*model.safetensors"):
         load_checkpoint(path)
+
+
+def rewrite_manifest(path, change):
+    manifest_path = path / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    change(manifest)
+    manifest_path.write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda m: m.pop("step"),
+        lambda m: m.update(step="5"),
+        lambda m: m.update(step=-1),
+        lambda m: m.update(files=[]),
+        lambda m: m["files"].update({"state.json": {"bytes": "12"}}),
+        lambda m: m["files"].update({"../elsewhere.json": m["files"]["state.json"]}),
+        lambda m: m["files"].pop("state.json"),
+        lambda m: m.update(format="something-else"),
+    ],
+    ids=[
+        "no-step",
+        "str-step",
+        "negative-step",
+        "files-list",
+        "bad-entry",
+        "path-in-name",
+        "no-state",
+        "format",
+    ],
+)
+def test_a_malformed_manifest_names_manifest_json(tmp_path, change):
+    path = write(tmp_path, 1)
+    rewrite_manifest(path, change)
+    with pytest.raises(CheckpointError, match="manifest.json"):
+        load_checkpoint(path)
+
+
+def test_leftovers_of_killed_writes_are_removed_by_the_next_save(tmp_path):
+    write(tmp_path, 10, value=1.0)
+    root = tmp_path / "checkpoints"
+    (root / ".tmp-step-00000020-abc").mkdir()
+    (root / ".tmp-step-00000020-abc" / "model.safetensors").write_bytes(b"half")
+    (root / ".old-step-00000010-123").mkdir()
+    write(tmp_path, 20, value=2.0)
+    assert sorted(p.name for p in root.iterdir()) == ["step-00000010", "step-00000020"]
+    previous = load_checkpoint(root / "step-00000010")
+    assert torch.equal(previous.tensors["model"]["w"], torch.full((2, 3), 1.0))
+
+
+KILLED_WRITER = """
+import os, signal, sys, torch
+import addnorm.training.checkpoint as ck
+real = ck._write_json
+def die_at_the_manifest(path, data):
+    if path.name == ck.MANIFEST:
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(path, data)
+ck._write_json = die_at_the_manifest
+ck.save_checkpoint(sys.argv[1], 20, {"model": {"w": torch.full((2, 3), 2.0)}}, {"note": "x"})
+"""
+
+
+def test_a_writer_killed_by_sigkill_leaves_the_previous_checkpoint_loadable(tmp_path):
+    write(tmp_path, 10, value=1.0)
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED_WRITER, str(tmp_path)], timeout=60, check=False
+    )
+    assert done.returncode == -signal.SIGKILL
+    root = tmp_path / "checkpoints"
+    assert any(p.name.startswith(".tmp-step-00000020") for p in root.iterdir())
+    assert load_checkpoint(tmp_path).step == 10
+    write(tmp_path, 30, value=3.0)  # the next save clears the leftover
+    assert sorted(p.name for p in root.iterdir()) == ["step-00000010", "step-00000030"]

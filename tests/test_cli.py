@@ -8,6 +8,7 @@ checkpoint step), and a resumed run with the uninterrupted one (bit-exact losses
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import shutil
@@ -100,17 +101,77 @@ def test_train_writes_checkpoint_metrics_and_loss_curve(translate_run):
     assert (translate_run / "checkpoints" / "step-00000003" / "manifest.json").is_file()
 
 
+def is_real_date(text: str) -> bool:
+    try:
+        return len(text) == 10 and 1900 <= dt.date.fromisoformat(text).year <= 2099
+    except ValueError:
+        return False
+
+
 def test_translate_prints_the_models_greedy_answer(translate_run, capsys):
     texts = ["21 Nov 2026", "2026년 11월 21일"]
-    assert main(["translate", *texts, "--checkpoint", str(translate_run), "--device", "cpu"]) == 0
+    argv = ["translate", *texts, "--checkpoint", str(translate_run), "--device", "cpu"]
+    code = main([*argv, "--threads", "1"])
     task, model, _ = load_trained(translate_run)
-    assert capsys.readouterr().out.splitlines() == task.predict(model, texts)
+    expected = task.predict(model, texts)
+    assert code == (0 if all(map(is_real_date, expected)) else 1)  # a 3-step model's answers
+    assert capsys.readouterr().out.splitlines() == expected
 
 
-def test_translate_reads_one_date_per_stdin_line(translate_run, capsys, monkeypatch):
-    monkeypatch.setattr(sys, "stdin", io.StringIO("2026-11-21\nNov 21, 2026\n\n"))
-    assert main(["translate", "--checkpoint", str(translate_run)]) == 0
-    assert len(capsys.readouterr().out.splitlines()) == 3
+def test_translate_reads_stdin_lines_keeping_blank_lines_aligned(
+    translate_run, capsys, monkeypatch
+):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("2026-11-21\n\nNov 21, 2026\n\n"))
+    main(["translate", "--checkpoint", str(translate_run)])
+    task, model, _ = load_trained(translate_run)
+    first, second = task.predict(model, ["2026-11-21", "Nov 21, 2026"])
+    assert capsys.readouterr().out.splitlines() == [first, "", second, ""]
+
+
+def test_translate_flags_answers_that_are_not_dates_and_keeps_stdout_aligned(
+    translate_run, capsys, monkeypatch
+):
+    from addnorm.training.translate_task import TranslateTask
+
+    answers = {"a": "2026-02-30", "b": "2026-11-21", "c": "21-11-2026", "d": "2150-01-01"}
+    monkeypatch.setattr(
+        TranslateTask, "predict", lambda self, model, texts: [answers[t] for t in texts]
+    )
+    assert main(["translate", "a", "b", "c", "d", "--checkpoint", str(translate_run)]) == 1
+    out, err = capsys.readouterr()
+    assert out.splitlines() == list(answers.values())
+    warnings = err.splitlines()
+    assert len(warnings) == 3 and all("not a valid date" in w for w in warnings)
+    assert ["'a'" in warnings[0], "'c'" in warnings[1], "'d'" in warnings[2]] == [True] * 3
+    assert main(["translate", "b", "--checkpoint", str(translate_run)]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_translate_help_names_the_supported_range_and_formats(capsys):
+    from addnorm.data.dates import FORMATS, format_date
+
+    assert main(["translate", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "1900-01-01 to 2099-12-31" in out
+    for fmt in FORMATS:
+        assert format_date(dt.date(2026, 11, 21), fmt) in out
+
+
+def test_output_into_a_closed_pipe_exits_quietly(translate_run):
+    # The reader takes one line and goes away (like `| head -1`): exit 141, no traceback.
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "addnorm", "translate", "--checkpoint", str(translate_run)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert reader.stdin is not None and reader.stdout is not None
+    reader.stdin.write(b"21 Nov 2026\n" * 20000)
+    reader.stdin.close()
+    reader.stdout.readline()
+    reader.stdout.close()
+    assert reader.wait(timeout=120) == 141
+    assert reader.stderr is not None and b"Traceback" not in reader.stderr.read()
 
 
 def test_info_prints_configs_step_and_metrics(translate_run, capsys):
@@ -180,6 +241,12 @@ def test_ctrl_c_checkpoints_exits_130_and_resume_continues_exactly(tmp_path, cap
 @pytest.mark.parametrize(
     ("argv", "named"),
     [
+        ([], "required"),
+        (["train"], "required"),
+        (["train", "translate", "--max-steps", "abc"], "--max-steps"),
+        (["train", "translate", "--bogus"], "--bogus"),
+        (["info"], "checkpoint"),
+        (["translate", "x", "--weights", "best"], "--weights"),
         (["train", "translate", "--max-steps", "-1"], "max_steps"),
         (["train", "translate", "--max-minutes", "0"], "max_minutes"),
         (["train", "translate", "--lr", "fast"], "--lr"),
@@ -191,21 +258,136 @@ def test_ctrl_c_checkpoints_exits_130_and_resume_continues_exactly(tmp_path, cap
         (["train", "translate", "--resume", "--d-model", "64"], "--resume"),
         (["generate"], "--prompt"),
         (["translate", "x", "--device", "warp-drive"], "--device"),
+        (["translate", "x", "--device", "meta"], "--device"),
+        (["translate", "x", "--device", "cpu:3"], "--device"),
+        (["translate", "x", "--device", "cuda:99"], "--device cuda:99"),
+        (["generate", "--prompt", "a", "--threads", "100000"], "--threads"),
         (["train", "translate", "--threads", "-2"], "--threads"),
+        (["train", "translate", "--threads", "100000"], "--threads"),
+        (["train", "translate", "--positions", "learned", "--max-len", "5"], "max_len (5)"),
+        (["train", "lm", "--seq-len", "100000000"], "validation split"),
+        (["train", "translate", "--resume", "--overwrite"], "--overwrite"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line_naming_the_problem(argv, named, capsys, tmp_path):
-    assert main([*argv, "--out", str(tmp_path)] if argv[0] == "train" else argv) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert named in err[-1]
-    assert not any("Traceback" in line for line in err)
+    has_out = argv[:1] == ["train"] and len(argv) > 1
+    assert main([*argv, "--out", str(tmp_path)] if has_out else argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1, err
+    assert named in err[0] and err[0].startswith("addnorm")
 
 
-def test_bad_config_file_exits_2(tmp_path, capsys):
+def test_out_must_be_a_directory_path(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for out in (afile, afile / "below"):
+        assert main(["train", "translate", *TINY_TRANSLATE, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and "--out" in err[0] and "not a directory" in err[0]
+    assert afile.read_text() == ""
+
+
+def test_an_os_error_exits_1_with_one_line(tmp_path, capsys, monkeypatch):
+    import addnorm.explain
+
+    def denied(out):
+        raise PermissionError(13, "Permission denied", str(out))
+
+    monkeypatch.setattr(addnorm.explain, "run_explain", denied)
+    assert main(["explain", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "Permission denied" in err[0]
+
+
+def test_a_bad_device_leaves_the_previous_run_alone(translate_run, tmp_path, capsys):
+    copy = tmp_path / "run"
+    shutil.copytree(translate_run, copy)
+    argv = ["train", "translate", *TINY_TRANSLATE, "--overwrite", "--out", str(copy)]
+    assert main([*argv, "--device", "meta"]) == 2
+    assert len(capsys.readouterr().err.splitlines()) == 1
+    assert load_trained(copy)[2].step == 3
+
+
+def test_training_into_a_previous_run_needs_resume_or_overwrite(translate_run, tmp_path, capsys):
+    copy = tmp_path / "run"
+    shutil.copytree(translate_run, copy)
+    argv = ["train", "translate", *TINY_TRANSLATE, "--max-steps", "2", "--out", str(copy)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "--resume" in err[0] and "--overwrite" in err[0]
+    assert load_trained(copy)[2].step == 3
+    assert main([*argv, "--overwrite"]) == 0
+    assert load_trained(copy)[2].step == 2
+
+
+def test_resuming_the_other_tasks_run_exits_2_before_training(lm_run, tmp_path, capsys):
+    copy = tmp_path / "lm"
+    shutil.copytree(lm_run, copy)
+    argv = ["train", "translate", "--resume", "--out", str(copy), "--max-steps", "8", "--quiet"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "'lm'" in err[0]
+    assert [p.name for p in (copy / "checkpoints").iterdir()] == ["step-00000002"]
+    assert json.loads((copy / "metrics.json").read_text()) == json.loads(
+        (lm_run / "metrics.json").read_text()
+    )
+
+
+def test_lm_training_prints_and_stores_samples(tmp_path, capsys):
+    out = tmp_path / "lm"
+    assert main(["train", "lm", *TINY_LM, "--max-steps", "1", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    samples = json.loads((out / "metrics.json").read_text())["samples"]
+    assert len(samples) == 3
+    for sample in samples:
+        assert f"sample (prompt {sample['prompt']!r}):\n{sample['text']}" in printed
+
+
+def test_the_noam_schedule_reaches_training_with_lr_as_its_peak(tmp_path):
+    out = tmp_path / "noam"
+    argv = ["train", "translate", *TINY_TRANSLATE, "--schedule", "noam", "--lr", "0.01"]
+    assert main([*argv, "--warmup", "2", "--max-steps", "3", "--out", str(out)]) == 0
+    lrs = [r["lr"] for r in read_metrics(out / "metrics.jsonl")]
+    # lr * sqrt(warmup) * min(step^-0.5, step * warmup^-1.5) for steps 1, 2, 3
+    expected = [0.01 * 2**0.5 * min(s**-0.5, s * 2**-1.5) for s in (1, 2, 3)]
+    assert lrs == pytest.approx(expected, rel=1e-12)
+    assert lrs[1] == pytest.approx(0.01, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("content", "named"),
+    [
+        (json.dumps({"model": {"d_model": 64, "heads": 3}}).encode(), "heads"),
+        (json.dumps({"model": 5}).encode(), '"model" must be a JSON object, got a number'),
+        (json.dumps({"train": [1]}).encode(), '"train" must be a JSON object, got an array'),
+        (json.dumps([1, 2]).encode(), "expected a JSON object"),
+        (json.dumps({"optimizer": {}}).encode(), "optimizer"),
+        (json.dumps({"model": {"src_vocab_size": 10}}).encode(), "src_vocab_size are set by"),
+        (json.dumps({"model": {"d_model": "64"}}).encode(), "d_model"),
+        (json.dumps({"train": {"bf16": "yes"}}).encode(), "bf16"),
+        (b"{oops", "not valid JSON"),
+        (b'{"model": {"norm": "\xff"}}', "not UTF-8"),
+    ],
+)
+def test_bad_config_file_exits_2_with_one_line(tmp_path, capsys, content, named):
     config = tmp_path / "cfg.json"
-    config.write_text(json.dumps({"model": {"d_model": 64, "heads": 3}}))
-    assert main(["train", "translate", "--config", str(config), "--out", str(tmp_path)]) == 2
-    assert "heads" in capsys.readouterr().err
+    config.write_bytes(content)
+    argv = ["train", "translate", "--config", str(config), "--out", str(tmp_path / "run")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and named in err[0], err
+    assert "cfg.json" in err[0] or named in ("d_model", "bf16")
+
+
+def test_a_config_file_sets_model_and_train_fields(tmp_path):
+    config = tmp_path / "cfg.json"
+    config.write_text(json.dumps({"model": {"d_ff": 48}, "train": {"warmup": 1}}))
+    out = tmp_path / "run"
+    argv = ["train", "translate", *TINY_TRANSLATE, "--max-steps", "1", "--out", str(out)]
+    assert main([*argv, "--config", str(config)]) == 0
+    report = load_trained(out)[2].state
+    assert report["run"]["model_config"]["d_ff"] == 64  # the flag wins over the file
+    assert report["train_config"]["warmup"] == 1
 
 
 def test_a_model_checkpoint_of_the_other_task_is_refused(lm_run, capsys):
@@ -261,7 +443,11 @@ def test_explain_calls_the_leads_run_explain_with_out(tmp_path, monkeypatch):
 def test_demo_trains_then_prints_the_table_and_accuracy(tmp_path, capsys):
     from addnorm.demo import DEMO_FORMATS, run_demo
 
+    assert run_demo(tmp_path / "demo", max_steps=1, eval_size=4, progress=False) == 0
+    capsys.readouterr()
+    # The demo replaces its own run directory (make demo run twice works).
     assert run_demo(tmp_path / "demo", max_steps=2, eval_size=4, progress=False) == 0
+    assert load_trained(tmp_path / "demo")[2].step == 2
     out = capsys.readouterr().out
     assert "held-out exact match" in out and "년" in out  # Korean row included
     table_rows = [line for line in out.splitlines() if line.rstrip().endswith(("ok", "WRONG"))]

@@ -232,3 +232,21 @@ def test_format_date_rejects_bad_arguments(kwargs, error, match):
 def test_random_examples_rejects_bad_arguments(dates_arg, n, error):
     with pytest.raises(error):
         list(random_examples(dates_arg, random.Random(0), n))
+
+
+def test_no_input_is_longer_than_longest_source_length():
+    # Random dates of every year, format and case stay within it, and some input reaches it.
+    from addnorm.data.dates import longest_source_length
+
+    longest = longest_source_length()
+    rng = random.Random(0)
+    dates = [dt.date(rng.randrange(FIRST_YEAR, LAST_YEAR + 1), 9, 27) for _ in range(50)]
+    lengths = [len(e.source) for e in random_examples(dates, rng, 5000)]
+    assert max(lengths) <= longest
+    reached = max(
+        len(format_date(day, fmt, case=case))
+        for day in (dt.date(2026, 9, d) for d in range(20, 27))
+        for fmt in FORMATS
+        for case in ("as_is", "upper")
+    )
+    assert reached == longest

@@ -7,6 +7,7 @@ uniform prediction over V symbols costs log2(V) bits per character; the teacher-
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 from dataclasses import replace
 
@@ -16,11 +17,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from addnorm.data.batches import DateBatches
-from addnorm.data.dates import dates_in_split
+from addnorm.data.dates import dates_in_split, longest_source_length
 from addnorm.data.tokenizers import date_source_tokenizer, date_target_tokenizer
+from addnorm.training.checkpoint import load_checkpoint
 from addnorm.training.config import TrainConfig
-from addnorm.training.lm_task import LMTask
-from addnorm.training.run import train_run
+from addnorm.training.lm_task import SAMPLE_PROMPTS, LMTask
+from addnorm.training.run import load_trained, resume_configs, train_run
 from addnorm.training.translate_task import TranslateTask, seq2seq_loss
 
 
@@ -149,3 +151,134 @@ def test_the_default_translate_run_reaches_98_percent_exact_match(tmp_path):
         "translate", task.default_model_config(), task.default_train_config(), tmp_path
     )
     assert summary.metrics["test_exact_match"] >= 0.98
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.3])
+def test_the_configured_label_smoothing_reaches_both_tasks_losses(smoothing):
+    torch.manual_seed(0)
+    train_cfg = TrainConfig(label_smoothing=smoothing)
+    logits = torch.randn(2, 3, 6)
+    targets = torch.tensor([[3, 4, 5], [5, 4, 3]])  # no padding
+    expected = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), label_smoothing=smoothing)
+    seq2seq = {"src": targets, "tgt_in": targets, "tgt_out": targets}
+    loss, _ = TranslateTask().loss_fn(train_cfg)(FixedLogits(logits), seq2seq)
+    torch.testing.assert_close(loss, expected)
+    loss, _ = LMTask().loss_fn(train_cfg)(FixedLogits(logits), {"ids": targets, "targets": targets})
+    torch.testing.assert_close(loss, expected)
+
+
+def test_translate_check_refuses_a_learned_position_table_shorter_than_the_inputs():
+    task = TranslateTask()
+    cfg = task.prepare(replace(task.default_model_config(), positions="learned"))
+    longest = longest_source_length()
+    task.check(replace(cfg, max_len=longest), TrainConfig())
+    with pytest.raises(ValueError, match=f"max_len \\({longest - 1}\\) must be >= {longest}"):
+        task.check(replace(cfg, max_len=longest - 1), TrainConfig())
+    task.check(replace(cfg, positions="rotary", max_len=5), TrainConfig())  # no table
+
+
+def test_a_learned_table_of_the_checked_size_takes_an_input_of_the_longest_length():
+    # The model's own length check agrees with the task's bound, one character either side.
+    task = TranslateTask()
+    n = longest_source_length()
+    tiny = replace(task.default_model_config(), d_model=16, n_heads=2, d_ff=32)
+    cfg = task.prepare(replace(tiny, positions="learned", max_len=n))
+    task.check(cfg, TrainConfig())
+    model = task.build_model(cfg)
+    task.predict(model, ["1" * n])
+    with pytest.raises(ValueError, match="max_len"):
+        task.predict(model, ["1" * (n + 1)])
+
+
+def test_lm_check_refuses_windows_as_long_as_the_validation_split():
+    task = LMTask()
+    cfg = task.prepare(task.default_model_config())
+    n_val = len(task.corpus.ids("val"))
+    task.check(cfg, TrainConfig(seq_len=n_val - 1))
+    with pytest.raises(ValueError, match="validation split"):
+        task.check(cfg, TrainConfig(seq_len=n_val))
+
+
+def tiny_lm_run(tmp_path, **train):
+    task = LMTask()
+    model_cfg = replace(task.default_model_config(), d_model=32, n_heads=2, n_layers=1, d_ff=64)
+    settings = dict(max_steps=6, batch_size=4, seq_len=16, lr=3e-3, warmup=2, eval_size=4)
+    settings.update(train)
+    return train_run("lm", model_cfg, TrainConfig(**settings), tmp_path)
+
+
+def test_with_an_ema_the_run_is_scored_and_loaded_with_the_ema_weights(tmp_path):
+    summary = tiny_lm_run(tmp_path, ema_decay=0.5)
+    assert summary.metrics["weights"] == "ema"
+    task, model, checkpoint = load_trained(tmp_path)
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, checkpoint.tensors["ema"][name])
+    assert task.evaluate_run(model, TrainConfig(seq_len=16, eval_size=4)) == {
+        k: summary.metrics[k] for k in ("val_bpc", "val_chars")
+    }
+    _, raw, _ = load_trained(tmp_path, weights="raw")
+    for name, value in raw.state_dict().items():
+        assert torch.equal(value, checkpoint.tensors["model"][name])
+    assert any(
+        not torch.equal(checkpoint.tensors["ema"][n], checkpoint.tensors["model"][n])
+        for n in checkpoint.tensors["model"]
+    )
+
+
+def test_without_an_ema_the_run_is_scored_with_its_trained_weights(tmp_path):
+    summary = tiny_lm_run(tmp_path)
+    assert summary.metrics["weights"] == "raw"
+    task, model, checkpoint = load_trained(tmp_path)
+    assert "ema" not in checkpoint.tensors
+    assert (
+        task.evaluate_run(model, TrainConfig(seq_len=16, eval_size=4))["val_bpc"]
+        == (summary.metrics["val_bpc"])
+    )
+
+
+def test_an_lm_run_stores_samples_that_continue_their_prompts(tmp_path):
+    summary = tiny_lm_run(tmp_path)
+    samples = json.loads((tmp_path / "metrics.json").read_text())["samples"]
+    assert samples == summary.metrics["samples"]
+    assert [s["prompt"] for s in samples] == list(SAMPLE_PROMPTS)
+    task, model, _ = load_trained(tmp_path)
+    assert [(s["prompt"], s["text"]) for s in samples] == task.samples(model)
+
+
+def test_a_translate_run_stores_held_out_predictions(tmp_path):
+    task = TranslateTask()
+    model_cfg = replace(task.default_model_config(), d_model=16, n_heads=2, d_ff=32)
+    train_cfg = TrainConfig(max_steps=2, batch_size=4, warmup=1, eval_size=4)
+    samples = train_run("translate", model_cfg, train_cfg, tmp_path).metrics["samples"]
+    loaded, model, _ = load_trained(tmp_path)
+    assert [s["prediction"] for s in samples] == loaded.predict(
+        model, [s["input"] for s in samples]
+    )
+    test_dates = {d.isoformat() for d in dates_in_split("test")}
+    assert samples and all(s["answer"] in test_dates for s in samples)
+
+
+def test_a_failed_check_leaves_the_previous_run_in_place(tmp_path):
+    tiny_lm_run(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(ValueError, match="validation split"):
+        tiny_lm_run(tmp_path, seq_len=10**7)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert load_trained(tmp_path)[2].step == 6
+
+
+def test_resuming_another_tasks_checkpoint_is_refused_before_training(tmp_path):
+    tiny_lm_run(tmp_path)
+    checkpoint = load_checkpoint(tmp_path)
+    with pytest.raises(ValueError, match="'lm' run"):
+        resume_configs(checkpoint, {}, task_name="translate")
+    task = TranslateTask()
+    with pytest.raises(ValueError, match="'lm' run"):
+        train_run(
+            "translate",
+            task.default_model_config(),
+            TrainConfig(),
+            tmp_path,
+            resume=checkpoint,
+        )
+    assert load_checkpoint(tmp_path).step == 6

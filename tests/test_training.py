@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from addnorm.training.checkpoint import load_checkpoint
+from addnorm.training.checkpoint import list_checkpoints, load_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.ema import EMA
 from addnorm.training.metrics import plot_loss_curve, read_metrics
@@ -233,3 +233,112 @@ def test_train_config_from_dict_rejects_unknown_fields():
     assert TrainConfig.from_dict(TrainConfig(lr=0.5).to_dict()) == TrainConfig(lr=0.5)
     with pytest.raises(ValueError, match="learning_rate"):
         TrainConfig.from_dict({"learning_rate": 0.1})
+
+
+def test_an_interrupt_while_logging_after_a_step_keeps_that_step_and_resumes_exactly(
+    tmp_path, monkeypatch
+):
+    # The step completed before the interrupt: its data order and RNG state must be kept
+    # (restoring the step's start would replay its batch after the resume).
+    real_log = Trainer._log
+
+    def log_then_interrupt(self, *args):
+        real_log(self, *args)
+        if self.step == 5:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, "_log", log_then_interrupt)
+    result = make_trainer(tmp_path / "split").fit()
+    assert (result.stopped_by, result.step) == ("interrupt", 5)
+    monkeypatch.setattr(Trainer, "_log", real_log)
+    resumed = make_trainer(tmp_path / "split")
+    resumed.load(load_checkpoint(result.checkpoint))
+    resumed.fit()
+    make_trainer(tmp_path / "whole").fit()
+    assert losses(tmp_path / "split") == losses(tmp_path / "whole")
+
+
+def interrupt_optimizer_step_at(trainer: Trainer, step: int) -> None:
+    """Make the optimizer update of ``step`` (1-based) raise KeyboardInterrupt halfway."""
+    real_step = trainer.optimizer.step
+
+    def step_or_interrupt(*args, **kwargs):
+        if trainer.step + 1 == step:
+            raise KeyboardInterrupt
+        return real_step(*args, **kwargs)
+
+    trainer.optimizer.step = step_or_interrupt
+
+
+def test_an_interrupt_inside_the_optimizer_update_keeps_the_last_periodic_checkpoint(tmp_path):
+    trainer = make_trainer(tmp_path)  # checkpoints every 10 steps
+    interrupt_optimizer_step_at(trainer, 13)
+    result = trainer.fit()
+    assert (result.stopped_by, result.step) == ("interrupt", 10)
+    assert result.checkpoint.name == "step-00000010"
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step-00000010"]
+    # The kept checkpoint resumes exactly.
+    resumed = make_trainer(tmp_path)
+    resumed.load(load_checkpoint(result.checkpoint))
+    resumed.fit()
+    make_trainer(tmp_path / "whole").fit()
+    assert losses(tmp_path) == losses(tmp_path / "whole")
+
+
+def test_an_interrupt_inside_the_first_update_writes_nothing_and_reraises(tmp_path):
+    trainer = make_trainer(tmp_path)
+    interrupt_optimizer_step_at(trainer, 3)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit()
+    assert list_checkpoints(tmp_path) == []
+
+
+def test_gradient_clipping_bounds_the_gradients_the_optimizer_sees(tmp_path):
+    # Unclipped, this regression's gradient norm is far above 1e-3 at the start.
+    seen = []
+    trainer = make_trainer(tmp_path, max_steps=3, grad_clip=1e-3, ema_decay=0.0)
+    real_step = trainer.optimizer.step
+
+    def record_then_step(*args, **kwargs):
+        grads = [p.grad for p in trainer.model.parameters() if p.grad is not None]
+        seen.append(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item())
+        return real_step(*args, **kwargs)
+
+    trainer.optimizer.step = record_then_step
+    trainer.fit()
+    assert len(seen) == 3
+    assert all(norm <= 1e-3 * (1 + 1e-5) for norm in seen)
+    unclipped = make_trainer(tmp_path / "u", max_steps=1, grad_clip=0.0, ema_decay=0.0)
+    real_unclipped = unclipped.optimizer.step
+
+    def record_unclipped(*args, **kwargs):
+        grads = [p.grad for p in unclipped.model.parameters() if p.grad is not None]
+        seen.append(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item())
+        return real_unclipped(*args, **kwargs)
+
+    unclipped.optimizer.step = record_unclipped
+    unclipped.fit()
+    assert seen[-1] > 1e-2
+
+
+def test_noam_lr_is_the_peak_and_the_papers_choice_reproduces_the_paper():
+    d_model, warmup = 512, 4000
+    papers_lr = d_model**-0.5 * warmup**-0.5  # the paper's peak, reached at step == warmup
+    schedule = LRSchedule("noam", papers_lr, warmup, d_model=d_model)
+    for step in (1, 10, 1000, 3999, 4000, 4001, 10_000, 100_000):
+        assert schedule(step) == pytest.approx(
+            noam_lr(step, d_model=d_model, warmup=warmup), rel=1e-12
+        )
+    peak = LRSchedule("noam", 1e-3, 50)
+    assert peak(50) == pytest.approx(1e-3, rel=1e-12)
+    assert max(peak(s) for s in range(1, 500)) == pytest.approx(1e-3, rel=1e-12)
+    assert peak(200) == pytest.approx(1e-3 / 2)  # then 1 / sqrt(step): 4x warmup halves it
+
+
+def test_schedule_for_gives_every_schedule_its_peak_lr():
+    from addnorm.training.run import schedule_for
+
+    for kind in ("noam", "cosine", "constant"):
+        schedule = schedule_for(TrainConfig(schedule=kind, lr=2e-3, warmup=20), d_model=64)
+        assert schedule.kind == kind
+        assert schedule(20) == pytest.approx(2e-3, rel=1e-12)

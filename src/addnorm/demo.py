@@ -65,10 +65,13 @@ def run_demo(
     run_dir = Path(run_dir)
     task = TranslateTask()
     model_cfg = task.default_model_config()
-    overrides = {"max_minutes": max_minutes, "max_steps": max_steps, "eval_size": eval_size}
-    train_cfg = dataclasses.replace(
-        task.default_train_config(), **{k: v for k, v in overrides.items() if v is not None}
-    )
+    train_cfg = task.default_train_config()
+    if max_minutes is not None:
+        train_cfg = dataclasses.replace(train_cfg, max_minutes=max_minutes)
+    if max_steps is not None:
+        train_cfg = dataclasses.replace(train_cfg, max_steps=max_steps)
+    if eval_size is not None:
+        train_cfg = dataclasses.replace(train_cfg, eval_size=eval_size)
     print("addnorm demo: date normalization as translation, on the encoder-decoder Transformer")
     print(
         f"  model: d_model {model_cfg.d_model}, {model_cfg.n_heads} heads, "
@@ -99,7 +102,7 @@ def run_demo(
         f"{summary.metrics['train_loss']:.4f} (label smoothing {train_cfg.label_smoothing:g} "
         f"puts its floor at {floor:.4f})\n"
     )
-    task, model, _ = load_trained(summary.checkpoint, device=device)
+    _, model, _ = load_trained(summary.checkpoint, device=device)
     _print_table(task, model)
     metrics = summary.metrics
     print(

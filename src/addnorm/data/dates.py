@@ -13,6 +13,7 @@ in training, in any of its formats.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import random
 import zlib
 from collections.abc import Callable, Iterator
@@ -29,6 +30,7 @@ __all__ = [
     "date_split",
     "dates_in_split",
     "format_date",
+    "longest_source_length",
     "random_example",
     "random_examples",
     "source_characters",
@@ -237,3 +239,20 @@ def source_characters() -> list[str]:
             for case in ("as_is", "lower", "upper"):
                 chars.update(format_date(day, fmt, case=case))
     return sorted(chars)
+
+
+@functools.cache
+def longest_source_length() -> int:
+    """The most characters any input of any format (and case) has.
+
+    A length adds up the widths of the weekday, the month and the day, and every weekday falls
+    on a two-digit day of every month within one year; years always have four digits, so the
+    dates of one leap year reach the maximum.
+    """
+    day, longest = dt.date(2000, 1, 1), 0
+    while day.year == 2000:
+        for fmt in FORMATS:
+            for case in ("as_is", "lower", "upper"):
+                longest = max(longest, len(format_date(day, fmt, case=case)))
+        day += dt.timedelta(days=1)
+    return longest

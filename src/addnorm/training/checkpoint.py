@@ -11,9 +11,12 @@ A checkpoint is a directory, written atomically: its files go into a hidden temp
 directory next to it (each file fsynced, the manifest last), which is then renamed to
 ``step-NNNNNNNN`` (a rename within one directory is atomic on POSIX). A write killed halfway
 leaves only the hidden temporary directory, which loading ignores, so the previous checkpoint
-stays the newest one. The newest checkpoint of a run is the highest-numbered ``step-*``
-directory. Loading checks the manifest's sizes and hashes, so a truncated or altered file
-raises ``CheckpointError`` naming that file instead of a traceback from deep inside a loader.
+stays the newest one; the next ``save_checkpoint`` of that run removes such leftovers
+(``.tmp-step-*`` and ``.old-step-*``; one process writes a run's checkpoints at a time). The
+newest checkpoint of a run is the highest-numbered ``step-*`` directory. Loading checks the
+manifest's structure and its sizes and hashes, so a malformed manifest or a truncated or
+altered file raises ``CheckpointError`` naming that file instead of a traceback from deep
+inside a loader.
 """
 
 from __future__ import annotations
@@ -88,6 +91,7 @@ def save_checkpoint(
     """
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(root)
     final = root / f"step-{step:08d}"
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=root))
     try:
@@ -115,8 +119,12 @@ def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if _STEP_DIR.match(p.name) and (p / MANIFEST).is_file()]
-    return sorted(found, key=lambda p: int(_STEP_DIR.match(p.name).group(1)))
+    found = {}
+    for child in root.iterdir():
+        match = _STEP_DIR.match(child.name)
+        if match is not None and (child / MANIFEST).is_file():
+            found[child] = int(match.group(1))
+    return sorted(found, key=found.__getitem__)
 
 
 def find_checkpoint(path: str | os.PathLike) -> Path:
@@ -141,19 +149,55 @@ def load_checkpoint(path: str | os.PathLike) -> LoadedCheckpoint:
     """Load and verify a checkpoint (or a run directory's newest one); tensors on the CPU."""
     path = find_checkpoint(path)
     manifest = _read_json(path / MANIFEST)
-    if manifest.get("format") != FORMAT or not isinstance(manifest.get("files"), dict):
-        raise CheckpointError(f"{path / MANIFEST} is not an addnorm checkpoint manifest")
-    for name, expected in manifest["files"].items():
+    step, files = _check_manifest(path / MANIFEST, manifest)
+    for name, expected in files.items():
         _verify(path / name, expected)
     tensors = {}
-    for name in manifest["files"]:
+    for name in files:
         if name.endswith(".safetensors"):
             try:
                 tensors[name.removesuffix(".safetensors")] = load_file(path / name, device="cpu")
             except (SafetensorError, OSError, ValueError) as err:
                 raise CheckpointError(f"cannot read {path / name}: {err}") from None
     state = _read_json(path / STATE)
-    return LoadedCheckpoint(path=path, step=int(manifest["step"]), state=state, tensors=tensors)
+    return LoadedCheckpoint(path=path, step=step, state=state, tensors=tensors)
+
+
+def _check_manifest(where: Path, manifest: dict) -> tuple[int, dict[str, dict]]:
+    """The step and file table of a manifest, after checking its structure (the format tag,
+    an int ``step`` >= 0, and ``files``: plain file names -> ``{"bytes": int, "sha256": str}``).
+    """
+
+    def bad(why: str) -> CheckpointError:
+        return CheckpointError(f"{where} is not a valid addnorm checkpoint manifest: {why}")
+
+    if manifest.get("format") != FORMAT:
+        raise bad(f"format is {manifest.get('format')!r}, expected {FORMAT!r}")
+    step = manifest.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise bad(f"step must be an int >= 0, got {step!r}")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        raise bad("files must be a non-empty object")
+    for name, entry in files.items():
+        if not name or name != Path(name).name or name in (".", ".."):
+            raise bad(f"file name {name!r} is not a plain file name")
+        if not (
+            isinstance(entry, dict)
+            and isinstance(entry.get("bytes"), int)
+            and isinstance(entry.get("sha256"), str)
+        ):
+            raise bad(f'files[{name!r}] must be {{"bytes": int, "sha256": str}}, got {entry!r}')
+    if STATE not in files:
+        raise bad(f"files does not list {STATE}")
+    return step, files
+
+
+def _remove_leftovers(root: Path) -> None:
+    """Delete the temporary and set-aside directories of writes that were killed halfway."""
+    for child in root.iterdir():
+        if child.name.startswith((".tmp-step-", ".old-step-")) and child.is_dir():
+            shutil.rmtree(child, ignore_errors=True)
 
 
 def _describe(path: Path) -> dict:

@@ -23,10 +23,12 @@ class TrainConfig:
             stops at whichever budget ends first.
         batch_size: sequences per micro-batch.
         grad_accum: micro-batches accumulated into one optimizer step.
-        lr: peak learning rate for "cosine" and "constant"; for "noam" the scale factor of the
-            paper's schedule ``d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)``.
-        schedule: "noam" (Vaswani et al. 2017, eq. 3), "cosine" (linear warm-up, then cosine
-            decay to ``final_lr_fraction * lr`` at ``max_steps``) or "constant" (after warm-up).
+        lr: the peak learning rate, for every schedule.
+        schedule: "noam" (the shape of Vaswani et al. 2017, eq. 3, peaking at ``lr`` at step
+            ``warmup``: ``lr * sqrt(warmup) * min(step^-0.5, step * warmup^-1.5)``; the
+            paper's own values are ``lr = d_model^-0.5 * warmup^-0.5``), "cosine" (linear
+            warm-up, then cosine decay to ``final_lr_fraction * lr`` at ``max_steps``) or
+            "constant" (after warm-up).
         warmup: warm-up steps.
         final_lr_fraction: the cosine schedule's last learning rate, as a fraction of ``lr``.
         weight_decay: AdamW's decoupled weight decay.

@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 
 from addnorm.config import POSITION_KINDS
 from addnorm.feedforward import ACTIVATIONS
@@ -56,11 +57,19 @@ def add_dataclass_flags(
     Flags default to "not given" (``argparse.SUPPRESS``), so only the flags a user types
     override the defaults. Returns the field names that got a flag.
     """
+    if not dataclasses.is_dataclass(defaults) or isinstance(defaults, type):
+        raise TypeError(f"defaults must be a dataclass instance, got {defaults!r}")
     cls = type(defaults)
     hints = typing.get_type_hints(cls)
+    parsers: dict[object, Callable[[str], object]] = {
+        bool: _parse_bool,
+        int: int,
+        float: float,
+        str: str,
+    }
     group = parser.add_argument_group(f"{cls.__name__} fields")
     names = []
-    for field in dataclasses.fields(cls):
+    for field in dataclasses.fields(defaults):
         if field.name in skip:
             continue
         hint = hints[field.name]
@@ -78,7 +87,7 @@ def add_dataclass_flags(
             choices = typing.get_args(base) or CHOICES[field.name]
             group.add_argument(flag, choices=choices, **kwargs)
         else:
-            parse = {bool: _parse_bool, int: int, float: float, str: str}[base]
+            parse = parsers[base]
             group.add_argument(
                 flag,
                 type=_optional(parse) if optional else parse,

@@ -64,7 +64,10 @@ class LMTask:
     @staticmethod
     def default_model_config() -> LMConfig:
         """The preset the default run trains (vocabulary size filled in by ``prepare``)."""
-        return dataclasses.replace(PRESETS["lm-tiny"], max_len=256, dropout=0.0)
+        preset = PRESETS["lm-tiny"]
+        if not isinstance(preset, LMConfig):
+            raise TypeError(f'PRESETS["lm-tiny"] must be an LMConfig, got {preset!r}')
+        return dataclasses.replace(preset, max_len=256, dropout=0.0)
 
     @staticmethod
     def default_train_config() -> TrainConfig:
@@ -92,13 +95,18 @@ class LMTask:
             eos_id=tok.eos_id,
         )
 
-    @staticmethod
-    def check(cfg: LMConfig, train_cfg: TrainConfig) -> None:
-        """Raise ValueError if the two configs do not fit together."""
+    def check(self, cfg: LMConfig, train_cfg: TrainConfig) -> None:
+        """Raise ValueError if the configs cannot train this task: the windows must fit a
+        learned position table and be shorter than the validation split they are scored on."""
         if cfg.positions == "learned" and train_cfg.seq_len > cfg.max_len:
             raise ValueError(
                 f"seq_len ({train_cfg.seq_len}) must be <= max_len ({cfg.max_len}) with "
                 "learned positions"
+            )
+        n_val = len(self.corpus.ids("val"))
+        if train_cfg.seq_len >= n_val:
+            raise ValueError(
+                f"seq_len ({train_cfg.seq_len}) must be < the validation split ({n_val} characters)"
             )
 
     def build_model(self, cfg: LMConfig) -> TransformerLM:
@@ -140,6 +148,15 @@ class LMTask:
             count += n
         return {"val_bpc": total / count / math.log(2), "val_chars": count}
 
+    def evaluate_run(self, model: TransformerLM, train_cfg: TrainConfig) -> dict[str, float]:
+        """The held-out figures of a finished run (``evaluate`` on ``seq_len`` windows, at most
+        ``eval_size`` of them)."""
+        return self.evaluate(model, seq_len=train_cfg.seq_len, max_windows=train_cfg.eval_size)
+
+    def run_samples(self, model: TransformerLM) -> list[dict[str, str]]:
+        """``samples`` as JSON-ready dicts: prompt and text (the prompt continued)."""
+        return [{"prompt": p, "text": text} for p, text in self.samples(model)]
+
     @torch.no_grad()
     def sample(
         self,
@@ -179,6 +196,11 @@ class LMTask:
         device = next(model.parameters()).device
         generator = torch.Generator(device=device).manual_seed(0)
         return [(p, self.sample(model, p, generator=generator)) for p in prompts]
+
+    @staticmethod
+    def config_from_dict(data: dict) -> LMConfig:
+        """The model config saved by ``LMConfig.to_dict``."""
+        return LMConfig.from_dict(data)
 
     def to_dict(self) -> dict:
         """What a checkpoint needs to rebuild this task (its tokenizer)."""

@@ -52,16 +52,16 @@ def plot_loss_curve(
 ) -> Path:
     """Draw training loss (and learning rate, on a second axis) against step into a PNG.
 
-    Uses matplotlib's non-interactive Agg backend, selected here rather than at import.
+    Draws on a bare ``Figure`` with an Agg canvas, so no global matplotlib backend is set.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     records = read_metrics(metrics_path)
     steps = [r["step"] for r in records]
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = Figure(figsize=(7, 4), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
     ax.plot(steps, [r["loss"] for r in records], color="tab:blue", label="training loss")
     ax.set_xlabel("step")
     ax.set_ylabel("loss (cross-entropy, nats)")
@@ -71,9 +71,7 @@ def plot_loss_curve(
     lr_axis.set_ylabel("learning rate")
     ax.set_title(title or "training loss")
     lines = ax.get_lines() + lr_axis.get_lines()
-    ax.legend(lines, [line.get_label() for line in lines], loc="center right")
-    fig.tight_layout()
+    ax.legend(lines, [str(line.get_label()) for line in lines], loc="center right")
     png_path = Path(png_path)
     fig.savefig(png_path, dpi=100)
-    plt.close(fig)
     return png_path

@@ -2,7 +2,19 @@
 
 A run directory holds ``checkpoints/`` (see ``checkpoint.py``), ``metrics.jsonl`` (one line
 per logged step), ``loss.png`` (the loss curve) and, after a run that was not interrupted,
-``metrics.json`` (the held-out figures: ``test_exact_match`` for translate, ``val_bpc`` for lm).
+``metrics.json`` (the held-out figures: ``test_exact_match`` for translate, ``val_bpc`` for lm;
+``"weights"``: ``"ema"`` when the run kept an EMA of its weights (``ema_decay > 0``) and was
+scored with it, else ``"raw"``; ``"samples"``: a few held-out predictions for translate, text
+continuations for lm).
+
+``train_run`` is the run-orchestration entry (the CLI's ``addnorm train`` and ``addnorm demo``
+call it): unlike the library, it owns the global random state (it seeds every global generator
+with ``train_cfg.seed``). The torch thread count and the device are its caller's choice (the
+CLI's ``--threads`` and ``--device``).
+
+``load_trained`` rebuilds a model from a checkpoint with its EMA weights when the checkpoint
+has them (``weights="ema"``, the default, the weights a finished run was scored with) or its
+raw trained weights (``weights="raw"``).
 """
 
 from __future__ import annotations
@@ -17,26 +29,35 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from addnorm.training.checkpoint import CheckpointError, LoadedCheckpoint, load_checkpoint
+from addnorm.training.checkpoint import (
+    CheckpointError,
+    LoadedCheckpoint,
+    list_checkpoints,
+    load_checkpoint,
+)
 from addnorm.training.config import TrainConfig
 from addnorm.training.lm_task import LMTask
 from addnorm.training.metrics import plot_loss_curve
 from addnorm.training.schedules import LRSchedule
 from addnorm.training.state import seed_everything
+from addnorm.training.task import Task
 from addnorm.training.trainer import Trainer
 from addnorm.training.translate_task import TranslateTask
 
 __all__ = [
     "RESUMABLE_FIELDS",
     "TASKS",
+    "WEIGHTS",
     "RunSummary",
     "load_trained",
     "read_run_metrics",
+    "has_run",
     "resume_configs",
     "train_run",
 ]
 
-TASKS = {"translate": TranslateTask, "lm": LMTask}
+TASKS: dict[str, type[Task]] = {"translate": TranslateTask, "lm": LMTask}
+WEIGHTS = ("ema", "raw")
 # TrainConfig fields a resumed run may change; any other change would break exact resume.
 RESUMABLE_FIELDS = (
     "max_steps",
@@ -81,11 +102,15 @@ def schedule_for(train_cfg: TrainConfig, d_model: int) -> LRSchedule:
     )
 
 
-def resume_configs(checkpoint: LoadedCheckpoint, overrides: dict) -> tuple[object, TrainConfig]:
-    """The model and train configs of a resumed run: the checkpoint's, with ``overrides``
-    (only ``RESUMABLE_FIELDS``) applied. Raises ValueError naming a field that may not change.
+def resume_configs(
+    checkpoint: LoadedCheckpoint, overrides: dict, *, task_name: str
+) -> tuple[object, TrainConfig]:
+    """The model and train configs of a resumed run of ``task_name``: the checkpoint's, with
+    ``overrides`` (only ``RESUMABLE_FIELDS``) applied. Raises ValueError if the checkpoint is
+    another task's or names a field that may not change.
     """
-    _, model_cfg = _task_and_config(checkpoint)
+    task, model_cfg = _task_and_config(checkpoint)
+    _check_same_task(checkpoint, task, task_name)
     saved = TrainConfig.from_dict(checkpoint.state["train_config"])
     for name, value in overrides.items():
         if name not in RESUMABLE_FIELDS and getattr(saved, name) != value:
@@ -107,22 +132,28 @@ def train_run(
     device: torch.device | str = "cpu",
     progress: bool = False,
 ) -> RunSummary:
-    """Train ``task_name`` into ``run_dir``, then evaluate on held-out data.
+    """Train ``task_name`` into ``run_dir``, then evaluate on held-out data (with the EMA
+    weights when ``train_cfg.ema_decay > 0``) and store a few samples.
 
-    A fresh run (``resume`` None) first removes a previous run's files from ``run_dir``.
-    With ``resume``, weights, optimizer, schedule, RNG and data order continue from it.
+    A fresh run (``resume`` None) removes a previous run's files from ``run_dir``, once the
+    new model is built and on its device. With ``resume`` (a checkpoint of ``task_name``),
+    weights, optimizer, schedule, RNG and data order continue from it.
+    Raises ValueError if the configs cannot train the task or ``resume`` is another task's.
     """
     run_dir = Path(run_dir)
     if resume is None:
         task = TASKS[task_name]()
         model_cfg = task.prepare(model_cfg)
         schedule = schedule_for(train_cfg, model_cfg.d_model)
-        _clear_run(run_dir)
     else:
         task, _ = _task_and_config(resume)
+        _check_same_task(resume, task, task_name)
         schedule = LRSchedule(**resume.state["schedule"])
+    task.check(model_cfg, train_cfg)
     seed_everything(train_cfg.seed)
     model = task.build_model(model_cfg).to(device)
+    if resume is None:
+        _clear_run(run_dir)
     run_info = {"task": task.name, "model_config": model_cfg.to_dict(), "task_data": task.to_dict()}
     trainer = Trainer(
         model,
@@ -140,35 +171,47 @@ def train_run(
     png = None
     if (run_dir / "metrics.jsonl").stat().st_size > 0:
         png = plot_loss_curve(run_dir / "metrics.jsonl", run_dir / "loss.png", title=task.name)
-    metrics = {}
+    metrics: dict = {}
     if result.stopped_by != "interrupt":
+        if trainer.ema is not None:
+            trainer.ema.copy_to(model)
         metrics = {
             "task": task.name,
             "step": result.step,
             "train_loss": result.loss,
             "stopped_by": result.stopped_by,
             "elapsed_s": result.elapsed_s,
+            "weights": "raw" if trainer.ema is None else "ema",
         }
-        metrics.update(_evaluate(task, model, train_cfg))
+        metrics.update(task.evaluate_run(model, train_cfg))
+        metrics["samples"] = task.run_samples(model)
         _write_json_atomic(run_dir / "metrics.json", metrics)
     return RunSummary(
         run_dir, result.checkpoint, result.step, result.stopped_by, result.elapsed_s, metrics, png
     )
 
 
-def load_trained(path: str | os.PathLike, *, device: torch.device | str = "cpu"):
+def load_trained(
+    path: str | os.PathLike, *, device: torch.device | str = "cpu", weights: str = "ema"
+) -> tuple[Task, nn.Module, LoadedCheckpoint]:
     """``(task, model in eval mode, checkpoint)`` from a checkpoint or run directory.
 
-    Raises ``CheckpointError`` (naming the file) if the checkpoint is missing or damaged.
+    ``weights="ema"`` loads the EMA of the weights when the checkpoint has one (what a
+    finished run was scored with) and the trained weights otherwise; ``"raw"`` always loads
+    the trained weights. Raises ``CheckpointError`` (naming the file) if the checkpoint is
+    missing or damaged.
     """
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
     checkpoint = load_checkpoint(path)
     task, cfg = _task_and_config(checkpoint)
     model: nn.Module = task.build_model(cfg)
+    stem = "ema" if weights == "ema" and "ema" in checkpoint.tensors else "model"
     try:
-        model.load_state_dict(checkpoint.tensors["model"])
+        model.load_state_dict(checkpoint.tensors[stem])
     except (KeyError, RuntimeError) as err:
         raise CheckpointError(
-            f"{checkpoint.path / 'model.safetensors'} does not fit the model in its config: "
+            f"{checkpoint.path / f'{stem}.safetensors'} does not fit the model in its config: "
             f"{str(err).splitlines()[0]}"
         ) from None
     return task, model.to(device).eval(), checkpoint
@@ -193,20 +236,28 @@ def _clear_run(run_dir: Path) -> None:
             target.unlink()
 
 
-def _evaluate(task, model: nn.Module, train_cfg: TrainConfig) -> dict:
-    if isinstance(task, LMTask):
-        return task.evaluate(model, seq_len=train_cfg.seq_len, max_windows=train_cfg.eval_size)
-    return task.evaluate(model, n=train_cfg.eval_size)
+def has_run(run_dir: str | os.PathLike) -> bool:
+    """Whether ``run_dir`` holds a run's checkpoints (a fresh run there would replace them)."""
+    return bool(list_checkpoints(run_dir))
 
 
-def _task_and_config(checkpoint: LoadedCheckpoint):
+def _check_same_task(checkpoint: LoadedCheckpoint, task: Task, task_name: str) -> None:
+    if task.name != task_name:
+        raise ValueError(
+            f"{checkpoint.path} holds a {task.name!r} run; it cannot be resumed as {task_name!r}"
+        )
+
+
+def _task_and_config(checkpoint: LoadedCheckpoint) -> tuple[Task, object]:
     """Rebuild the task and model config a checkpoint describes in its ``state.json``."""
     where = checkpoint.path / "state.json"
     info = checkpoint.state.get("run")
+    if not isinstance(info, dict):
+        raise CheckpointError(f"{where} does not describe a trainable model: no 'run' object")
     try:
         task_cls = TASKS[info["task"]]
         task = task_cls.from_dict(info["task_data"])
-        return task, task_cls.config_class.from_dict(info["model_config"])
+        return task, task_cls.config_from_dict(info["model_config"])
     except (KeyError, TypeError, ValueError) as err:
         raise CheckpointError(f"{where} does not describe a trainable model: {err!r}") from None
 

@@ -2,6 +2,11 @@
 
 A schedule has no state beyond the step, so a checkpoint that stores the step (and the
 schedule's constants, for the record) restores it exactly.
+
+``LRSchedule``'s ``lr`` is the *peak* learning rate of every kind. Its "noam" keeps the paper's
+shape, ``lr * sqrt(warmup) * min(step^-0.5, step * warmup^-1.5)``, which peaks at ``lr`` at
+``step == warmup``; choosing ``lr = d_model^-0.5 * warmup^-0.5`` gives the paper's schedule
+(``noam_lr`` with ``scale=1``) exactly.
 """
 
 from __future__ import annotations
@@ -54,10 +59,11 @@ class LRSchedule:
 
     Attributes:
         kind: "noam", "cosine" or "constant" (see the functions of the same names).
-        lr: peak lr ("cosine", "constant") or scale factor ("noam").
+        lr: the peak learning rate, for every kind (noam reaches it at ``step == warmup``).
         warmup: warm-up steps.
         total_steps: where the cosine reaches its end (ignored by the others).
-        d_model: the model width the noam schedule scales by (ignored by the others).
+        d_model: the model width, kept for the record (``lr`` already sets the scale, so no
+            kind uses it).
         final_lr_fraction: the cosine's end value as a fraction of ``lr``.
     """
 
@@ -78,7 +84,8 @@ class LRSchedule:
 
     def __call__(self, step: int) -> float:
         if self.kind == "noam":
-            return noam_lr(step, d_model=self.d_model, warmup=self.warmup, scale=self.lr)
+            # The paper's shape with its peak (at step == warmup) moved to self.lr.
+            return noam_lr(step, d_model=1, warmup=self.warmup, scale=self.lr * self.warmup**0.5)
         if self.kind == "cosine":
             return warmup_cosine_lr(
                 step,

@@ -83,7 +83,10 @@ def capture_rng() -> tuple[dict[str, torch.Tensor], dict]:
         for i, cuda_state in enumerate(torch.cuda.get_rng_state_all()):
             tensors[f"torch_cuda_{i}"] = cuda_state
     version, internal, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    numpy_state = np.random.get_state(legacy=True)
+    if not isinstance(numpy_state, tuple):  # legacy=True gives the MT19937 tuple
+        raise TypeError(f"NumPy's global generator is not MT19937: {type(numpy_state)}")
+    kind, keys, pos, has_gauss, cached = numpy_state
     json_state = {
         "python": {"version": version, "internal": list(internal), "gauss_next": gauss},
         "numpy": {

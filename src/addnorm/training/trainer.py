@@ -14,8 +14,17 @@ curve equals the uninterrupted run's bit for bit.
 
 Ctrl-C: while ``fit`` runs, SIGINT only sets a flag; the current step finishes, a checkpoint
 is written and ``fit`` returns with ``stopped_by == "interrupt"``. A second Ctrl-C raises
-``KeyboardInterrupt`` at once. A ``KeyboardInterrupt`` raised by other means in the middle of
-a step also writes a checkpoint, with the random and data state of the step's start.
+``KeyboardInterrupt`` at once. A ``KeyboardInterrupt`` raised by other means is handled by
+where it lands, which the trainer tracks as a phase:
+
+- ``"forward"`` (drawing batches, forward, backward): the weights are untouched, so the data
+  order and random state go back to the step's start and a checkpoint of the previous step is
+  written;
+- ``"update"`` (the optimizer step and the EMA update): the weights may be half-updated, so no
+  checkpoint is written; ``fit`` returns the newest periodic checkpoint (or re-raises the
+  interrupt if there is none);
+- ``"idle"`` (between steps, logging, saving): the step is complete, so a checkpoint of it is
+  written with the current data and random state.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from addnorm.training.checkpoint import LoadedCheckpoint, save_checkpoint
+from addnorm.training.checkpoint import LoadedCheckpoint, list_checkpoints, save_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.ema import EMA
 from addnorm.training.metrics import MetricsLog
@@ -139,6 +148,7 @@ class Trainer:
         self.elapsed_s = 0.0
         self._resumed_from: int | None = None
         self._stop_requested = False
+        self._phase = "idle"  # "forward", "update" or "idle": see the module docstring
 
     def load(self, checkpoint: LoadedCheckpoint) -> None:
         """Continue from ``checkpoint``: weights, optimizer, EMA, step, RNG and data order."""
@@ -169,7 +179,7 @@ class Trainer:
         )
         start, loss, stopped_by = time.monotonic(), None, "max_steps"
         window = {"tokens": 0, "time": time.monotonic()}
-        boundary = self._snapshot()
+        self._phase = "idle"
         try:
             while self.step < self.config.max_steps:
                 if self._stop_requested:
@@ -179,7 +189,8 @@ class Trainer:
                     stopped_by = "max_minutes"
                     break
                 boundary = self._snapshot()
-                loss, tokens = self._train_step()
+                self._phase = "forward"
+                loss, tokens = self._train_step()  # sets "update", then "idle"
                 window["tokens"] += tokens
                 bar.update(1)
                 if self.step % self.config.log_every == 0 or self.step == self.config.max_steps:
@@ -188,15 +199,31 @@ class Trainer:
                     self.save(elapsed_now=time.monotonic() - start)
         except KeyboardInterrupt:
             stopped_by = "interrupt"
-            self.batches.load_state_dict(boundary[0])
-            restore_rng(*boundary[1])
+            if self._phase == "update":
+                return self._abandon_half_step(start)
+            if self._phase == "forward":
+                self.batches.load_state_dict(boundary[0])
+                restore_rng(*boundary[1])
         finally:
             bar.close()
             if previous_handler is not None:
                 signal.signal(signal.SIGINT, previous_handler)
+            self._phase = "idle"
         self.elapsed_s += time.monotonic() - start
         path = self.save()
         return TrainResult(self.step, loss, path, stopped_by, self.elapsed_s)
+
+    def _abandon_half_step(self, start: float) -> TrainResult:
+        """After an interrupt inside the optimizer/EMA update: keep the newest checkpoint on
+        disk (writing the half-updated weights would break exact resume)."""
+        self.elapsed_s += time.monotonic() - start
+        saved = list_checkpoints(self.run_dir)
+        if not saved:
+            raise KeyboardInterrupt(
+                "interrupted inside an optimizer update before any checkpoint was written"
+            )
+        step = int(saved[-1].name.removeprefix("step-"))
+        return TrainResult(step, None, saved[-1], "interrupt", self.elapsed_s)
 
     def save(self, *, elapsed_now: float = 0.0) -> Path:
         """Write a checkpoint of the current step (atomically; see ``checkpoint.py``)."""
@@ -242,10 +269,12 @@ class Trainer:
             )
         if cfg.grad_clip > 0:
             nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self._phase = "update"
         self.optimizer.step()
         if self.ema is not None:
             self.ema.update(self.model)
         self.step += 1
+        self._phase = "idle"
         return mean_loss, tokens
 
     def _log(self, log: MetricsLog, bar, loss: float, window: dict, start: float) -> None:

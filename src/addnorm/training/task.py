@@ -1,0 +1,53 @@
+"""``Task``: what the run orchestration (``run.py``) and the CLI need from a task.
+
+``TranslateTask`` and ``LMTask`` meet it; ``run.TASKS`` maps task names to their classes.
+Model configs and models are typed loosely here (each task takes its own config class and
+model), and each task narrows them in its own signatures.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from torch import nn
+
+from addnorm.config import LMConfig, TransformerConfig
+from addnorm.training.config import TrainConfig
+
+__all__ = ["Task"]
+
+
+class Task(Protocol):
+    """A trainable task: data, loss, model, held-out evaluation and display samples."""
+
+    name: str
+    description: str
+    metric: str
+
+    @staticmethod
+    def default_model_config() -> Any: ...
+
+    @staticmethod
+    def default_train_config() -> TrainConfig: ...
+
+    def prepare(self, cfg: Any) -> Any: ...
+
+    def check(self, cfg: Any, train_cfg: TrainConfig) -> None: ...
+
+    def build_model(self, cfg: Any) -> nn.Module: ...
+
+    def batches(self, train_cfg: TrainConfig, cfg: Any) -> Any: ...
+
+    def loss_fn(self, train_cfg: TrainConfig) -> Any: ...
+
+    def evaluate_run(self, model: Any, train_cfg: TrainConfig) -> dict[str, Any]: ...
+
+    def run_samples(self, model: Any) -> list[dict[str, str]]: ...
+
+    @staticmethod
+    def config_from_dict(data: dict) -> TransformerConfig | LMConfig: ...
+
+    def to_dict(self) -> dict: ...
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Task: ...
