@@ -18,11 +18,13 @@ demo: $(STAMP)
 	$(PY) -m addnorm demo
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests experiments benchmarks
+	$(PY) -m ruff check src tests
+	$(PY) -m mypy src/addnorm
 	$(PY) -m ruff format --check src tests experiments benchmarks
 
 test: $(STAMP)
-	$(PY) -m ruff check src tests experiments benchmarks
+	$(PY) -m ruff check src tests
+	$(PY) -m mypy src/addnorm
 	$(PY) -m pytest -q -n 2
 
 clean:

@@ -14,20 +14,17 @@ from torch import nn
 from addnorm._checks import check_int
 from addnorm.cache import DecodingCache
 from addnorm.config import LMConfig
-from addnorm.stacks import Encoder
-from addnorm.transformer import (
+from addnorm.decoding import EosOption, check_step, generate_without, generation_config
+from addnorm.embedding import (
     Embedder,
-    EosOption,
-    _check_ids,
-    _check_step,
-    _generate,
-    _generation_config,
-    _learned_max_len,
-    _output_projection,
-    _rotary,
-    _Tokens,
-    _tokens,
+    Tokens,
+    check_ids,
+    learned_max_len,
+    model_inputs,
+    output_projection,
+    rotary_for,
 )
+from addnorm.stacks import Encoder
 
 __all__ = ["TransformerLM"]
 
@@ -45,7 +42,7 @@ class TransformerLM(nn.Module):
         if not isinstance(cfg, LMConfig):
             raise TypeError(f"cfg must be an LMConfig, got {type(cfg).__name__}")
         self.cfg = cfg
-        self.rotary = _rotary(cfg)
+        self.rotary = rotary_for(cfg)
         self.embed = Embedder(
             cfg.vocab_size, cfg.d_model, positions=cfg.positions, max_len=cfg.max_len,
             base=cfg.position_base, dropout=cfg.dropout,
@@ -56,13 +53,13 @@ class TransformerLM(nn.Module):
             norm_eps=cfg.norm_eps, bias=cfg.bias, rotary=self.rotary, final_norm=cfg.final_norm,
         )
         tied = self.embed.tokens if cfg.tie_output else None
-        self.to_logits = _output_projection(cfg.d_model, cfg.vocab_size, tied)
+        self.to_logits = output_projection(cfg.d_model, cfg.vocab_size, tied)
 
-    def _inputs(self, name: str, ids: object, padding_mask: object) -> _Tokens:
+    def _inputs(self, name: str, ids: object, padding_mask: object) -> Tokens:
         cfg = self.cfg
-        return _tokens(
+        return model_inputs(
             name, ids, "padding_mask", padding_mask, vocab_size=cfg.vocab_size,
-            max_len=_learned_max_len(cfg), pad_id=cfg.pad_id,
+            max_len=learned_max_len(cfg), pad_id=cfg.pad_id,
         )
 
     def forward(
@@ -124,8 +121,8 @@ class TransformerLM(nn.Module):
             tokens: (B, 1)
             returns: logits (B, V) for the next token
         """
-        tokens = _check_ids("tokens", tokens, self.cfg.vocab_size, None)
-        _check_step(tokens, cache, needs_memory=False)
+        tokens = check_ids("tokens", tokens, self.cfg.vocab_size, None)
+        check_step(tokens, cache, needs_memory=False)
         return self._run(tokens, torch.zeros_like(tokens, dtype=torch.bool), cache)
 
     def _run(
@@ -165,7 +162,7 @@ class TransformerLM(nn.Module):
             returns: (B, N) long, N <= max_new_tokens
         """
         never_emit = {"pad_id": self.cfg.pad_id}
-        config = _generation_config(
+        config = generation_config(
             self.cfg, max_new_tokens=max_new_tokens, strategy=strategy,
             temperature=temperature, top_k=top_k, top_p=top_p, num_beams=num_beams,
             length_penalty=length_penalty, eos_id=eos_id, never_emit=never_emit,
@@ -173,4 +170,4 @@ class TransformerLM(nn.Module):
         cache, logits = self.start(
             prompt_ids, padding_mask=padding_mask, max_new_tokens=max_new_tokens
         )
-        return _generate(self.step, logits, cache, config, never_emit, generator)
+        return generate_without(self.step, logits, cache, config, never_emit, generator)

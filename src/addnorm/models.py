@@ -7,7 +7,8 @@
 Both expose ``start``/``step`` for :mod:`addnorm.generation` and ``generate``.
 """
 
+from addnorm.embedding import Embedder, positions_from_padding
 from addnorm.lm import TransformerLM
-from addnorm.transformer import Embedder, Transformer, positions_from_padding
+from addnorm.transformer import Transformer
 
 __all__ = ["Embedder", "Transformer", "TransformerLM", "positions_from_padding"]

@@ -1,0 +1,100 @@
+"""Hooks between the models and :mod:`addnorm.generation`: options, banned ids, cache checks.
+
+Both models run ``generate`` through :func:`generate_without`, which sets the logits of the
+ids a model must never emit (``pad_id``, and ``bos_id`` for the encoder-decoder) to -inf: a
+generated pad would be masked out when fed back, so cached decoding would no longer match
+recomputation, and "stopped" would be ambiguous.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from addnorm.cache import DecodingCache
+from addnorm.config import LMConfig, TransformerConfig
+from addnorm.generation import GenerationConfig, StepFn, generate_tokens
+
+__all__ = ["EosOption", "check_step", "generate_without", "generation_config"]
+
+EosOption = int | tuple[int, ...] | None | Literal["config"]
+
+
+def generation_config(
+    cfg: TransformerConfig | LMConfig,
+    *,
+    max_new_tokens: int,
+    strategy: str,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    num_beams: int,
+    length_penalty: float,
+    eos_id: EosOption,
+    never_emit: dict[str, int],
+) -> GenerationConfig:
+    """The :class:`GenerationConfig` of a model's ``generate`` call (``"config"``: cfg's eos)."""
+    config = GenerationConfig(
+        max_new_tokens=max_new_tokens, strategy=strategy, temperature=temperature,
+        top_k=top_k, top_p=top_p, num_beams=num_beams, length_penalty=length_penalty,
+        eos_id=cfg.eos_id if eos_id == "config" else eos_id, pad_id=cfg.pad_id,
+    )
+    for name, token in never_emit.items():
+        if token in config.stop_ids:
+            raise ValueError(
+                f"eos_id {config.eos_id!r} includes {name} ({token}), which generation never "
+                "emits, so it could never stop a row"
+            )
+    return config
+
+
+def generate_without(
+    step: StepFn,
+    first_logits: torch.Tensor,
+    cache: DecodingCache,
+    config: GenerationConfig,
+    never_emit: dict[str, int],
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """:func:`generate_tokens`, with the logits of the ``never_emit`` ids set to -inf.
+
+    A generated ``pad_id`` would count as padding when fed back (so the cached steps would no
+    longer match a recomputation, and "stopped" would be ambiguous); ``bos_id`` is the
+    decoder's start, never a continuation.
+
+    Shapes:
+        first_logits: (B, V); returns: (B, N) long
+    """
+    banned = torch.tensor(list(never_emit.values()), device=first_logits.device)  # (n,)
+
+    def allowed(logits: torch.Tensor) -> torch.Tensor:
+        return logits.index_fill(-1, banned, float("-inf"))  # (B', V)
+
+    def step_allowed(tokens: torch.Tensor, cache: DecodingCache) -> torch.Tensor:
+        return allowed(step(tokens, cache))
+
+    return generate_tokens(
+        step_allowed, allowed(first_logits), cache, config, generator=generator
+    )
+
+
+def check_step(tokens: torch.Tensor, cache: object, *, needs_memory: bool) -> None:
+    """``step``'s arguments: the right model's DecodingCache and one token per row (B, 1)."""
+    if not isinstance(cache, DecodingCache):
+        raise TypeError(f"cache must be the DecodingCache from start(), got {type(cache).__name__}")
+    if needs_memory and cache.memory is None:
+        raise ValueError(
+            "cache has no encoder memory (a TransformerLM's cache?); Transformer.step needs "
+            "the cache from Transformer.start()"
+        )
+    if not needs_memory and cache.memory is not None:
+        raise ValueError(
+            "cache holds encoder memory (a Transformer's cache); TransformerLM.step needs the "
+            "cache from TransformerLM.start()"
+        )
+    if tokens.shape != (cache.padding_mask.shape[0], 1):
+        raise ValueError(
+            f"tokens must have shape (B, 1) = ({cache.padding_mask.shape[0]}, 1), "
+            f"got {tuple(tokens.shape)}"
+        )

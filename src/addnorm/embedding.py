@@ -1,0 +1,195 @@
+"""The input and output layers both models share: token ids in, logits out.
+
+Shapes legend: B batch, L sequence length, D d_model, V vocab.
+
+Both models (:class:`addnorm.transformer.Transformer` and :class:`addnorm.lm.TransformerLM`)
+embed tokens as ``E[ids] * sqrt(D)`` (section 3.4 of the paper), add a position code
+(sinusoidal by default; learned; or none, with rotary embeddings inside attention), apply
+dropout, and project the last hidden states to logits with a matrix tied to ``E`` by default.
+
+Padding masks (True = padding) default to ``ids == cfg.pad_id``. A token's position counts
+the real tokens before it in its row (``cumsum(~padding) - 1``), so left- or right-padded
+rows get the positions they would have alone. When no padding comes before a real token
+(unpadded or right-padded batches, the training case) those positions are ``arange(L)``, and
+the models pass ``positions=None`` so the position modules use their cached tables.
+
+Host syncs: checking token ids costs one device-to-host sync per ids tensor (its min and max,
+and whether any padding precedes a real token, fetched together): the price of a clear
+out-of-vocabulary error instead of a device-side assert.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from addnorm._checks import check_bool_mask, check_tensor
+from addnorm.config import LMConfig, TransformerConfig
+from addnorm.encodings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from addnorm.rotary import RotaryEmbedding
+
+__all__ = [
+    "Embedder",
+    "Tokens",
+    "check_ids",
+    "learned_max_len",
+    "model_inputs",
+    "output_projection",
+    "positions_from_padding",
+    "rotary_for",
+]
+
+
+def positions_from_padding(padding_mask: torch.Tensor) -> torch.Tensor:
+    """Each token's position among its row's real tokens: ``cumsum(~padding) - 1``, >= 0.
+
+    Shapes:
+        padding_mask: (B, L) bool, True = padding
+        returns: (B, L) long
+    """
+    return ((~padding_mask).long().cumsum(dim=1) - 1).clamp(min=0)  # (B, L)
+
+
+def id_tensor(name: str, ids: object, max_len: int | None) -> torch.Tensor:
+    """A non-empty (B, L) tensor of any integer dtype, as long; L <= max_len. No host sync."""
+    ids = check_tensor(name, ids, ndim=2)
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor of token ids, got dtype {ids.dtype}")
+    if ids.numel() == 0:
+        raise ValueError(
+            f"{name} must have B >= 1 rows and L >= 1 tokens, got shape {tuple(ids.shape)}"
+        )
+    if max_len is not None and ids.shape[1] > max_len:
+        raise ValueError(
+            f"{name} length ({ids.shape[1]}) exceeds max_len ({max_len}) of the learned "
+            "position table"
+        )
+    return ids.long()
+
+
+def check_vocab(name: str, low: int, high: int, vocab_size: int) -> None:
+    """Raise naming the first id outside [0, V), given the ids' min and max."""
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(f"{name} contains id {bad} outside the vocabulary [0, {vocab_size})")
+
+
+def check_ids(name: str, ids: object, vocab_size: int, max_len: int | None) -> torch.Tensor:
+    """Token ids as a long (B, L) tensor, every id in [0, V) (and L <= max_len); one sync."""
+    ids = id_tensor(name, ids, max_len)
+    low, high = torch.stack(torch.aminmax(ids)).tolist()  # one sync
+    check_vocab(name, low, high, vocab_size)
+    return ids
+
+
+def padding_from(name: str, padding_mask: object, ids: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """The given padding mask (True = padding), checked against ids, or ``ids == pad_id``."""
+    if padding_mask is None:
+        return ids == pad_id
+    return check_bool_mask(f"{name} (True = padding)", padding_mask, tuple(ids.shape))
+
+
+class Tokens(NamedTuple):
+    """Checked model inputs: ids (B, L) long, padding (B, L) bool, positions (B, L) or None."""
+
+    ids: torch.Tensor
+    padding: torch.Tensor
+    positions: torch.Tensor | None  # None: no padding precedes a real token, so arange(L)
+
+
+def model_inputs(
+    name: str, ids: object, mask_name: str, padding_mask: object, *, vocab_size: int,
+    max_len: int | None, pad_id: int,
+) -> Tokens:
+    """Check ids and their padding mask with one host sync, and derive the positions.
+
+    Positions are ``cumsum(~padding) - 1``; where no padding precedes a real token they equal
+    ``arange(L)`` on every real token, so None is returned instead and the position modules
+    take their cached tables (and skip a range check that would cost another sync).
+    """
+    ids = id_tensor(name, ids, max_len)
+    padding = padding_from(mask_name, padding_mask, ids, pad_id)
+    leading = (padding[:, :-1] & ~padding[:, 1:]).any()  # a padding token before a real one
+    low, high, leading = torch.stack([*torch.aminmax(ids), leading.long()]).tolist()  # 1 sync
+    check_vocab(name, low, high, vocab_size)
+    positions = positions_from_padding(padding) if leading else None  # (B, L) or None
+    return Tokens(ids, padding, positions)
+
+
+def learned_max_len(cfg: TransformerConfig | LMConfig) -> int | None:
+    """The learned position table's length, which bounds L; None for the other kinds."""
+    return cfg.max_len if cfg.positions == "learned" else None
+
+
+class Embedder(nn.Module):
+    """The input layer: ``dropout(E[ids] * sqrt(D) + PE(positions))``.
+
+    Args:
+        vocab_size, d_model: the table's shape (V, D).
+        positions: ``"sinusoidal"``, ``"learned"``, or ``"rotary"``/``"none"`` (no code added).
+        max_len: rows of a learned position table.
+        base: sinusoid base.
+        dropout: on the sum (the paper's P_drop).
+        tokens: an existing ``nn.Embedding`` to share (tied source / target tables).
+
+    Submodules: ``tokens`` (``nn.Embedding``), ``pos_enc`` (or None), ``dropout``.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        *,
+        positions: str,
+        max_len: int,
+        base: float,
+        dropout: float,
+        tokens: nn.Embedding | None = None,
+    ) -> None:
+        super().__init__()
+        self.d_model = d_model
+        self.scale = math.sqrt(d_model)
+        self.tokens = nn.Embedding(vocab_size, d_model) if tokens is None else tokens
+        self.pos_enc: nn.Module | None = None
+        if positions == "sinusoidal":
+            self.pos_enc = SinusoidalPositionalEncoding(d_model, base=base)
+        elif positions == "learned":
+            self.pos_enc = LearnedPositionalEmbedding(max_len, d_model)
+        self.dropout = nn.Dropout(dropout)
+        if tokens is None:
+            self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Token table ~ N(0, 1/D), so ``E[ids] * sqrt(D)`` has unit scale next to PE."""
+        nn.init.normal_(self.tokens.weight, mean=0.0, std=self.d_model**-0.5)
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
+        """Embed ids at the given positions (None: ``arange(L)``, the tables' cached rows).
+
+        Shapes:
+            ids: (B, L); positions: (B, L) or None
+            returns: (B, L, D)
+        """
+        x = self.tokens(ids) * self.scale  # (B, L, D)
+        if self.pos_enc is not None:
+            x = self.pos_enc(x, positions=positions)
+        return self.dropout(x)
+
+
+def rotary_for(cfg: TransformerConfig | LMConfig) -> RotaryEmbedding | None:
+    if cfg.positions != "rotary":
+        return None
+    return RotaryEmbedding(cfg.d_model // cfg.n_heads, base=cfg.position_base)
+
+
+def output_projection(d_model: int, vocab_size: int, tied: nn.Embedding | None) -> nn.Linear:
+    """Logits = h W^T with W (V, D): the embedding table itself when tied (the paper)."""
+    linear = nn.Linear(d_model, vocab_size, bias=False)
+    if tied is not None:
+        linear.weight = tied.weight
+    else:
+        nn.init.xavier_uniform_(linear.weight)
+    return linear
