@@ -28,40 +28,25 @@ of the output is dropped quietly, the status a tool killed by SIGPIPE reports.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime as dt
-import json
 import os
-import re
 import sys
 from pathlib import Path
 from typing import NoReturn
 
+from addnorm.cli_checks import TASK_OWNED, UsageError
+from addnorm.cli_commands import (
+    COMMANDS,
+    EXIT_BROKEN_PIPE,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+)
 from addnorm.config import PRESETS
 from addnorm.training.checkpoint import CheckpointError
-from addnorm.training.config import TrainConfig
 from addnorm.training.flags import add_dataclass_flags
 
 __all__ = ["build_parser", "main"]
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 0, 1, 2, 130, 141
-# --threads above this is refused when os.cpu_count() is unknown.
-_MAX_THREADS = 1024
-# Set by the task (vocabularies and special ids from its tokenizers; the date task's two
-# vocabularies differ, so it never shares embeddings), so not flags.
-_TASK_OWNED = {
-    "src_vocab_size",
-    "tgt_vocab_size",
-    "vocab_size",
-    "pad_id",
-    "bos_id",
-    "eos_id",
-    "share_embeddings",
-}
-
-
-class UsageError(Exception):
-    """A bad value found after parsing; reported like argparse's errors (exit code 2)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -164,7 +149,7 @@ def _add_train_parser(commands) -> None:
         )
         _add_runtime_flags(sub)
         sub.set_defaults(
-            model_fields=add_dataclass_flags(sub, defaults, skip=_TASK_OWNED),
+            model_fields=add_dataclass_flags(sub, defaults, skip=TASK_OWNED),
             train_fields=add_dataclass_flags(sub, task_cls.default_train_config()),
         )
 
@@ -223,14 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # argparse: --help (0) or a usage error (2, one line)
         return stop.code if isinstance(stop.code, int) else EXIT_USAGE
-    handler = {
-        "train": _train,
-        "translate": _translate,
-        "generate": _generate,
-        "info": _info,
-        "demo": _demo,
-        "explain": _explain,
-    }[args.command]
+    handler = COMMANDS[args.command]
     prog = f"addnorm {args.command}"
     try:
         return handler(args)
@@ -261,303 +239,3 @@ def _silence_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):  # stdout is not a real file (tests)
         pass
-
-
-def _setup(args) -> str:
-    """Check and apply --threads, and check and resolve --device to a device string."""
-    import torch
-
-    limit = os.cpu_count() or _MAX_THREADS
-    if not 0 <= args.threads <= limit:
-        raise UsageError(f"--threads must be between 0 and {limit} (the CPUs), got {args.threads}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    return _resolve_device(args.device)
-
-
-def _resolve_device(name: str) -> str:
-    """The device --device names: auto (cuda if available, else cpu), or cpu, cuda, cuda:N or
-    mps when that device is present."""
-    import torch
-
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    match = re.fullmatch(r"(cpu|cuda|mps)(?::(\d+))?", name)
-    if match is None or (match.group(2) is not None and match.group(1) != "cuda"):
-        raise UsageError(f"--device must be auto, cpu, cuda, cuda:N or mps, got {name!r}")
-    kind, index = match.groups()
-    if kind == "cuda":
-        if not torch.cuda.is_available():
-            raise UsageError(f"--device {name}: CUDA is not available")
-        count = torch.cuda.device_count()
-        if index is not None and int(index) >= count:
-            raise UsageError(f"--device {name}: there are {count} CUDA devices (0 to {count - 1})")
-    if kind == "mps" and not torch.backends.mps.is_available():
-        raise UsageError(f"--device {name}: MPS is not available")
-    return name
-
-
-def _check_out_dir(out: Path, flag: str = "--out") -> None:
-    """``out`` must be a directory, or a path where one can be made."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{flag} {out}: exists and is not a directory")
-    parent = out
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise UsageError(f"{flag} {out}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"{flag} {out}: cannot create or write in {parent}")
-
-
-def _train(args) -> int:
-    from addnorm.training.checkpoint import load_checkpoint
-    from addnorm.training.run import TASKS, has_run, resume_configs, train_run
-
-    device = _setup(args)
-    _check_out_dir(args.out)
-    task_cls = TASKS[args.task]
-    model_flags = {k: getattr(args, k) for k in args.model_fields if hasattr(args, k)}
-    train_flags = {k: getattr(args, k) for k in args.train_fields if hasattr(args, k)}
-    resume = None
-    try:
-        if args.resume:
-            if model_flags or args.preset or args.config or args.overwrite:
-                raise UsageError(
-                    "--resume takes the model settings from the checkpoint; "
-                    "drop --preset, --config, --overwrite and model flags"
-                )
-            resume = load_checkpoint(args.out)
-            model_cfg, train_cfg = resume_configs(resume, train_flags, task_name=args.task)
-        else:
-            if has_run(args.out) and not args.overwrite:
-                raise UsageError(
-                    f"--out {args.out} already holds a run; add --resume to continue it or "
-                    "--overwrite to replace it"
-                )
-            model_cfg, train_cfg = _fresh_configs(task_cls, args, model_flags, train_flags)
-            task = task_cls()
-            task.check(task.prepare(model_cfg), train_cfg)
-    except (ValueError, TypeError) as err:
-        raise UsageError(" ".join(str(err).split())) from None
-    _announce(args, train_cfg, device)
-    summary = train_run(
-        args.task,
-        model_cfg,
-        train_cfg,
-        args.out,
-        resume=resume,
-        device=device,
-        progress=not args.quiet and sys.stderr.isatty(),
-    )
-    if summary.stopped_by == "interrupt":
-        print(
-            f"interrupted at step {summary.step}; checkpoint written to {summary.checkpoint}"
-            f" (continue with: addnorm train {args.task} --out {args.out} --resume)",
-            file=sys.stderr,
-        )
-        return EXIT_INTERRUPTED
-    print(
-        f"trained {summary.step} steps in {summary.elapsed_s:.0f} s "
-        f"(stopped by {summary.stopped_by}); checkpoint: {summary.checkpoint}"
-    )
-    print(
-        f"{task_cls.metric}: {summary.metrics[task_cls.metric]:.4f} "
-        f"({summary.metrics['weights']} weights); "
-        f"metrics: {summary.run_dir / 'metrics.json'}; loss curve: {summary.loss_png}"
-    )
-    if args.task == "lm":
-        for sample in summary.metrics["samples"]:
-            print(f"\nsample (prompt {sample['prompt']!r}):\n{sample['text']}")
-    return EXIT_OK
-
-
-def _announce(args, train_cfg: TrainConfig, device: str) -> None:
-    """One line on stderr saying what is about to happen (training can be long and quiet)."""
-    from addnorm.training.checkpoint import list_checkpoints
-
-    if args.overwrite and list_checkpoints(args.out):
-        print(
-            f"replacing the previous run in {args.out}",
-            file=sys.stderr,
-        )
-    budget = f"{train_cfg.max_steps} steps"
-    if train_cfg.max_minutes is not None:
-        budget += f" or {train_cfg.max_minutes:g} minutes"
-    print(
-        f"training {args.task} into {args.out} on {device}: up to {budget}; "
-        "Ctrl-C stops and writes a checkpoint",
-        file=sys.stderr,
-        flush=True,
-    )
-
-
-def _fresh_configs(task_cls, args, model_flags: dict, train_flags: dict):
-    """Task defaults (or the preset), then the JSON file, then flags."""
-    model_cfg = PRESETS[args.preset] if args.preset else task_cls.default_model_config()
-    train_cfg = task_cls.default_train_config()
-    if args.config is not None:
-        model_values, train_values = _read_config(args.config, args.task)
-        model_cfg = dataclasses.replace(model_cfg, **_known(model_cfg, model_values, args.config))
-        train_cfg = dataclasses.replace(train_cfg, **_known(train_cfg, train_values, args.config))
-    return (
-        dataclasses.replace(model_cfg, **model_flags),
-        dataclasses.replace(train_cfg, **train_flags),
-    )
-
-
-def _read_config(path: Path, task_name: str) -> tuple[dict, dict]:
-    """The "model" and "train" objects of a ``--config`` file, after checking its shape."""
-    where = f"--config {path}"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise UsageError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start})") from None
-    except OSError as err:
-        raise UsageError(f"{where}: {err.strerror or err}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise UsageError(f"{where}: not valid JSON: {err}") from None
-    expected = '{"model": {...}, "train": {...}}'
-    if not isinstance(data, dict):
-        raise UsageError(f"{where}: expected a JSON object {expected}, got {_json_type(data)}")
-    unknown = sorted(set(data) - {"model", "train"})
-    if unknown:
-        raise UsageError(f"{where}: expected {expected}, got the keys {unknown}")
-    parts = {}
-    for key in ("model", "train"):
-        value = data.get(key, {})
-        if not isinstance(value, dict):
-            raise UsageError(f'{where}: "{key}" must be a JSON object, got {_json_type(value)}')
-        parts[key] = value
-    owned = sorted(set(parts["model"]) & _TASK_OWNED)
-    if owned:
-        raise UsageError(
-            f"{where}: {', '.join(owned)} are set by the {task_name} task (its tokenizers), "
-            "not by a config"
-        )
-    return parts["model"], parts["train"]
-
-
-def _json_type(value: object) -> str:
-    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
-    if value is None:
-        return "null"
-    return names.get(type(value), "a number")
-
-
-def _known(cfg, values: dict, path: Path) -> dict:
-    names = {f.name for f in dataclasses.fields(cfg)}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise UsageError(f"--config {path}: unknown {type(cfg).__name__} fields {unknown}")
-    return values
-
-
-def _load(args, task_name: str):
-    from addnorm.training.run import load_trained
-
-    device = _setup(args)
-    task, model, checkpoint = load_trained(args.checkpoint, device=device, weights=args.weights)
-    if task.name != task_name:
-        raise UsageError(
-            f"{checkpoint.path} holds a {task.name!r} model; this command needs a {task_name!r} one"
-        )
-    return task, model
-
-
-def _translate(args) -> int:
-    from addnorm.data.dates import FIRST_YEAR, LAST_YEAR
-
-    task, model = _load(args, "translate")
-    try:
-        texts = args.text or [line.rstrip("\r\n") for line in sys.stdin]
-    except UnicodeDecodeError as err:
-        raise UsageError(f"stdin is not UTF-8 text ({err.reason} at byte {err.start})") from None
-    answers = iter(task.predict(model, [t for t in texts if t.strip()]))
-    flagged = 0
-    for text in texts:  # a blank input line gets a blank answer line
-        answer = next(answers) if text.strip() else ""
-        print(answer)
-        if text.strip() and not _is_supported_date(answer, FIRST_YEAR, LAST_YEAR):
-            flagged += 1
-            print(
-                f"addnorm translate: warning: {text!r} -> {answer!r} is not a valid date "
-                f"from {FIRST_YEAR} to {LAST_YEAR}",
-                file=sys.stderr,
-            )
-    return EXIT_FAILED if flagged else EXIT_OK
-
-
-def _is_supported_date(answer: str, first_year: int, last_year: int) -> bool:
-    """Whether ``answer`` is a real YYYY-MM-DD date in the supported years."""
-    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", answer):
-        return False
-    try:
-        day = dt.date.fromisoformat(answer)
-    except ValueError:
-        return False
-    return first_year <= day.year <= last_year
-
-
-def _generate(args) -> int:
-    import torch
-
-    task, model = _load(args, "lm")
-    device = next(model.parameters()).device
-    try:
-        text = task.sample(
-            model,
-            args.prompt,
-            max_new_tokens=args.max_new_tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            generator=torch.Generator(device=device).manual_seed(args.seed),
-        )
-    except (ValueError, TypeError) as err:
-        raise UsageError(str(err)) from None
-    print(text)
-    return EXIT_OK
-
-
-def _info(args) -> int:
-    from addnorm.training.checkpoint import load_checkpoint
-    from addnorm.training.run import read_run_metrics
-
-    checkpoint = load_checkpoint(args.checkpoint)
-    state = checkpoint.state
-    report = {
-        "checkpoint": str(checkpoint.path),
-        "task": state.get("run", {}).get("task"),
-        "step": checkpoint.step,
-        "elapsed_s": state.get("elapsed_s"),
-        "model_config": state.get("run", {}).get("model_config"),
-        "train_config": state.get("train_config"),
-        "metrics": read_run_metrics(checkpoint),
-    }
-    print(json.dumps(report, indent=2, ensure_ascii=False))
-    return EXIT_OK
-
-
-def _demo(args) -> int:
-    from addnorm.demo import run_demo
-
-    device = _setup(args)
-    _check_out_dir(args.out)
-    if args.max_minutes is not None and not args.max_minutes > 0:
-        raise UsageError(f"--max-minutes must be > 0, got {args.max_minutes}")
-    return run_demo(
-        args.out,
-        max_minutes=args.max_minutes,
-        device=device,
-        progress=not args.quiet and sys.stderr.isatty(),
-    )
-
-
-def _explain(args) -> int:
-    from addnorm.explain import run_explain
-
-    _check_out_dir(args.out)
-    return run_explain(args.out)

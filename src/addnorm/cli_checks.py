@@ -1,0 +1,141 @@
+"""Checks of the ``addnorm`` command's argument values that argparse cannot make: --device and
+--threads (against the machine), --out (a directory that can be written), and --config (a
+JSON file of ``{"model": {...}, "train": {...}}``, without the fields a task owns).
+
+A bad value raises ``UsageError``, which ``addnorm.cli.main`` reports like argparse's own
+errors: one line on stderr, exit code 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from pathlib import Path
+
+__all__ = [
+    "TASK_OWNED",
+    "UsageError",
+    "apply_runtime_flags",
+    "check_config_fields",
+    "check_out_dir",
+    "read_config",
+    "resolve_device",
+]
+
+# --threads above this is refused when os.cpu_count() is unknown.
+_MAX_THREADS = 1024
+# Set by the task (vocabularies and special ids from its tokenizers; the date task's two
+# vocabularies differ, so it never shares embeddings), so not flags.
+TASK_OWNED = {
+    "src_vocab_size",
+    "tgt_vocab_size",
+    "vocab_size",
+    "pad_id",
+    "bos_id",
+    "eos_id",
+    "share_embeddings",
+}
+
+
+class UsageError(Exception):
+    """A bad value found after parsing; reported like argparse's errors (exit code 2)."""
+
+
+def apply_runtime_flags(args) -> str:
+    """Check and apply --threads, and check and resolve --device to a device string."""
+    import torch
+
+    limit = os.cpu_count() or _MAX_THREADS
+    if not 0 <= args.threads <= limit:
+        raise UsageError(f"--threads must be between 0 and {limit} (the CPUs), got {args.threads}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return resolve_device(args.device)
+
+
+def resolve_device(name: str) -> str:
+    """The device --device names: auto (cuda if available, else cpu), or cpu, cuda, cuda:N or
+    mps when that device is present."""
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    match = re.fullmatch(r"(cpu|cuda|mps)(?::(\d+))?", name)
+    if match is None or (match.group(2) is not None and match.group(1) != "cuda"):
+        raise UsageError(f"--device must be auto, cpu, cuda, cuda:N or mps, got {name!r}")
+    kind, index = match.groups()
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {name}: CUDA is not available")
+        count = torch.cuda.device_count()
+        if index is not None and int(index) >= count:
+            raise UsageError(f"--device {name}: there are {count} CUDA devices (0 to {count - 1})")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise UsageError(f"--device {name}: MPS is not available")
+    return name
+
+
+def check_out_dir(out: Path, flag: str = "--out") -> None:
+    """``out`` must be a directory, or a path where one can be made."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{flag} {out}: exists and is not a directory")
+    parent = out
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"{flag} {out}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {out}: cannot create or write in {parent}")
+
+
+def read_config(path: Path, task_name: str) -> tuple[dict, dict]:
+    """The "model" and "train" objects of a ``--config`` file, after checking its shape."""
+    where = f"--config {path}"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except OSError as err:
+        raise UsageError(f"{where}: {err.strerror or err}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UsageError(f"{where}: not valid JSON: {err}") from None
+    expected = '{"model": {...}, "train": {...}}'
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: expected a JSON object {expected}, got {_json_type(data)}")
+    unknown = sorted(set(data) - {"model", "train"})
+    if unknown:
+        raise UsageError(f"{where}: expected {expected}, got the keys {unknown}")
+    parts = {}
+    for key in ("model", "train"):
+        value = data.get(key, {})
+        if not isinstance(value, dict):
+            raise UsageError(f'{where}: "{key}" must be a JSON object, got {_json_type(value)}')
+        parts[key] = value
+    owned = sorted(set(parts["model"]) & TASK_OWNED)
+    if owned:
+        raise UsageError(
+            f"{where}: {', '.join(owned)} are set by the {task_name} task (its tokenizers), "
+            "not by a config"
+        )
+    return parts["model"], parts["train"]
+
+
+def _json_type(value: object) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    return names.get(type(value), "a number")
+
+
+def check_config_fields(cfg, values: dict, path: Path) -> dict:
+    """``values`` (from the --config file ``path``), after checking each names a field of the
+    dataclass ``cfg``."""
+    names = {f.name for f in dataclasses.fields(cfg)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise UsageError(f"--config {path}: unknown {type(cfg).__name__} fields {unknown}")
+    return values

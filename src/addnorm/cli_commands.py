@@ -1,0 +1,253 @@
+"""The handlers of the ``addnorm`` subcommands (``train``, ``translate``, ``generate``,
+``info``, ``demo``, ``explain``), by name in ``COMMANDS``: each takes the parsed arguments and
+returns the exit code (``addnorm.cli`` documents them). A bad argument value raises
+``UsageError``; ``addnorm.cli.main`` turns it and the other failures into messages and codes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import re
+import sys
+from collections.abc import Callable
+
+from addnorm.cli_checks import (
+    UsageError,
+    apply_runtime_flags,
+    check_config_fields,
+    check_out_dir,
+    read_config,
+)
+from addnorm.config import PRESETS
+from addnorm.training.config import TrainConfig
+
+__all__ = [
+    "COMMANDS",
+    "EXIT_BROKEN_PIPE",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 0, 1, 2, 130, 141
+
+
+def _train(args) -> int:
+    from addnorm.training.checkpoint import load_checkpoint
+    from addnorm.training.run import TASKS, has_run, resume_configs, train_run
+
+    device = apply_runtime_flags(args)
+    check_out_dir(args.out)
+    task_cls = TASKS[args.task]
+    model_flags = {k: getattr(args, k) for k in args.model_fields if hasattr(args, k)}
+    train_flags = {k: getattr(args, k) for k in args.train_fields if hasattr(args, k)}
+    resume = None
+    try:
+        if args.resume:
+            if model_flags or args.preset or args.config or args.overwrite:
+                raise UsageError(
+                    "--resume takes the model settings from the checkpoint; "
+                    "drop --preset, --config, --overwrite and model flags"
+                )
+            resume = load_checkpoint(args.out)
+            model_cfg, train_cfg = resume_configs(resume, train_flags, task_name=args.task)
+        else:
+            if has_run(args.out) and not args.overwrite:
+                raise UsageError(
+                    f"--out {args.out} already holds a run; add --resume to continue it or "
+                    "--overwrite to replace it"
+                )
+            model_cfg, train_cfg = _fresh_configs(task_cls, args, model_flags, train_flags)
+            task = task_cls()
+            task.check(task.prepare(model_cfg), train_cfg)
+    except (ValueError, TypeError) as err:
+        raise UsageError(" ".join(str(err).split())) from None
+    _announce(args, train_cfg, device)
+    summary = train_run(
+        args.task,
+        model_cfg,
+        train_cfg,
+        args.out,
+        resume=resume,
+        device=device,
+        progress=not args.quiet and sys.stderr.isatty(),
+    )
+    if summary.stopped_by == "interrupt":
+        print(
+            f"interrupted at step {summary.step}; checkpoint written to {summary.checkpoint}"
+            f" (continue with: addnorm train {args.task} --out {args.out} --resume)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    print(
+        f"trained {summary.step} steps in {summary.elapsed_s:.0f} s "
+        f"(stopped by {summary.stopped_by}); checkpoint: {summary.checkpoint}"
+    )
+    print(
+        f"{task_cls.metric}: {summary.metrics[task_cls.metric]:.4f} "
+        f"({summary.metrics['weights']} weights); "
+        f"metrics: {summary.run_dir / 'metrics.json'}; loss curve: {summary.loss_png}"
+    )
+    if args.task == "lm":
+        for sample in summary.metrics["samples"]:
+            print(f"\nsample (prompt {sample['prompt']!r}):\n{sample['text']}")
+    return EXIT_OK
+
+
+def _announce(args, train_cfg: TrainConfig, device: str) -> None:
+    """One line on stderr saying what is about to happen (training can be long and quiet)."""
+    from addnorm.training.checkpoint import list_checkpoints
+
+    if args.overwrite and list_checkpoints(args.out):
+        print(
+            f"replacing the previous run in {args.out}",
+            file=sys.stderr,
+        )
+    budget = f"{train_cfg.max_steps} steps"
+    if train_cfg.max_minutes is not None:
+        budget += f" or {train_cfg.max_minutes:g} minutes"
+    print(
+        f"training {args.task} into {args.out} on {device}: up to {budget}; "
+        "Ctrl-C stops and writes a checkpoint",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _fresh_configs(task_cls, args, model_flags: dict, train_flags: dict):
+    """Task defaults (or the preset), then the JSON file, then flags."""
+    model_cfg = PRESETS[args.preset] if args.preset else task_cls.default_model_config()
+    train_cfg = task_cls.default_train_config()
+    if args.config is not None:
+        model_values, train_values = read_config(args.config, args.task)
+        model_cfg = dataclasses.replace(
+            model_cfg, **check_config_fields(model_cfg, model_values, args.config)
+        )
+        train_cfg = dataclasses.replace(
+            train_cfg, **check_config_fields(train_cfg, train_values, args.config)
+        )
+    return (
+        dataclasses.replace(model_cfg, **model_flags),
+        dataclasses.replace(train_cfg, **train_flags),
+    )
+
+
+def _load(args, task_name: str):
+    from addnorm.training.run import load_trained
+
+    device = apply_runtime_flags(args)
+    task, model, checkpoint = load_trained(args.checkpoint, device=device, weights=args.weights)
+    if task.name != task_name:
+        raise UsageError(
+            f"{checkpoint.path} holds a {task.name!r} model; this command needs a {task_name!r} one"
+        )
+    return task, model
+
+
+def _translate(args) -> int:
+    from addnorm.data.dates import FIRST_YEAR, LAST_YEAR
+
+    task, model = _load(args, "translate")
+    try:
+        texts = args.text or [line.rstrip("\r\n") for line in sys.stdin]
+    except UnicodeDecodeError as err:
+        raise UsageError(f"stdin is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    answers = iter(task.predict(model, [t for t in texts if t.strip()]))
+    flagged = 0
+    for text in texts:  # a blank input line gets a blank answer line
+        answer = next(answers) if text.strip() else ""
+        print(answer)
+        if text.strip() and not _is_supported_date(answer, FIRST_YEAR, LAST_YEAR):
+            flagged += 1
+            print(
+                f"addnorm translate: warning: {text!r} -> {answer!r} is not a valid date "
+                f"from {FIRST_YEAR} to {LAST_YEAR}",
+                file=sys.stderr,
+            )
+    return EXIT_FAILED if flagged else EXIT_OK
+
+
+def _is_supported_date(answer: str, first_year: int, last_year: int) -> bool:
+    """Whether ``answer`` is a real YYYY-MM-DD date in the supported years."""
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", answer):
+        return False
+    try:
+        day = dt.date.fromisoformat(answer)
+    except ValueError:
+        return False
+    return first_year <= day.year <= last_year
+
+
+def _generate(args) -> int:
+    import torch
+
+    task, model = _load(args, "lm")
+    device = next(model.parameters()).device
+    try:
+        text = task.sample(
+            model,
+            args.prompt,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            generator=torch.Generator(device=device).manual_seed(args.seed),
+        )
+    except (ValueError, TypeError) as err:
+        raise UsageError(str(err)) from None
+    print(text)
+    return EXIT_OK
+
+
+def _info(args) -> int:
+    from addnorm.training.checkpoint import load_checkpoint
+    from addnorm.training.run import read_run_metrics
+
+    checkpoint = load_checkpoint(args.checkpoint)
+    state = checkpoint.state
+    report = {
+        "checkpoint": str(checkpoint.path),
+        "task": state.get("run", {}).get("task"),
+        "step": checkpoint.step,
+        "elapsed_s": state.get("elapsed_s"),
+        "model_config": state.get("run", {}).get("model_config"),
+        "train_config": state.get("train_config"),
+        "metrics": read_run_metrics(checkpoint),
+    }
+    print(json.dumps(report, indent=2, ensure_ascii=False))
+    return EXIT_OK
+
+
+def _demo(args) -> int:
+    from addnorm.demo import run_demo
+
+    device = apply_runtime_flags(args)
+    check_out_dir(args.out)
+    if args.max_minutes is not None and not args.max_minutes > 0:
+        raise UsageError(f"--max-minutes must be > 0, got {args.max_minutes}")
+    return run_demo(
+        args.out,
+        max_minutes=args.max_minutes,
+        device=device,
+        progress=not args.quiet and sys.stderr.isatty(),
+    )
+
+
+def _explain(args) -> int:
+    from addnorm.explain import run_explain
+
+    check_out_dir(args.out)
+    return run_explain(args.out)
+
+
+COMMANDS: dict[str, Callable[..., int]] = {
+    "train": _train,
+    "translate": _translate,
+    "generate": _generate,
+    "info": _info,
+    "demo": _demo,
+    "explain": _explain,
+}
