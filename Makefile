@@ -18,12 +18,12 @@ demo: $(STAMP)
 	$(PY) -m addnorm demo
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests
+	$(PY) -m ruff check src tests benchmarks
 	$(PY) -m mypy src/addnorm
-	$(PY) -m ruff format --check src tests experiments benchmarks
+	$(PY) -m ruff format --check src tests benchmarks
 
 test: $(STAMP)
-	$(PY) -m ruff check src tests
+	$(PY) -m ruff check src tests benchmarks
 	$(PY) -m mypy src/addnorm
 	$(PY) -m pytest -q -n 2
 
