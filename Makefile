@@ -20,7 +20,6 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks
 	$(PY) -m mypy src/addnorm
-	$(PY) -m ruff format --check src tests benchmarks
 
 test: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks
