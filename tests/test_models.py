@@ -306,3 +306,28 @@ def test_step_beyond_the_preallocated_length_raises():
     model.step(torch.full((2, 1), 4), cache)
     with pytest.raises(ValueError, match=r"length \(5\) \+ new tokens \(1\) exceeds max_len \(5\)"):
         model.step(torch.full((2, 1), 4), cache)
+
+
+def test_an_unpadded_lm_batch_takes_sdpa_is_causal_path_with_the_same_logits(monkeypatch):
+    """With no padding token at all, attention gets no mask tensor, only ``is_causal``.
+
+    Oracle: the same blocks run with an explicit all-False padding mask (the masked path).
+    """
+    model = language_model()
+    ids = torch.randint(3, V, (3, 9), generator=torch.Generator().manual_seed(11))
+    with torch.no_grad():
+        x = model.embed(ids, None)
+        masked = model.blocks(x, padding_mask=torch.zeros(3, 9, dtype=torch.bool), causal=True)
+        expected = model.to_logits(masked)
+    seen = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False):
+        seen.append((attn_mask is None, is_causal))
+        return sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal)
+
+    monkeypatch.setattr("addnorm.attention.F.scaled_dot_product_attention", spy)
+    with torch.no_grad():
+        got = model(ids)
+    assert seen and all(seen_entry == (True, True) for seen_entry in seen)
+    torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-10)

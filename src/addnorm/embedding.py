@@ -93,11 +93,21 @@ def padding_from(name: str, padding_mask: object, ids: torch.Tensor, pad_id: int
 
 
 class Tokens(NamedTuple):
-    """Checked model inputs: ids (B, L) long, padding (B, L) bool, positions (B, L) or None."""
+    """Checked model inputs.
+
+    Attributes:
+        ids: (B, L) long.
+        padding: (B, L) bool, True = padding (all False when nothing is padded).
+        padding_mask: ``padding``, or None when no token is padding, so attention can skip
+            the mask and take SDPA's ``is_causal`` fast path.
+        positions: (B, L) long, or None when no padding precedes a real token (then the
+            positions are ``arange(L)`` and the position modules use their cached tables).
+    """
 
     ids: torch.Tensor
     padding: torch.Tensor
-    positions: torch.Tensor | None  # None: no padding precedes a real token, so arange(L)
+    padding_mask: torch.Tensor | None
+    positions: torch.Tensor | None
 
 
 def model_inputs(
@@ -108,15 +118,17 @@ def model_inputs(
 
     Positions are ``cumsum(~padding) - 1``; where no padding precedes a real token they equal
     ``arange(L)`` on every real token, so None is returned instead and the position modules
-    take their cached tables (and skip a range check that would cost another sync).
+    take their cached tables (and skip a range check that would cost another sync). Where no
+    token is padding at all, the mask for attention is None too (see :class:`Tokens`).
     """
     ids = id_tensor(name, ids, max_len)
     padding = padding_from(mask_name, padding_mask, ids, pad_id)
     leading = (padding[:, :-1] & ~padding[:, 1:]).any()  # a padding token before a real one
-    low, high, leading = torch.stack([*torch.aminmax(ids), leading.long()]).tolist()  # 1 sync
+    facts = torch.stack([*torch.aminmax(ids), leading.long(), padding.any().long()])
+    low, high, leading, any_padding = facts.tolist()  # the one host sync
     check_vocab(name, low, high, vocab_size)
     positions = positions_from_padding(padding) if leading else None  # (B, L) or None
-    return Tokens(ids, padding, positions)
+    return Tokens(ids, padding, padding if any_padding else None, positions)
 
 
 def learned_max_len(cfg: TransformerConfig | LMConfig) -> int | None:

@@ -73,7 +73,7 @@ class TransformerLM(nn.Module):
         """
         tokens = self._inputs("ids", ids, padding_mask)
         h = self.blocks(
-            self.embed(tokens.ids, tokens.positions), padding_mask=tokens.padding, causal=True,
+            self.embed(tokens.ids, tokens.positions), padding_mask=tokens.padding_mask, causal=True,
             positions=tokens.positions,
         )  # (B, L, D)
         return self.to_logits(h)
@@ -94,7 +94,7 @@ class TransformerLM(nn.Module):
         """
         cfg = self.cfg
         check_int("max_new_tokens", max_new_tokens, min_value=1)
-        prompt_ids, padding, _ = self._inputs("prompt_ids", prompt_ids, padding_mask)
+        prompt_ids, padding, _, _ = self._inputs("prompt_ids", prompt_ids, padding_mask)
         if bool((padding[:, 1:] & ~padding[:, :-1]).any()):
             raise ValueError(
                 "padding_mask must be left padding for generation (True only before a row's "

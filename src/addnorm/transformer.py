@@ -94,7 +94,7 @@ class Transformer(nn.Module):
 
     def _encode(self, src: Tokens) -> torch.Tensor:
         x = self.src_embed(src.ids, src.positions)  # (B, S, D)
-        return self.encoder(x, padding_mask=src.padding, positions=src.positions)
+        return self.encoder(x, padding_mask=src.padding_mask, positions=src.positions)
 
     def forward(
         self,
@@ -123,8 +123,8 @@ class Transformer(nn.Module):
             )
         memory = self._encode(src)  # (B, S, D)
         h = self.decoder(
-            self.tgt_embed(tgt.ids, tgt.positions), memory, padding_mask=tgt.padding,
-            memory_padding_mask=src.padding, causal=True, positions=tgt.positions,
+            self.tgt_embed(tgt.ids, tgt.positions), memory, padding_mask=tgt.padding_mask,
+            memory_padding_mask=src.padding_mask, causal=True, positions=tgt.positions,
         )  # (B, L, D)
         return self.to_logits(h)
 
