@@ -5,7 +5,6 @@ Conventions shared by every module (shapes legend, mask polarity) are in docs/de
 
 from addnorm.attention import MultiHeadAttention
 from addnorm.cache import DecodingCache, KVCache
-from addnorm.config import PRESETS, LMConfig, TransformerConfig
 from addnorm.encodings import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
@@ -13,16 +12,17 @@ from addnorm.encodings import (
     sinusoidal_encoding,
 )
 from addnorm.feedforward import FeedForward, GatedFeedForward
-from addnorm.generation import GenerationConfig, generate_tokens
-from addnorm.interop import from_torch, to_torch
-from addnorm.layers import DecoderLayer, EncoderLayer
-from addnorm.lm import TransformerLM
 from addnorm.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm, make_norm
 from addnorm.residual import AddNorm
 from addnorm.rotary import RotaryEmbedding
-from addnorm.stacks import Decoder, Encoder, EncoderDecoder
 from addnorm.timestep import TimestepEmbedder, timestep_embedding
-from addnorm.transformer import Transformer
+from addnorm.transformer.config import PRESETS, LMConfig, TransformerConfig
+from addnorm.transformer.encoder_decoder import Transformer
+from addnorm.transformer.generation import GenerationConfig, generate_tokens
+from addnorm.transformer.interop import from_torch, to_torch
+from addnorm.transformer.layers import DecoderLayer, EncoderLayer
+from addnorm.transformer.lm import TransformerLM
+from addnorm.transformer.stacks import Decoder, Encoder, EncoderDecoder
 
 __version__ = "0.1.0"
 

@@ -15,10 +15,10 @@ import types
 import typing
 from collections.abc import Callable
 
-from addnorm.config import POSITION_KINDS
 from addnorm.feedforward import ACTIVATIONS
 from addnorm.norms import NORM_KINDS
 from addnorm.residual import POSITIONS
+from addnorm.transformer.config import POSITION_KINDS
 
 __all__ = ["add_dataclass_flags"]
 

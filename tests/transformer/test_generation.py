@@ -18,7 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addnorm.generation import GenerationConfig, generate_tokens
+from addnorm.transformer.generation import GenerationConfig, generate_tokens
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 

@@ -336,7 +336,7 @@ def test_noam_lr_is_the_peak_and_the_papers_choice_reproduces_the_paper():
 
 
 def test_schedule_for_gives_every_schedule_its_peak_lr():
-    from addnorm.training.run import schedule_for
+    from addnorm.tasks.run import schedule_for
 
     for kind in ("noam", "cosine", "constant"):
         schedule = schedule_for(TrainConfig(schedule=kind, lr=2e-3, warmup=20), d_model=64)

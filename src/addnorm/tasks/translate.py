@@ -15,7 +15,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from addnorm.config import PRESETS, TransformerConfig
 from addnorm.data.batches import DateBatches
 from addnorm.data.dates import (
     DateExample,
@@ -24,8 +23,9 @@ from addnorm.data.dates import (
     random_examples,
 )
 from addnorm.data.tokenizers import CharTokenizer, date_source_tokenizer, date_target_tokenizer
-from addnorm.models import Transformer
 from addnorm.training.config import TrainConfig
+from addnorm.transformer import Transformer
+from addnorm.transformer.config import PRESETS, TransformerConfig
 
 __all__ = ["TranslateTask", "seq2seq_loss"]
 

@@ -29,6 +29,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from addnorm.tasks.lm import LMTask
+from addnorm.tasks.task import Task
+from addnorm.tasks.translate import TranslateTask
 from addnorm.training.checkpoint import (
     CheckpointError,
     LoadedCheckpoint,
@@ -36,13 +39,10 @@ from addnorm.training.checkpoint import (
     load_checkpoint,
 )
 from addnorm.training.config import TrainConfig
-from addnorm.training.lm_task import LMTask
 from addnorm.training.metrics import plot_loss_curve
 from addnorm.training.schedules import LRSchedule
 from addnorm.training.state import seed_everything
-from addnorm.training.task import Task
 from addnorm.training.trainer import Trainer
-from addnorm.training.translate_task import TranslateTask
 
 __all__ = [
     "RESUMABLE_FIELDS",

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import check_choice, check_float, check_int, check_tensor
+from addnorm._checks import check_choice, check_float, check_int, check_tensor
 
 __all__ = ["STRATEGIES", "GenerationConfig", "generate_tokens"]
 

@@ -16,10 +16,10 @@ from torch import nn
 
 from addnorm.attention import MultiHeadAttention
 from addnorm.feedforward import FeedForward
-from addnorm.interop import from_torch, to_torch
-from addnorm.layers import DecoderLayer, EncoderLayer
 from addnorm.rotary import RotaryEmbedding
-from addnorm.stacks import Decoder, Encoder, EncoderDecoder
+from addnorm.transformer.interop import from_torch, to_torch
+from addnorm.transformer.layers import DecoderLayer, EncoderLayer
+from addnorm.transformer.stacks import Decoder, Encoder, EncoderDecoder
 
 pytestmark = pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
 

@@ -46,9 +46,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from addnorm.attention import MultiHeadAttention
-from addnorm.layers import DecoderLayer, EncoderLayer
 from addnorm.norms import LayerNorm
-from addnorm.stacks import Decoder, Encoder, EncoderDecoder
+from addnorm.transformer.layers import DecoderLayer, EncoderLayer
+from addnorm.transformer.stacks import Decoder, Encoder, EncoderDecoder
 
 __all__ = ["from_torch", "to_torch"]
 

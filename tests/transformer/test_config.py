@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from addnorm.config import PRESETS, LMConfig, TransformerConfig
+from addnorm.transformer.config import PRESETS, LMConfig, TransformerConfig
 
 
 def test_base_preset_is_the_papers_base_model():

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 from addnorm.data.dates import dates_in_split, format_date
-from addnorm.training.run import load_trained, train_run
-from addnorm.training.translate_task import TranslateTask
+from addnorm.tasks.run import load_trained, train_run
+from addnorm.tasks.translate import TranslateTask
 
 __all__ = ["DEMO_FORMATS", "run_demo", "smoothed_loss_floor"]
 

@@ -13,15 +13,15 @@ import re
 import sys
 from collections.abc import Callable
 
-from addnorm.cli_checks import (
+from addnorm.cli.checks import (
     UsageError,
     apply_runtime_flags,
     check_config_fields,
     check_out_dir,
     read_config,
 )
-from addnorm.config import PRESETS
 from addnorm.training.config import TrainConfig
+from addnorm.transformer.config import PRESETS
 
 __all__ = [
     "COMMANDS",
@@ -36,8 +36,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 0, 1, 2, 
 
 
 def _train(args) -> int:
+    from addnorm.tasks.run import TASKS, has_run, resume_configs, train_run
     from addnorm.training.checkpoint import load_checkpoint
-    from addnorm.training.run import TASKS, has_run, resume_configs, train_run
 
     device = apply_runtime_flags(args)
     check_out_dir(args.out)
@@ -136,7 +136,7 @@ def _fresh_configs(task_cls, args, model_flags: dict, train_flags: dict):
 
 
 def _load(args, task_name: str):
-    from addnorm.training.run import load_trained
+    from addnorm.tasks.run import load_trained
 
     device = apply_runtime_flags(args)
     task, model, checkpoint = load_trained(args.checkpoint, device=device, weights=args.weights)
@@ -203,8 +203,8 @@ def _generate(args) -> int:
 
 
 def _info(args) -> int:
+    from addnorm.tasks.run import read_run_metrics
     from addnorm.training.checkpoint import load_checkpoint
-    from addnorm.training.run import read_run_metrics
 
     checkpoint = load_checkpoint(args.checkpoint)
     state = checkpoint.state
@@ -222,7 +222,7 @@ def _info(args) -> int:
 
 
 def _demo(args) -> int:
-    from addnorm.demo import run_demo
+    from addnorm.cli.demo import run_demo
 
     device = apply_runtime_flags(args)
     check_out_dir(args.out)
@@ -237,7 +237,7 @@ def _demo(args) -> int:
 
 
 def _explain(args) -> int:
-    from addnorm.explain import run_explain
+    from addnorm.cli.explain import run_explain
 
     check_out_dir(args.out)
     return run_explain(args.out)

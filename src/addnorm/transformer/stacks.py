@@ -26,10 +26,10 @@ from torch import nn
 from addnorm._checks import check_choice, check_int, check_tensor
 from addnorm.attention import build_attention_mask
 from addnorm.cache import DecodingCache, LayerCache
-from addnorm.layers import DecoderLayer, EncoderLayer, query_padding
 from addnorm.norms import make_norm
 from addnorm.residual import POSITIONS
 from addnorm.rotary import RotaryEmbedding
+from addnorm.transformer.layers import DecoderLayer, EncoderLayer, query_padding
 
 __all__ = ["Decoder", "Encoder", "EncoderDecoder"]
 

@@ -34,17 +34,17 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from addnorm.cli_checks import TASK_OWNED, UsageError
-from addnorm.cli_commands import (
+from addnorm.cli.checks import TASK_OWNED, UsageError
+from addnorm.cli.commands import (
     COMMANDS,
     EXIT_BROKEN_PIPE,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_USAGE,
 )
-from addnorm.config import PRESETS
 from addnorm.training.checkpoint import CheckpointError
 from addnorm.training.flags import add_dataclass_flags
+from addnorm.transformer.config import PRESETS
 
 __all__ = ["build_parser", "main"]
 
@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_train_parser(commands) -> None:
     """``addnorm train TASK``: one subparser per task, with its model and trainer flags."""
-    from addnorm.training.run import TASKS
+    from addnorm.tasks.run import TASKS
 
     train = commands.add_parser("train", help="train a model on a task")
     tasks = train.add_subparsers(dest="task", required=True, metavar="TASK")

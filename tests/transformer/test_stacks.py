@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from addnorm.norms import LayerNorm
-from addnorm.stacks import Decoder, Encoder, EncoderDecoder
+from addnorm.transformer.stacks import Decoder, Encoder, EncoderDecoder
 
 D, H, FF, N = 16, 4, 32, 2
 F64 = torch.float64

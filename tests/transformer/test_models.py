@@ -11,9 +11,10 @@ import torch
 from torch import nn
 
 from addnorm.cache import DecodingCache
-from addnorm.config import LMConfig, TransformerConfig
 from addnorm.encodings import sinusoidal_encoding
-from addnorm.models import Transformer, TransformerLM, positions_from_padding
+from addnorm.transformer import Transformer, TransformerLM
+from addnorm.transformer.config import LMConfig, TransformerConfig
+from addnorm.transformer.embedding import positions_from_padding
 
 V, PAD, BOS, EOS = 23, 0, 1, 2
 F64 = torch.float64

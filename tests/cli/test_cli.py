@@ -17,9 +17,9 @@ import sys
 
 import pytest
 
-from addnorm.cli import main
+from addnorm.cli.parser import main
+from addnorm.tasks.run import load_trained
 from addnorm.training.metrics import read_metrics
-from addnorm.training.run import load_trained
 
 TINY_TRANSLATE = [
     "--preset",
@@ -131,7 +131,7 @@ def test_translate_reads_stdin_lines_keeping_blank_lines_aligned(
 def test_translate_flags_answers_that_are_not_dates_and_keeps_stdout_aligned(
     translate_run, capsys, monkeypatch
 ):
-    from addnorm.training.translate_task import TranslateTask
+    from addnorm.tasks.translate import TranslateTask
 
     answers = {"a": "2026-02-30", "b": "2026-11-21", "c": "21-11-2026", "d": "2150-01-01"}
     monkeypatch.setattr(
@@ -288,12 +288,12 @@ def test_out_must_be_a_directory_path(tmp_path, capsys):
 
 
 def test_an_os_error_exits_1_with_one_line(tmp_path, capsys, monkeypatch):
-    import addnorm.explain
+    import addnorm.cli.explain
 
     def denied(out):
         raise PermissionError(13, "Permission denied", str(out))
 
-    monkeypatch.setattr(addnorm.explain, "run_explain", denied)
+    monkeypatch.setattr(addnorm.cli.explain, "run_explain", denied)
     assert main(["explain", "--out", str(tmp_path)]) == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "Permission denied" in err[0]
@@ -432,16 +432,16 @@ def test_missing_checkpoint_exits_1_naming_the_path(tmp_path, capsys):
 
 
 def test_explain_calls_the_leads_run_explain_with_out(tmp_path, monkeypatch):
-    import addnorm.explain
+    import addnorm.cli.explain
 
     seen = []
-    monkeypatch.setattr(addnorm.explain, "run_explain", lambda out: seen.append(out) or 0)
+    monkeypatch.setattr(addnorm.cli.explain, "run_explain", lambda out: seen.append(out) or 0)
     assert main(["explain", "--out", str(tmp_path)]) == 0
     assert seen == [tmp_path]
 
 
 def test_demo_trains_then_prints_the_table_and_accuracy(tmp_path, capsys):
-    from addnorm.demo import DEMO_FORMATS, run_demo
+    from addnorm.cli.demo import DEMO_FORMATS, run_demo
 
     assert run_demo(tmp_path / "demo", max_steps=1, eval_size=4, progress=False) == 0
     capsys.readouterr()
@@ -462,7 +462,7 @@ def test_the_smoothed_loss_floor_is_what_cross_entropy_reaches_at_best():
     import torch
     import torch.nn.functional as F
 
-    from addnorm.demo import smoothed_loss_floor
+    from addnorm.cli.demo import smoothed_loss_floor
 
     smoothing, n = 0.1, 15
     target = torch.full((n,), smoothing / n)

@@ -13,8 +13,8 @@ from typing import Literal
 import torch
 
 from addnorm.cache import DecodingCache
-from addnorm.config import LMConfig, TransformerConfig
-from addnorm.generation import GenerationConfig, StepFn, generate_tokens
+from addnorm.transformer.config import LMConfig, TransformerConfig
+from addnorm.transformer.generation import GenerationConfig, StepFn, generate_tokens
 
 __all__ = ["EosOption", "check_step", "generate_without", "generation_config"]
 

@@ -27,9 +27,9 @@ import torch
 from torch import nn
 
 from addnorm._checks import check_bool_mask, check_tensor
-from addnorm.config import LMConfig, TransformerConfig
 from addnorm.encodings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from addnorm.rotary import RotaryEmbedding
+from addnorm.transformer.config import LMConfig, TransformerConfig
 
 __all__ = [
     "Embedder",

@@ -11,7 +11,7 @@ from torch import nn
 
 from addnorm.attention import MultiHeadAttention
 from addnorm.cache import KVCache, LayerCache
-from addnorm.layers import DecoderLayer, EncoderLayer
+from addnorm.transformer.layers import DecoderLayer, EncoderLayer
 
 D, H, FF = 16, 4, 32
 F64 = torch.float64

@@ -11,8 +11,8 @@ from typing import Any, Protocol
 
 from torch import nn
 
-from addnorm.config import LMConfig, TransformerConfig
 from addnorm.training.config import TrainConfig
+from addnorm.transformer.config import LMConfig, TransformerConfig
 
 __all__ = ["Task"]
 

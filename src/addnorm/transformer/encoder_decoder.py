@@ -19,9 +19,9 @@ from torch import nn
 
 from addnorm._checks import check_int
 from addnorm.cache import DecodingCache
-from addnorm.config import TransformerConfig
-from addnorm.decoding import EosOption, check_step, generate_without, generation_config
-from addnorm.embedding import (
+from addnorm.transformer.config import TransformerConfig
+from addnorm.transformer.decoding import EosOption, check_step, generate_without, generation_config
+from addnorm.transformer.embedding import (
     Embedder,
     Tokens,
     check_ids,
@@ -30,7 +30,7 @@ from addnorm.embedding import (
     output_projection,
     rotary_for,
 )
-from addnorm.stacks import Decoder, Encoder
+from addnorm.transformer.stacks import Decoder, Encoder
 
 __all__ = ["Transformer"]
 

@@ -19,11 +19,11 @@ from torch import nn
 from addnorm.data.batches import DateBatches
 from addnorm.data.dates import dates_in_split, longest_source_length
 from addnorm.data.tokenizers import date_source_tokenizer, date_target_tokenizer
+from addnorm.tasks.lm import SAMPLE_PROMPTS, LMTask
+from addnorm.tasks.run import load_trained, resume_configs, train_run
+from addnorm.tasks.translate import TranslateTask, seq2seq_loss
 from addnorm.training.checkpoint import load_checkpoint
 from addnorm.training.config import TrainConfig
-from addnorm.training.lm_task import SAMPLE_PROMPTS, LMTask
-from addnorm.training.run import load_trained, resume_configs, train_run
-from addnorm.training.translate_task import TranslateTask, seq2seq_loss
 
 
 class FixedLogits(nn.Module):

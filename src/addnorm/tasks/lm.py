@@ -14,12 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from addnorm.config import PRESETS, LMConfig
 from addnorm.data.batches import TextBatches
 from addnorm.data.text import TextCorpus
 from addnorm.data.tokenizers import CharTokenizer
-from addnorm.models import TransformerLM
 from addnorm.training.config import TrainConfig
+from addnorm.transformer import TransformerLM
+from addnorm.transformer.config import PRESETS, LMConfig
 
 __all__ = ["LMTask", "lm_loss"]
 

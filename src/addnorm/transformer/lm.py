@@ -13,9 +13,9 @@ from torch import nn
 
 from addnorm._checks import check_int
 from addnorm.cache import DecodingCache
-from addnorm.config import LMConfig
-from addnorm.decoding import EosOption, check_step, generate_without, generation_config
-from addnorm.embedding import (
+from addnorm.transformer.config import LMConfig
+from addnorm.transformer.decoding import EosOption, check_step, generate_without, generation_config
+from addnorm.transformer.embedding import (
     Embedder,
     Tokens,
     check_ids,
@@ -24,7 +24,7 @@ from addnorm.embedding import (
     output_projection,
     rotary_for,
 )
-from addnorm.stacks import Encoder
+from addnorm.transformer.stacks import Encoder
 
 __all__ = ["TransformerLM"]
 

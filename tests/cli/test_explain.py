@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from addnorm.explain import run_explain
+from addnorm.cli.explain import run_explain
 
 
 def test_explain_prints_the_worked_examples_and_writes_the_heatmap(tmp_path, capsys):
