@@ -16,7 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from addnorm.encodings import (
-    MAX_CACHED_POSITIONS,
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
     angle_dtype,
@@ -231,29 +230,81 @@ def test_module_offset_equals_slicing_a_longer_sequence():
     torch.testing.assert_close(module(x[:, 5:], offset=5), module(x)[:, 5:])
 
 
-def test_module_grows_its_cache_to_match_direct_computation():
-    # Oracle: direct sinusoidal_encoding for lengths beyond the first cached table.
-    module = SinusoidalPositionalEncoding(6).double()
-    module(torch.zeros(1, 3, 6, dtype=torch.float64))
-    cached_rows = module.table.shape[0]
-    long = torch.zeros(1, 3 * cached_rows + 1, 6, dtype=torch.float64)
+def test_module_table_holds_max_len_formula_rows_from_construction():
+    # Oracle: sinusoidal_encoding(max_len), the same float64-angle computation rounded once.
+    module = SinusoidalPositionalEncoding(6, base=50.0, layout="halves", max_len=37)
+    assert module.max_len == 37 and module.table.dtype == torch.float32
+    assert torch.equal(module.table, sinusoidal_encoding(37, 6, base=50.0, layout="halves"))
+    assert SinusoidalPositionalEncoding(6).max_len == 2048
+
+
+def test_module_rows_past_max_len_equal_the_formula():
+    # Oracle: direct sinusoidal_encoding for a sequence that runs past the table.
+    module = SinusoidalPositionalEncoding(6, max_len=8).double()
+    long = torch.zeros(1, 25, 6, dtype=torch.float64)
     out = module(long, offset=7)
-    assert module.table.shape[0] > cached_rows
-    direct = sinusoidal_encoding(torch.arange(7, 7 + long.shape[1]).double(), 6)
+    direct = sinusoidal_encoding(torch.arange(7, 32).double(), 6)
     torch.testing.assert_close(out[0], direct, atol=1e-12, rtol=0)
+    assert module.max_len == 8
 
 
-def test_reserve_fills_the_cache_so_forward_does_not_grow_it():
-    # Invariant: after reserve(n), inputs up to n rows reuse the same buffer object.
-    module = SinusoidalPositionalEncoding(4)
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m, x: m(x, offset=2**40),  # far past the table
+        lambda m, x: m(x, offset=7),  # runs one row past the end
+        lambda m, x: m(x),  # inside the table
+        lambda m, x: m(x, positions=torch.tensor([[0, 1, 8], [5, 6, 7]])),  # one past the end
+        lambda m, x: m(x, positions=torch.tensor([-1, 0, 1])),  # negative
+        lambda m, x: m(x, positions=torch.tensor([0.5, 1.5, 2.5])),  # fractional
+        lambda m, x: m(x, positions=torch.tensor([0, 5, 7])),  # gathered from the table
+    ],
+)
+def test_forward_never_writes_the_table(call):
+    # Invariant (no hidden state written in forward): same buffer, storage and values after.
+    module = SinusoidalPositionalEncoding(8, max_len=8)
+    table = module.table
+    pointer, values = table.data_ptr(), table.clone()
+    call(module, torch.randn(2, 3, 8))
+    assert module.table is table and table.data_ptr() == pointer
+    assert torch.equal(table, values) and module.max_len == 8
+
+
+def test_reserve_enlarges_the_table_ahead_of_time_and_forward_reads_it():
+    # Oracle: sinusoidal_encoding(100); forward then reads the same buffer object.
+    module = SinusoidalPositionalEncoding(4, max_len=16)
     module.reserve(100)
     table = module.table
+    assert module.max_len == 100 and torch.equal(table, sinusoidal_encoding(100, 4))
     module(torch.zeros(2, 60, 4), offset=40)
-    assert module.table is table and table.shape[0] >= 100
+    module.reserve(50)  # already held: nothing to do
+    assert module.table is table
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "whisper"])
+def test_a_module_moved_to_float64_has_the_exact_float64_table(layout):
+    # Oracle: sinusoidal_encoding in float64, bit for bit (not float32 values upcast); and
+    # back to float32 the float32 formula again.
+    module = SinusoidalPositionalEncoding(8, base=300.0, layout=layout, max_len=50)
+    kwargs = dict(base=300.0, layout=layout)
+    for moved in (module.double(), module.to(torch.float64)):
+        exact = sinusoidal_encoding(50, 8, dtype=torch.float64, **kwargs)
+        assert moved.table.dtype == torch.float64 and torch.equal(moved.table, exact)
+    assert not torch.equal(exact, exact.float().double())  # the upcast would differ
+    assert torch.equal(module.float().table, sinusoidal_encoding(50, 8, **kwargs))
+
+
+def test_a_module_built_on_meta_stays_meta_and_to_empty_recomputes_its_table():
+    # Oracle: sinusoidal_encoding; to_empty leaves uninitialized storage, the formula refills.
+    with torch.device("meta"):
+        module = SinusoidalPositionalEncoding(8, max_len=20)
+    assert module.table.is_meta and module.to(torch.float64).table.is_meta
+    module.to_empty(device="cpu")
+    assert torch.equal(module.table, sinusoidal_encoding(20, 8, dtype=torch.float64))
 
 
 def test_module_table_is_not_in_the_state_dict():
-    # The cache is a pure function of (d_model, base): it must not be saved (persistent=False).
+    # The table is a pure function of (d_model, base): it must not be saved (persistent=False).
     module = SinusoidalPositionalEncoding(8)
     module(torch.zeros(1, 4, 8))
     assert "table" not in module.state_dict() and len(module.state_dict()) == 0
@@ -293,38 +344,33 @@ def test_module_keeps_low_precision_input_dtype():
     torch.testing.assert_close(out.float(), x + sinusoidal_encoding(5, 8), atol=3e-2, rtol=1e-2)
 
 
-@pytest.mark.parametrize("offset", [2**40, MAX_CACHED_POSITIONS - 1])
-def test_module_offset_past_the_cache_cap_is_computed_and_not_cached(offset):
-    # Oracle: sinusoidal_encoding on the same float64 positions; the cache does not grow.
-    module = SinusoidalPositionalEncoding(8).double()
-    module(torch.zeros(1, 5, 8, dtype=torch.float64))
-    cached_rows = module.table.shape[0]
+@pytest.mark.parametrize("offset", [2**40, 13, 14])
+def test_module_offset_is_read_from_the_table_or_computed_equally(offset):
+    # Oracle: sinusoidal_encoding on the same float64 positions, bit for bit, whether the rows
+    # end at the table's last row (13), run one row past it (14) or lie far beyond (2**40).
+    module = SinusoidalPositionalEncoding(8, max_len=16).double()
     x = torch.randn(2, 3, 8, dtype=torch.float64)
     out = module(x, offset=offset)
     positions = torch.arange(offset, offset + 3, dtype=torch.float64)
     expected = x + sinusoidal_encoding(positions, 8, dtype=torch.float64)
     assert torch.equal(out, expected)
-    assert module.table.shape[0] == cached_rows
 
 
-# Integer positions are gathered from the cache; these pin that the gathered rows are the
-# direct float64 computation (sinusoidal_encoding at those positions) to float32 rounding.
-SHARED_POSITIONS = torch.tensor([0, 3, 40, 2, 7])  # (L,): 40 is past the first cached table
+# Integer positions inside the table are gathered from it; these pin that the gathered rows
+# are the direct float64 computation (sinusoidal_encoding at those positions) to float32
+# rounding.
+SHARED_POSITIONS = torch.tensor([0, 3, 40, 2, 7])  # (L,)
 PER_ROW_POSITIONS = torch.tensor([[0, 0, 0, 1, 2], [5, 6, 7, 8, 99]])  # (B, L): left-padded
 
 
 @pytest.mark.parametrize("positions", [SHARED_POSITIONS, PER_ROW_POSITIONS])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_module_integer_positions_are_cached_rows_equal_to_direct_computation(positions, dtype):
-    # Oracle: x + sinusoidal_encoding(positions) rounded once to the table dtype; the cache
-    # grows to cover max(positions), which is past the rows it held.
+def test_module_integer_positions_are_table_rows_equal_to_direct_computation(positions, dtype):
+    # Oracle: x + sinusoidal_encoding(positions) rounded once to the table dtype.
     torch.manual_seed(0)
     x = torch.randn(2, 5, 8, dtype=dtype)
-    module = SinusoidalPositionalEncoding(8).to(dtype)
-    module(torch.zeros(1, 4, 8, dtype=dtype))
-    assert module.table.shape[0] <= int(positions.max())
+    module = SinusoidalPositionalEncoding(8, max_len=100).to(dtype)
     out = module(x, positions=positions)
-    assert module.table.shape[0] > int(positions.max())
     pe = sinusoidal_encoding(positions.reshape(-1).double(), 8, dtype=dtype)
     expected = x + pe.reshape(*positions.shape, 8)
     tol = 1e-12 if dtype == torch.float64 else 1e-6
@@ -345,29 +391,26 @@ def test_module_gathers_rows_for_every_integer_dtype(int_dtype):
 @pytest.mark.parametrize(
     "positions",
     [
-        torch.tensor([[0, 1, 2], [5, 6, MAX_CACHED_POSITIONS]]),  # one past the cap
-        torch.tensor([2**40, 2**40 + 1, 3]),  # far past the cap
+        torch.tensor([[0, 1, 2], [5, 6, 16]]),  # one past the table
+        torch.tensor([2**40, 2**40 + 1, 3]),  # far past the table
         torch.tensor([[-2, -1, 0], [0, 1, 2]]),  # negative: no row to gather
     ],
 )
-def test_module_integer_positions_outside_the_cache_range_are_computed(positions):
-    # Oracle: sinusoidal_encoding on the same float64 positions; the cache does not grow.
-    module = SinusoidalPositionalEncoding(8).double()
-    module(torch.zeros(1, 5, 8, dtype=torch.float64))
-    cached_rows = module.table.shape[0]
+def test_module_integer_positions_outside_the_table_are_computed(positions):
+    # Oracle: sinusoidal_encoding on the same float64 positions.
+    module = SinusoidalPositionalEncoding(8, max_len=16).double()
     x = torch.randn(2, 3, 8, dtype=torch.float64)
     out = module(x, positions=positions)
     pe = sinusoidal_encoding(positions.reshape(-1).double(), 8, dtype=torch.float64)
     torch.testing.assert_close(out, x + pe.reshape(*positions.shape, 8), atol=1e-12, rtol=0)
-    assert module.table.shape[0] == cached_rows
 
 
-def test_module_positions_in_a_table_reserved_past_the_cap_match_direct_computation():
-    # Oracle: sinusoidal_encoding; reserve may exceed the cap and forward keeps that table.
-    module = SinusoidalPositionalEncoding(2)
-    module.reserve(MAX_CACHED_POSITIONS + 1)
+def test_module_positions_in_a_reserved_table_are_gathered_from_it():
+    # Oracle: sinusoidal_encoding; rows reserve added are read from the same buffer.
+    module = SinusoidalPositionalEncoding(2, max_len=4)
+    module.reserve(10)
     table = module.table
-    positions = torch.tensor([MAX_CACHED_POSITIONS, 1])
+    positions = torch.tensor([9, 1])
     out = module(torch.zeros(1, 2, 2), positions=positions)
     assert module.table is table
     expected = sinusoidal_encoding(positions.double(), 2, dtype=torch.float32)
@@ -377,23 +420,15 @@ def test_module_positions_in_a_table_reserved_past_the_cap_match_direct_computat
 def test_module_under_torch_compile_computes_integer_positions_without_a_host_sync(
     monkeypatch,
 ):
-    # Documented: no host sync under torch.compile, so no gather and no cache growth there.
+    # Documented: no host sync under torch.compile (the bounds read, torch.aminmax, is not
+    # called), so the rows are computed rather than gathered.
     module = SinusoidalPositionalEncoding(8)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    monkeypatch.setattr(torch, "aminmax", lambda *a, **k: pytest.fail("host sync"))
     x = torch.randn(2, 5, 8)
     out = module(x, positions=PER_ROW_POSITIONS)
-    assert module.table.shape[0] == 0
     expected = x + sinusoidal_encoding(PER_ROW_POSITIONS.reshape(-1), 8).reshape(2, 5, 8)
     torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
-
-
-def test_module_cache_grows_up_to_the_cap_and_reserve_may_exceed_it():
-    # Invariant: the automatic growth stops at MAX_CACHED_POSITIONS rows; reserve is explicit.
-    module = SinusoidalPositionalEncoding(2)
-    module(torch.zeros(1, 1, 2), offset=MAX_CACHED_POSITIONS - 1)
-    assert module.table.shape[0] == MAX_CACHED_POSITIONS
-    module.reserve(MAX_CACHED_POSITIONS + 1)
-    assert module.table.shape[0] == 2 * MAX_CACHED_POSITIONS
 
 
 @pytest.mark.parametrize("positions", [torch.arange(3), torch.tensor([[0, 1, 2], [4, 5, 6]])])
@@ -547,6 +582,9 @@ def test_position_modules_reject_bad_inputs(cls, x, kwargs, error, match):
         (lambda: SinusoidalPositionalEncoding(8, base=1), ValueError, r"base must be > 1.0"),
         (lambda: SinusoidalPositionalEncoding(8, dropout=1.0), ValueError, r"dropout .*got 1.0"),
         (lambda: SinusoidalPositionalEncoding(8, layout="x"), ValueError, r"layout must be one"),
+        (lambda: SinusoidalPositionalEncoding(8, max_len=0), ValueError, r"max_len must be >= 1"),
+        (lambda: SinusoidalPositionalEncoding(8, max_len=2.0), TypeError, r"max_len must be an"),
+        (lambda: SinusoidalPositionalEncoding(8).reserve(-1), ValueError, r"length must be >= 0"),
         (lambda: LearnedPositionalEmbedding(0, 8), ValueError, r"max_len must be >= 1, got 0"),
         (lambda: LearnedPositionalEmbedding(8, 2.5), TypeError, r"d_model must be an int"),
         (lambda: LearnedPositionalEmbedding(8, 8, dropout=-0.1), ValueError, r"dropout"),
@@ -559,7 +597,7 @@ def test_position_module_constructors_reject_bad_arguments(make, error, match):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_module_runs_on_cuda_and_matches_cpu():
-    # Oracle: the CPU result; the cache is built on the module's device.
+    # Oracle: the CPU result; the table is rebuilt on the module's device.
     x = torch.randn(2, 7, 8)
     module = SinusoidalPositionalEncoding(8)
     on_gpu = module.cuda()(x.cuda(), offset=3)

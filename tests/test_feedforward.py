@@ -18,7 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addnorm.feedforward import FeedForward, GatedFeedForward
+from addnorm.feedforward import FeedForward, GatedFeedForward, make_feedforward
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 F64 = torch.float64
@@ -50,7 +50,7 @@ def by_hand(ffn: FeedForward, x: torch.Tensor, dropout=lambda h: h) -> torch.Ten
 @pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "swiglu"])
 def test_ffn_equals_its_formula_computed_by_hand(activation, bias, device):
     torch.manual_seed(0)
-    ffn = FeedForward(8, 16, activation=activation, bias=bias).double().to(device)
+    ffn = make_feedforward(8, 16, activation=activation, bias=bias).double().to(device)
     x = torch.randn(3, 5, 8, dtype=F64, device=device)
     torch.testing.assert_close(ffn(x), by_hand(ffn, x))
     assert (ffn.w1.bias is None) == (not bias)
@@ -58,9 +58,9 @@ def test_ffn_equals_its_formula_computed_by_hand(activation, bias, device):
 
 
 @pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "swiglu"])
-def test_the_activation_string_picks_the_plain_or_the_gated_class(activation):
+def test_make_feedforward_picks_the_plain_or_the_gated_class(activation):
     """swiglu builds GatedFeedForward (still a FeedForward); the state dict names w1, w2, w3."""
-    ffn = FeedForward(8, 16, activation=activation)
+    ffn = make_feedforward(8, 16, activation=activation)
     gated = activation == "swiglu"
     assert type(ffn) is (GatedFeedForward if gated else FeedForward)
     assert isinstance(ffn, FeedForward) and ffn.activation == activation
@@ -70,17 +70,38 @@ def test_the_activation_string_picks_the_plain_or_the_gated_class(activation):
         assert type(copied) is type(ffn)
 
 
-def test_gated_feedforward_built_directly_equals_the_swiglu_string():
+def test_gated_feedforward_built_directly_equals_make_feedforward_swiglu():
     """Identity: the same seed gives the same weights and outputs either way."""
     x = torch.randn(2, 3, 8, dtype=F64)
     torch.manual_seed(6)
     direct = GatedFeedForward(8, 16, bias=False).double()
     torch.manual_seed(6)
-    by_name = FeedForward(8, 16, activation="swiglu", bias=False).double()
+    by_name = make_feedforward(8, 16, activation="swiglu", bias=False).double()
     assert torch.equal(direct(x), by_name(x))
     torch.testing.assert_close(direct(x), by_hand(direct, x))
     with pytest.raises(ValueError, match=r"activation must be one of 'swiglu'; got 'relu'"):
         GatedFeedForward(8, 16, activation="relu")
+
+
+def test_make_feedforward_passes_every_argument_to_the_class():
+    """The factory adds no defaults of its own: same seed, same weights, same dropout."""
+    for activation in ("gelu", "swiglu"):
+        torch.manual_seed(7)
+        made = make_feedforward(8, 24, activation=activation, dropout=0.25, bias=False)
+        cls = GatedFeedForward if activation == "swiglu" else FeedForward
+        torch.manual_seed(7)
+        direct = cls(8, 24, activation=activation, dropout=0.25, bias=False)
+        assert type(made) is cls and made.dropout.p == 0.25 and made.w1.bias is None
+        for (name, p), (_, q) in zip(
+            made.state_dict().items(), direct.state_dict().items(), strict=True
+        ):
+            assert torch.equal(p, q), name
+
+
+def test_plain_feedforward_refuses_a_gated_activation_pointing_to_the_factory():
+    """FeedForward has no value projection w3: "swiglu" is refused, naming the two ways."""
+    with pytest.raises(ValueError, match=r"'swiglu' is gated.*make_feedforward.*GatedFeedForward"):
+        FeedForward(8, 16, activation="swiglu")
 
 
 def test_default_ffn_is_the_papers_relu_with_d_ff_2048():
@@ -96,7 +117,7 @@ def test_default_ffn_is_the_papers_relu_with_d_ff_2048():
 def test_ffn_acts_on_any_leading_dims_as_on_the_flattened_tokens():
     """Position-wise: (..., D) gives the same as the (N, D) rows one by one."""
     torch.manual_seed(2)
-    ffn = FeedForward(8, 16, activation="swiglu").double()
+    ffn = GatedFeedForward(8, 16).double()
     x = torch.randn(2, 3, 4, 8, dtype=F64)
     flat = ffn(x.reshape(-1, 8)).reshape(2, 3, 4, 8)
     torch.testing.assert_close(ffn(x), flat)
@@ -112,7 +133,7 @@ def test_ffn_acts_on_any_leading_dims_as_on_the_flattened_tokens():
 def test_ffn_commutes_with_permuting_positions(activation, perm, seed):
     """SPEC 4: the same weights apply at every position, so FFN(x[:, p]) = FFN(x)[:, p]."""
     torch.manual_seed(seed)
-    ffn = FeedForward(6, 12, activation=activation).double()
+    ffn = make_feedforward(6, 12, activation=activation).double()
     x = torch.randn(2, len(perm), 6, dtype=F64)
     torch.testing.assert_close(ffn(x[:, perm]), ffn(x)[:, perm])
 
@@ -121,7 +142,7 @@ def test_ffn_commutes_with_permuting_positions(activation, perm, seed):
 def test_dropout_acts_between_activation_and_w2_only_in_training(activation):
     """Placement as in nn.TransformerEncoderLayer: linear2(dropout(activation(linear1(x))))."""
     torch.manual_seed(3)
-    ffn = FeedForward(8, 32, activation=activation, dropout=0.5).double()
+    ffn = make_feedforward(8, 32, activation=activation, dropout=0.5).double()
     x = torch.randn(4, 6, 8, dtype=F64)
     torch.manual_seed(4)
     y_train = ffn(x)
@@ -144,6 +165,8 @@ def test_dropout_acts_between_activation_and_w2_only_in_training(activation):
         (lambda: FeedForward(8, activation="tanh"), ValueError, r"activation .*'swiglu'.*'tanh'"),
         (lambda: FeedForward(8, dropout=-0.1), ValueError, r"dropout must be >= 0.0, got -0.1"),
         (lambda: FeedForward(8, dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1"),
+        (lambda: make_feedforward(8, 16, activation="tanh"), ValueError, r"activation .*'tanh'"),
+        (lambda: make_feedforward(8, 0, activation="swiglu"), ValueError, r"d_ff must be >= 1"),
     ],
 )
 def test_ffn_constructor_rejects_bad_values_naming_them(build, error, match):
@@ -169,7 +192,7 @@ def test_ffn_forward_rejects_bad_input_naming_it(x, error, match):
 def test_a_deep_copy_computes_with_its_own_weights(activation):
     """EMA copies a model with copy.deepcopy: the copy must not reach the original's weights."""
     torch.manual_seed(5)
-    ffn = FeedForward(8, 16, activation=activation).double()
+    ffn = make_feedforward(8, 16, activation=activation).double()
     twin = copy.deepcopy(ffn)
     with torch.no_grad():
         for p in twin.parameters():

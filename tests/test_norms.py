@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from addnorm.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm, make_norm
+from addnorm.norms import BatchNorm, GroupNorm, LayerNorm, NoNorm, RMSNorm, make_norm
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 F64 = torch.float64
@@ -526,3 +526,15 @@ GOOD_MASK = torch.zeros(2, 3, dtype=torch.bool)
 def test_norm_forward_rejects_bad_input_naming_it(kind, x, padding_mask, error, match):
     with pytest.raises(error, match=match):
         NORMS[kind]()(x, padding_mask=padding_mask)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 8), (4, 8)])
+def test_no_norm_returns_its_input_itself_with_or_without_a_mask(shape):
+    """Identity: a switched-off norm is nn.Identity with the norms' call signature."""
+    norm = NoNorm()
+    assert isinstance(norm, nn.Identity) and len(norm.state_dict()) == 0
+    x = torch.randn(shape)
+    assert norm(x) is x
+    padding_mask = torch.zeros(shape[:2], dtype=torch.bool)
+    assert norm(x, padding_mask=padding_mask) is x and norm(x, None) is x
+

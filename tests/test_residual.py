@@ -8,13 +8,15 @@ d out / d x = 1 + d Sublayer / d x for pre-LN).
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 from torch import nn
 from torch.autograd.functional import jacobian
 
-from addnorm.norms import GroupNorm, LayerNorm, RMSNorm
-from addnorm.residual import AddNorm
+from addnorm.norms import GroupNorm, LayerNorm, NoNorm, RMSNorm
+from addnorm.residual import NORM_POSITIONS, POSITIONS, AddNorm
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 F64 = torch.float64
@@ -38,8 +40,8 @@ def builtin_norm(kind: str, ours: nn.Module):
     return lambda h: ref(h.transpose(1, 2)).transpose(1, 2)  # (B, D, L) layout
 
 
-def make_add_norm(position: str, kind: str, device: str = "cpu") -> AddNorm:
-    add_norm = AddNorm(D, position=position, norm=kind, eps=1e-3).to(device, F64)
+def make_add_norm(norm_position: str, kind: str, device: str = "cpu") -> AddNorm:
+    add_norm = AddNorm(D, norm_position=norm_position, norm=kind, eps=1e-3).to(device, F64)
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for p in add_norm.norm.parameters():
@@ -72,43 +74,45 @@ def test_pre_ln_normalizes_only_the_sublayers_input(kind, device):
     torch.testing.assert_close(add_norm(x, sublayer), x + sublayer(norm(x)))
 
 
-@pytest.mark.parametrize("position", ["post", "pre"])
-def test_any_callable_sublayer_works_and_vectors_are_accepted(position):
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
+def test_any_callable_sublayer_works_and_vectors_are_accepted(norm_position):
     """A lambda sublayer on (B, D) input, checked against nn.LayerNorm."""
-    add_norm = make_add_norm(position, "layer")
+    add_norm = make_add_norm(norm_position, "layer")
     norm = builtin_norm("layer", add_norm.norm)
 
     def sublayer(h):
         return torch.tanh(h) * 3.0
 
     x = torch.randn(4, D, dtype=F64)
-    expected = norm(x + sublayer(x)) if position == "post" else x + sublayer(norm(x))
+    expected = norm(x + sublayer(x)) if norm_position == "post" else x + sublayer(norm(x))
     torch.testing.assert_close(add_norm(x, sublayer), expected)
 
 
-@pytest.mark.parametrize("position", ["post", "pre"])
-def test_an_injected_norm_module_is_used_as_is(position):
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
+def test_an_injected_norm_module_is_used_as_is(norm_position):
     injected = RMSNorm(D, eps=1e-2).double()
-    add_norm = AddNorm(D, position=position, norm=injected, eps=0.5)
+    add_norm = AddNorm(D, norm_position=norm_position, norm=injected, eps=0.5)
     assert add_norm.norm is injected
     x, sublayer = torch.randn(2, 3, D, dtype=F64), fixed_linear()
     ref = nn.RMSNorm(D, eps=1e-2).double()  # eps=0.5 of AddNorm is unused
-    expected = ref(x + sublayer(x)) if position == "post" else x + sublayer(ref(x))
+    expected = ref(x + sublayer(x)) if norm_position == "post" else x + sublayer(ref(x))
     torch.testing.assert_close(add_norm(x, sublayer), expected)
 
 
-@pytest.mark.parametrize("position", ["post", "pre"])
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
 @pytest.mark.parametrize(
     "builtin",
     [lambda: nn.LayerNorm(D), lambda: nn.RMSNorm(D), lambda: nn.RMSNorm([D]), nn.Identity],
 )
-def test_a_last_dim_torch_norm_can_be_injected_and_the_mask_is_not_passed_to_it(builtin, position):
+def test_a_last_dim_torch_norm_can_be_injected_and_the_mask_is_not_passed_to_it(
+    builtin, norm_position
+):
     """Oracle: the formula with torch's norm called as norm(h); per-token norms need no mask."""
     norm = builtin().double()
-    add_norm = AddNorm(D, position=position, norm=norm)
+    add_norm = AddNorm(D, norm_position=norm_position, norm=norm)
     x, sublayer = torch.randn(2, 3, D, dtype=F64), fixed_linear()
     padding_mask = torch.tensor([[False, False, True], [False, True, True]])
-    expected = norm(x + sublayer(x)) if position == "post" else x + sublayer(norm(x))
+    expected = norm(x + sublayer(x)) if norm_position == "post" else x + sublayer(norm(x))
     torch.testing.assert_close(add_norm(x, sublayer), expected)
     torch.testing.assert_close(add_norm(x, sublayer, padding_mask=padding_mask), expected)
 
@@ -161,33 +165,33 @@ def test_pre_ln_gradient_with_a_zero_weight_sublayer_is_the_identity():
     sublayer = nn.Linear(8, 8).double()
     with torch.no_grad():
         sublayer.weight.zero_()
-    add_norm = AddNorm(8, position="pre").double()
+    add_norm = AddNorm(8, norm_position="pre").double()
     x = torch.randn(2, 3, 8, dtype=F64)
     jac = jacobian(lambda v: add_norm(v, sublayer), x).reshape(48, 48)
     assert torch.equal(jac, torch.eye(48, dtype=F64))
 
 
-@pytest.mark.parametrize("position", ["post", "pre"])
-def test_jacobian_is_identity_plus_the_sublayer_branch_only_for_pre_ln(position):
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
+def test_jacobian_is_identity_plus_the_sublayer_branch_only_for_pre_ln(norm_position):
     """SPEC 5: for pre-LN, d out/dx = I + d Sublayer(Norm(x))/dx; post-LN has no such path."""
     torch.manual_seed(2)
     sublayer = nn.Linear(8, 8).double()
-    add_norm = AddNorm(8, position=position).double()
+    add_norm = AddNorm(8, norm_position=norm_position).double()
     x = torch.randn(1, 3, 8, dtype=F64)
     jac = jacobian(lambda v: add_norm(v, sublayer), x).reshape(24, 24)
     branch = jacobian(lambda v: sublayer(add_norm.norm(v)), x).reshape(24, 24)
     identity_plus_branch = torch.eye(24, dtype=F64) + branch
-    assert torch.allclose(jac, identity_plus_branch) == (position == "pre")
+    assert torch.allclose(jac, identity_plus_branch) == (norm_position == "pre")
 
 
-@pytest.mark.parametrize("position", ["post", "pre"])
-def test_dropout_hits_the_sublayer_output_only_in_training(position):
-    add_norm = AddNorm(D, position=position, dropout=0.5, eps=1e-3).double()
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
+def test_dropout_hits_the_sublayer_output_only_in_training(norm_position):
+    add_norm = AddNorm(D, norm_position=norm_position, dropout=0.5, eps=1e-3).double()
     norm = builtin_norm("layer", add_norm.norm)
     x, sublayer = torch.randn(2, 3, D, dtype=F64), fixed_linear()
 
     def formula(drop):
-        if position == "post":
+        if norm_position == "post":
             return norm(x + drop(sublayer(x)))
         return x + drop(sublayer(norm(x)))
 
@@ -200,10 +204,10 @@ def test_dropout_hits_the_sublayer_output_only_in_training(position):
     assert not torch.allclose(y_train, add_norm(x, sublayer))
 
 
-@pytest.mark.parametrize("position", ["post", "pre"])
-def test_padding_mask_reaches_the_norm_so_batchnorm_ignores_padding(position):
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
+def test_padding_mask_reaches_the_norm_so_batchnorm_ignores_padding(norm_position):
     """SPEC claim 5 through Add & Norm: a sentence's output ignores its batch's padding."""
-    add_norm = make_add_norm(position, "batch")
+    add_norm = make_add_norm(norm_position, "batch")
     sublayer = fixed_linear()
     torch.manual_seed(4)
     sentence = torch.randn(1, 3, D, dtype=F64)
@@ -230,6 +234,71 @@ def test_an_injected_norm_receives_the_padding_mask():
     assert seen["padding_mask"] is padding_mask
 
 
+def test_a_foreign_module_that_takes_padding_mask_receives_it():
+    """Any injected module but torch's mask-less ones is called with the mask (one signature)."""
+    seen = {}
+
+    class MaskedScale(nn.Module):
+        def forward(self, x, padding_mask=None):
+            seen["padding_mask"] = padding_mask
+            return 2.0 * x
+
+    padding_mask = torch.tensor([[False, True, True]])
+    x = torch.randn(1, 3, 4)
+    out = AddNorm(4, norm=MaskedScale())(x, torch.tanh, padding_mask=padding_mask)
+    assert seen["padding_mask"] is padding_mask
+    torch.testing.assert_close(out, 2.0 * (x + torch.tanh(x)))  # post: norm(x + f(x))
+
+
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
+def test_a_switched_off_norm_gives_the_plain_residual_and_receives_the_mask(norm_position):
+    """NoNorm (the identity): both forms reduce to x + f(x); the mask is passed to it."""
+    seen = []
+
+    class Spy(NoNorm):
+        def forward(self, x, padding_mask=None):
+            seen.append(padding_mask)
+            return super().forward(x, padding_mask)
+
+    add_norm = AddNorm(D, norm_position=norm_position, norm=Spy())
+    x, sublayer = torch.randn(2, 3, D, dtype=F64), fixed_linear()
+    padding_mask = torch.tensor([[False, False, True], [False, True, True]])
+    assert torch.equal(add_norm(x, sublayer, padding_mask=padding_mask), x + sublayer(x))
+    assert seen == [padding_mask]
+
+
+def test_an_injected_torch_norm_keeps_its_state_dict_keys_and_loads_both_ways():
+    """No wrapper: AddNorm.norm is the module passed in, so keys stay norm.weight/norm.bias."""
+    torch.manual_seed(0)
+    norm = nn.LayerNorm(D)
+    nn.init.normal_(norm.weight)
+    add_norm = AddNorm(D, norm=norm)
+    assert add_norm.norm is norm
+    assert sorted(add_norm.state_dict()) == ["norm.bias", "norm.weight"]
+    AddNorm(D).load_state_dict(add_norm.state_dict(), strict=True)  # addnorm's LayerNorm
+    AddNorm(D, norm=nn.LayerNorm(D)).load_state_dict(AddNorm(D).state_dict(), strict=True)
+
+
+def test_the_norm_call_form_is_chosen_without_reading_signatures(monkeypatch):
+    """Decided by type, once: inspect.signature is never consulted."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("inspect.signature called")
+
+    monkeypatch.setattr(inspect, "signature", refuse)
+    padding_mask = torch.tensor([[False, True]])
+    for norm in ("layer", "batch", LayerNorm(8), nn.LayerNorm(8), nn.Identity(), NoNorm()):
+        add_norm = AddNorm(8, norm=norm).eval()
+        add_norm(torch.randn(1, 2, 8), torch.tanh, padding_mask=padding_mask)
+
+
+def test_norm_positions_are_post_and_pre_under_both_names():
+    """POSITIONS is kept as an alias of NORM_POSITIONS; the attribute is norm_position."""
+    assert POSITIONS is NORM_POSITIONS and NORM_POSITIONS == ("post", "pre")
+    add_norm = AddNorm(8, norm_position="pre")
+    assert add_norm.norm_position == "pre" and "norm_position='pre'" in repr(add_norm)
+
+
 @pytest.mark.parametrize(
     ("sublayer", "error", "match"),
     [
@@ -239,10 +308,10 @@ def test_an_injected_norm_receives_the_padding_mask():
         ("linear", TypeError, r"sublayer must be callable, got str"),
     ],
 )
-@pytest.mark.parametrize("position", ["post", "pre"])
-def test_a_sublayer_that_breaks_the_residual_is_refused(position, sublayer, error, match):
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
+def test_a_sublayer_that_breaks_the_residual_is_refused(norm_position, sublayer, error, match):
     with pytest.raises(error, match=match):
-        AddNorm(8, position=position)(torch.randn(2, 3, 8), sublayer)
+        AddNorm(8, norm_position=norm_position)(torch.randn(2, 3, 8), sublayer)
 
 
 @pytest.mark.parametrize(
@@ -251,7 +320,12 @@ def test_a_sublayer_that_breaks_the_residual_is_refused(position, sublayer, erro
         (lambda: AddNorm(0), ValueError, r"d_model must be >= 1, got 0"),
         (lambda: AddNorm(-3), ValueError, r"d_model must be >= 1, got -3"),
         (lambda: AddNorm(2.5), TypeError, r"d_model must be an int, got float \(2.5\)"),
-        (lambda: AddNorm(8, position="middle"), ValueError, r"position .*'pre'; got 'middle'"),
+        (
+            lambda: AddNorm(8, norm_position="middle"),
+            ValueError,
+            r"norm_position must be one of 'post', 'pre'; got 'middle'",
+        ),
+        (lambda: AddNorm(8, position="pre"), TypeError, r"unexpected keyword argument 'position'"),
         (lambda: AddNorm(8, norm="instance"), ValueError, r"kind .*'group'; got 'instance'"),
         (lambda: AddNorm(8, norm=3), TypeError, r"norm must be .* nn.Module, got int"),
         (lambda: AddNorm(8, dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1.0"),

@@ -12,7 +12,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addnorm.encodings import MAX_CACHED_POSITIONS
 from addnorm.rotary import RotaryEmbedding, rotate_half
 
 
@@ -93,54 +92,114 @@ def test_per_row_positions_equal_per_row_offsets():
         torch.testing.assert_close(out[b : b + 1], rope(x[b : b + 1], offset=o))
 
 
-def test_cache_growth_matches_direct_computation_and_stays_out_of_state_dict():
-    # Oracle: complex_rope at positions beyond the first cached table; cache is not saved.
-    rope = RotaryEmbedding(8).double()
-    rope(torch.zeros(1, 1, 2, 8, dtype=torch.float64))
-    rows = rope.cos_cached.shape[0]
-    x = torch.randn(1, 2, 3 * rows, 8, dtype=torch.float64)
-    out = rope(x, offset=5)
-    assert rope.cos_cached.shape[0] >= 3 * rows + 5
-    expected = complex_rope(x, torch.arange(5, 5 + 3 * rows), 10000.0)
-    torch.testing.assert_close(out, expected, atol=1e-12, rtol=0)
+def cos_sin_formula(n: int, d_head: int, base: float, dtype: torch.dtype):
+    """cos/sin of p * base^(-2j/Dh) for p < n, angles in float64, each half repeated."""
+    theta = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
+    angles = torch.arange(n, dtype=torch.float64)[:, None] * theta
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def test_tables_hold_max_len_positions_from_construction_and_stay_out_of_state_dict():
+    # Oracle: cos_sin_formula (the module docstring's formula, restated); tables not saved.
+    rope = RotaryEmbedding(8, base=500.0, max_len=37)
+    cos, sin = cos_sin_formula(37, 8, 500.0, torch.float32)
+    assert rope.max_len == 37 and torch.equal(rope.cos_cached, cos)
+    assert torch.equal(rope.sin_cached, sin)
+    assert RotaryEmbedding(8).max_len == 2048
     assert len(rope.state_dict()) == 0
 
 
-def test_offset_past_the_cache_cap_is_computed_and_not_cached():
-    # Oracles: explicit positions (same computation, bit for bit) and complex_rope; the cached
-    # tables keep their size however large the offset.
-    rope = RotaryEmbedding(8).double()
-    rope(torch.zeros(1, 1, 5, 8, dtype=torch.float64))
-    cached_rows = rope.cos_cached.shape[0]
+def test_positions_past_max_len_match_the_complex_form():
+    # Oracle: complex_rope for a sequence that runs past the tables.
+    rope = RotaryEmbedding(8, max_len=8).double()
+    x = torch.randn(1, 2, 25, 8, dtype=torch.float64)
+    expected = complex_rope(x, torch.arange(5, 30), 10000.0)
+    torch.testing.assert_close(rope(x, offset=5), expected, atol=1e-12, rtol=0)
+    assert rope.max_len == 8
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda r, x: r(x, offset=2**40),  # far past the tables
+        lambda r, x: r(x, offset=6),  # runs one position past the end
+        lambda r, x: r(x),  # inside the tables
+        lambda r, x: r(x, positions=torch.tensor([[0, 1, 8], [5, 6, 7]])),  # one past the end
+        lambda r, x: r(x, positions=torch.tensor([-1, 0, 1])),  # negative
+        lambda r, x: r(x, positions=torch.tensor([0.5, 1.5, 2.5])),  # fractional
+        lambda r, x: r(x, positions=torch.tensor([0, 5, 7])),  # gathered from the tables
+    ],
+)
+def test_forward_never_writes_the_tables(call):
+    # Invariant (no hidden state written in forward): same buffers, storage and values after.
+    rope = RotaryEmbedding(8, max_len=8)
+    tables = rope.cos_cached, rope.sin_cached
+    pointers = [t.data_ptr() for t in tables]
+    values = [t.clone() for t in tables]
+    call(rope, torch.randn(2, 2, 3, 8))
+    assert rope.cos_cached is tables[0] and rope.sin_cached is tables[1]
+    assert [t.data_ptr() for t in tables] == pointers
+    assert all(torch.equal(t, v) for t, v in zip(tables, values, strict=True))
+
+
+def test_reserve_enlarges_the_tables_ahead_of_time_and_forward_reads_them():
+    # Oracle: cos_sin_formula(100); forward then reads the same buffer objects.
+    rope = RotaryEmbedding(8, max_len=16)
+    rope.reserve(100)
+    cos, sin = rope.cos_cached, rope.sin_cached
+    expected = cos_sin_formula(100, 8, 10000.0, torch.float32)
+    assert rope.max_len == 100 and torch.equal(cos, expected[0]) and torch.equal(sin, expected[1])
+    rope(torch.zeros(1, 1, 60, 8), offset=40)
+    rope.reserve(50)  # already held: nothing to do
+    assert rope.cos_cached is cos and rope.sin_cached is sin
+
+
+def test_a_module_moved_to_float64_has_the_exact_float64_tables():
+    # Oracle: the formula in float64, bit for bit (not float32 values upcast).
+    rope = RotaryEmbedding(8, base=300.0, max_len=50).double()
+    cos, sin = cos_sin_formula(50, 8, 300.0, torch.float64)
+    assert rope.cos_cached.dtype == torch.float64
+    assert torch.equal(rope.cos_cached, cos) and torch.equal(rope.sin_cached, sin)
+    assert not torch.equal(cos, cos.float().double())  # the upcast would differ
+
+
+def test_a_module_built_on_meta_stays_meta_and_to_empty_recomputes_its_tables():
+    # Oracle: the formula; to_empty leaves uninitialized storage, the formula refills it.
+    with torch.device("meta"):
+        rope = RotaryEmbedding(8, max_len=20)
+    assert rope.cos_cached.is_meta and rope.to(torch.float64).sin_cached.is_meta
+    rope.to_empty(device="cpu")
+    cos, sin = cos_sin_formula(20, 8, 10000.0, torch.float64)
+    assert torch.equal(rope.cos_cached, cos) and torch.equal(rope.sin_cached, sin)
+
+
+@pytest.mark.parametrize("offset", [2**40, 13, 14])
+def test_offset_in_or_past_the_tables_matches_explicit_positions_and_the_complex_form(offset):
+    # Oracles: explicit positions and complex_rope, whether the positions end at the tables'
+    # last row (13), run one past it (14) or lie far beyond (2**40).
+    rope = RotaryEmbedding(8, max_len=16).double()
     x = torch.randn(2, 2, 3, 8, dtype=torch.float64)
-    offset = 2**40
     out = rope(x, offset=offset)
     positions = torch.arange(offset, offset + 3)
-    assert torch.equal(out, rope(x, positions=positions))
+    assert torch.equal(out, rope(x, positions=positions))  # the same rows, bit for bit
     torch.testing.assert_close(out, complex_rope(x, positions, 10000.0), atol=1e-9, rtol=0)
-    assert rope.cos_cached.shape[0] == rope.sin_cached.shape[0] == cached_rows
-    rope(x[:, :, :1], offset=MAX_CACHED_POSITIONS - 1)  # ends at the cap: cached
-    assert rope.cos_cached.shape[0] == MAX_CACHED_POSITIONS
 
 
-# Integer positions are gathered from the cached tables; these pin that the gathered rotation
-# is the direct float64 one (the complex-number form) to float32 rounding.
-SHARED_POSITIONS = torch.tensor([0, 3, 40, 2, 7])  # (L,): 40 is past the first cached table
+# Integer positions inside the tables are gathered from them; these pin that the gathered
+# rotation is the direct float64 one (the complex-number form) to float32 rounding.
+SHARED_POSITIONS = torch.tensor([0, 3, 40, 2, 7])  # (L,)
 PER_ROW_POSITIONS = torch.tensor([[0, 0, 0, 1, 2], [5, 6, 7, 8, 99]])  # (B, L): left-padded
 
 
 @pytest.mark.parametrize("positions", [SHARED_POSITIONS, PER_ROW_POSITIONS])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_integer_positions_use_cached_tables_equal_to_the_complex_form(positions, dtype):
-    # Oracle: complex_rope (float64), to the rounding of the tables' dtype; the tables grow to
-    # cover max(positions), which is past the rows they held.
+def test_integer_positions_use_the_tables_equal_to_the_complex_form(positions, dtype):
+    # Oracle: complex_rope (float64), to the rounding of the tables' dtype.
     torch.manual_seed(0)
     x = torch.randn(2, 3, 5, 16, dtype=dtype)
-    rope = RotaryEmbedding(16).to(dtype)
-    rope(torch.zeros(1, 1, 4, 16, dtype=dtype))
-    assert rope.cos_cached.shape[0] <= int(positions.max())
+    rope = RotaryEmbedding(16, max_len=100).to(dtype)
     out = rope(x, positions=positions)
-    assert rope.cos_cached.shape[0] == rope.sin_cached.shape[0] > int(positions.max())
     rows = positions if positions.ndim == 1 else positions[:, None]  # (L,) or (B, 1, L)
     tol = 1e-12 if dtype == torch.float64 else 1e-6
     torch.testing.assert_close(out, complex_rope(x, rows, 10000.0).to(dtype), atol=tol, rtol=0)
@@ -159,30 +218,28 @@ def test_every_integer_dtype_matches_the_same_positions_as_floats(int_dtype):
 @pytest.mark.parametrize(
     "positions",
     [
-        torch.tensor([[0, 1, 2], [5, 6, MAX_CACHED_POSITIONS]]),  # one past the cap
-        torch.tensor([2**40, 2**40 + 1, 3]),  # far past the cap
+        torch.tensor([[0, 1, 2], [5, 6, 16]]),  # one past the tables
+        torch.tensor([2**40, 2**40 + 1, 3]),  # far past the tables
         torch.tensor([[-2, -1, 0], [0, 1, 2]]),  # negative: no row to gather
     ],
 )
-def test_integer_positions_outside_the_cache_range_are_computed(positions):
-    # Oracle: complex_rope at the same positions; the cached tables do not grow.
-    rope = RotaryEmbedding(8).double()
-    rope(torch.zeros(1, 1, 5, 8, dtype=torch.float64))
-    cached_rows = rope.cos_cached.shape[0]
+def test_integer_positions_outside_the_tables_are_computed(positions):
+    # Oracle: complex_rope at the same positions.
+    rope = RotaryEmbedding(8, max_len=16).double()
     x = torch.randn(2, 2, 3, 8, dtype=torch.float64)
     out = rope(x, positions=positions)
     rows = positions if positions.ndim == 1 else positions[:, None]  # (L,) or (B, 1, L)
     torch.testing.assert_close(out, complex_rope(x, rows, 10000.0), atol=1e-9, rtol=0)
-    assert rope.cos_cached.shape[0] == rope.sin_cached.shape[0] == cached_rows
 
 
 def test_under_torch_compile_integer_positions_are_computed_without_a_host_sync(monkeypatch):
-    # Documented: no host sync under torch.compile, so no gather and no cache growth there.
+    # Documented: no host sync under torch.compile (the bounds read, torch.aminmax, is not
+    # called), so the rotation is computed rather than gathered.
     rope = RotaryEmbedding(8)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    monkeypatch.setattr(torch, "aminmax", lambda *a, **k: pytest.fail("host sync"))
     x = torch.randn(2, 2, 5, 8, dtype=torch.float64)
     out = rope.double()(x, positions=PER_ROW_POSITIONS)
-    assert rope.cos_cached.shape[0] == 0
     expected = complex_rope(x, PER_ROW_POSITIONS[:, None], 10000.0)
     torch.testing.assert_close(out, expected, atol=1e-12, rtol=0)
 
@@ -221,6 +278,9 @@ def test_low_precision_input_keeps_its_dtype():
         (lambda: RotaryEmbedding(True), TypeError, r"d_head must be an int, got bool"),
         (lambda: RotaryEmbedding(8, base=0.5), ValueError, r"base must be > 1.0, got 0.5"),
         (lambda: RotaryEmbedding(8, base=-1.0), ValueError, r"base must be > 1.0, got -1.0"),
+        (lambda: RotaryEmbedding(8, max_len=0), ValueError, r"max_len must be >= 1, got 0"),
+        (lambda: RotaryEmbedding(8, max_len=None), TypeError, r"max_len must be an int"),
+        (lambda: RotaryEmbedding(8).reserve(-1), ValueError, r"length must be >= 0, got -1"),
     ],
 )
 def test_constructor_rejects_bad_arguments(make, error, match):

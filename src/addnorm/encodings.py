@@ -23,11 +23,15 @@ stated for the interleaved layout, as in SPEC section 1.
 Angles ``p * w_i`` are computed in float64 and rounded once to the result dtype, except on
 Apple's ``mps`` device, which has no float64: there they are computed in float32
 (:func:`angle_dtype`), so an angle's rounding error grows to about 6e-8 times the position.
+
+:class:`SinusoidalPositionalEncoding` precomputes rows ``0 .. max_len-1`` when it is built
+and never writes its state in forward: positions outside that table are computed per call.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -41,11 +45,11 @@ from addnorm._checks import (
     check_positions,
     check_probability,
     check_tensor,
+    must_check,
 )
 
 __all__ = [
     "LAYOUTS",
-    "MAX_CACHED_POSITIONS",
     "LearnedPositionalEmbedding",
     "SinusoidalPositionalEncoding",
     "relative_shift_matrix",
@@ -53,10 +57,6 @@ __all__ = [
 ]
 
 LAYOUTS = ("interleaved", "halves", "whisper")
-
-# Position modules cache rows 0 .. n-1 with n a power of two up to this cap; rows beyond it
-# (an offset of 2**40, say) are computed for each call instead of growing the cache.
-MAX_CACHED_POSITIONS = 1 << 16
 
 
 def angle_dtype(device: torch.device) -> torch.dtype:
@@ -80,26 +80,23 @@ def _frequencies(d_model: int, base: float, layout: str, device: torch.device) -
     return base ** (-two_i / d_model)
 
 
-def cacheable_rows(positions: torch.Tensor, table: torch.Tensor) -> int | None:
-    """The table length to gather explicit ``positions`` from a cache, or None to compute them.
+def table_holds(positions: torch.Tensor, table: torch.Tensor) -> bool:
+    """Whether the rows of explicit ``positions`` can be gathered from ``table`` (P rows).
 
-    Integer positions that all lie in ``[0, n)`` give ``max + 1``, where ``n`` is the larger of
-    ``MAX_CACHED_POSITIONS`` and the rows ``table`` already holds; the caller reserves that many
-    rows and gathers. Reading the bounds is one host sync, far cheaper than recomputing the
-    angles. None (compute directly) for float positions (possibly fractional), negative ones,
-    ones past the cap, positions on another device than the table or on ``meta``, and where a
-    host sync must not happen: under ``torch.compile`` or while capturing a CUDA graph.
+    True for integer positions that all lie in ``[0, P)``. Reading the bounds is one host
+    sync, far cheaper than recomputing the angles. False (compute them directly) for float
+    positions (possibly fractional), negative ones, ones past the table, positions on another
+    device than the table or on ``meta``, and where a host sync must not happen: under
+    ``torch.compile`` or while capturing a CUDA graph.
     """
     if positions.is_floating_point() or positions.numel() == 0 or torch.compiler.is_compiling():
-        return None
+        return False
     if positions.device != table.device or positions.is_meta:
-        return None
+        return False
     if positions.is_cuda and torch.cuda.is_current_stream_capturing():
-        return None
+        return False
     low, high = (int(v) for v in torch.aminmax(positions))  # the host sync
-    if low < 0 or high >= max(table.shape[0], MAX_CACHED_POSITIONS):
-        return None
-    return high + 1
+    return low >= 0 and high < table.shape[0]
 
 
 def gather_rows(table: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -221,15 +218,15 @@ def _check_input(x: object, d_model: int) -> torch.Tensor:
 class SinusoidalPositionalEncoding(nn.Module):
     """``dropout(x + PE)`` with the parameter-free sinusoidal table (SPEC section 1).
 
-    There is no maximum length. Rows ``0 .. n-1`` are cached in a non-persistent buffer
-    (``table``, absent from ``state_dict``) that grows, to the next power of two, the first time
-    a longer input arrives; call :meth:`reserve` beforehand to keep the growth out of the hot
-    path. The automatic growth stops at ``MAX_CACHED_POSITIONS`` (2**16) rows: rows past the
-    cache (a huge ``offset``) are computed for each call, so the memory held stays bounded
-    (:meth:`reserve` may still cache more on request). Explicit integer ``positions`` (shared
-    or per row) are gathered from the cache, which grows to ``max(positions) + 1`` rows under
-    the same cap; fractional, negative or past-the-cap ones are computed directly, on x's
-    device.
+    There is no maximum length. Rows ``0 .. max_len-1`` are computed once, when the module is
+    built, into a non-persistent buffer ``table`` (absent from ``state_dict``); forward slices
+    or gathers them and never writes the module's state. Any other position (a large
+    ``offset``, rows past the table, explicit positions that are fractional, negative or past
+    the end) is computed for that call with the same formula, on x's device, so the result
+    does not depend on ``max_len``. :meth:`reserve` enlarges the table ahead of time. Moving or
+    casting the module (``.to()``, ``.double()``, ``.cuda()``, ``to_empty()``) recomputes the
+    table from the formula in the new dtype and device (a ``meta`` table stays ``meta``), so a
+    float64 module's table is exact to float64 rather than upcast float32 values.
     """
 
     table: torch.Tensor
@@ -241,56 +238,79 @@ class SinusoidalPositionalEncoding(nn.Module):
         base: float = 10000.0,
         dropout: float = 0.0,
         layout: str = "interleaved",
+        max_len: int = 2048,
     ) -> None:
         super().__init__()
         self.d_model = check_int("d_model", d_model, min_value=1)
         self.base = check_float("base", base, min_value=1.0, min_inclusive=False)
         self.layout = check_choice("layout", layout, LAYOUTS)
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
-        empty = sinusoidal_encoding(0, self.d_model, base=self.base, layout=self.layout)
-        self.register_buffer("table", empty, persistent=False)
+        max_len = check_int("max_len", max_len, min_value=1)
+        table = self._formula(max_len, torch.float32, torch.get_default_device())
+        self.register_buffer("table", table, persistent=False)
+
+    @property
+    def max_len(self) -> int:
+        """Rows held by the precomputed table (positions ``0 .. max_len-1``)."""
+        return self.table.shape[0]
+
+    def _formula(self, rows: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """PE rows ``0 .. rows-1`` from the formula, in ``dtype`` on ``device``.
+
+        Shapes:
+            returns: (P, D), P = rows
+        """
+        return sinusoidal_encoding(
+            rows, self.d_model, base=self.base, layout=self.layout, dtype=dtype, device=device
+        )
 
     def reserve(self, length: int) -> None:
-        """Make sure the cached table holds at least ``length`` rows (a pure cache fill).
+        """Enlarge the table to at least ``length`` rows (``max_len`` grows with it).
 
-        The table grows to the next power of two >= ``length``; no cap applies here.
+        The explicit way to hold more rows; forward never does it.
         """
         length = check_int("length", length, min_value=0)
-        if length <= self.table.shape[0]:
-            return
-        rows = 1 << (length - 1).bit_length()
-        self.table = sinusoidal_encoding(
-            rows, self.d_model, base=self.base, layout=self.layout,
-            dtype=self.table.dtype, device=self.table.device,
-        )
+        if length > self.table.shape[0]:
+            self.table = self._formula(length, self.table.dtype, self.table.device)
+
+    def _apply(
+        self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True
+    ) -> SinusoidalPositionalEncoding:
+        """After ``.to()`` / ``.double()`` / ``to_empty()``..., recompute the moved table.
+
+        Rows rounded to the old dtype and then converted would be less exact than the formula
+        in the new dtype, and ``to_empty`` leaves no values at all. A ``meta`` table stays so.
+        """
+        before = self.table
+        super()._apply(fn, recurse)
+        table = self.table
+        if table is not before and table.is_floating_point() and not table.is_meta:
+            self.table = self._formula(table.shape[0], table.dtype, table.device)
+        return self
 
     def encoding(
         self, length: int, *, offset: int = 0, positions: torch.Tensor | None = None
     ) -> torch.Tensor:
         """The PE rows of ``length`` tokens from ``offset``, or of explicit ``positions``.
 
-        Rows ``offset .. offset + length - 1``, or integer ``positions``, come from the cache,
-        which grows up to ``MAX_CACHED_POSITIONS`` rows; other rows are computed for this call.
+        Rows ``offset .. offset + length - 1``, or integer ``positions``, that lie in the table
+        are read from it; otherwise every row is computed for this call. Writes no state.
 
         Shapes:
             positions: (L,) or (B, L)
             returns: (L, D), or (B, L, D) for per-row positions
         """
         if positions is not None:
-            rows = cacheable_rows(positions, self.table)
-            if rows is None:
-                return self._computed(positions)  # (L, D) or (B, L, D)
-            self.reserve(rows)
-            return gather_rows(self.table, positions)  # (L, D) or (B, L, D)
+            if table_holds(positions, self.table):
+                return gather_rows(self.table, positions)  # (L, D) or (B, L, D)
+            return self._computed(positions)  # (L, D) or (B, L, D)
         end = offset + length
-        if self.table.shape[0] < end <= MAX_CACHED_POSITIONS:
-            self.reserve(end)
         if end <= self.table.shape[0]:
             return self.table[offset:end]  # (L, D)
         return self._computed(torch.arange(offset, end, device=self.table.device))  # (L, D)
 
     def _computed(self, positions: torch.Tensor) -> torch.Tensor:
-        """PE rows computed (not cached) for (L,) or (B, L) positions, on their device."""
+        """PE rows computed for (L,) or (B, L) positions, on their device, in the table's dtype."""
         pe = sinusoidal_encoding(
             positions.reshape(-1), self.d_model, base=self.base, layout=self.layout,
             dtype=self.table.dtype,
@@ -314,11 +334,15 @@ class SinusoidalPositionalEncoding(nn.Module):
             positions: (L,) or (B, L)
             returns: (B, L, D)
         """
-        x = _check_input(x, self.d_model)
-        offset = check_int("offset", offset, min_value=0)
+        checking = must_check()  # False inside a checked model
+        if checking:
+            x = _check_input(x, self.d_model)
+            offset = check_int("offset", offset, min_value=0)
         batch, length, _ = x.shape
+        if checking and positions is not None:
+            positions = check_positions(positions, batch, length)
         if positions is not None:
-            positions = check_positions(positions, batch, length).to(x.device)
+            positions = positions.to(x.device)
         pe = self.encoding(length, offset=offset, positions=positions)
         return self.dropout(x + pe.to(x.dtype))
 
@@ -380,17 +404,21 @@ class LearnedPositionalEmbedding(nn.Module):
             positions: (L,) or (B, L)
             returns: (B, L, D)
         """
-        x = _check_input(x, self.d_model)
-        offset = check_int("offset", offset, min_value=0)
+        checking = must_check()  # False inside a checked model: positions are within the table
+        if checking:
+            x = _check_input(x, self.d_model)
+            offset = check_int("offset", offset, min_value=0)
         batch, length, _ = x.shape
         if positions is None:
-            if offset + length > self.max_len:
+            if checking and offset + length > self.max_len:
                 raise ValueError(
                     f"offset ({offset}) + sequence length ({length}) = {offset + length} "
                     f"exceeds max_len ({self.max_len})"
                 )
             index = torch.arange(offset, offset + length, device=x.device)  # (L,)
-        else:
+        elif checking:
             positions = check_positions(positions, batch, length)
             index = self._indices(positions).to(x.device)  # checked where it was given
+        else:
+            index = positions.long().to(x.device)
         return self.dropout(x + self.embedding(index).to(x.dtype))

@@ -7,6 +7,9 @@ permutation of the positions. Other activations replace ``max(0, .)``; SwiGLU (S
 also gates the hidden layer with a third projection:
 
     FFN_SwiGLU(x) = (silu(x W1) * (x W3)) W2,    W3: (D, F)
+
+Each variant is its own class whose forward is its formula: :class:`FeedForward` and
+:class:`GatedFeedForward`. :func:`make_feedforward` picks the class from the activation name.
 """
 
 from __future__ import annotations
@@ -22,9 +25,16 @@ from addnorm._checks import (
     check_int,
     check_probability,
     check_tensor,
+    must_check,
 )
 
-__all__ = ["ACTIVATIONS", "GATED_ACTIVATIONS", "FeedForward", "GatedFeedForward"]
+__all__ = [
+    "ACTIVATIONS",
+    "GATED_ACTIVATIONS",
+    "FeedForward",
+    "GatedFeedForward",
+    "make_feedforward",
+]
 
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
     "relu": nn.ReLU,  # max(0, h), the paper's
@@ -41,18 +51,9 @@ class FeedForward(nn.Module):
     Submodules: ``w1`` (Linear D -> F), ``act``, ``dropout`` (between the activation and
     ``w2``, where ``nn.TransformerEncoderLayer`` puts it), ``w2`` (Linear F -> D).
 
-    ``FeedForward(..., activation="swiglu")`` builds a :class:`GatedFeedForward`, the subclass
-    whose forward multiplies in the value projection ``w3``. Each class's forward is then its
-    formula with no branch, while layers and configs keep choosing the variant by the one
-    string ``activation`` (and ``isinstance(ffn, FeedForward)`` holds for both). The choice is
-    made in ``__new__``, the only place where the two variants are told apart.
+    A gated activation (``"swiglu"``) needs the third projection of :class:`GatedFeedForward`
+    and is refused here; :func:`make_feedforward` picks the class from the activation name.
     """
-
-    def __new__(cls, *args: object, activation: str = "relu", **kwargs: object) -> FeedForward:
-        # Only the class is chosen here; the arguments are checked by __init__.
-        if cls is FeedForward and activation in GATED_ACTIVATIONS:
-            cls = GatedFeedForward
-        return super().__new__(cls)
 
     def __init__(
         self,
@@ -67,10 +68,17 @@ class FeedForward(nn.Module):
         self.d_model = check_int("d_model", d_model, min_value=1)
         self.d_ff = check_int("d_ff", d_ff, min_value=1)
         self.activation = check_choice("activation", activation, ACTIVATIONS)
+        dropout = check_probability("dropout", dropout)
         check_bool("bias", bias)
+        if activation in GATED_ACTIVATIONS and not isinstance(self, GatedFeedForward):
+            raise ValueError(
+                f"activation {activation!r} is gated and needs GatedFeedForward's value "
+                f"projection w3; build it with make_feedforward(..., activation={activation!r}) "
+                "or GatedFeedForward(...)"
+            )
         self.w1 = nn.Linear(self.d_model, self.d_ff, bias=bias)
         self.act = ACTIVATIONS[activation]()
-        self.dropout = nn.Dropout(check_probability("dropout", dropout))
+        self.dropout = nn.Dropout(dropout)
         self.w2 = nn.Linear(self.d_ff, self.d_model, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -80,7 +88,8 @@ class FeedForward(nn.Module):
             x: (..., D), any number of leading dims (typically (B, L, D)).
             returns: (..., D).
         """
-        check_tensor("x", x, last_dim=self.d_model, floating=True)
+        if must_check():
+            check_tensor("x", x, last_dim=self.d_model, floating=True)
         return self.w2(self.dropout(self.act(self.w1(x))))
 
     def extra_repr(self) -> str:
@@ -94,7 +103,7 @@ class GatedFeedForward(FeedForward):
     every variant. The names match LLaMA and torchtune (``w1`` gate, ``w3`` value / "up",
     ``w2`` "down"), so their weights load without a swap. ``d_ff`` is used as given (LLaMA
     shrinks it to about 2/3 of 4 D to keep the parameter count; choose it yourself).
-    ``FeedForward(..., activation="swiglu")`` builds this class.
+    ``make_feedforward(..., activation="swiglu")`` builds this class.
     """
 
     def __init__(
@@ -117,5 +126,23 @@ class GatedFeedForward(FeedForward):
             x: (..., D), any number of leading dims (typically (B, L, D)).
             returns: (..., D).
         """
-        check_tensor("x", x, last_dim=self.d_model, floating=True)
+        if must_check():
+            check_tensor("x", x, last_dim=self.d_model, floating=True)
         return self.w2(self.dropout(self.act(self.w1(x)) * self.w3(x)))
+
+
+def make_feedforward(
+    d_model: int,
+    d_ff: int,
+    *,
+    activation: str = "relu",
+    dropout: float = 0.0,
+    bias: bool = True,
+) -> FeedForward:
+    """The feed-forward block for ``activation``: the one place the two classes are chosen.
+
+    A gated activation (``"swiglu"``) gives a :class:`GatedFeedForward`, any other a plain
+    :class:`FeedForward` (both are ``FeedForward`` instances); the class checks the arguments.
+    """
+    cls = GatedFeedForward if activation in GATED_ACTIVATIONS else FeedForward
+    return cls(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)

@@ -6,6 +6,7 @@ Every norm is called as ``norm(x, padding_mask=None)``:
 - ``padding_mask``: bool (B, L), **True = padding token**, only for (B, L, D) input.
   ``BatchNorm`` and ``GroupNorm`` leave padding out of their statistics; ``LayerNorm`` and
   ``RMSNorm`` normalize each token on its own, so they accept the mask and ignore it.
+  ``NoNorm`` is a switched-off norm (the identity) with the same signature.
 
 All of them compute ``y = gamma * (x - mu) / sqrt(sigma^2 + eps) + beta`` (RMSNorm drops
 ``mu`` and ``beta``) with the biased variance and ``eps`` inside the square root; they differ
@@ -40,9 +41,18 @@ from addnorm._checks import (
     check_float,
     check_int,
     check_tensor,
+    must_check,
 )
 
-__all__ = ["BatchNorm", "GroupNorm", "LayerNorm", "NORM_KINDS", "RMSNorm", "make_norm"]
+__all__ = [
+    "BatchNorm",
+    "GroupNorm",
+    "LayerNorm",
+    "NORM_KINDS",
+    "NoNorm",
+    "RMSNorm",
+    "make_norm",
+]
 
 NORM_KINDS = ("layer", "batch", "rms", "group")
 
@@ -115,7 +125,8 @@ class LayerNorm(nn.Module):
             x: (B, L, D) or (B, D); padding_mask: (B, L) bool, True = padding.
             returns: the shape of x.
         """
-        x, _ = _check_norm_input(x, padding_mask, self.d_model)
+        if must_check():
+            x, _ = _check_norm_input(x, padding_mask, self.d_model)
         return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
@@ -142,7 +153,8 @@ class RMSNorm(nn.Module):
             x: (B, L, D) or (B, D); padding_mask: (B, L) bool, True = padding.
             returns: the shape of x.
         """
-        x, _ = _check_norm_input(x, padding_mask, self.d_model)
+        if must_check():
+            x, _ = _check_norm_input(x, padding_mask, self.d_model)
         return F.rms_norm(x, (self.d_model,), self.weight, self.eps)
 
     def extra_repr(self) -> str:
@@ -206,7 +218,8 @@ class BatchNorm(nn.Module):
             x: (B, L, D) or (B, D); padding_mask: (B, L) bool, True = padding.
             returns: the shape of x.
         """
-        x, padding_mask = _check_norm_input(x, padding_mask, self.d_model)
+        if must_check():
+            x, padding_mask = _check_norm_input(x, padding_mask, self.d_model)
         wide = _statistics_dtype(x.dtype)
         h = x.to(wide)
         if self.training:
@@ -284,7 +297,8 @@ class GroupNorm(nn.Module):
             x: (B, L, D) or (B, D); padding_mask: (B, L) bool, True = padding.
             returns: the shape of x.
         """
-        x, padding_mask = _check_norm_input(x, padding_mask, self.d_model)
+        if must_check():
+            x, padding_mask = _check_norm_input(x, padding_mask, self.d_model)
         if x.numel() == 0:  # no positions: no statistics to take (torch.var_mean would warn)
             return torch.empty_like(x)
         h = x.to(_statistics_dtype(x.dtype))
@@ -311,6 +325,23 @@ class GroupNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.n_groups}, {self.d_model}, eps={self.eps}"
+
+
+class NoNorm(nn.Identity):
+    """A switched-off norm: returns ``x`` itself, with every norm's call signature.
+
+    For places that may hold a norm or none (a stack without a final norm), so the caller
+    calls ``norm(x, padding_mask=...)`` either way. An ``nn.Identity``, with no parameters.
+    """
+
+    def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Return ``x`` unchanged; ``padding_mask`` is accepted and ignored.
+
+        Shapes:
+            x: any shape (a norm's (B, L, D) or (B, D)); padding_mask: (B, L) bool.
+            returns: x.
+        """
+        return x
 
 
 def make_norm(

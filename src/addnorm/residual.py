@@ -9,7 +9,6 @@ which is why deep Pre-LN stacks train stably where Post-LN ones need learning-ra
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from functools import partial
 
@@ -17,12 +16,16 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _NormBase
 
-from addnorm._checks import check_choice, check_int, check_probability
-from addnorm.norms import _check_norm_input, make_norm
+from addnorm._checks import check_choice, check_int, check_probability, must_check
+from addnorm.norms import NoNorm, _check_norm_input, make_norm
 
-__all__ = ["POSITIONS", "AddNorm"]
+__all__ = ["NORM_POSITIONS", "POSITIONS", "AddNorm"]
 
-POSITIONS = ("post", "pre")
+NORM_POSITIONS = ("post", "pre")
+POSITIONS = NORM_POSITIONS  # the former name, kept as an alias
+
+# torch's own last-dim norms (and the identity), whose forward takes no padding_mask.
+_MASKLESS_TORCH_NORMS = (nn.LayerNorm, nn.RMSNorm, nn.Identity)
 
 Sublayer = Callable[[torch.Tensor], torch.Tensor]
 
@@ -32,13 +35,10 @@ class AddNorm(nn.Module):
 
     Args:
         d_model: feature width D.
-        position: ``"post"`` (Vaswani et al., 2017) or ``"pre"`` (Pre-LN).
+        norm_position: ``"post"`` (Vaswani et al., 2017) or ``"pre"`` (Pre-LN).
         norm: a kind for :func:`addnorm.norms.make_norm` (``"layer"``, ``"batch"``, ``"rms"``,
             ``"group"``, built with ``eps``), or an ``nn.Module`` used as is (``eps`` is then
-            unused). A module whose ``forward`` has a ``padding_mask`` parameter (addnorm's
-            norms) is called as ``norm(h, padding_mask=padding_mask)`` when a mask is given;
-            any other is called as ``norm(h)`` and the mask is not passed (this is decided once,
-            here). Of torch's own norms only the last-dim ones, such as ``nn.LayerNorm`` and
+            unused). Of torch's own norms only the last-dim ones, such as ``nn.LayerNorm`` and
             ``nn.RMSNorm``, can be injected (or ``nn.Identity()``): ``nn.BatchNorm1d`` /
             ``nn.GroupNorm`` / ``nn.InstanceNorm1d`` normalize dim 1, which is L, not D, for
             (B, L, D) input, so they raise a ``TypeError`` pointing to
@@ -48,6 +48,12 @@ class AddNorm(nn.Module):
         dropout: dropout probability on the sublayer's output (the paper's P_drop).
         eps: the norm's epsilon when ``norm`` is a kind.
 
+    Every norm shares the call ``norm(h, padding_mask=None)``: a given mask is passed to an
+    injected module, which must accept it, unless the module is one of torch's mask-less
+    ``nn.LayerNorm``, ``nn.RMSNorm`` or ``nn.Identity`` (``NoNorm`` apart), called as ``norm(h)``.
+    The call form is decided once, by type, in ``__init__``, not by signature sniffing or a
+    wrapper, so ``self.norm`` stays the module passed in and its state-dict keys are unchanged.
+
     Submodules: ``norm`` and ``dropout``.
     """
 
@@ -55,21 +61,22 @@ class AddNorm(nn.Module):
         self,
         d_model: int,
         *,
-        position: str = "post",
+        norm_position: str = "post",
         norm: str | nn.Module = "layer",
         dropout: float = 0.0,
         eps: float = 1e-5,
     ) -> None:
         super().__init__()
         self.d_model = check_int("d_model", d_model, min_value=1)
-        self.position = check_choice("position", position, POSITIONS)
+        self.norm_position = check_choice("norm_position", norm_position, NORM_POSITIONS)
         if isinstance(norm, str):
             norm = make_norm(norm, self.d_model, eps=eps)
         else:
             _check_injected_norm(norm, self.d_model)
         self.norm = norm
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
-        self._norm_takes_padding_mask = "padding_mask" in inspect.signature(norm.forward).parameters
+        maskless = isinstance(norm, _MASKLESS_TORCH_NORMS) and not isinstance(norm, NoNorm)
+        self._norm_takes_padding_mask = not maskless
 
     def forward(
         self,
@@ -81,21 +88,23 @@ class AddNorm(nn.Module):
 
         Shapes:
             x: (B, L, D) or (B, D); sublayer: maps a tensor to one of the same shape;
-            padding_mask: (B, L) bool, True = padding, passed on to a norm that takes it.
+            padding_mask: (B, L) bool, True = padding, passed on to the norm (see the class).
             returns: the shape of x.
         """
-        x, padding_mask = _check_norm_input(x, padding_mask, self.d_model)
-        if not callable(sublayer):
-            raise TypeError(f"sublayer must be callable, got {type(sublayer).__name__}")
-        f = partial(_same_shape, sublayer)
+        f = sublayer
+        if must_check():  # a direct call; inside a checked layer stack nothing needs checking
+            x, padding_mask = _check_norm_input(x, padding_mask, self.d_model)
+            if not callable(sublayer):
+                raise TypeError(f"sublayer must be callable, got {type(sublayer).__name__}")
+            f = partial(_same_shape, sublayer)
         takes_mask = padding_mask is not None and self._norm_takes_padding_mask
         norm: Sublayer = partial(self.norm, padding_mask=padding_mask) if takes_mask else self.norm
-        if self.position == "post":
+        if self.norm_position == "post":
             return norm(x + self.dropout(f(x)))
         return x + self.dropout(f(norm(x)))
 
     def extra_repr(self) -> str:
-        return f"{self.d_model}, position={self.position!r}"
+        return f"{self.d_model}, norm_position={self.norm_position!r}"
 
 
 def _check_injected_norm(norm: object, d_model: int) -> None:

@@ -16,16 +16,20 @@ rotated, ``<rope(q, p), rope(k, p + m)>`` depends on the offset ``m`` only, and 
 trained with one layout need their q/k projections permuted to use the other.)
 
 Angles are computed in float64 (float32 on ``mps``, which has no float64; see
-:func:`addnorm.encodings.angle_dtype`).
+:func:`addnorm.encodings.angle_dtype`). :class:`RotaryEmbedding` precomputes the ``cos``/``sin``
+tables of positions ``0 .. max_len-1`` when it is built and never writes its state in forward:
+positions outside the tables are computed per call.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
-from addnorm._checks import check_float, check_int, check_positions, check_tensor
-from addnorm.encodings import MAX_CACHED_POSITIONS, angle_dtype, cacheable_rows, gather_rows
+from addnorm._checks import check_float, check_int, check_positions, check_tensor, must_check
+from addnorm.encodings import angle_dtype, gather_rows, table_holds
 
 __all__ = ["RotaryEmbedding", "rotate_half"]
 
@@ -44,21 +48,22 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 class RotaryEmbedding(nn.Module):
     """Rotate each (query or key) head vector by its position (half-split RoPE).
 
-    ``cos``/``sin`` tables for positions ``0 .. n-1`` are cached in non-persistent buffers
-    (absent from ``state_dict``) that grow, to the next power of two, when a longer input
-    arrives; :meth:`reserve` fills them ahead of time. The automatic growth stops at
-    ``MAX_CACHED_POSITIONS`` (2**16) positions: positions past the cache (a huge ``offset``)
-    are computed for each call, so the memory held stays bounded. Explicit integer
-    ``positions`` (shared or per row) are gathered from the tables, which grow to
-    ``max(positions) + 1`` rows under the same cap; fractional, negative or past-the-cap ones
-    are computed directly, on x's device. The rotation is done in the wider of x's dtype and
-    the tables' dtype and the result is cast back to x's dtype.
+    ``cos``/``sin`` tables for positions ``0 .. max_len-1`` are computed once, when the module
+    is built, into non-persistent buffers ``cos_cached`` / ``sin_cached`` (absent from
+    ``state_dict``); forward slices or gathers them and never writes the module's state. Any
+    other position (a large ``offset``, positions past the tables, explicit positions that are
+    fractional or negative) is computed for that call with the same formula, on x's device, so
+    the result does not depend on ``max_len``. :meth:`reserve` enlarges the tables ahead of
+    time. Moving or casting the module (``.to()``, ``.double()``, ``.cuda()``, ``to_empty()``)
+    recomputes the tables from the formula in the new dtype and device (``meta`` tables stay
+    ``meta``). The rotation is done in the wider of x's dtype and the tables' dtype and the
+    result is cast back to x's dtype.
     """
 
     cos_cached: torch.Tensor
     sin_cached: torch.Tensor
 
-    def __init__(self, d_head: int, *, base: float = 10000.0) -> None:
+    def __init__(self, d_head: int, *, base: float = 10000.0, max_len: int = 2048) -> None:
         super().__init__()
         self.d_head = check_int("d_head", d_head, min_value=2)
         if self.d_head % 2:
@@ -67,9 +72,15 @@ class RotaryEmbedding(nn.Module):
                 "rotated in pairs (j, j + d_head/2)"
             )
         self.base = check_float("base", base, min_value=1.0, min_inclusive=False)
-        cos, sin = self._tables(torch.zeros(0), torch.float32)
+        max_len = check_int("max_len", max_len, min_value=1)
+        cos, sin = self._tables(torch.arange(max_len), torch.float32)
         self.register_buffer("cos_cached", cos, persistent=False)
         self.register_buffer("sin_cached", sin, persistent=False)
+
+    @property
+    def max_len(self) -> int:
+        """Positions held by the precomputed tables (``0 .. max_len-1``)."""
+        return self.cos_cached.shape[0]
 
     def _tables(
         self, positions: torch.Tensor, dtype: torch.dtype
@@ -83,37 +94,50 @@ class RotaryEmbedding(nn.Module):
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
     def reserve(self, length: int) -> None:
-        """Make sure the cached tables hold at least ``length`` positions (a pure cache fill).
+        """Enlarge the tables to at least ``length`` positions (``max_len`` grows with them).
 
-        The tables grow to the next power of two >= ``length``; no cap applies here.
+        The explicit way to hold more positions; forward never does it.
         """
         length = check_int("length", length, min_value=0)
-        if length <= self.cos_cached.shape[0]:
-            return
-        rows = 1 << (length - 1).bit_length()
-        positions = torch.arange(rows, device=self.cos_cached.device)
-        self.cos_cached, self.sin_cached = self._tables(positions, self.cos_cached.dtype)
+        if length > self.cos_cached.shape[0]:
+            positions = torch.arange(length, device=self.cos_cached.device)
+            self.cos_cached, self.sin_cached = self._tables(positions, self.cos_cached.dtype)
+
+    def _apply(
+        self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True
+    ) -> RotaryEmbedding:
+        """After ``.to()`` / ``.double()`` / ``to_empty()``..., recompute the moved tables.
+
+        Values rounded to the old dtype and then converted would be less exact than the formula
+        in the new dtype, and ``to_empty`` leaves no values at all. ``meta`` tables stay so.
+        """
+        before = self.cos_cached, self.sin_cached
+        super()._apply(fn, recurse)
+        cos = self.cos_cached
+        moved = cos is not before[0] or self.sin_cached is not before[1]
+        if moved and cos.is_floating_point() and not cos.is_meta:
+            positions = torch.arange(cos.shape[0], device=cos.device)
+            self.cos_cached, self.sin_cached = self._tables(positions, cos.dtype)
+        return self
 
     def _cos_sin(
         self, length: int, offset: int, positions: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tables broadcastable against (B, H, L, Dh): cached rows, or computed ones."""
-        dtype = self.cos_cached.dtype
+        """Tables broadcastable against (B, H, L, Dh): rows read from the tables, or computed.
+
+        Writes no state.
+        """
         if positions is None:
             end = offset + length
-            if self.cos_cached.shape[0] < end <= MAX_CACHED_POSITIONS:
-                self.reserve(end)
             if end <= self.cos_cached.shape[0]:
                 return self.cos_cached[offset:end], self.sin_cached[offset:end]  # (L, Dh)
-            past_the_cap = torch.arange(offset, end, device=self.cos_cached.device)  # (L,)
-            return self._tables(past_the_cap, dtype)  # (L, Dh)
-        rows = cacheable_rows(positions, self.cos_cached)
-        if rows is None:
-            cos, sin = self._tables(positions, dtype)  # (L, Dh) or (B, L, Dh)
-        else:
-            self.reserve(rows)
+            past_the_end = torch.arange(offset, end, device=self.cos_cached.device)  # (L,)
+            return self._tables(past_the_end, self.cos_cached.dtype)  # (L, Dh)
+        if table_holds(positions, self.cos_cached):
             cos = gather_rows(self.cos_cached, positions)  # (L, Dh) or (B, L, Dh)
             sin = gather_rows(self.sin_cached, positions)  # (L, Dh) or (B, L, Dh)
+        else:
+            cos, sin = self._tables(positions, self.cos_cached.dtype)  # (L, Dh) or (B, L, Dh)
         if positions.ndim == 2:
             cos, sin = cos[:, None], sin[:, None]  # (B, 1, L, Dh)
         return cos, sin
@@ -135,15 +159,19 @@ class RotaryEmbedding(nn.Module):
             positions: (L,) or (B, L)
             returns: (B, H, L, Dh), same dtype as x
         """
-        x = check_tensor("x", x, ndim=4, floating=True)
-        if x.shape[-1] != self.d_head:
-            raise ValueError(
-                f"x last dim must be d_head ({self.d_head}), got shape {tuple(x.shape)}"
-            )
-        offset = check_int("offset", offset, min_value=0)
+        checking = must_check()  # False inside a checked model or stack
+        if checking:
+            x = check_tensor("x", x, ndim=4, floating=True)
+            if x.shape[-1] != self.d_head:
+                raise ValueError(
+                    f"x last dim must be d_head ({self.d_head}), got shape {tuple(x.shape)}"
+                )
+            offset = check_int("offset", offset, min_value=0)
         batch, _, length, _ = x.shape
+        if checking and positions is not None:
+            positions = check_positions(positions, batch, length)
         if positions is not None:
-            positions = check_positions(positions, batch, length).to(x.device)
+            positions = positions.to(x.device)
         cos, sin = self._cos_sin(length, offset, positions)
         wide = torch.promote_types(x.dtype, cos.dtype)
         x_wide = x.to(wide)
