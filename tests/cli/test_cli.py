@@ -1,4 +1,4 @@
-"""The ``addnorm`` command end to end, in-process through ``addnorm.cli.main`` with tiny
+"""The ``addnorm`` command end to end, in-process through ``addnorm.cli.parser.main`` with tiny
 settings, plus one subprocess smoke test of ``python -m addnorm``.
 
 Provenance: the CLI's outputs are compared with the library calls they wrap (the task's
@@ -8,12 +8,14 @@ checkpoint step), and a resumed run with the uninterrupted one (bit-exact losses
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import io
 import json
 import shutil
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -157,21 +159,43 @@ def test_translate_help_names_the_supported_range_and_formats(capsys):
         assert format_date(dt.date(2026, 11, 21), fmt) in out
 
 
-def test_output_into_a_closed_pipe_exits_quietly(translate_run):
-    # The reader takes one line and goes away (like `| head -1`): exit 141, no traceback.
-    reader = subprocess.Popen(
-        [sys.executable, "-m", "addnorm", "translate", "--checkpoint", str(translate_run)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert reader.stdin is not None and reader.stdout is not None
-    reader.stdin.write(b"21 Nov 2026\n" * 20000)
-    reader.stdin.close()
-    reader.stdout.readline()
-    reader.stdout.close()
-    assert reader.wait(timeout=120) == 141
-    assert reader.stderr is not None and b"Traceback" not in reader.stderr.read()
+def test_translate_streams_and_a_closed_pipe_stops_it_quietly(translate_run, tmp_path):
+    # Like `yes "21 Nov 2026" | head -n 1000000 | addnorm translate | head -n 1`: the reader
+    # takes the first line and goes away. Translating all the input would take minutes, so
+    # the command ends within the timeout only if it prints each batch before reading the
+    # next and stops at the closed pipe: exit 141, no traceback.
+    with open(tmp_path / "stderr", "w+b") as stderr:  # warnings must not fill a pipe
+        translator = subprocess.Popen(
+            [sys.executable, "-m", "addnorm", "translate", "--checkpoint", str(translate_run)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+        )
+        assert translator.stdin is not None and translator.stdout is not None
+        writer = threading.Thread(target=_feed_lines, args=(translator.stdin, 1_000_000))
+        writer.start()
+        try:
+            first = translator.stdout.readline()
+            translator.stdout.close()
+            code = translator.wait(timeout=120)
+        finally:
+            translator.kill()  # a no-op once it has ended
+            writer.join(timeout=60)
+        stderr.seek(0)
+        assert b"Traceback" not in stderr.read()
+    assert first.endswith(b"\n") and code == 141
+
+
+def _feed_lines(stdin, n_lines: int) -> None:
+    """Write ``n_lines`` dates to ``stdin``, stopping quietly when its reader has gone."""
+    try:
+        for _ in range(n_lines // 1000):
+            stdin.write(b"21 Nov 2026\n" * 1000)
+    except BrokenPipeError:  # the translator ended
+        pass
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            stdin.close()
 
 
 def test_info_prints_configs_step_and_metrics(translate_run, capsys):
@@ -253,7 +277,8 @@ def test_ctrl_c_checkpoints_exits_130_and_resume_continues_exactly(tmp_path, cap
         (["train", "translate", "--norm-position", "middle"], "--norm-position"),
         (["train", "translate", "--d-model", "30", "--n-heads", "4"], "d_model (30)"),
         (["train", "translate", "--schedule", "linear"], "--schedule"),
-        (["train", "lm", "--positions", "learned", "--max-len", "8", "--seq-len", "16"], "seq_len"),
+        (["train", "lm", "--position-encoding", "learned", "--max-len", "8", "--seq-len", "16"],
+         "seq_len"),
         (["train", "nope"], "nope"),
         (["train", "translate", "--resume", "--d-model", "64"], "--resume"),
         (["generate"], "--prompt"),
@@ -264,7 +289,7 @@ def test_ctrl_c_checkpoints_exits_130_and_resume_continues_exactly(tmp_path, cap
         (["generate", "--prompt", "a", "--threads", "100000"], "--threads"),
         (["train", "translate", "--threads", "-2"], "--threads"),
         (["train", "translate", "--threads", "100000"], "--threads"),
-        (["train", "translate", "--positions", "learned", "--max-len", "5"], "max_len (5)"),
+        (["train", "translate", "--position-encoding", "learned", "--max-len", "5"], "max_len (5)"),
         (["train", "lm", "--seq-len", "100000000"], "validation split"),
         (["train", "translate", "--resume", "--overwrite"], "--overwrite"),
     ],

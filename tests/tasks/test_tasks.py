@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import shutil
 from dataclasses import replace
 
 import pytest
@@ -24,6 +25,7 @@ from addnorm.tasks.run import load_trained, resume_configs, train_run
 from addnorm.tasks.translate import TranslateTask, seq2seq_loss
 from addnorm.training.checkpoint import load_checkpoint
 from addnorm.training.config import TrainConfig
+from addnorm.training.metrics import read_metrics
 
 
 class FixedLogits(nn.Module):
@@ -123,7 +125,7 @@ def test_lm_task_refuses_windows_longer_than_learned_positions():
     task = LMTask()
     cfg = task.prepare(task.default_model_config())
     with pytest.raises(ValueError, match="seq_len"):
-        task.check(replace(cfg, positions="learned", max_len=8), TrainConfig(seq_len=16))
+        task.check(replace(cfg, position_encoding="learned", max_len=8), TrainConfig(seq_len=16))
 
 
 def test_a_short_lm_run_beats_the_uniform_bits_per_character(tmp_path):
@@ -169,12 +171,12 @@ def test_the_configured_label_smoothing_reaches_both_tasks_losses(smoothing):
 
 def test_translate_check_refuses_a_learned_position_table_shorter_than_the_inputs():
     task = TranslateTask()
-    cfg = task.prepare(replace(task.default_model_config(), positions="learned"))
+    cfg = task.prepare(replace(task.default_model_config(), position_encoding="learned"))
     longest = longest_source_length()
     task.check(replace(cfg, max_len=longest), TrainConfig())
     with pytest.raises(ValueError, match=f"max_len \\({longest - 1}\\) must be >= {longest}"):
         task.check(replace(cfg, max_len=longest - 1), TrainConfig())
-    task.check(replace(cfg, positions="rotary", max_len=5), TrainConfig())  # no table
+    task.check(replace(cfg, position_encoding="rotary", max_len=5), TrainConfig())  # no table
 
 
 def test_a_learned_table_of_the_checked_size_takes_an_input_of_the_longest_length():
@@ -182,7 +184,7 @@ def test_a_learned_table_of_the_checked_size_takes_an_input_of_the_longest_lengt
     task = TranslateTask()
     n = longest_source_length()
     tiny = replace(task.default_model_config(), d_model=16, n_heads=2, d_ff=32)
-    cfg = task.prepare(replace(tiny, positions="learned", max_len=n))
+    cfg = task.prepare(replace(tiny, position_encoding="learned", max_len=n))
     task.check(cfg, TrainConfig())
     model = task.build_model(cfg)
     task.predict(model, ["1" * n])
@@ -282,3 +284,21 @@ def test_resuming_another_tasks_checkpoint_is_refused_before_training(tmp_path):
             resume=checkpoint,
         )
     assert load_checkpoint(tmp_path).step == 6
+
+
+def test_a_checkpoint_recording_the_retired_schedule_d_model_resumes_like_one_without(tmp_path):
+    # Checkpoints written before LRSchedule dropped its unused d_model field store it.
+    tiny_lm_run(tmp_path / "new")
+    shutil.copytree(tmp_path / "new", tmp_path / "old")
+    for name in ("new", "old"):
+        checkpoint = load_checkpoint(tmp_path / name)
+        if name == "old":
+            state = checkpoint.state | {"schedule": checkpoint.state["schedule"] | {"d_model": 32}}
+            checkpoint = replace(checkpoint, state=state)
+        model_cfg, train_cfg = resume_configs(checkpoint, {"max_steps": 8}, task_name="lm")
+        train_run("lm", model_cfg, train_cfg, tmp_path / name, resume=checkpoint)
+    new, old = (read_metrics(tmp_path / name / "metrics.jsonl") for name in ("new", "old"))
+    assert old[-1]["step"] == 8
+    assert [(r["step"], r["loss"], r["lr"]) for r in old] == [
+        (r["step"], r["loss"], r["lr"]) for r in new
+    ]

@@ -7,6 +7,7 @@ big batch, and a resumed run compared with the same run uninterrupted (bit for b
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
@@ -20,7 +21,7 @@ from addnorm.training.checkpoint import list_checkpoints, load_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.ema import EMA
 from addnorm.training.metrics import plot_loss_curve, read_metrics
-from addnorm.training.schedules import LRSchedule, noam_lr, warmup_cosine_lr
+from addnorm.training.schedules import SCHEDULES, LRSchedule, noam_lr, warmup_cosine_lr
 from addnorm.training.trainer import Trainer
 
 
@@ -229,10 +230,14 @@ def test_noam_schedule_needs_a_warmup():
         TrainConfig(schedule="noam", warmup=0)
 
 
-def test_train_config_from_dict_rejects_unknown_fields():
+def test_train_config_from_dict_rejects_unknown_fields_naming_the_known_ones():
     assert TrainConfig.from_dict(TrainConfig(lr=0.5).to_dict()) == TrainConfig(lr=0.5)
-    with pytest.raises(ValueError, match="learning_rate"):
+    with pytest.raises(ValueError, match=r"unknown TrainConfig keys \['learning_rate'\]") as err:
         TrainConfig.from_dict({"learning_rate": 0.1})
+    known = sorted(f.name for f in dataclasses.fields(TrainConfig))
+    assert f"known keys are {known}" in str(err.value)
+    with pytest.raises(TypeError, match="must be a dict, got list"):
+        TrainConfig.from_dict([("lr", 0.1)])
 
 
 def test_an_interrupt_while_logging_after_a_step_keeps_that_step_and_resumes_exactly(
@@ -324,7 +329,7 @@ def test_gradient_clipping_bounds_the_gradients_the_optimizer_sees(tmp_path):
 def test_noam_lr_is_the_peak_and_the_papers_choice_reproduces_the_paper():
     d_model, warmup = 512, 4000
     papers_lr = d_model**-0.5 * warmup**-0.5  # the paper's peak, reached at step == warmup
-    schedule = LRSchedule("noam", papers_lr, warmup, d_model=d_model)
+    schedule = LRSchedule("noam", papers_lr, warmup)
     for step in (1, 10, 1000, 3999, 4000, 4001, 10_000, 100_000):
         assert schedule(step) == pytest.approx(
             noam_lr(step, d_model=d_model, warmup=warmup), rel=1e-12
@@ -338,7 +343,7 @@ def test_noam_lr_is_the_peak_and_the_papers_choice_reproduces_the_paper():
 def test_schedule_for_gives_every_schedule_its_peak_lr():
     from addnorm.tasks.run import schedule_for
 
-    for kind in ("noam", "cosine", "constant"):
-        schedule = schedule_for(TrainConfig(schedule=kind, lr=2e-3, warmup=20), d_model=64)
+    for kind in SCHEDULES:
+        schedule = schedule_for(TrainConfig(schedule=kind, lr=2e-3, warmup=20))
         assert schedule.kind == kind
         assert schedule(20) == pytest.approx(2e-3, rel=1e-12)

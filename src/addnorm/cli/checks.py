@@ -2,13 +2,12 @@
 --threads (against the machine), --out (a directory that can be written), and --config (a
 JSON file of ``{"model": {...}, "train": {...}}``, without the fields a task owns).
 
-A bad value raises ``UsageError``, which ``addnorm.cli.main`` reports like argparse's own
-errors: one line on stderr, exit code 2.
+A bad value raises ``UsageError``, which ``addnorm.cli.parser.main`` reports like argparse's
+own errors: one line on stderr, exit code 2.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -18,7 +17,6 @@ __all__ = [
     "TASK_OWNED",
     "UsageError",
     "apply_runtime_flags",
-    "check_config_fields",
     "check_out_dir",
     "read_config",
     "resolve_device",
@@ -130,12 +128,3 @@ def _json_type(value: object) -> str:
         return "null"
     return names.get(type(value), "a number")
 
-
-def check_config_fields(cfg, values: dict, path: Path) -> dict:
-    """``values`` (from the --config file ``path``), after checking each names a field of the
-    dataclass ``cfg``."""
-    names = {f.name for f in dataclasses.fields(cfg)}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise UsageError(f"--config {path}: unknown {type(cfg).__name__} fields {unknown}")
-    return values

@@ -1,25 +1,22 @@
 """The handlers of the ``addnorm`` subcommands (``train``, ``translate``, ``generate``,
 ``info``, ``demo``, ``explain``), by name in ``COMMANDS``: each takes the parsed arguments and
-returns the exit code (``addnorm.cli`` documents them). A bad argument value raises
-``UsageError``; ``addnorm.cli.main`` turns it and the other failures into messages and codes.
+returns the exit code (``addnorm.cli.parser`` documents them). A bad argument value raises
+``UsageError``; ``addnorm.cli.parser.main`` turns it and the other failures into messages and
+codes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import itertools
 import json
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
-from addnorm.cli.checks import (
-    UsageError,
-    apply_runtime_flags,
-    check_config_fields,
-    check_out_dir,
-    read_config,
-)
+from addnorm._checks import check_known_fields
+from addnorm.cli.checks import UsageError, apply_runtime_flags, check_out_dir, read_config
 from addnorm.training.config import TrainConfig
 from addnorm.transformer.config import PRESETS
 
@@ -118,16 +115,18 @@ def _announce(args, train_cfg: TrainConfig, device: str) -> None:
 
 
 def _fresh_configs(task_cls, args, model_flags: dict, train_flags: dict):
-    """Task defaults (or the preset), then the JSON file, then flags."""
+    """Task defaults (or the preset), then the JSON file, then flags. A field the JSON file
+    names that the config lacks raises ValueError (the caller reports it as a usage error)."""
     model_cfg = PRESETS[args.preset] if args.preset else task_cls.default_model_config()
     train_cfg = task_cls.default_train_config()
     if args.config is not None:
         model_values, train_values = read_config(args.config, args.task)
+        where = f"--config {args.config}"
         model_cfg = dataclasses.replace(
-            model_cfg, **check_config_fields(model_cfg, model_values, args.config)
+            model_cfg, **check_known_fields(type(model_cfg), model_values, where)
         )
         train_cfg = dataclasses.replace(
-            train_cfg, **check_config_fields(train_cfg, train_values, args.config)
+            train_cfg, **check_known_fields(type(train_cfg), train_values, where)
         )
     return (
         dataclasses.replace(model_cfg, **model_flags),
@@ -148,26 +147,45 @@ def _load(args, task_name: str):
 
 
 def _translate(args) -> int:
+    """Translate in batches of ``PREDICT_BATCH_SIZE`` lines, reading stdin lazily: each batch is
+    printed and flushed before the next is read, so a long input streams its answers and a
+    reader that goes away (``| head -1``) stops the command at the next batch (exit 141)."""
     from addnorm.data.dates import FIRST_YEAR, LAST_YEAR
+    from addnorm.tasks.translate import PREDICT_BATCH_SIZE
 
     task, model = _load(args, "translate")
+    texts = args.text or _stdin_lines()
+    flagged = 0
+    for batch in _batched(texts, PREDICT_BATCH_SIZE):
+        answers = iter(task.predict(model, [t for t in batch if t.strip()]))
+        for text in batch:  # a blank input line gets a blank answer line
+            answer = next(answers) if text.strip() else ""
+            print(answer)
+            if text.strip() and not _is_supported_date(answer, FIRST_YEAR, LAST_YEAR):
+                flagged += 1
+                print(
+                    f"addnorm translate: warning: {text!r} -> {answer!r} is not a valid date "
+                    f"from {FIRST_YEAR} to {LAST_YEAR}",
+                    file=sys.stderr,
+                )
+        sys.stdout.flush()
+    return EXIT_FAILED if flagged else EXIT_OK
+
+
+def _stdin_lines() -> Iterator[str]:
+    """The lines of stdin without their line ends, read as they are needed."""
     try:
-        texts = args.text or [line.rstrip("\r\n") for line in sys.stdin]
+        for line in sys.stdin:
+            yield line.rstrip("\r\n")
     except UnicodeDecodeError as err:
         raise UsageError(f"stdin is not UTF-8 text ({err.reason} at byte {err.start})") from None
-    answers = iter(task.predict(model, [t for t in texts if t.strip()]))
-    flagged = 0
-    for text in texts:  # a blank input line gets a blank answer line
-        answer = next(answers) if text.strip() else ""
-        print(answer)
-        if text.strip() and not _is_supported_date(answer, FIRST_YEAR, LAST_YEAR):
-            flagged += 1
-            print(
-                f"addnorm translate: warning: {text!r} -> {answer!r} is not a valid date "
-                f"from {FIRST_YEAR} to {LAST_YEAR}",
-                file=sys.stderr,
-            )
-    return EXIT_FAILED if flagged else EXIT_OK
+
+
+def _batched(items: Iterable[str], size: int) -> Iterator[list[str]]:
+    """Consecutive lists of ``size`` items (the last may be shorter), taken lazily."""
+    iterator = iter(items)
+    while batch := list(itertools.islice(iterator, size)):
+        yield batch
 
 
 def _is_supported_date(answer: str, first_year: int, last_year: int) -> bool:

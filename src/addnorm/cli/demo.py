@@ -76,7 +76,7 @@ def run_demo(
     print(
         f"  model: d_model {model_cfg.d_model}, {model_cfg.n_heads} heads, "
         f"{model_cfg.n_encoder_layers}+{model_cfg.n_decoder_layers} layers, d_ff "
-        f"{model_cfg.d_ff}, {model_cfg.norm_position}-LN, {model_cfg.positions} positions; "
+        f"{model_cfg.d_ff}, {model_cfg.norm_position}-LN, {model_cfg.position_encoding} positions; "
         "character vocabularies"
     )
     print(

@@ -47,7 +47,6 @@ class LMTask:
 
     name = "lm"
     description = "character-level language model on the pydoc topics (decoder-only)"
-    config_class = LMConfig
     metric = "val_bpc"
 
     def __init__(self, tokenizer: CharTokenizer | None = None) -> None:
@@ -98,7 +97,7 @@ class LMTask:
     def check(self, cfg: LMConfig, train_cfg: TrainConfig) -> None:
         """Raise ValueError if the configs cannot train this task: the windows must fit a
         learned position table and be shorter than the validation split they are scored on."""
-        if cfg.positions == "learned" and train_cfg.seq_len > cfg.max_len:
+        if cfg.position_encoding == "learned" and train_cfg.seq_len > cfg.max_len:
             raise ValueError(
                 f"seq_len ({train_cfg.seq_len}) must be <= max_len ({cfg.max_len}) with "
                 "learned positions"
@@ -178,17 +177,13 @@ class LMTask:
             raise ValueError("prompt must not be empty")
         if ids.shape[1] + max_new_tokens > model.cfg.max_len:
             max_new_tokens = max(model.cfg.max_len - ids.shape[1], 1)
-        greedy = temperature == 0
-        new = model.generate(
-            ids,
-            max_new_tokens=max_new_tokens,
-            strategy="greedy" if greedy else "sample",
-            temperature=1.0 if greedy else temperature,
-            top_k=None if greedy else top_k,
-            top_p=None if greedy else top_p,
-            eos_id=None,
-            generator=generator,
-        )  # (1, N)
+        config = dataclasses.replace(model.generation_config, max_new_tokens=max_new_tokens,
+                                     eos_id=None)
+        if temperature != 0:  # 0 is greedy decoding, which ignores top_k and top_p
+            config = dataclasses.replace(
+                config, strategy="sample", temperature=temperature, top_k=top_k, top_p=top_p
+            )
+        new = model.generate(ids, config, generator=generator)  # (1, N)
         return prompt + self.tokenizer.decode(new[0].tolist())
 
     def samples(self, model: TransformerLM, prompts=SAMPLE_PROMPTS) -> list[tuple[str, str]]:

@@ -1,11 +1,11 @@
 """A training run of a named task, start to finish, and loading a trained model back.
 
-A run directory holds ``checkpoints/`` (see ``checkpoint.py``), ``metrics.jsonl`` (one line
-per logged step), ``loss.png`` (the loss curve) and, after a run that was not interrupted,
-``metrics.json`` (the held-out figures: ``test_exact_match`` for translate, ``val_bpc`` for lm;
-``"weights"``: ``"ema"`` when the run kept an EMA of its weights (``ema_decay > 0``) and was
-scored with it, else ``"raw"``; ``"samples"``: a few held-out predictions for translate, text
-continuations for lm).
+A run directory holds ``checkpoints/`` (see ``addnorm.training.checkpoint``),
+``metrics.jsonl`` (one line per logged step), ``loss.png`` (the loss curve) and, after a run
+that was not interrupted, ``metrics.json`` (the held-out figures: ``test_exact_match`` for
+translate, ``val_bpc`` for lm; ``"weights"``: ``"ema"`` when the run kept an EMA of its
+weights (``ema_decay > 0``) and was scored with it, else ``"raw"``; ``"samples"``: a few
+held-out predictions for translate, text continuations for lm).
 
 ``train_run`` is the run-orchestration entry (the CLI's ``addnorm train`` and ``addnorm demo``
 call it): unlike the library, it owns the global random state (it seeds every global generator
@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from addnorm._checks import check_known_fields
 from addnorm.tasks.lm import LMTask
 from addnorm.tasks.task import Task
 from addnorm.tasks.translate import TranslateTask
@@ -90,16 +91,29 @@ class RunSummary:
     loss_png: Path | None
 
 
-def schedule_for(train_cfg: TrainConfig, d_model: int) -> LRSchedule:
+def schedule_for(train_cfg: TrainConfig) -> LRSchedule:
     """The lr schedule ``train_cfg`` asks for (cosine ends at ``max_steps``)."""
     return LRSchedule(
         train_cfg.schedule,
         train_cfg.lr,
         train_cfg.warmup,
         total_steps=train_cfg.max_steps,
-        d_model=d_model,
         final_lr_fraction=train_cfg.final_lr_fraction,
     )
+
+
+def _saved_schedule(checkpoint: LoadedCheckpoint) -> LRSchedule:
+    """The lr schedule a checkpoint saved (a resumed run keeps it, even if ``max_steps``
+    changes). Checkpoints written while ``LRSchedule`` still had its unused ``d_model`` field
+    store it; it is dropped here."""
+    where = checkpoint.path / "state.json"
+    saved = checkpoint.state.get("schedule")
+    if isinstance(saved, dict):
+        saved = {k: v for k, v in saved.items() if k != "d_model"}
+    try:
+        return LRSchedule(**check_known_fields(LRSchedule, saved, "schedule"))
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{where} does not describe an lr schedule: {err}") from None
 
 
 def resume_configs(
@@ -144,11 +158,11 @@ def train_run(
     if resume is None:
         task = TASKS[task_name]()
         model_cfg = task.prepare(model_cfg)
-        schedule = schedule_for(train_cfg, model_cfg.d_model)
+        schedule = schedule_for(train_cfg)
     else:
         task, _ = _task_and_config(resume)
         _check_same_task(resume, task, task_name)
-        schedule = LRSchedule(**resume.state["schedule"])
+        schedule = _saved_schedule(resume)
     task.check(model_cfg, train_cfg)
     seed_everything(train_cfg.seed)
     model = task.build_model(model_cfg).to(device)

@@ -1,6 +1,8 @@
-"""``Task``: what the run orchestration (``run.py``) and the CLI need from a task.
+"""``Task``: what the run orchestration (``addnorm.tasks.run``) and the CLI need from a
+task.
 
-``TranslateTask`` and ``LMTask`` meet it; ``run.TASKS`` maps task names to their classes.
+``TranslateTask`` and ``LMTask`` meet it; ``addnorm.tasks.run.TASKS`` maps task names to their
+classes.
 Model configs and models are typed loosely here (each task takes its own config class and
 model), and each task narrows them in its own signatures.
 """

@@ -27,13 +27,15 @@ from addnorm.training.config import TrainConfig
 from addnorm.transformer import Transformer
 from addnorm.transformer.config import PRESETS, TransformerConfig
 
-__all__ = ["TranslateTask", "seq2seq_loss"]
+__all__ = ["PREDICT_BATCH_SIZE", "TranslateTask", "seq2seq_loss"]
 
 # Answers are 10 characters; one more step emits <eos>.
 _MAX_NEW_TOKENS = 11
 _EVAL_SEED = 20261121
 # Held-out predictions stored in metrics.json.
 _N_SAMPLES = 8
+# Inputs translated per forward pass (also what ``addnorm translate`` reads at a time).
+PREDICT_BATCH_SIZE = 500
 
 
 def seq2seq_loss(
@@ -56,7 +58,6 @@ class TranslateTask:
 
     name = "translate"
     description = "date normalization as translation (encoder-decoder Transformer)"
-    config_class = TransformerConfig
     metric = "test_exact_match"
 
     def __init__(self, src_tok: CharTokenizer | None = None, tgt_tok: CharTokenizer | None = None):
@@ -71,7 +72,9 @@ class TranslateTask:
         preset = PRESETS["tiny"]
         if not isinstance(preset, TransformerConfig):
             raise TypeError(f'PRESETS["tiny"] must be a TransformerConfig, got {preset!r}')
-        return dataclasses.replace(preset, dropout=0.0, share_embeddings=False, positions="rotary")
+        return dataclasses.replace(
+            preset, dropout=0.0, share_embeddings=False, position_encoding="rotary"
+        )
 
     @staticmethod
     def default_train_config() -> TrainConfig:
@@ -116,7 +119,7 @@ class TranslateTask:
     def check(self, cfg: TransformerConfig, train_cfg: TrainConfig) -> None:
         """Raise ValueError if the configs cannot train this task: a learned position table
         must hold the longest input and the decoder's ``<bos>`` + answer + ``<eos>``."""
-        if cfg.positions == "learned":
+        if cfg.position_encoding == "learned":
             needed = max(longest_source_length(), _MAX_NEW_TOKENS + 1)
             if cfg.max_len < needed:
                 raise ValueError(
@@ -149,14 +152,17 @@ class TranslateTask:
         return list(random_examples(dates_in_split(split), random.Random(_EVAL_SEED), n))
 
     @torch.no_grad()
-    def predict(self, model: Transformer, texts: list[str], *, batch_size: int = 500) -> list[str]:
+    def predict(
+        self, model: Transformer, texts: list[str], *, batch_size: int = PREDICT_BATCH_SIZE
+    ) -> list[str]:
         """Greedy translations of ``texts`` (model put in eval mode)."""
         model.eval()
         device = next(model.parameters()).device
         out: list[str] = []
+        config = dataclasses.replace(model.generation_config, max_new_tokens=_MAX_NEW_TOKENS)
         for i in range(0, len(texts), batch_size):
             src = self.src_tok.encode_batch(texts[i : i + batch_size]).to(device)  # (B, S)
-            ids = model.generate(src, max_new_tokens=_MAX_NEW_TOKENS)  # (B, N)
+            ids = model.generate(src, config)  # (B, N)
             out.extend(self.tgt_tok.decode(row) for row in ids.tolist())
         return out
 
@@ -183,10 +189,6 @@ class TranslateTask:
             {"input": e.source, "prediction": p, "answer": e.target}
             for e, p in zip(examples, predictions, strict=True)
         ]
-
-    def samples(self, model: Transformer, sources: list[str]) -> list[tuple[str, str]]:
-        """(input, prediction) pairs for display."""
-        return list(zip(sources, self.predict(model, sources), strict=True))
 
     @staticmethod
     def config_from_dict(data: dict) -> TransformerConfig:

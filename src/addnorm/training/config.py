@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal
 
-from addnorm._checks import check_choice, check_float, check_int, check_probability
+from addnorm._checks import (
+    check_choice,
+    check_float,
+    check_int,
+    check_known_fields,
+    check_probability,
+)
+from addnorm.training.schedules import SCHEDULES, ScheduleKind
 
-__all__ = ["SCHEDULES", "TrainConfig"]
-
-SCHEDULES = ("noam", "cosine", "constant")
+__all__ = ["TrainConfig"]
 
 
 @dataclass(frozen=True)
@@ -24,11 +28,11 @@ class TrainConfig:
         batch_size: sequences per micro-batch.
         grad_accum: micro-batches accumulated into one optimizer step.
         lr: the peak learning rate, for every schedule.
-        schedule: "noam" (the shape of Vaswani et al. 2017, eq. 3, peaking at ``lr`` at step
-            ``warmup``: ``lr * sqrt(warmup) * min(step^-0.5, step * warmup^-1.5)``; the
-            paper's own values are ``lr = d_model^-0.5 * warmup^-0.5``), "cosine" (linear
-            warm-up, then cosine decay to ``final_lr_fraction * lr`` at ``max_steps``) or
-            "constant" (after warm-up).
+        schedule: one of ``schedules.SCHEDULES``: "noam" (the shape of Vaswani et al. 2017,
+            eq. 3, peaking at ``lr`` at step ``warmup``: ``lr * sqrt(warmup) * min(step^-0.5,
+            step * warmup^-1.5)``; the paper's own values are ``lr = d_model^-0.5 *
+            warmup^-0.5``), "cosine" (linear warm-up, then cosine decay to
+            ``final_lr_fraction * lr`` at ``max_steps``) or "constant" (after warm-up).
         warmup: warm-up steps.
         final_lr_fraction: the cosine schedule's last learning rate, as a fraction of ``lr``.
         weight_decay: AdamW's decoupled weight decay.
@@ -53,7 +57,7 @@ class TrainConfig:
     batch_size: int = 64
     grad_accum: int = 1
     lr: float = 1e-3
-    schedule: Literal["noam", "cosine", "constant"] = "cosine"
+    schedule: ScheduleKind = "cosine"
     warmup: int = 100
     final_lr_fraction: float = 0.1
     weight_decay: float = 0.01
@@ -103,11 +107,5 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> TrainConfig:
-        """Build from a dict; unknown keys raise ValueError naming them."""
-        if not isinstance(data, dict):
-            raise TypeError(f"train config must be a dict, got {type(data).__name__}")
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ValueError(f"unknown TrainConfig fields: {', '.join(unknown)}")
-        return cls(**data)
+        """Build from a dict; unknown keys raise ValueError naming them and the known ones."""
+        return cls(**check_known_fields(cls, data, "TrainConfig.from_dict"))

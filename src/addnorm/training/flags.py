@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 from addnorm.feedforward import ACTIVATIONS
 from addnorm.norms import NORM_KINDS
-from addnorm.residual import POSITIONS
-from addnorm.transformer.config import POSITION_KINDS
+from addnorm.residual import NORM_POSITIONS
+from addnorm.transformer.config import POSITION_ENCODINGS
 
 __all__ = ["add_dataclass_flags"]
 
@@ -26,8 +26,8 @@ __all__ = ["add_dataclass_flags"]
 CHOICES = {
     "activation": tuple(ACTIVATIONS),
     "norm": tuple(NORM_KINDS),
-    "norm_position": tuple(POSITIONS),
-    "positions": tuple(POSITION_KINDS),
+    "norm_position": tuple(NORM_POSITIONS),
+    "position_encoding": tuple(POSITION_ENCODINGS),
 }
 
 

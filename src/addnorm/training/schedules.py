@@ -12,11 +12,25 @@ shape, ``lr * sqrt(warmup) * min(step^-0.5, step * warmup^-1.5)``, which peaks a
 from __future__ import annotations
 
 import math
+import typing
 from dataclasses import dataclass
+from typing import Literal
 
 from addnorm._checks import check_choice, check_float, check_int
 
-__all__ = ["LRSchedule", "constant_lr", "noam_lr", "warmup_cosine_lr"]
+__all__ = [
+    "SCHEDULES",
+    "LRSchedule",
+    "ScheduleKind",
+    "constant_lr",
+    "noam_lr",
+    "warmup_cosine_lr",
+]
+
+# The schedule kinds, defined once: ``TrainConfig.schedule`` and its ``--schedule`` flag
+# (derived from this Literal) and ``LRSchedule.kind`` all take these names.
+ScheduleKind = Literal["noam", "cosine", "constant"]
+SCHEDULES: tuple[str, ...] = typing.get_args(ScheduleKind)
 
 
 def noam_lr(step: int, *, d_model: int, warmup: int, scale: float = 1.0) -> float:
@@ -58,28 +72,25 @@ class LRSchedule:
     """A named schedule with its constants; ``schedule(step)`` is the lr of that step.
 
     Attributes:
-        kind: "noam", "cosine" or "constant" (see the functions of the same names).
+        kind: one of ``SCHEDULES``: "noam", "cosine" or "constant" (``noam_lr``,
+            ``warmup_cosine_lr``, ``constant_lr``).
         lr: the peak learning rate, for every kind (noam reaches it at ``step == warmup``).
         warmup: warm-up steps.
         total_steps: where the cosine reaches its end (ignored by the others).
-        d_model: the model width, kept for the record (``lr`` already sets the scale, so no
-            kind uses it).
         final_lr_fraction: the cosine's end value as a fraction of ``lr``.
     """
 
-    kind: str
+    kind: ScheduleKind
     lr: float
     warmup: int
     total_steps: int = 1
-    d_model: int = 1
     final_lr_fraction: float = 0.0
 
     def __post_init__(self) -> None:
-        check_choice("kind", self.kind, ("noam", "cosine", "constant"))
+        check_choice("kind", self.kind, SCHEDULES)
         check_float("lr", self.lr, min_value=0.0, min_inclusive=False)
         check_int("warmup", self.warmup, min_value=1 if self.kind == "noam" else 0)
         check_int("total_steps", self.total_steps, min_value=1)
-        check_int("d_model", self.d_model, min_value=1)
         check_float("final_lr_fraction", self.final_lr_fraction, min_value=0.0, max_value=1.0)
 
     def __call__(self, step: int) -> float:
