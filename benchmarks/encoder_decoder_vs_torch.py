@@ -17,6 +17,7 @@ import time
 import torch
 
 import addnorm
+from addnorm.transformer.config import LayerConfig
 
 
 def _median_ms(fn, *, warmup: int, repeats: int, device: torch.device) -> float:
@@ -37,8 +38,8 @@ def _median_ms(fn, *, warmup: int, repeats: int, device: torch.device) -> float:
 def train_step_ratio(args: argparse.Namespace, device: torch.device) -> None:
     torch.manual_seed(0)
     d, h, n, f, b, length = 256, 4, 3, 1024, 32, 64
-    encoder = addnorm.Encoder(n, d, h, f, final_norm=True)
-    decoder = addnorm.Decoder(n, d, h, f, final_norm=True)
+    encoder = addnorm.Encoder(LayerConfig(d, h, f), n, final_norm=True)
+    decoder = addnorm.Decoder(LayerConfig(d, h, f), n, final_norm=True)
     ours = addnorm.EncoderDecoder(encoder, decoder).to(device)
     theirs = addnorm.to_torch(ours).to(device)
     src = torch.randn(b, length, d, device=device)
@@ -65,8 +66,10 @@ def decode_rate(args: argparse.Namespace, device: torch.device) -> None:
         model = addnorm.TransformerLM(cfg).eval().to(device)
         prompt = torch.randint(3, cfg.vocab_size, (1, 16), device=device)
 
-        def run(model=model, prompt=prompt) -> None:
-            model.generate(prompt, max_new_tokens=100, eos_id=None)
+        config = dataclasses.replace(model.generation_config, max_new_tokens=100, eos_id=None)
+
+        def run(model=model, prompt=prompt, config=config) -> None:
+            model.generate(prompt, config)
 
         ms = _median_ms(run, warmup=1, repeats=max(3, args.repeats // 3), device=device)
         print(f"lm-small greedy decode, {positions}: {100 / (ms / 1e3):.0f} tokens/s (batch 1)")

@@ -101,3 +101,46 @@ def test_a_dtype_that_is_not_a_torch_dtype_is_refused_naming_it(call):
 def test_bias_must_be_a_bool(build):
     with pytest.raises(TypeError, match=r"bias must be a bool, got (str|int)"):
         build()
+
+
+# ----------------------------------------------------------- validation once, at the boundary
+
+
+def test_parts_skip_their_checks_inside_a_checked_model_and_check_when_called_directly(
+    monkeypatch,
+):
+    """A model checks its ids once; the norms below it must not check again (each check
+    repeated per layer cost ~8% of decoding time). Called directly, a norm still checks."""
+    import dataclasses
+
+    import addnorm
+    import addnorm.norms as norms
+    import addnorm.residual as residual
+
+    calls: list[str] = []
+    real = norms._check_norm_input
+
+    def counting(x, padding_mask, d_model):
+        calls.append("check")
+        return real(x, padding_mask, d_model)
+
+    monkeypatch.setattr(norms, "_check_norm_input", counting)
+    monkeypatch.setattr(residual, "_check_norm_input", counting)
+    cfg = dataclasses.replace(addnorm.PRESETS["lm-tiny"], dropout=0.0)
+    model = addnorm.TransformerLM(cfg)
+    model(torch.randint(3, 128, (2, 5)))
+    assert calls == []
+    model.blocks.norm(torch.randn(2, 5, 64))
+    assert calls == ["check"]
+    with pytest.raises(ValueError, match=r"x last dim must be 64"):
+        model.blocks.norm(torch.randn(2, 5, 63))
+
+
+def test_the_checked_context_ends_with_the_call_even_when_it_raises():
+    from addnorm._checks import inputs_checked, must_check
+
+    assert must_check()
+    with pytest.raises(RuntimeError), inputs_checked():
+        assert not must_check()
+        raise RuntimeError("inside")
+    assert must_check()

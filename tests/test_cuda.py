@@ -76,11 +76,12 @@ def test_cached_greedy_decoding_on_cuda_equals_the_cpu_tokens(positions):
     model = _tiny_transformer(positions=positions)
     src = _ids(3, 8, 20, seed=4)
     src[1, 4:] = model.cfg.pad_id
-    expected = model.generate(src, max_new_tokens=10, eos_id=None)
+    config = dataclasses.replace(model.generation_config, max_new_tokens=10, eos_id=None)
+    expected = model.generate(src, config)
     gpu = copy.deepcopy(model).to(CUDA)
-    got = gpu.generate(src.to(CUDA), max_new_tokens=10, eos_id=None).cpu()
+    got = gpu.generate(src.to(CUDA), config).cpu()
     assert torch.equal(got, expected)
-    alone = gpu.generate(src[1:2, :4].to(CUDA), max_new_tokens=10, eos_id=None).cpu()
+    alone = gpu.generate(src[1:2, :4].to(CUDA), config).cpu()
     assert torch.equal(alone, expected[1:2])
 
 
@@ -92,10 +93,10 @@ def test_lm_left_padded_batch_on_cuda_decodes_like_each_prompt_alone():
     batch = torch.full((2, 6), cfg.pad_id)
     batch[0, 3:], batch[1] = short[0], long[0]
     padding = batch == cfg.pad_id
-    both = model.generate(batch.to(CUDA), padding_mask=padding.to(CUDA), max_new_tokens=8,
-                          eos_id=None).cpu()
+    config = dataclasses.replace(model.generation_config, max_new_tokens=8, eos_id=None)
+    both = model.generate(batch.to(CUDA), config, padding_mask=padding.to(CUDA)).cpu()
     for row, prompt in enumerate((short, long)):
-        alone = model.generate(prompt.to(CUDA), max_new_tokens=8, eos_id=None).cpu()
+        alone = model.generate(prompt.to(CUDA), config).cpu()
         assert torch.equal(both[row : row + 1], alone)
 
 

@@ -3,7 +3,12 @@
 Conventions shared by every module (shapes legend, mask polarity) are in docs/design.md.
 """
 
-from addnorm.attention import MultiHeadAttention
+from addnorm.attention import (
+    AttentionMask,
+    MultiHeadAttention,
+    cross_attention_mask,
+    self_attention_mask,
+)
 from addnorm.cache import DecodingCache, KVCache
 from addnorm.encodings import (
     LearnedPositionalEmbedding,
@@ -11,12 +16,12 @@ from addnorm.encodings import (
     relative_shift_matrix,
     sinusoidal_encoding,
 )
-from addnorm.feedforward import FeedForward, GatedFeedForward
-from addnorm.norms import BatchNorm, GroupNorm, LayerNorm, RMSNorm, make_norm
+from addnorm.feedforward import FeedForward, GatedFeedForward, make_feedforward
+from addnorm.norms import BatchNorm, GroupNorm, LayerNorm, NoNorm, RMSNorm, make_norm
 from addnorm.residual import AddNorm
 from addnorm.rotary import RotaryEmbedding
 from addnorm.timestep import TimestepEmbedder, timestep_embedding
-from addnorm.transformer.config import PRESETS, LMConfig, TransformerConfig
+from addnorm.transformer.config import PRESETS, LayerConfig, LMConfig, TransformerConfig
 from addnorm.transformer.encoder_decoder import Transformer
 from addnorm.transformer.generation import GenerationConfig, generate_tokens
 from addnorm.transformer.interop import from_torch, to_torch
@@ -28,6 +33,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AddNorm",
+    "AttentionMask",
     "BatchNorm",
     "Decoder",
     "DecoderLayer",
@@ -41,9 +47,11 @@ __all__ = [
     "GroupNorm",
     "KVCache",
     "LMConfig",
+    "LayerConfig",
     "LayerNorm",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",
+    "NoNorm",
     "PRESETS",
     "RMSNorm",
     "RotaryEmbedding",
@@ -52,10 +60,13 @@ __all__ = [
     "Transformer",
     "TransformerConfig",
     "TransformerLM",
+    "cross_attention_mask",
     "from_torch",
     "generate_tokens",
+    "make_feedforward",
     "make_norm",
     "relative_shift_matrix",
+    "self_attention_mask",
     "sinusoidal_encoding",
     "timestep_embedding",
     "to_torch",

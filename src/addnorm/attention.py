@@ -31,17 +31,31 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from addnorm._checks import check_bool_mask, check_int, check_probability, check_tensor
+from addnorm._checks import (
+    check_bool_mask,
+    check_int,
+    check_probability,
+    check_tensor,
+    must_check,
+)
 from addnorm.cache import KVCache
 from addnorm.rotary import RotaryEmbedding
 
-__all__ = ["AttentionMask", "MultiHeadAttention", "build_attention_mask"]
+__all__ = [
+    "AttentionMask",
+    "MultiHeadAttention",
+    "build_attention_mask",
+    "cross_attention_mask",
+    "self_attention_mask",
+]
 
 
 class AttentionMask(NamedTuple):
     """A validated combination of padding, attend and causal masks, ready for SDPA.
 
-    Built once by :func:`build_attention_mask` (once per stack forward, shared by its layers).
+    Built once per stack forward by :func:`self_attention_mask` / :func:`cross_attention_mask`
+    and handed down to every layer as its one ``mask`` argument; an attention module that
+    receives one trusts it and checks nothing again.
 
     Attributes:
         allowed: bool (B|1, H|1, L, S), True = may attend, with rows that see no key opened
@@ -51,12 +65,15 @@ class AttentionMask(NamedTuple):
         dead_rows: bool (B|1, L, 1), True where a row sees no key in any head; the module's
             output row is zeroed (the out_proj bias is not added to an empty attention).
         is_causal: use SDPA's ``is_causal`` fast path (plain causal mask with L == S).
+        query_padding: bool (B, L), True = padding query token (the norms of a layer leave it
+            out of their statistics), or None. Self-attention only: the last L keys.
     """
 
     allowed: torch.Tensor | None
     dead: torch.Tensor | None
     dead_rows: torch.Tensor | None
     is_causal: bool
+    query_padding: torch.Tensor | None = None
 
 
 def _check_attend_mask(
@@ -99,8 +116,12 @@ def build_attention_mask(
     padding_mask: torch.Tensor | None = None,
     attend_mask: torch.Tensor | None = None,
     causal: bool = False,
+    self_attention: bool = True,
 ) -> AttentionMask:
     """Validate and AND together ``padding_mask``, ``attend_mask`` and ``causal``.
+
+    For self-attention the queries are the last L of the S keys, so their padding (for the
+    norms) is the last L columns of ``padding_mask``.
 
     Shapes:
         padding_mask: (B, S) bool, True = padding key
@@ -109,23 +130,73 @@ def build_attention_mask(
     """
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__} ({causal!r})")
+    query_padding = None
     allowed = None
     if attend_mask is not None:
         allowed = _check_attend_mask(attend_mask, batch, n_heads, query_len, key_len)
     if padding_mask is not None:
         name = "padding_mask (True = padding)"
-        keep = ~check_bool_mask(name, padding_mask, (batch, key_len))[:, None, None, :]
+        if must_check():  # skipped inside a checked model, whose masks it built itself
+            padding_mask = check_bool_mask(name, padding_mask, (batch, key_len))
+        if self_attention:
+            query_padding = padding_mask[:, key_len - query_len :]  # (B, L): the new keys
+        keep = ~padding_mask[:, None, None, :]  # (B, 1, 1, S)
         allowed = keep if allowed is None else allowed & keep  # (B, H|1, L|1, S)
     if causal and not (query_len == 1 and key_len >= 1):  # one last query sees every key
         if allowed is None and query_len == key_len:
-            return AttentionMask(None, None, None, is_causal=True)
+            return AttentionMask(None, None, None, True, query_padding)
         tril = causal_attend_mask(query_len, key_len, device)  # (L, S)
         allowed = tril if allowed is None else allowed & tril
     if allowed is None:
-        return AttentionMask(None, None, None, is_causal=False)
+        return AttentionMask(None, None, None, False, query_padding)
     allowed = allowed.reshape((1,) * (4 - allowed.ndim) + allowed.shape)  # (B|1, H|1, L|1, S)
     dead = ~allowed.any(dim=-1, keepdim=True)  # (B|1, H|1, L|1, 1)
-    return AttentionMask(allowed | dead, dead, dead.all(dim=1), is_causal=False)
+    return AttentionMask(allowed | dead, dead, dead.all(dim=1), False, query_padding)
+
+
+def self_attention_mask(
+    x: torch.Tensor,
+    *,
+    n_heads: int,
+    padding_mask: torch.Tensor | None = None,
+    attend_mask: torch.Tensor | None = None,
+    causal: bool = False,
+    cached: int = 0,
+) -> AttentionMask:
+    """The mask of a self-attention over ``cached`` earlier keys followed by x's L tokens.
+
+    Shapes:
+        x: (B, L, D); padding_mask: (B, S) with S = cached + L (True = padding)
+        attend_mask: (L, S), (B, L, S) or (B, H, L, S) (True = may attend)
+    """
+    if must_check():  # skipped inside a checked model
+        x = check_tensor("x", x, ndim=3, floating=True)
+    batch, length, _ = x.shape
+    return build_attention_mask(
+        batch=batch, n_heads=n_heads, query_len=length, key_len=cached + length,
+        device=x.device, padding_mask=padding_mask, attend_mask=attend_mask, causal=causal,
+    )
+
+
+def cross_attention_mask(
+    x: torch.Tensor, memory: torch.Tensor, *, n_heads: int, padding_mask: torch.Tensor | None = None
+) -> AttentionMask:
+    """The mask of x's queries over the memory's keys (``padding_mask``: the memory's).
+
+    Shapes:
+        x: (B, L, D); memory: (B, S, D); padding_mask: (B, S) (True = padding)
+    """
+    if must_check():  # skipped inside a checked model
+        x = check_tensor("x", x, ndim=3, floating=True)
+        memory = check_tensor("memory", memory, ndim=3, floating=True)
+        if memory.shape[0] != x.shape[0]:
+            raise ValueError(
+                f"memory batch size ({memory.shape[0]}) must equal x batch size ({x.shape[0]})"
+            )
+    return build_attention_mask(
+        batch=x.shape[0], n_heads=n_heads, query_len=x.shape[1], key_len=memory.shape[1],
+        device=x.device, padding_mask=padding_mask, self_attention=False,
+    )
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -203,6 +274,7 @@ class MultiHeadAttention(nn.Module):
         x: torch.Tensor,
         memory: torch.Tensor | None = None,
         *,
+        mask: AttentionMask | None = None,
         padding_mask: torch.Tensor | None = None,
         attend_mask: torch.Tensor | None = None,
         causal: bool = False,
@@ -214,6 +286,8 @@ class MultiHeadAttention(nn.Module):
         Args:
             x: the queries' inputs (and keys'/values' for self-attention).
             memory: the encoder output to attend to (cross-attention), or None.
+            mask: a prebuilt :class:`AttentionMask` (a stack builds one for all its layers);
+                trusted as it is, so nothing is checked again. Or describe the mask with:
             padding_mask: True = padding key. With a self-attention ``cache`` the keys are the
                 cached ones followed by x's, so S = cache.length + L.
             attend_mask: True = may attend (see the module docstring for the shapes).
@@ -227,9 +301,14 @@ class MultiHeadAttention(nn.Module):
             attend_mask: (L, S), (B, L, S) or (B, H, L, S); positions: (L,) or (B, L)
             returns: (B, L, D)
         """
-        mask = self._mask(x, memory, cache, padding_mask, attend_mask, causal)
-        q, k, v = self.project(x, memory, cache=cache, positions=positions)
-        return self.attend(q, k, v, mask)
+        if mask is None:
+            mask = self._checked_mask(x, memory, cache, padding_mask, attend_mask, causal)
+        elif padding_mask is not None or attend_mask is not None or causal:
+            raise ValueError(
+                "pass either a prebuilt mask or padding_mask / attend_mask / causal, not both"
+            )
+        q, k, v = self._project(x, memory, cache, positions)
+        return self._attend(q, k, v, mask)
 
     def forward_with_weights(
         self,
@@ -242,21 +321,20 @@ class MultiHeadAttention(nn.Module):
         cache: KVCache | None = None,
         positions: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Like :meth:`forward`, and also return the attention weights (slower: no SDPA).
+        """:meth:`forward` for inspection, also returning the attention weights (no SDPA).
 
-        The weights are ``softmax(Q K^T / sqrt(Dh))`` over the visible keys, before dropout;
-        each row sums to 1, or is all zeros when the row sees no key.
+        Takes :meth:`forward`'s arguments. The weights are ``softmax(Q K^T / sqrt(Dh))`` over
+        the visible keys, before dropout; each row sums to 1, or is all zeros when the row
+        sees no key. Called directly (not through ``__call__``), so module hooks do not fire.
 
         Shapes:
-            x: (B, L, D); memory: (B, S, D); padding_mask: (B, S)
-            attend_mask: (L, S), (B, L, S) or (B, H, L, S); positions: (L,) or (B, L)
             returns: output (B, L, D), weights (B, H, L, S)
         """
-        mask = self._mask(x, memory, cache, padding_mask, attend_mask, causal)
-        q, k, v = self.project(x, memory, cache=cache, positions=positions)
-        return self.attend_with_weights(q, k, v, mask)
+        mask = self._checked_mask(x, memory, cache, padding_mask, attend_mask, causal)
+        q, k, v = self._project(x, memory, cache, positions)
+        return self._attend_with_weights(q, k, v, mask)
 
-    def _mask(
+    def _checked_mask(
         self,
         x: torch.Tensor,
         memory: torch.Tensor | None,
@@ -265,31 +343,36 @@ class MultiHeadAttention(nn.Module):
         attend_mask: torch.Tensor | None,
         causal: bool,
     ) -> AttentionMask:
-        """The validated mask, built *before* :meth:`project` appends x's keys to ``cache``,
-        so a call with a bad mask raises and leaves the cache as it was."""
+        """Check the arguments of a direct call and build its mask, *before* :meth:`_project`
+        appends x's keys to ``cache``, so a bad call raises and leaves the cache as it was."""
         check_tensor("x", x, ndim=3, last_dim=self.d_model, floating=True)
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
-        batch, query_len, _ = x.shape
         cached = 0 if cache is None else cache.length
         if memory is None:
-            key_len = cached + query_len  # self-attention: cached keys, then x's
-        elif cached:
-            key_len = cached  # cross-attention: memory's keys, cached at the first call
-        else:
-            key_len = check_tensor("memory", memory, ndim=3).shape[1]
+            return self_attention_mask(
+                x, n_heads=self.n_heads, padding_mask=padding_mask, attend_mask=attend_mask,
+                causal=causal, cached=cached,
+            )
+        check_tensor("memory", memory, ndim=3, last_dim=self.d_model, floating=True)
+        if memory.shape[0] != x.shape[0]:
+            raise ValueError(
+                f"memory batch size ({memory.shape[0]}) must equal x batch size ({x.shape[0]})"
+            )
+        batch, query_len, _ = x.shape
+        key_len = cached or memory.shape[1]  # a filled cross-attention cache holds the memory
         return build_attention_mask(
             batch=batch, n_heads=self.n_heads, query_len=query_len, key_len=key_len,
             device=x.device, padding_mask=padding_mask, attend_mask=attend_mask, causal=causal,
+            self_attention=False,
         )
 
-    def project(
+    def _project(
         self,
         x: torch.Tensor,
-        memory: torch.Tensor | None = None,
-        *,
-        cache: KVCache | None = None,
-        positions: torch.Tensor | None = None,
+        memory: torch.Tensor | None,
+        cache: KVCache | None,
+        positions: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per-head queries, keys and values (keys/values include the cached ones).
 
@@ -300,20 +383,19 @@ class MultiHeadAttention(nn.Module):
             x: (B, L, D); memory: (B, S, D); positions: (L,) or (B, L)
             returns: q (B, H, L, Dh), k (B, H, S, Dh), v (B, H, S, Dh)
         """
-        check_tensor("x", x, ndim=3, last_dim=self.d_model, floating=True)
-        if cache is not None and not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
         if memory is None:
-            return self._project_self(x, cache, positions)
-        check_tensor("memory", memory, ndim=3, last_dim=self.d_model, floating=True)
-        if memory.shape[0] != x.shape[0]:
-            raise ValueError(
-                f"memory batch size ({memory.shape[0]}) must equal x batch size ({x.shape[0]})"
-            )
-        d = self.d_model
-        w_q, w_kv = self.in_proj.weight.split([d, 2 * d])
+            q, k, v = self.in_proj(x).chunk(3, dim=-1)  # (B, L, D) each
+            q, k, v = (split_heads(t, self.n_heads) for t in (q, k, v))  # (B, H, L, Dh)
+            if self.rotary is not None:
+                offset = 0 if cache is None else cache.length
+                q = self.rotary(q, offset=offset, positions=positions)
+                k = self.rotary(k, offset=offset, positions=positions)
+            if cache is not None:
+                k, v = cache.append(k, v)  # (B, H, S, Dh), S = cached + L
+            return q, k, v
+        w_q, w_kv = self.in_proj.weight.split([self.d_model, 2 * self.d_model])
         bias = self.in_proj.bias
-        b_q, b_kv = (None, None) if bias is None else bias.split([d, 2 * d])
+        b_q, b_kv = (None, None) if bias is None else bias.split([self.d_model, 2 * self.d_model])
         q = split_heads(F.linear(x, w_q, b_q), self.n_heads)  # (B, H, L, Dh)
         if cache is not None and cache.length > 0:  # memory's keys/values computed at start
             return q, *cache.view()
@@ -323,20 +405,7 @@ class MultiHeadAttention(nn.Module):
             k, v = cache.append(k, v)
         return q, k, v
 
-    def _project_self(
-        self, x: torch.Tensor, cache: KVCache | None, positions: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        q, k, v = self.in_proj(x).chunk(3, dim=-1)  # (B, L, D) each
-        q, k, v = (split_heads(t, self.n_heads) for t in (q, k, v))  # (B, H, L, Dh)
-        if self.rotary is not None:
-            offset = 0 if cache is None else cache.length
-            q = self.rotary(q, offset=offset, positions=positions)
-            k = self.rotary(k, offset=offset, positions=positions)
-        if cache is not None:
-            k, v = cache.append(k, v)  # (B, H, S, Dh), S = cached + L
-        return q, k, v
-
-    def attend(
+    def _attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AttentionMask
     ) -> torch.Tensor:
         """SDPA over projected heads, then ``out_proj``; rows that see no key give zeros.
@@ -351,7 +420,7 @@ class MultiHeadAttention(nn.Module):
         )  # (B, H, L, Dh)
         return self._output(heads, mask)
 
-    def attend_with_weights(
+    def _attend_with_weights(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AttentionMask
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The explicit ``softmax(Q K^T / sqrt(Dh)) V``, returning the weights as well.

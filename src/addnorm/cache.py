@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from addnorm._checks import check_bool_mask, check_int, check_tensor
+from addnorm._checks import check_bool_mask, check_int, check_tensor, must_check
 
 __all__ = ["DecodingCache", "KVCache", "LayerCache"]
 
@@ -201,13 +201,14 @@ class DecodingCache:
             padding_mask: (B, L) bool, True = padding
             returns: key padding (B, length + L), positions (B, L) long
         """
-        check_bool_mask("padding_mask (True = padding)", padding_mask)
         batch = self.padding_mask.shape[0]
-        if padding_mask.ndim != 2 or padding_mask.shape[0] != batch:
-            raise ValueError(
-                f"padding_mask must have shape (B, L) with B = {batch}, "
-                f"got {tuple(padding_mask.shape)}"
-            )
+        if must_check():  # skipped when a model extends its own cache with its own padding
+            check_bool_mask("padding_mask (True = padding)", padding_mask)
+            if padding_mask.ndim != 2 or padding_mask.shape[0] != batch:
+                raise ValueError(
+                    f"padding_mask must have shape (B, L) with B = {batch}, "
+                    f"got {tuple(padding_mask.shape)}"
+                )
         end = self.length + padding_mask.shape[1]
         if end > self.max_len:
             raise ValueError(

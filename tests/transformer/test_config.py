@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import fields, replace
 
 import pytest
 
-from addnorm.transformer.config import PRESETS, LMConfig, TransformerConfig
+from addnorm.transformer.config import PRESETS, LayerConfig, LMConfig, TransformerConfig
 
 
 def test_base_preset_is_the_papers_base_model():
@@ -17,7 +18,8 @@ def test_base_preset_is_the_papers_base_model():
     assert isinstance(base, TransformerConfig)
     assert (base.n_encoder_layers, base.n_decoder_layers) == (6, 6)
     assert (base.d_model, base.n_heads, base.d_ff, base.dropout) == (512, 8, 2048, 0.1)
-    assert (base.norm_position, base.positions, base.activation) == ("post", "sinusoidal", "relu")
+    assert (base.norm_position, base.activation) == ("post", "relu")
+    assert base.position_encoding == "sinusoidal"
 
 
 @pytest.mark.parametrize(
@@ -62,10 +64,11 @@ def test_configs_are_frozen_and_replace_validates_again():
         (dict(dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1.0"),
         (dict(dropout=-0.1), ValueError, r"dropout must be >= 0.0, got -0.1"),
         (dict(norm="batchnorm"), ValueError, r"norm must be one of .*got 'batchnorm'"),
-        (dict(positions="alibi"), ValueError, r"positions must be one of .*got 'alibi'"),
+        (dict(position_encoding="alibi"), ValueError,
+         r"position_encoding must be one of .*got 'alibi'"),
         (dict(activation="tanh"), ValueError, r"activation must be one of .*got 'tanh'"),
         (dict(norm_position="middle"), ValueError, r"norm_position must be one of"),
-        (dict(d_model=24, n_heads=8, positions="rotary"), ValueError,
+        (dict(d_model=24, n_heads=8, position_encoding="rotary"), ValueError,
          r"rotary' needs an even d_head; d_model \(24\) / n_heads \(8\) = 3"),
         (dict(src_vocab_size=0), ValueError, r"src_vocab_size must be >= 1, got 0"),
         (dict(src_vocab_size=100, tgt_vocab_size=200), ValueError,
@@ -130,3 +133,18 @@ def test_lm_pad_id_must_differ_from_bos_and_eos_but_bos_may_equal_eos():
     with pytest.raises(ValueError, match=r"pad_id \(0\) must differ from eos_id \(0\)"):
         LMConfig(eos_id=0)
     assert LMConfig(bos_id=2, eos_id=2).bos_id == 2
+
+
+def test_a_config_saved_with_the_old_positions_key_still_loads():
+    """Checkpoints written before the rename store ``positions``; from_dict maps it."""
+    data = PRESETS["tiny"].to_dict()
+    data["positions"] = data.pop("position_encoding")
+    assert TransformerConfig.from_dict(data) == PRESETS["tiny"]
+
+
+def test_layer_config_carries_the_model_configs_layer_settings():
+    cfg = replace(PRESETS["lm-tiny"], norm="rms", dropout=0.25, activation="swiglu")
+    layer = cfg.layer_config()
+    assert isinstance(layer, LayerConfig) and layer.d_head == cfg.d_model // cfg.n_heads
+    shared = {f.name for f in fields(LayerConfig)}
+    assert {n: getattr(layer, n) for n in shared} == {n: getattr(cfg, n) for n in shared}

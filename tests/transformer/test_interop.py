@@ -14,9 +14,10 @@ import pytest
 import torch
 from torch import nn
 
-from addnorm.attention import MultiHeadAttention
+from addnorm.attention import MultiHeadAttention, cross_attention_mask, self_attention_mask
 from addnorm.feedforward import FeedForward
 from addnorm.rotary import RotaryEmbedding
+from addnorm.transformer.config import LayerConfig
 from addnorm.transformer.interop import from_torch, to_torch
 from addnorm.transformer.layers import DecoderLayer, EncoderLayer
 from addnorm.transformer.stacks import Decoder, Encoder, EncoderDecoder
@@ -117,9 +118,15 @@ def run_torch(kind, module, causal, batch_first=True):
 
 def run_addnorm(kind, module, causal):
     x, memory, padding, memory_padding = inputs()
-    if kind in ("mha", "encoder_layer", "encoder"):
+    if kind in ("encoder_layer", "decoder_layer"):  # a layer takes the masks a stack builds
+        mask = self_attention_mask(x, n_heads=H, padding_mask=padding, causal=causal)
+        if kind == "encoder_layer":
+            return module(x, mask)
+        return module(x, memory, mask, cross_attention_mask(x, memory, n_heads=H,
+                                                            padding_mask=memory_padding))
+    if kind in ("mha", "encoder"):
         return module(x, padding_mask=padding, causal=causal)
-    if kind in ("decoder_layer", "decoder"):
+    if kind == "decoder":
         return module(x, memory, padding_mask=padding, memory_padding_mask=memory_padding,
                       causal=causal)
     return module(memory, x, src_padding_mask=memory_padding, tgt_padding_mask=padding)
@@ -181,7 +188,8 @@ def test_attend_mask_is_the_negation_of_torch_attn_mask():
     attend = torch.rand(L, L, generator=torch.Generator().manual_seed(2)) < 0.5
     attend |= torch.eye(L, dtype=torch.bool)  # every query sees at least itself
     expected = reference(x, src_mask=~attend)
-    assert_same(from_torch(reference)(x, attend_mask=attend), expected)
+    mask = self_attention_mask(x, n_heads=H, attend_mask=attend)
+    assert_same(from_torch(reference)(x, mask), expected)
 
 
 # ------------------------------------------------------------------- round trips, to_torch
@@ -203,17 +211,16 @@ def test_round_trip_through_addnorm_reproduces_the_state_dict(kind, config):
 def addnorm_module(kind, *, norm_position="post", activation="gelu", bias=True,
                    final_norm=None) -> nn.Module:
     torch.manual_seed(3)
-    layer_args = {"dropout": 0.1, "activation": activation, "norm_position": norm_position,
-                  "norm_eps": 1e-6, "bias": bias}
-    stack_args = {**layer_args, "final_norm": final_norm}
+    cfg = LayerConfig(D, H, F_, dropout=0.1, activation=activation, norm_position=norm_position,
+                      norm_eps=1e-6, bias=bias)
     builders = {
         "mha": lambda: MultiHeadAttention(D, H, dropout=0.1, bias=bias),
-        "encoder_layer": lambda: EncoderLayer(D, H, F_, **layer_args),
-        "decoder_layer": lambda: DecoderLayer(D, H, F_, **layer_args),
-        "encoder": lambda: Encoder(2, D, H, F_, **stack_args),
-        "decoder": lambda: Decoder(2, D, H, F_, **stack_args),
+        "encoder_layer": lambda: EncoderLayer(cfg),
+        "decoder_layer": lambda: DecoderLayer(cfg),
+        "encoder": lambda: Encoder(cfg, 2, final_norm=final_norm),
+        "decoder": lambda: Decoder(cfg, 2, final_norm=final_norm),
         "transformer": lambda: EncoderDecoder(
-            Encoder(2, D, H, F_, **stack_args), Decoder(3, D, H, F_, **stack_args)
+            Encoder(cfg, 2, final_norm=final_norm), Decoder(cfg, 3, final_norm=final_norm)
         ),
     }
     module = builders[kind]().double()
@@ -314,12 +321,13 @@ def test_from_torch_refuses_features_addnorm_lacks(build, words):
     ("build", "words"),
     [
         (lambda: MultiHeadAttention(D, H, rotary=RotaryEmbedding(D // H)), "rotary"),
-        (lambda: EncoderLayer(D, H, F_, rotary=RotaryEmbedding(D // H)), "rotary"),
-        (lambda: EncoderLayer(D, H, F_, norm="rms"), "must be a LayerNorm.*RMSNorm"),
-        (lambda: DecoderLayer(D, H, F_, norm="batch"), "must be a LayerNorm.*BatchNorm"),
-        (lambda: EncoderLayer(D, H, F_, activation="swiglu"), "'swiglu'"),
-        (lambda: EncoderLayer(D, H, F_, activation="gelu_tanh"), "'gelu_tanh'"),
-        (lambda: Encoder(2, D, H, F_, norm="rms", norm_position="pre"), "RMSNorm"),
+        (lambda: EncoderLayer(LayerConfig(D, H, F_), rotary=RotaryEmbedding(D // H)), "rotary"),
+        (lambda: EncoderLayer(LayerConfig(D, H, F_, norm="rms")), "must be a LayerNorm.*RMSNorm"),
+        (lambda: DecoderLayer(LayerConfig(D, H, F_, norm="batch")),
+         "must be a LayerNorm.*BatchNorm"),
+        (lambda: EncoderLayer(LayerConfig(D, H, F_, activation="swiglu")), "'swiglu'"),
+        (lambda: EncoderLayer(LayerConfig(D, H, F_, activation="gelu_tanh")), "'gelu_tanh'"),
+        (lambda: Encoder(LayerConfig(D, H, F_, norm="rms", norm_position="pre"), 2), "RMSNorm"),
     ],
 )
 def test_to_torch_refuses_features_torch_nn_lacks(build, words):
@@ -331,7 +339,7 @@ def test_to_torch_refuses_features_torch_nn_lacks(build, words):
     ("convert", "module", "words"),
     [
         (from_torch, nn.Linear(D, D), "from_torch cannot convert Linear; supported: nn.Multi"),
-        (from_torch, EncoderLayer(D, H, F_), "from_torch cannot convert EncoderLayer"),
+        (from_torch, EncoderLayer(LayerConfig(D, H, F_)), "from_torch cannot convert EncoderLayer"),
         (to_torch, FeedForward(D, F_), "to_torch cannot convert FeedForward; supported: Multi"),
         (to_torch, nn.TransformerEncoderLayer(D, H, F_), "cannot convert TransformerEncoderLayer"),
         (from_torch, nn.Transformer(D, H, 1, 1, F_, custom_encoder=nn.Identity()),

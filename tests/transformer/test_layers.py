@@ -9,8 +9,14 @@ import pytest
 import torch
 from torch import nn
 
-from addnorm.attention import MultiHeadAttention
+from addnorm.attention import (
+    AttentionMask,
+    MultiHeadAttention,
+    cross_attention_mask,
+    self_attention_mask,
+)
 from addnorm.cache import KVCache, LayerCache
+from addnorm.transformer.config import LayerConfig
 from addnorm.transformer.layers import DecoderLayer, EncoderLayer
 
 D, H, FF = 16, 4, 32
@@ -44,6 +50,15 @@ def copy_decoder_layer(ours: DecoderLayer, ref: nn.TransformerDecoderLayer) -> N
     ours.ff_add_norm.norm.load_state_dict(ref.norm3.state_dict())
 
 
+def self_mask(x: torch.Tensor, **kwargs) -> AttentionMask:
+    """The layer's self-attention mask, built as a stack builds it."""
+    return self_attention_mask(x, n_heads=H, **kwargs)
+
+
+def memory_mask(x: torch.Tensor, memory: torch.Tensor, padding: torch.Tensor) -> AttentionMask:
+    return cross_attention_mask(x, memory, n_heads=H, padding_mask=padding)
+
+
 def randn(*shape: int, seed: int = 1) -> torch.Tensor:
     return torch.randn(*shape, dtype=F64, generator=torch.Generator().manual_seed(seed))
 
@@ -72,12 +87,14 @@ def test_encoder_layer_matches_torch_encoder_layer(position, activation, train):
         D, H, FF, dropout=0.0, activation=activation, batch_first=True,
         norm_first=position == "pre",
     ).to(F64)
-    ours = EncoderLayer(D, H, FF, activation=activation, norm_position=position).to(F64)
+    cfg = LayerConfig(D, H, FF, activation=activation, norm_position=position)
+    ours = EncoderLayer(cfg).to(F64)
     copy_encoder_layer(ours, ref)
     ours.train(train), ref.train(train)
     x, padding = randn(2, 5, D), right_padding([5, 3], 5)
     expected = ref(x, src_key_padding_mask=padding)
-    torch.testing.assert_close(ours(x, padding_mask=padding), expected, atol=1e-10, rtol=0)
+    got = ours(x, self_mask(x, padding_mask=padding))
+    torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)
 
 
 @pytest.mark.parametrize(("position", "activation", "train"), CASES)
@@ -87,7 +104,8 @@ def test_decoder_layer_matches_torch_decoder_layer(position, activation, train):
         D, H, FF, dropout=0.0, activation=activation, batch_first=True,
         norm_first=position == "pre",
     ).to(F64)
-    ours = DecoderLayer(D, H, FF, activation=activation, norm_position=position).to(F64)
+    cfg = LayerConfig(D, H, FF, activation=activation, norm_position=position)
+    ours = DecoderLayer(cfg).to(F64)
     copy_decoder_layer(ours, ref)
     ours.train(train), ref.train(train)
     x, memory = randn(2, 4, D), randn(2, 6, D, seed=2)
@@ -96,48 +114,51 @@ def test_decoder_layer_matches_torch_decoder_layer(position, activation, train):
         x, memory, tgt_mask=torch_causal(4), tgt_key_padding_mask=padding,
         memory_key_padding_mask=memory_padding,
     )
-    got = ours(x, memory, padding_mask=padding, memory_padding_mask=memory_padding)
+    masks = self_mask(x, padding_mask=padding, causal=True), memory_mask(x, memory, memory_padding)
+    got = ours(x, memory, *masks)
     torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)
 
 
 def test_decoder_layer_attend_mask_equals_causal_flag():
     """attend_mask = lower triangle (True = may attend) is the causal mask for L == S."""
     torch.manual_seed(0)
-    layer = DecoderLayer(D, H, FF).to(F64)
+    layer = DecoderLayer(LayerConfig(D, H, FF)).to(F64)
     x, memory = randn(2, 4, D), randn(2, 3, D, seed=2)
     tril = torch.ones(4, 4, dtype=torch.bool).tril()
-    torch.testing.assert_close(
-        layer(x, memory, attend_mask=tril, causal=False), layer(x, memory), atol=1e-12, rtol=0
-    )
+    by_attend_mask = layer(x, memory, self_mask(x, attend_mask=tril))
+    by_causal_flag = layer(x, memory, self_mask(x, causal=True))
+    torch.testing.assert_close(by_attend_mask, by_causal_flag, atol=1e-12, rtol=0)
 
 
 @pytest.mark.parametrize("position", ["post", "pre"])
 def test_cached_decoder_layer_equals_full_recomputation(position):
     torch.manual_seed(0)
-    layer = DecoderLayer(D, H, FF, norm_position=position).to(F64).eval()
+    layer = DecoderLayer(LayerConfig(D, H, FF, norm_position=position)).to(F64).eval()
     x, memory = randn(2, 5, D), randn(2, 3, D, seed=2)
     memory_padding = right_padding([3, 2], 3)
-    full = layer(x, memory, memory_padding_mask=memory_padding)
+    full = layer(x, memory, self_mask(x, causal=True), memory_mask(x, memory, memory_padding))
     cache = LayerCache(KVCache(2, H, 5, D // H, dtype=F64), KVCache(2, H, 3, D // H, dtype=F64))
-    steps = [
-        layer(x[:, i : i + 1], memory, memory_padding_mask=memory_padding, cache=cache)
-        for i in range(5)
-    ]
+    steps = []
+    for i in range(5):
+        x_i = x[:, i : i + 1]
+        masks = self_mask(x_i, causal=True, cached=i), memory_mask(x_i, memory, memory_padding)
+        steps.append(layer(x_i, memory, *masks, cache=cache))
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-12, rtol=0)
 
 
 def test_causal_encoder_layer_with_cache_equals_full_recomputation():
     torch.manual_seed(0)
-    layer = EncoderLayer(D, H, FF, norm_position="pre").to(F64).eval()
+    layer = EncoderLayer(LayerConfig(D, H, FF, norm_position="pre")).to(F64).eval()
     x = randn(2, 6, D)
     padding = torch.tensor([[True, True, False, False, False, False], [False] * 6])  # left pad
-    full = layer(x, padding_mask=padding, causal=True)
+    full = layer(x, self_mask(x, padding_mask=padding, causal=True))
     cache = LayerCache(KVCache(2, H, 6, D // H, dtype=F64))
-    prompt = layer(x[:, :4], padding_mask=padding[:, :4], causal=True, cache=cache)
-    steps = [
-        layer(x[:, i : i + 1], padding_mask=padding[:, : i + 1], causal=True, cache=cache)
-        for i in range(4, 6)
-    ]
+    prompt_mask = self_mask(x[:, :4], padding_mask=padding[:, :4], causal=True)
+    prompt = layer(x[:, :4], prompt_mask, cache=cache)
+    steps = []
+    for i in range(4, 6):
+        mask = self_mask(x[:, i : i + 1], padding_mask=padding[:, : i + 1], causal=True, cached=i)
+        steps.append(layer(x[:, i : i + 1], mask, cache=cache))
     torch.testing.assert_close(torch.cat([prompt, *steps], 1), full, atol=1e-12, rtol=0)
 
 
@@ -145,7 +166,7 @@ def test_causal_encoder_layer_with_cache_equals_full_recomputation():
 def test_fresh_layer_has_xavier_uniform_weights_and_zero_biases(layer_class):
     """Glorot & Bengio (2010): U(-b, b), b = sqrt(6 / (fan_in + fan_out)), per weight matrix."""
     torch.manual_seed(0)
-    layer = layer_class(64, 4, 128)
+    layer = layer_class(LayerConfig(64, 4, 128))
     matrices = []
     for module in layer.modules():
         if isinstance(module, MultiHeadAttention):
@@ -162,19 +183,19 @@ def test_fresh_layer_has_xavier_uniform_weights_and_zero_biases(layer_class):
 
 def test_two_layers_built_in_a_row_have_different_weights():
     """Each construction draws its own initialisation (no deep copies)."""
-    first, second = EncoderLayer(D, H, FF), EncoderLayer(D, H, FF)
+    first, second = EncoderLayer(LayerConfig(D, H, FF)), EncoderLayer(LayerConfig(D, H, FF))
     assert not torch.equal(first.self_attn.in_proj.weight, second.self_attn.in_proj.weight)
     assert not torch.equal(first.ff.w1.weight, second.ff.w1.weight)
 
 
 def test_bias_false_removes_every_linear_and_layer_norm_bias():
-    layer = DecoderLayer(D, H, FF, bias=False)
+    layer = DecoderLayer(LayerConfig(D, H, FF, bias=False))
     names = [name for name, _ in layer.named_parameters()]
     assert not [n for n in names if n.endswith("bias")], names
 
 
 def test_dropout_reaches_attention_sublayers_and_ffn():
-    layer = DecoderLayer(D, H, FF, dropout=0.25)
+    layer = DecoderLayer(LayerConfig(D, H, FF, dropout=0.25))
     assert layer.self_attn.dropout == layer.cross_attn.dropout == 0.25
     assert layer.ff.dropout.p == 0.25
     for add_norm in (layer.self_attn_add_norm, layer.cross_attn_add_norm, layer.ff_add_norm):
@@ -187,18 +208,21 @@ def test_dropout_reaches_attention_sublayers_and_ffn():
         (lambda e, d, x: e(x[..., :8]), ValueError, r"x last dim must be 16"),
         (lambda e, d, x: d(x, randn(2, 3, 8)), ValueError, r"memory last dim must be 16"),
         (lambda e, d, x: d(x, randn(3, 3, D)), ValueError, r"memory batch size \(3\)"),
-        (lambda e, d, x: e(x, padding_mask=torch.zeros(2, 5)), TypeError, r"torch.bool"),
+        (lambda e, d, x: e(x, self_mask(x, padding_mask=torch.zeros(2, 5))), TypeError,
+         r"torch.bool"),
+        (lambda e, d, x: e(x, x), TypeError, r"mask must be an AttentionMask"),
         (lambda e, d, x: e(x, cache=KVCache(2, H, 5, 4)), TypeError, r"LayerCache"),
         (lambda e, d, x: d(x, x, cache=LayerCache(KVCache(2, H, 5, 4))), ValueError,
          r"cross_attn KVCache"),
-        (lambda e, d, x: EncoderLayer(D, H, FF, norm="batchy"), ValueError, r"norm must be one"),
-        (lambda e, d, x: EncoderLayer(D, H, FF, activation="tanh"), ValueError, r"activation"),
-        (lambda e, d, x: DecoderLayer(D, H, FF, norm_position="middle"), ValueError,
+        (lambda e, d, x: LayerConfig(D, H, FF, norm="batchy"), ValueError, r"norm must be one"),
+        (lambda e, d, x: LayerConfig(D, H, FF, activation="tanh"), ValueError, r"activation"),
+        (lambda e, d, x: LayerConfig(D, H, FF, norm_position="middle"), ValueError,
          r"position must be one of 'post', 'pre'; got 'middle'"),
     ],
 )
 def test_bad_inputs_raise_naming_the_values(call, error, match):
     torch.manual_seed(0)
-    encoder, decoder = EncoderLayer(D, H, FF).to(F64), DecoderLayer(D, H, FF).to(F64)
+    cfg = LayerConfig(D, H, FF)
+    encoder, decoder = EncoderLayer(cfg).to(F64), DecoderLayer(cfg).to(F64)
     with pytest.raises(error, match=match):
         call(encoder, decoder, randn(2, 5, D))

@@ -5,6 +5,7 @@ formula checked against the encodings module."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from addnorm.encodings import sinusoidal_encoding
 from addnorm.transformer import Transformer, TransformerLM
 from addnorm.transformer.config import LMConfig, TransformerConfig
 from addnorm.transformer.embedding import positions_from_padding
+from addnorm.transformer.generation import GenerationConfig
 
 V, PAD, BOS, EOS = 23, 0, 1, 2
 F64 = torch.float64
@@ -25,7 +27,8 @@ def transformer(positions: str = "sinusoidal", **changes) -> Transformer:
     torch.manual_seed(0)
     cfg = TransformerConfig(
         src_vocab_size=V, tgt_vocab_size=V, d_model=32, n_heads=4, n_encoder_layers=2,
-        n_decoder_layers=2, d_ff=64, dropout=0.0, positions=positions, max_len=16, **changes,
+        n_decoder_layers=2, d_ff=64, dropout=0.0, position_encoding=positions, max_len=16,
+        **changes,
     )
     return Transformer(cfg).to(F64).eval()
 
@@ -34,7 +37,7 @@ def language_model(positions: str = "sinusoidal", **changes) -> TransformerLM:
     torch.manual_seed(0)
     cfg = LMConfig(
         vocab_size=V, d_model=32, n_heads=4, n_layers=2, d_ff=64, dropout=0.0,
-        positions=positions, max_len=16, **changes,
+        position_encoding=positions, max_len=16, **changes,
     )
     return TransformerLM(cfg).to(F64).eval()
 
@@ -97,8 +100,9 @@ def test_lm_left_and_right_padded_rows_give_their_logits_alone(positions):
 def test_lm_batched_generation_equals_each_prompt_alone(strategy):
     model = language_model("rotary")
     kw = dict(max_new_tokens=5, strategy=strategy, num_beams=3, eos_id=None)
-    batched = model.generate(PROMPT, **kw)
-    alone = torch.cat([model.generate(PROMPT[:1], **kw), model.generate(PROMPT[1:, 2:], **kw)])
+    config = gen(model, **kw)
+    batched = model.generate(PROMPT, config)
+    alone = torch.cat([model.generate(PROMPT[:1], config), model.generate(PROMPT[1:, 2:], config)])
     assert torch.equal(batched, alone)
 
 
@@ -107,8 +111,9 @@ def test_lm_batched_generation_equals_each_prompt_alone(strategy):
 def test_transformer_batched_generation_equals_each_source_alone(strategy):
     model = transformer()
     kw = dict(max_new_tokens=5, strategy=strategy, num_beams=3, eos_id=None)
-    batched = model.generate(SOURCE, **kw)
-    alone = torch.cat([model.generate(SOURCE[:1], **kw), model.generate(SOURCE[1:, :3], **kw)])
+    config = gen(model, **kw)
+    batched = model.generate(SOURCE, config)
+    alone = torch.cat([model.generate(SOURCE[:1], config), model.generate(SOURCE[1:, :3], config)])
     assert torch.equal(batched, alone)
 
 
@@ -116,11 +121,16 @@ def test_transformer_batched_generation_equals_each_source_alone(strategy):
 def test_greedy_generation_is_the_argmax_of_full_recomputation():
     """Greedy decoding by definition: append argmax of the last position's logits."""
     model = transformer("rotary")
-    generated = model.generate(SOURCE, max_new_tokens=4, eos_id=None)
+    generated = model.generate(SOURCE, gen(model, max_new_tokens=4, eos_id=None))
     target = torch.full((2, 1), BOS)
     for _ in range(4):
         target = torch.cat([target, model(SOURCE, target)[:, -1].argmax(-1, keepdim=True)], 1)
     assert torch.equal(generated, target[:, 1:])
+
+
+def gen(model, **changes) -> GenerationConfig:
+    """The model's own generation config with ``changes`` (its eos and pad ids kept)."""
+    return replace(model.generation_config, **changes)
 
 
 @torch.no_grad()
@@ -144,8 +154,8 @@ def test_lm_never_generates_pad_so_cached_logits_match_recomputation(strategy):
     although pad wins every raw argmax; cached logits == full recomputation of the output."""
     model = favouring(language_model(), [PAD])
     assert (model(PROMPT).argmax(-1) == PAD).all()
-    out = model.generate(PROMPT, strategy=strategy, generator=torch.Generator().manual_seed(0),
-                         **GENERATE)
+    config, generator = gen(model, strategy=strategy, **GENERATE), torch.Generator().manual_seed(0)
+    out = model.generate(PROMPT, config, generator=generator)
     assert out.shape == (2, 5) and not (out == PAD).any()
     cache, first = model.start(PROMPT, max_new_tokens=5)
     steps = [first] + [model.step(out[:, i : i + 1], cache) for i in range(4)]
@@ -160,8 +170,8 @@ def test_transformer_never_generates_pad_or_bos_so_cached_logits_match_recomputa
     model = favouring(transformer(tie_output=False), [PAD, BOS])
     target, banned = torch.full((2, 1), BOS), torch.tensor([PAD, BOS])
     assert torch.isin(model(SOURCE, target).argmax(-1), banned).all()
-    out = model.generate(SOURCE, strategy=strategy, generator=torch.Generator().manual_seed(0),
-                         **GENERATE)
+    config, generator = gen(model, strategy=strategy, **GENERATE), torch.Generator().manual_seed(0)
+    out = model.generate(SOURCE, config, generator=generator)
     assert out.shape == (2, 5) and not torch.isin(out, banned).any()
     cache, first = model.start(SOURCE, max_new_tokens=5)
     steps = [first] + [model.step(out[:, i : i + 1], cache) for i in range(4)]
@@ -239,7 +249,7 @@ def test_all_padding_source_row_gives_finite_logits():
     source = torch.tensor([[PAD] * 4, [5, 6, PAD, PAD]])
     logits = model(source, torch.tensor([[BOS, 3], [BOS, 4]]))
     assert torch.isfinite(logits).all()
-    assert torch.isfinite(model.generate(source, max_new_tokens=2)).all()
+    assert torch.isfinite(model.generate(source, gen(model, max_new_tokens=2))).all()
 
 
 @torch.no_grad()
@@ -271,12 +281,12 @@ def test_cache_reorder_follows_the_index_for_every_stored_tensor():
          r"src_padding_mask .* must have shape \(1, 2\)"),
         (lambda t, m: m(ids(1, 17)), ValueError,
          r"ids length \(17\) exceeds max_len \(16\) of the learned position table"),
-        (lambda t, m: m.generate(PROMPT, max_new_tokens=14), ValueError,
+        (lambda t, m: m.generate(PROMPT, gen(m, max_new_tokens=14)), ValueError,
          r"prompt length \(4\) \+ max_new_tokens \(14\) - 1 exceeds max_len \(16\)"),
         (lambda t, m: m.generate(torch.tensor([[5, PAD]])), ValueError,
          r"padding_mask must be left padding"),
         (lambda t, m: m.step(torch.tensor([[4]]), "cache"), TypeError, r"DecodingCache"),
-        (lambda t, m: t.generate(SOURCE, strategy="sampling"), ValueError, r"strategy"),
+        (lambda t, m: t.generate(SOURCE, gen(t, strategy="sampling")), ValueError, r"strategy"),
         (lambda t, m: Transformer(LMConfig()), TypeError, r"cfg must be a TransformerConfig"),
         (lambda t, m: m(torch.tensor([[3.0]])), TypeError,
          r"ids must be an integer tensor of token ids, got dtype torch.float32"),
@@ -285,9 +295,9 @@ def test_cache_reorder_follows_the_index_for_every_stored_tensor():
          r"ids must have B >= 1 rows and L >= 1 tokens, got shape \(0, 3\)"),
         (lambda t, m: t(SOURCE, torch.zeros(2, 0, dtype=torch.long)), ValueError,
          r"tgt_ids must have B >= 1 rows and L >= 1 tokens, got shape \(2, 0\)"),
-        (lambda t, m: m.generate(PROMPT, eos_id=PAD), ValueError,
+        (lambda t, m: m.generate(PROMPT, gen(m, eos_id=PAD)), ValueError,
          r"eos_id 0 includes pad_id \(0\), which generation never emits"),
-        (lambda t, m: t.generate(SOURCE, eos_id=(EOS, BOS)), ValueError,
+        (lambda t, m: t.generate(SOURCE, gen(t, eos_id=(EOS, BOS))), ValueError,
          r"eos_id \(2, 1\) includes bos_id \(1\), which generation never emits"),
         (lambda t, m: m.step(torch.tensor([[4]]), t.start(SOURCE[:1], max_new_tokens=2)[0]),
          ValueError, r"cache holds encoder memory \(a Transformer's cache\)"),

@@ -10,10 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from addnorm.norms import LayerNorm
+from addnorm.norms import LayerNorm, NoNorm
+from addnorm.transformer.config import LayerConfig
 from addnorm.transformer.stacks import Decoder, Encoder, EncoderDecoder
 
 D, H, FF, N = 16, 4, 32, 2
+CFG = LayerConfig(D, H, FF)
 F64 = torch.float64
 
 
@@ -83,7 +85,8 @@ def test_encoder_and_decoder_match_torch_stacks(position, activation):
     torch.manual_seed(0)
     ref_encoder, ref_decoder = torch_stacks(position, activation)
     kw = dict(activation=activation, norm_position=position)
-    encoder, decoder = Encoder(N, D, H, FF, **kw).to(F64), Decoder(N, D, H, FF, **kw).to(F64)
+    cfg = LayerConfig(D, H, FF, **kw)
+    encoder, decoder = Encoder(cfg, N).to(F64), Decoder(cfg, N).to(F64)
     copy_encoder(encoder, ref_encoder)
     copy_decoder(decoder, ref_decoder)
     src, tgt = randn(2, 6, D), randn(2, 4, D, seed=2)
@@ -105,7 +108,7 @@ def test_encoder_decoder_with_final_norms_matches_nn_transformer():
     torch.manual_seed(0)
     ref = nn.Transformer(D, H, N, N, FF, dropout=0.0, batch_first=True).to(F64)
     ours = EncoderDecoder(
-        Encoder(N, D, H, FF, final_norm=True), Decoder(N, D, H, FF, final_norm=True)
+        Encoder(CFG, N, final_norm=True), Decoder(CFG, N, final_norm=True)
     ).to(F64)
     copy_encoder(ours.encoder, ref.encoder)
     copy_decoder(ours.decoder, ref.decoder)
@@ -122,7 +125,7 @@ def test_encoder_decoder_with_final_norms_matches_nn_transformer():
 
 @pytest.mark.parametrize("stack", [Encoder, Decoder])
 def test_layers_of_a_stack_are_initialised_independently(stack):
-    model = stack(N, D, H, FF)
+    model = stack(LayerConfig(D, H, FF), N)
     first, second = model.layers[0], model.layers[1]
     assert not torch.equal(first.self_attn.in_proj.weight, second.self_attn.in_proj.weight)
     assert not torch.equal(first.ff.w1.weight, second.ff.w1.weight)
@@ -132,21 +135,21 @@ def test_layers_of_a_stack_are_initialised_independently(stack):
 @pytest.mark.parametrize(
     ("position", "final_norm", "expected"),
     [
-        ("post", None, nn.Identity),  # post-LN already ends in a norm: never two in a row
+        ("post", None, NoNorm),  # post-LN already ends in a norm: never two in a row
         ("pre", None, LayerNorm),  # pre-LN's residual stream needs one at the end
         ("post", True, LayerNorm),  # explicitly mirroring nn.Transformer
-        ("pre", False, nn.Identity),
+        ("pre", False, NoNorm),
     ],
 )
 def test_final_norm_only_where_it_belongs(position, final_norm, expected):
     for stack in (Encoder, Decoder):
-        model = stack(N, D, H, FF, norm_position=position, final_norm=final_norm)
+        model = stack(LayerConfig(D, H, FF, norm_position=position), N, final_norm=final_norm)
         assert type(model.norm) is expected
 
 
 def test_encoder_output_of_a_sequence_is_the_same_alone_and_in_a_padded_batch():
     torch.manual_seed(0)
-    encoder = Encoder(N, D, H, FF, norm_position="pre").eval()
+    encoder = Encoder(LayerConfig(D, H, FF, norm_position="pre"), N).eval()
     x = randn(3, 7, D, dtype=torch.float32)
     padding = right_padding([7, 4, 2], 7)
     batched = encoder(x, padding_mask=padding)
@@ -157,7 +160,7 @@ def test_encoder_output_of_a_sequence_is_the_same_alone_and_in_a_padded_batch():
 
 def test_decoder_output_of_a_sequence_is_the_same_alone_and_in_a_padded_batch():
     torch.manual_seed(0)
-    decoder = Decoder(N, D, H, FF).eval()
+    decoder = Decoder(LayerConfig(D, H, FF), N).eval()
     tgt, memory = randn(2, 5, D, dtype=torch.float32), randn(2, 6, D, seed=2, dtype=torch.float32)
     tgt_padding, memory_padding = right_padding([5, 3], 5), right_padding([6, 2], 6)
     batched = decoder(tgt, memory, padding_mask=tgt_padding, memory_padding_mask=memory_padding)
@@ -167,7 +170,7 @@ def test_decoder_output_of_a_sequence_is_the_same_alone_and_in_a_padded_batch():
 
 def test_all_padding_source_row_gives_no_nan():
     torch.manual_seed(0)
-    encoder, decoder = Encoder(N, D, H, FF), Decoder(N, D, H, FF)
+    encoder, decoder = Encoder(LayerConfig(D, H, FF), N), Decoder(LayerConfig(D, H, FF), N)
     src, tgt = randn(2, 4, D, dtype=torch.float32), randn(2, 3, D, dtype=torch.float32)
     padding = torch.tensor([[True] * 4, [False, False, True, True]])
     memory = encoder(src, padding_mask=padding)
@@ -177,7 +180,7 @@ def test_all_padding_source_row_gives_no_nan():
 
 def test_decoder_outputs_do_not_depend_on_future_target_positions():
     torch.manual_seed(0)
-    decoder = Decoder(N, D, H, FF, norm_position="pre").to(F64)
+    decoder = Decoder(LayerConfig(D, H, FF, norm_position="pre"), N).to(F64)
     tgt, memory = randn(2, 6, D), randn(2, 3, D, seed=2)
     changed = tgt.clone()
     changed[:, 3:] = randn(2, 3, D, seed=5)
@@ -193,7 +196,7 @@ def test_group_norm_lets_a_causal_stack_see_the_future_so_the_configs_refuse_it(
     LMConfig refuse norm="group" (tests/test_config.py)."""
     torch.manual_seed(0)
     d = 32  # GroupNorm's default n_groups is 32
-    encoder = Encoder(N, d, H, FF, norm=norm).to(F64)
+    encoder = Encoder(LayerConfig(d, H, FF, norm=norm), N).to(F64)
     x = randn(2, 6, d)
     changed = x.clone()
     changed[:, 3:] = randn(2, 3, d, seed=5)
@@ -205,7 +208,7 @@ def test_group_norm_lets_a_causal_stack_see_the_future_so_the_configs_refuse_it(
 @given(seed=st.integers(0, 2**16), length=st.integers(2, 6))
 def test_encoder_without_positions_is_permutation_equivariant(seed, length):
     torch.manual_seed(0)
-    encoder = Encoder(N, D, H, FF).to(F64)
+    encoder = Encoder(LayerConfig(D, H, FF), N).to(F64)
     x = randn(2, length, D, seed=seed)
     perm = torch.randperm(length, generator=torch.Generator().manual_seed(seed))
     torch.testing.assert_close(encoder(x[:, perm]), encoder(x)[:, perm], atol=1e-10, rtol=0)
@@ -224,14 +227,14 @@ def test_encoder_without_positions_is_permutation_equivariant(seed, length):
         (lambda m: m.encoder(randn(2, 4, D), padding_mask=torch.zeros(2, 5, dtype=torch.bool)),
          ValueError, r"padding_mask .* must have shape \(2, 4\), got \(2, 5\)"),
         (lambda m: m.encoder(randn(2, 4, D), cache=[]), TypeError, r"DecodingCache"),
-        (lambda m: EncoderDecoder(m.encoder, Decoder(N, 8, H, FF)), ValueError,
+        (lambda m: EncoderDecoder(m.encoder, Decoder(LayerConfig(8, H, FF), N)), ValueError,
          r"encoder d_model \(16\) must equal decoder d_model \(8\)"),
-        (lambda m: Encoder(0, D, H, FF), ValueError, r"n_layers must be >= 1, got 0"),
-        (lambda m: Decoder(N, D, H, FF, final_norm="yes"), TypeError, r"final_norm must be"),
+        (lambda m: Encoder(LayerConfig(D, H, FF), 0), ValueError, r"n_layers must be >= 1, got 0"),
+        (lambda m: Decoder(CFG, N, final_norm="yes"), TypeError, r"final_norm must be"),
     ],
 )
 def test_bad_inputs_raise_naming_the_values(call, error, match):
     torch.manual_seed(0)
-    model = EncoderDecoder(Encoder(N, D, H, FF), Decoder(N, D, H, FF)).to(F64)
+    model = EncoderDecoder(Encoder(CFG, N), Decoder(CFG, N)).to(F64)
     with pytest.raises(error, match=match):
         call(model)

@@ -11,14 +11,28 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from addnorm._checks import check_choice, check_float, check_int, check_probability
+from addnorm._checks import (
+    check_choice,
+    check_float,
+    check_int,
+    check_known_fields,
+    check_probability,
+)
 from addnorm.feedforward import ACTIVATIONS
 from addnorm.norms import NORM_KINDS
 from addnorm.residual import POSITIONS
 
-__all__ = ["POSITION_KINDS", "PRESETS", "LMConfig", "TransformerConfig"]
+__all__ = [
+    "POSITION_ENCODINGS",
+    "POSITION_KINDS",
+    "PRESETS",
+    "LMConfig",
+    "LayerConfig",
+    "TransformerConfig",
+]
 
-POSITION_KINDS = ("sinusoidal", "learned", "rotary", "none")
+POSITION_ENCODINGS = ("sinusoidal", "learned", "rotary", "none")
+POSITION_KINDS = POSITION_ENCODINGS  # its name before position_encoding and norm_position
 
 _C = TypeVar("_C", bound="_ConfigBase")
 
@@ -32,20 +46,57 @@ class _ConfigBase:
 
     @classmethod
     def from_dict(cls: type[_C], data: dict[str, Any]) -> _C:
-        """Rebuild a config from :meth:`to_dict`'s output; unknown keys raise ValueError."""
+        """Rebuild a config from :meth:`to_dict`'s output; unknown keys raise ValueError.
+
+        Checkpoints written before ``positions`` was renamed ``position_encoding`` still load.
+        """
         if not isinstance(data, dict):
             raise TypeError(f"data must be a dict, got {type(data).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown {cls.__name__} keys {unknown}; known keys are {sorted(known)}"
-            )
+        if "positions" in data and "position_encoding" not in data:
+            data = {("position_encoding" if k == "positions" else k): v for k, v in data.items()}
+        check_known_fields(cls, data, "")
         return cls(**data)
 
 
-def _check_body(cfg: TransformerConfig | LMConfig) -> None:
-    """Checks shared by both configs: widths, heads, dropout, choices, positions."""
+@dataclass(frozen=True)
+class LayerConfig(_ConfigBase):
+    """The settings of one encoder or decoder layer, handed to the stacks and layers.
+
+    The models build it from their own config (:meth:`TransformerConfig.layer_config`,
+    :meth:`LMConfig.layer_config`); build one directly to use the stacks or layers alone.
+
+    Attributes:
+        d_model, n_heads, d_ff: widths D, H and F (D divisible by H).
+        dropout: the paper's P_drop, applied where torch.nn applies it: on the attention
+            weights, on each sublayer's output (inside Add & Norm) and inside the FFN.
+        activation: the FFN's (``"relu"``, ``"gelu"``, ``"gelu_tanh"``, ``"swiglu"``).
+        norm: norm kind (``"layer"``, ``"batch"``, ``"rms"``, ``"group"``).
+        norm_position: ``"post"`` (the paper) or ``"pre"``.
+        norm_eps: the norms' epsilon.
+        bias: biases of the linear layers and of LayerNorm (as in torch.nn).
+    """
+
+    d_model: int
+    n_heads: int
+    d_ff: int
+    dropout: float = 0.0
+    activation: str = "relu"
+    norm: str = "layer"
+    norm_position: str = "post"
+    norm_eps: float = 1e-5
+    bias: bool = True
+
+    def __post_init__(self) -> None:
+        _check_layer(self)
+
+    @property
+    def d_head(self) -> int:
+        """Dh = D / H, the width of one attention head."""
+        return self.d_model // self.n_heads
+
+
+def _check_layer(cfg: LayerConfig | TransformerConfig | LMConfig) -> None:
+    """The per-layer settings every config shares: widths, heads, dropout, choices."""
     check_int("d_model", cfg.d_model, min_value=1)
     check_int("n_heads", cfg.n_heads, min_value=1)
     if cfg.d_model % cfg.n_heads:
@@ -54,26 +105,54 @@ def _check_body(cfg: TransformerConfig | LMConfig) -> None:
     check_probability("dropout", cfg.dropout)
     check_choice("activation", cfg.activation, tuple(ACTIVATIONS))
     check_choice("norm", cfg.norm, NORM_KINDS)
+    check_choice("norm_position", cfg.norm_position, POSITIONS)
+    check_float("norm_eps", cfg.norm_eps, min_value=0.0)
+    if not isinstance(cfg.bias, bool):
+        raise TypeError(f"bias must be a bool, got {cfg.bias!r}")
+
+
+class _ModelConfig(_ConfigBase):
+    """What both whole-model configs share: the per-layer record they hand to the stacks."""
+
+    d_model: int
+    n_heads: int
+    d_ff: int
+    dropout: float
+    activation: str
+    norm: str
+    norm_position: str
+    norm_eps: float
+    bias: bool
+
+    def layer_config(self) -> LayerConfig:
+        """The settings every layer of the model's stacks is built with."""
+        return LayerConfig(
+            d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff, dropout=self.dropout,
+            activation=self.activation, norm=self.norm, norm_position=self.norm_position,
+            norm_eps=self.norm_eps, bias=self.bias,
+        )
+
+
+def _check_body(cfg: TransformerConfig | LMConfig) -> None:
+    """Checks shared by both model configs: the layer settings, causality, positions."""
+    _check_layer(cfg)
     if cfg.norm == "group":
         raise ValueError(
             f"norm='group' is refused by {type(cfg).__name__}: GroupNorm's statistics span "
             "positions, so a causal decoder would see the future (use 'layer' or 'rms'; "
             "addnorm.norms.GroupNorm stays available for non-causal stacks)"
         )
-    check_choice("norm_position", cfg.norm_position, POSITIONS)
-    check_float("norm_eps", cfg.norm_eps, min_value=0.0)
-    check_choice("positions", cfg.positions, POSITION_KINDS)
+    check_choice("position_encoding", cfg.position_encoding, POSITION_ENCODINGS)
     check_float("position_base", cfg.position_base, min_value=1.0, min_inclusive=False)
     check_int("max_len", cfg.max_len, min_value=1)
     d_head = cfg.d_model // cfg.n_heads
-    if cfg.positions == "rotary" and d_head % 2:
+    if cfg.position_encoding == "rotary" and d_head % 2:
         raise ValueError(
-            f"positions='rotary' needs an even d_head; d_model ({cfg.d_model}) / n_heads "
+            f"position_encoding='rotary' needs an even d_head; d_model ({cfg.d_model}) / n_heads "
             f"({cfg.n_heads}) = {d_head}"
         )
-    for name in ("bias", "tie_output"):
-        if not isinstance(getattr(cfg, name), bool):
-            raise TypeError(f"{name} must be a bool, got {getattr(cfg, name)!r}")
+    if not isinstance(cfg.tie_output, bool):
+        raise TypeError(f"tie_output must be a bool, got {cfg.tie_output!r}")
     if cfg.final_norm is not None and not isinstance(cfg.final_norm, bool):
         raise TypeError(f"final_norm must be a bool or None, got {cfg.final_norm!r}")
 
@@ -101,7 +180,7 @@ def _check_distinct_ids(cfg: TransformerConfig | LMConfig, pairs: list[tuple[str
 
 
 @dataclass(frozen=True)
-class TransformerConfig(_ConfigBase):
+class TransformerConfig(_ModelConfig):
     """The encoder-decoder Transformer; the defaults are the paper's base model.
 
     Attributes:
@@ -121,7 +200,8 @@ class TransformerConfig(_ConfigBase):
         norm_eps: epsilon of the norms.
         bias: biases of the linear layers and LayerNorms.
         final_norm: norm after each stack; None = only for pre-LN.
-        positions: ``"sinusoidal"`` (the paper), ``"learned"``, ``"rotary"`` or ``"none"``.
+        position_encoding: ``"sinusoidal"`` (the paper), ``"learned"``, ``"rotary"`` or
+            ``"none"``. (Not to be confused with ``norm_position``, post or pre.)
         position_base: base of the sinusoids / rotary frequencies.
         max_len: rows of a learned position table (longer sequences are refused).
         share_embeddings: one embedding table for source and target (equal vocab sizes).
@@ -145,7 +225,7 @@ class TransformerConfig(_ConfigBase):
     norm_eps: float = 1e-5
     bias: bool = True
     final_norm: bool | None = None
-    positions: str = "sinusoidal"
+    position_encoding: str = "sinusoidal"
     position_base: float = 10000.0
     max_len: int = 512
     share_embeddings: bool = True
@@ -176,7 +256,7 @@ class TransformerConfig(_ConfigBase):
 
 
 @dataclass(frozen=True)
-class LMConfig(_ConfigBase):
+class LMConfig(_ModelConfig):
     """A decoder-only language model: causal self-attention + FFN blocks, pre-LN by default.
 
     Attributes as in :class:`TransformerConfig`, with one ``vocab_size`` and ``n_layers``;
@@ -199,7 +279,7 @@ class LMConfig(_ConfigBase):
     norm_eps: float = 1e-5
     bias: bool = True
     final_norm: bool | None = None
-    positions: str = "sinusoidal"
+    position_encoding: str = "sinusoidal"
     position_base: float = 10000.0
     max_len: int = 512
     tie_output: bool = True

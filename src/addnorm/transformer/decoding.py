@@ -1,4 +1,5 @@
-"""Hooks between the models and :mod:`addnorm.generation`: options, banned ids, cache checks.
+"""Hooks between the models and :mod:`addnorm.transformer.generation`: the models' generation
+configs, banned ids, cache checks.
 
 Both models run ``generate`` through :func:`generate_without`, which sets the logits of the
 ids a model must never emit (``pad_id``, and ``bos_id`` for the encoder-decoder) to -inf: a
@@ -8,38 +9,44 @@ recomputation, and "stopped" would be ambiguous.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 
 from addnorm.cache import DecodingCache
 from addnorm.transformer.config import LMConfig, TransformerConfig
 from addnorm.transformer.generation import GenerationConfig, StepFn, generate_tokens
 
-__all__ = ["EosOption", "check_step", "generate_without", "generation_config"]
+__all__ = [
+    "check_generation_config",
+    "check_step",
+    "generate_without",
+    "model_generation_config",
+]
 
-EosOption = int | tuple[int, ...] | None | Literal["config"]
+def model_generation_config(cfg: TransformerConfig | LMConfig) -> GenerationConfig:
+    """A model's default :class:`GenerationConfig`: greedy, 64 tokens, the model's eos and pad.
+
+    Variants come from ``dataclasses.replace(model.generation_config, ...)``.
+    """
+    return GenerationConfig(eos_id=cfg.eos_id, pad_id=cfg.pad_id)
 
 
-def generation_config(
-    cfg: TransformerConfig | LMConfig,
-    *,
-    max_new_tokens: int,
-    strategy: str,
-    temperature: float,
-    top_k: int | None,
-    top_p: float | None,
-    num_beams: int,
-    length_penalty: float,
-    eos_id: EosOption,
-    never_emit: dict[str, int],
+def check_generation_config(
+    cfg: TransformerConfig | LMConfig, config: object, never_emit: dict[str, int]
 ) -> GenerationConfig:
-    """The :class:`GenerationConfig` of a model's ``generate`` call (``"config"``: cfg's eos)."""
-    config = GenerationConfig(
-        max_new_tokens=max_new_tokens, strategy=strategy, temperature=temperature,
-        top_k=top_k, top_p=top_p, num_beams=num_beams, length_penalty=length_penalty,
-        eos_id=cfg.eos_id if eos_id == "config" else eos_id, pad_id=cfg.pad_id,
-    )
+    """The config of a model's ``generate`` call, checked against the model's special ids.
+
+    ``pad_id`` must be the model's (it fills rows that stopped, and is never generated); a
+    stop token may not be one that generation never emits (it could never stop a row).
+    """
+    if config is None:
+        return model_generation_config(cfg)
+    if not isinstance(config, GenerationConfig):
+        raise TypeError(f"config must be a GenerationConfig or None, got {type(config).__name__}")
+    if config.pad_id != cfg.pad_id:
+        raise ValueError(
+            f"config.pad_id ({config.pad_id}) must be the model's pad_id ({cfg.pad_id}); start "
+            "from the model's own: dataclasses.replace(model.generation_config, ...)"
+        )
     for name, token in never_emit.items():
         if token in config.stop_ids:
             raise ValueError(

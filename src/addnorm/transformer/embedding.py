@@ -2,16 +2,17 @@
 
 Shapes legend: B batch, L sequence length, D d_model, V vocab.
 
-Both models (:class:`addnorm.transformer.Transformer` and :class:`addnorm.lm.TransformerLM`)
-embed tokens as ``E[ids] * sqrt(D)`` (section 3.4 of the paper), add a position code
-(sinusoidal by default; learned; or none, with rotary embeddings inside attention), apply
-dropout, and project the last hidden states to logits with a matrix tied to ``E`` by default.
+Both models (:class:`~addnorm.transformer.Transformer` and
+:class:`~addnorm.transformer.TransformerLM`) embed tokens as ``E[ids] * sqrt(D)`` (section 3.4
+of the paper), add a position code (sinusoidal by default; learned; or none, with rotary
+embeddings inside attention), apply dropout, and project the last hidden states to logits with
+a matrix tied to ``E`` by default.
 
 Padding masks (True = padding) default to ``ids == cfg.pad_id``. A token's position counts
 the real tokens before it in its row (``cumsum(~padding) - 1``), so left- or right-padded
 rows get the positions they would have alone. When no padding comes before a real token
 (unpadded or right-padded batches, the training case) those positions are ``arange(L)``, and
-the models pass ``positions=None`` so the position modules use their cached tables.
+the models pass ``positions=None`` so the position modules slice their precomputed tables.
 
 Host syncs: checking token ids costs one device-to-host sync per ids tensor (its min and max,
 and whether any padding precedes a real token, fetched together): the price of a clear
@@ -101,7 +102,7 @@ class Tokens(NamedTuple):
         padding_mask: ``padding``, or None when no token is padding, so attention can skip
             the mask and take SDPA's ``is_causal`` fast path.
         positions: (B, L) long, or None when no padding precedes a real token (then the
-            positions are ``arange(L)`` and the position modules use their cached tables).
+            positions are ``arange(L)`` and the position modules slice their tables).
     """
 
     ids: torch.Tensor
@@ -118,7 +119,7 @@ def model_inputs(
 
     Positions are ``cumsum(~padding) - 1``; where no padding precedes a real token they equal
     ``arange(L)`` on every real token, so None is returned instead and the position modules
-    take their cached tables (and skip a range check that would cost another sync). Where no
+    slice their precomputed tables (and skip a range check that would cost another sync). Where no
     token is padding at all, the mask for attention is None too (see :class:`Tokens`).
     """
     ids = id_tensor(name, ids, max_len)
@@ -133,18 +134,17 @@ def model_inputs(
 
 def learned_max_len(cfg: TransformerConfig | LMConfig) -> int | None:
     """The learned position table's length, which bounds L; None for the other kinds."""
-    return cfg.max_len if cfg.positions == "learned" else None
+    return cfg.max_len if cfg.position_encoding == "learned" else None
 
 
 class Embedder(nn.Module):
     """The input layer: ``dropout(E[ids] * sqrt(D) + PE(positions))``.
 
     Args:
-        vocab_size, d_model: the table's shape (V, D).
-        positions: ``"sinusoidal"``, ``"learned"``, or ``"rotary"``/``"none"`` (no code added).
-        max_len: rows of a learned position table.
-        base: sinusoid base.
-        dropout: on the sum (the paper's P_drop).
+        vocab_size: V, the table has shape (V, D).
+        cfg: the model's config: ``d_model``, ``position_encoding`` (``"sinusoidal"``,
+            ``"learned"``, or ``"rotary"``/``"none"``: no code added), ``max_len`` (rows of the
+            position table), ``position_base`` and ``dropout`` (the paper's P_drop, on the sum).
         tokens: an existing ``nn.Embedding`` to share (tied source / target tables).
 
     Submodules: ``tokens`` (``nn.Embedding``), ``pos_enc`` (or None), ``dropout``.
@@ -153,24 +153,22 @@ class Embedder(nn.Module):
     def __init__(
         self,
         vocab_size: int,
-        d_model: int,
+        cfg: TransformerConfig | LMConfig,
         *,
-        positions: str,
-        max_len: int,
-        base: float,
-        dropout: float,
         tokens: nn.Embedding | None = None,
     ) -> None:
         super().__init__()
-        self.d_model = d_model
+        self.d_model = d_model = cfg.d_model
         self.scale = math.sqrt(d_model)
         self.tokens = nn.Embedding(vocab_size, d_model) if tokens is None else tokens
         self.pos_enc: nn.Module | None = None
-        if positions == "sinusoidal":
-            self.pos_enc = SinusoidalPositionalEncoding(d_model, base=base)
-        elif positions == "learned":
-            self.pos_enc = LearnedPositionalEmbedding(max_len, d_model)
-        self.dropout = nn.Dropout(dropout)
+        if cfg.position_encoding == "sinusoidal":
+            self.pos_enc = SinusoidalPositionalEncoding(
+                d_model, base=cfg.position_base, max_len=cfg.max_len
+            )
+        elif cfg.position_encoding == "learned":
+            self.pos_enc = LearnedPositionalEmbedding(cfg.max_len, d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
         if tokens is None:
             self.reset_parameters()
 
@@ -192,9 +190,10 @@ class Embedder(nn.Module):
 
 
 def rotary_for(cfg: TransformerConfig | LMConfig) -> RotaryEmbedding | None:
-    if cfg.positions != "rotary":
+    if cfg.position_encoding != "rotary":
         return None
-    return RotaryEmbedding(cfg.d_model // cfg.n_heads, base=cfg.position_base)
+    d_head = cfg.d_model // cfg.n_heads
+    return RotaryEmbedding(d_head, base=cfg.position_base, max_len=cfg.max_len)
 
 
 def output_projection(d_model: int, vocab_size: int, tied: nn.Embedding | None) -> nn.Linear:

@@ -4,12 +4,12 @@ Shapes legend: B batch, S source length, L target length, D d_model, V vocab,
 N generated tokens.
 
 Inputs and outputs (token checks, embeddings, positions, tied logits) are shared with the LM
-in :mod:`addnorm.embedding`; decoding hooks in :mod:`addnorm.decoding`.
+in :mod:`addnorm.transformer.embedding`; decoding hooks in :mod:`addnorm.transformer.decoding`.
 
 Decoding: ``start(...) -> (cache, logits (B, V))`` runs the source once and fills a
 preallocated :class:`~addnorm.cache.DecodingCache`; ``step(tokens (B, 1), cache) -> logits
 (B, V)`` feeds one token per row; ``generate`` drives them with
-:func:`addnorm.generation.generate_tokens`, never emitting ``pad_id`` or ``bos_id``.
+:func:`addnorm.transformer.generation.generate_tokens`, never emitting ``pad_id`` or ``bos_id``.
 """
 
 from __future__ import annotations
@@ -17,10 +17,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from addnorm._checks import check_int
+from addnorm._checks import check_int, inputs_checked
 from addnorm.cache import DecodingCache
 from addnorm.transformer.config import TransformerConfig
-from addnorm.transformer.decoding import EosOption, check_step, generate_without, generation_config
+from addnorm.transformer.decoding import (
+    check_generation_config,
+    check_step,
+    generate_without,
+    model_generation_config,
+)
 from addnorm.transformer.embedding import (
     Embedder,
     Tokens,
@@ -30,6 +35,7 @@ from addnorm.transformer.embedding import (
     output_projection,
     rotary_for,
 )
+from addnorm.transformer.generation import GenerationConfig
 from addnorm.transformer.stacks import Decoder, Encoder
 
 __all__ = ["Transformer"]
@@ -50,26 +56,15 @@ class Transformer(nn.Module):
             raise TypeError(f"cfg must be a TransformerConfig, got {type(cfg).__name__}")
         self.cfg = cfg
         self.rotary = rotary_for(cfg)
-
-        def embedder(vocab_size: int, tokens: nn.Embedding | None) -> Embedder:
-            return Embedder(
-                vocab_size, cfg.d_model, positions=cfg.positions, max_len=cfg.max_len,
-                base=cfg.position_base, dropout=cfg.dropout, tokens=tokens,
-            )
-
-        self.src_embed = embedder(cfg.src_vocab_size, None)
+        self.src_embed = Embedder(cfg.src_vocab_size, cfg)
         shared = self.src_embed.tokens if cfg.share_embeddings else None
-        self.tgt_embed = embedder(cfg.tgt_vocab_size, shared)
-        layer_args = (cfg.d_model, cfg.n_heads, cfg.d_ff)
+        self.tgt_embed = Embedder(cfg.tgt_vocab_size, cfg, tokens=shared)
+        layer_cfg = cfg.layer_config()
         self.encoder = Encoder(
-            cfg.n_encoder_layers, *layer_args, dropout=cfg.dropout, activation=cfg.activation,
-            norm_position=cfg.norm_position, norm=cfg.norm, norm_eps=cfg.norm_eps,
-            bias=cfg.bias, rotary=self.rotary, final_norm=cfg.final_norm,
+            layer_cfg, cfg.n_encoder_layers, rotary=self.rotary, final_norm=cfg.final_norm
         )
         self.decoder = Decoder(
-            cfg.n_decoder_layers, *layer_args, dropout=cfg.dropout, activation=cfg.activation,
-            norm_position=cfg.norm_position, norm=cfg.norm, norm_eps=cfg.norm_eps,
-            bias=cfg.bias, rotary=self.rotary, final_norm=cfg.final_norm,
+            layer_cfg, cfg.n_decoder_layers, rotary=self.rotary, final_norm=cfg.final_norm
         )
         tied = self.tgt_embed.tokens if cfg.tie_output else None
         self.to_logits = output_projection(cfg.d_model, cfg.tgt_vocab_size, tied)
@@ -93,8 +88,9 @@ class Transformer(nn.Module):
         return self._encode(self._source(src_ids, src_padding_mask))
 
     def _encode(self, src: Tokens) -> torch.Tensor:
-        x = self.src_embed(src.ids, src.positions)  # (B, S, D)
-        return self.encoder(x, padding_mask=src.padding_mask, positions=src.positions)
+        with inputs_checked():  # what flows below was derived from the checked ids
+            x = self.src_embed(src.ids, src.positions)  # (B, S, D)
+            return self.encoder(x, padding_mask=src.padding_mask, positions=src.positions)
 
     def forward(
         self,
@@ -122,11 +118,12 @@ class Transformer(nn.Module):
                 f"({tgt.ids.shape[0]})"
             )
         memory = self._encode(src)  # (B, S, D)
-        h = self.decoder(
-            self.tgt_embed(tgt.ids, tgt.positions), memory, padding_mask=tgt.padding_mask,
-            memory_padding_mask=src.padding_mask, causal=True, positions=tgt.positions,
-        )  # (B, L, D)
-        return self.to_logits(h)
+        with inputs_checked():  # what flows below was derived from the checked ids
+            h = self.decoder(
+                self.tgt_embed(tgt.ids, tgt.positions), memory, padding_mask=tgt.padding_mask,
+                memory_padding_mask=src.padding_mask, causal=True, positions=tgt.positions,
+            )  # (B, L, D)
+            return self.to_logits(h)
 
     @torch.no_grad()
     def start(
@@ -147,7 +144,7 @@ class Transformer(nn.Module):
         """
         cfg = self.cfg
         check_int("max_new_tokens", max_new_tokens, min_value=1)
-        if cfg.positions == "learned" and max_new_tokens > cfg.max_len:
+        if cfg.position_encoding == "learned" and max_new_tokens > cfg.max_len:
             raise ValueError(
                 f"max_new_tokens ({max_new_tokens}) exceeds max_len ({cfg.max_len}) of the "
                 "learned position table"
@@ -174,47 +171,46 @@ class Transformer(nn.Module):
         tokens = check_ids("tokens", tokens, self.cfg.tgt_vocab_size, None)
         check_step(tokens, cache, needs_memory=True)
         new_padding = torch.zeros_like(tokens, dtype=torch.bool)  # (B, 1), generated = real
-        key_padding, positions = cache.extend(new_padding)  # (B, n + 1), (B, 1)
-        h = self.decoder(
-            self.tgt_embed(tokens, positions), cache.memory, padding_mask=key_padding,
-            memory_padding_mask=cache.memory_padding_mask, causal=True, cache=cache,
-            positions=positions,
-        )  # (B, 1, D)
-        return self.to_logits(h[:, -1])
+        with inputs_checked():  # tokens and cache checked above
+            key_padding, positions = cache.extend(new_padding)  # (B, n + 1), (B, 1)
+            h = self.decoder(
+                self.tgt_embed(tokens, positions), cache.memory, padding_mask=key_padding,
+                memory_padding_mask=cache.memory_padding_mask, causal=True, cache=cache,
+                positions=positions,
+            )  # (B, 1, D)
+            return self.to_logits(h[:, -1])
+
+    @property
+    def generation_config(self) -> GenerationConfig:
+        """The default of :meth:`generate`: greedy, 64 new tokens, stopping at ``cfg.eos_id``.
+
+        Variants: ``dataclasses.replace(model.generation_config, strategy="beam")``.
+        """
+        return model_generation_config(self.cfg)
 
     @torch.no_grad()
     def generate(
         self,
         src_ids: torch.Tensor,
+        config: GenerationConfig | None = None,
         *,
         src_padding_mask: torch.Tensor | None = None,
-        max_new_tokens: int = 64,
-        strategy: str = "greedy",
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        num_beams: int = 4,
-        length_penalty: float = 1.0,
-        eos_id: EosOption = "config",
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """Decode target tokens for each source row (see :class:`GenerationConfig`).
+        """Decode target tokens for each source row as ``config`` says (default
+        :attr:`generation_config`).
 
-        ``eos_id="config"`` stops at ``cfg.eos_id``; None never stops early. The output omits
-        ``bos_id``; after a row's stop token it holds ``cfg.pad_id``. ``pad_id`` and ``bos_id``
-        are never generated (their logits are set to -inf), so neither may be a stop token.
+        The output omits ``bos_id``; after a row's stop token it holds ``cfg.pad_id``.
+        ``pad_id`` and ``bos_id`` are never generated (their logits are set to -inf), so
+        neither may be a stop token. ``generator`` is used by sampling.
 
         Shapes:
             src_ids: (B, S); src_padding_mask: (B, S)
-            returns: (B, N) long, N <= max_new_tokens
+            returns: (B, N) long, N <= config.max_new_tokens
         """
         never_emit = {"pad_id": self.cfg.pad_id, "bos_id": self.cfg.bos_id}
-        config = generation_config(
-            self.cfg, max_new_tokens=max_new_tokens, strategy=strategy,
-            temperature=temperature, top_k=top_k, top_p=top_p, num_beams=num_beams,
-            length_penalty=length_penalty, eos_id=eos_id, never_emit=never_emit,
-        )
+        config = check_generation_config(self.cfg, config, never_emit)
         cache, logits = self.start(
-            src_ids, src_padding_mask=src_padding_mask, max_new_tokens=max_new_tokens
+            src_ids, src_padding_mask=src_padding_mask, max_new_tokens=config.max_new_tokens
         )
         return generate_without(self.step, logits, cache, config, never_emit, generator)

@@ -1,7 +1,7 @@
 """Decoding algorithms: greedy, sampling (temperature, top-k, top-p) and beam search.
 
 Every algorithm drives a model through one small interface, so it works for any model that
-exposes it (``Transformer`` and ``TransformerLM`` in ``addnorm.models`` do):
+exposes it (``addnorm.Transformer`` and ``addnorm.TransformerLM`` do):
 
 - ``first_logits`` (B, V): the next-token logits after the prompt (the model's ``start``);
 - ``step_fn(tokens (B', 1), cache) -> logits (B', V)``: feed one token per row; the cache grows
@@ -58,7 +58,7 @@ class GenerationConfig:
         pad_id: the id written after a row's stop token.
     """
 
-    max_new_tokens: int
+    max_new_tokens: int = 64
     strategy: str = "greedy"
     temperature: float = 1.0
     top_k: int | None = None

@@ -38,7 +38,6 @@ GroupNorm), and the ``swiglu`` / ``gelu_tanh`` activations.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TypeVar, cast
 
 import torch
@@ -47,6 +46,7 @@ from torch import nn
 
 from addnorm.attention import MultiHeadAttention
 from addnorm.norms import LayerNorm
+from addnorm.transformer.config import LayerConfig
 from addnorm.transformer.layers import DecoderLayer, EncoderLayer
 from addnorm.transformer.stacks import Decoder, Encoder, EncoderDecoder
 
@@ -58,20 +58,6 @@ TorchStack = nn.TransformerEncoder | nn.TransformerDecoder
 AddnormLayer = EncoderLayer | DecoderLayer
 AddnormStack = Encoder | Decoder
 _T = TypeVar("_T")
-
-
-@dataclass(frozen=True)
-class _LayerSpec:
-    """Everything an encoder or decoder layer is built from, in either library."""
-
-    d_model: int
-    n_heads: int
-    d_ff: int
-    dropout: float
-    activation: str
-    norm_position: str
-    norm_eps: float
-    bias: bool
 
 
 def from_torch(module: nn.Module) -> nn.Module:
@@ -223,7 +209,7 @@ def _norm_spec(name: str, norm: object) -> tuple[float, bool]:
     return float(norm.eps), norm.bias is not None
 
 
-def _torch_layer_spec(layer: TorchLayer, decoder: bool) -> _LayerSpec:
+def _torch_layer_spec(layer: TorchLayer, decoder: bool) -> LayerConfig:
     """The spec of an ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer``."""
     attn_names = ("self_attn", "multihead_attn") if decoder else ("self_attn",)
     attns = {name: getattr(layer, name) for name in attn_names}
@@ -237,7 +223,7 @@ def _torch_layer_spec(layer: TorchLayer, decoder: bool) -> _LayerSpec:
     biases = {f"{n} bias": s[3] for n, s in mha.items()} | {f"{n}.bias": s[1] for n, s in
                                                            norms.items()}
     biases |= {f"{n}.bias": getattr(layer, n).bias is not None for n in ("linear1", "linear2")}
-    return _LayerSpec(
+    return LayerConfig(
         d_model=d_model,
         n_heads=n_heads,
         d_ff=layer.linear1.out_features,
@@ -249,7 +235,7 @@ def _torch_layer_spec(layer: TorchLayer, decoder: bool) -> _LayerSpec:
     )
 
 
-def _torch_stack_spec(stack: TorchStack, decoder: bool) -> tuple[_LayerSpec, bool]:
+def _torch_stack_spec(stack: TorchStack, decoder: bool) -> tuple[LayerConfig, bool]:
     """(layer spec shared by every layer, has a final norm) of a torch.nn stack."""
     # torch.nn stacks hold clones of the Transformer{Encoder,Decoder}Layer they were given
     specs = {f"layers[{i}]": _torch_layer_spec(cast(TorchLayer, layer), decoder) for i, layer in
@@ -273,7 +259,7 @@ def _addnorm_mha(mha: MultiHeadAttention, name: str) -> tuple[int, int, float, b
     return mha.d_model, mha.n_heads, float(mha.dropout), bool(bias)
 
 
-def _addnorm_layer_spec(layer: AddnormLayer, decoder: bool) -> _LayerSpec:
+def _addnorm_layer_spec(layer: AddnormLayer, decoder: bool) -> LayerConfig:
     """The spec of an addnorm ``EncoderLayer`` / ``DecoderLayer``, or why torch.nn lacks it."""
     attn_names = ["self_attn"]
     add_norm_names = ["attn_add_norm", "ff_add_norm"]
@@ -294,19 +280,19 @@ def _addnorm_layer_spec(layer: AddnormLayer, decoder: bool) -> _LayerSpec:
     biases = {f"{n} bias": s[3] for n, s in mha.items()}
     biases |= {f"{n}.norm.bias": s[1] for n, s in norms.items()}
     biases |= {f"ff.{w}.bias": getattr(layer.ff, w).bias is not None for w in ("w1", "w2")}
-    return _LayerSpec(
+    return LayerConfig(
         d_model=_same("d_model", {n: s[0] for n, s in mha.items()}),
         n_heads=_same("n_heads", {n: s[1] for n, s in mha.items()}),
         d_ff=layer.ff.d_ff,
         dropout=_same("dropout probability", dropouts),
         activation=activation,
-        norm_position=_same("norm position", {n: a.position for n, a in add_norms.items()}),
+        norm_position=_same("norm position", {n: a.norm_position for n, a in add_norms.items()}),
         norm_eps=_same("norm eps", {f"{n}.norm.eps": s[0] for n, s in norms.items()}),
         bias=_same("bias", biases),
     )
 
 
-def _addnorm_stack_spec(stack: AddnormStack, decoder: bool) -> tuple[_LayerSpec, bool]:
+def _addnorm_stack_spec(stack: AddnormStack, decoder: bool) -> tuple[LayerConfig, bool]:
     # Encoder / Decoder build their layers from EncoderLayer / DecoderLayer only
     specs = {f"layers[{i}]": _addnorm_layer_spec(cast(AddnormLayer, layer), decoder)
              for i, layer in enumerate(stack.layers)}
@@ -334,15 +320,12 @@ def _mha_to_torch(m: MultiHeadAttention) -> tuple[nn.Module, Pairs]:
     return converted, _mha_pairs()
 
 
-def _addnorm_layer(spec: _LayerSpec, decoder: bool) -> nn.Module:
+def _addnorm_layer(spec: LayerConfig, decoder: bool) -> nn.Module:
     layer_type = DecoderLayer if decoder else EncoderLayer
-    return layer_type(
-        spec.d_model, spec.n_heads, spec.d_ff, dropout=spec.dropout, activation=spec.activation,
-        norm_position=spec.norm_position, norm="layer", norm_eps=spec.norm_eps, bias=spec.bias,
-    )
+    return layer_type(spec)
 
 
-def _torch_layer(spec: _LayerSpec, decoder: bool) -> TorchLayer:
+def _torch_layer(spec: LayerConfig, decoder: bool) -> TorchLayer:
     layer_type = nn.TransformerDecoderLayer if decoder else nn.TransformerEncoderLayer
     return layer_type(
         spec.d_model, spec.n_heads, dim_feedforward=spec.d_ff, dropout=spec.dropout,
@@ -351,16 +334,12 @@ def _torch_layer(spec: _LayerSpec, decoder: bool) -> TorchLayer:
     )
 
 
-def _addnorm_stack(spec: _LayerSpec, n_layers: int, final_norm: bool, decoder: bool):
+def _addnorm_stack(spec: LayerConfig, n_layers: int, final_norm: bool, decoder: bool):
     stack_type = Decoder if decoder else Encoder
-    return stack_type(
-        n_layers, spec.d_model, spec.n_heads, spec.d_ff, dropout=spec.dropout,
-        activation=spec.activation, norm_position=spec.norm_position, norm="layer",
-        norm_eps=spec.norm_eps, bias=spec.bias, final_norm=final_norm,
-    )
+    return stack_type(spec, n_layers, final_norm=final_norm)
 
 
-def _torch_stack(spec: _LayerSpec, n_layers: int, final_norm: bool, decoder: bool):
+def _torch_stack(spec: LayerConfig, n_layers: int, final_norm: bool, decoder: bool):
     norm = nn.LayerNorm(spec.d_model, eps=spec.norm_eps, bias=spec.bias) if final_norm else None
     layer = _torch_layer(spec, decoder)
     if isinstance(layer, nn.TransformerDecoderLayer):  # exactly when decoder

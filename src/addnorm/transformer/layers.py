@@ -7,25 +7,32 @@
                    x = AddNorm(x, FFN)
 
 with ``AddNorm(x, f) = norm(x + dropout(f(x)))`` (post) or ``x + dropout(f(norm(x)))`` (pre).
-Shapes legend: B batch, L query length, S key length, D d_model, F d_ff. Mask polarity:
-``padding_mask`` True = padding, ``attend_mask`` True = may attend (see ``attention.py``).
+Shapes legend: B batch, L query length, S key length, D d_model, F d_ff.
 
-A single ``dropout`` probability is applied where torch.nn applies it: on the attention
-weights, on each sublayer's output (inside Add & Norm) and inside the FFN.
+A layer takes its masks prebuilt, as one :class:`~addnorm.attention.AttentionMask` per
+attention (a stack builds them once for all its layers, see :mod:`addnorm.transformer.stacks`;
+to call a layer alone, build one with :func:`~addnorm.attention.self_attention_mask`). The
+mask also carries the queries' padding, which the norms leave out of their statistics.
+A layer called by a stack checks nothing: the stack (or the model above it) has checked its
+inputs and runs the layers inside :class:`~addnorm._checks.inputs_checked`; a layer called
+directly checks the types of its mask and cache, and its parts check the rest.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import nn
 
-from addnorm._checks import check_choice, check_int, check_tensor
-from addnorm.attention import AttentionMask, MultiHeadAttention, build_attention_mask
+from addnorm._checks import must_check
+from addnorm.attention import AttentionMask, MultiHeadAttention
 from addnorm.cache import KVCache, LayerCache
-from addnorm.feedforward import FeedForward
-from addnorm.norms import NORM_KINDS, make_norm
+from addnorm.feedforward import FeedForward, make_feedforward
+from addnorm.norms import make_norm
 from addnorm.residual import AddNorm
 from addnorm.rotary import RotaryEmbedding
+from addnorm.transformer.config import LayerConfig
 
 __all__ = ["DecoderLayer", "EncoderLayer", "xavier_init_"]
 
@@ -48,76 +55,75 @@ def xavier_init_(layer: nn.Module) -> None:
                 nn.init.zeros_(module.bias)
 
 
-def _add_norm(
-    d_model: int, position: str, norm: str, eps: float, bias: bool, dropout: float
-) -> AddNorm:
-    """An AddNorm whose norm has ``bias`` when it is a LayerNorm (the other kinds fix it)."""
-    check_choice("norm", norm, NORM_KINDS)
-    module = make_norm(norm, d_model, eps=eps, bias=bias or norm != "layer")
-    return AddNorm(d_model, position=position, norm=module, dropout=dropout)
+def layer_norm_module(cfg: LayerConfig) -> nn.Module:
+    """The config's norm; ``bias`` applies to LayerNorm only (the other kinds fix it)."""
+    return make_norm(cfg.norm, cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias or cfg.norm != "layer")
 
 
-def query_padding(padding_mask: torch.Tensor | None, query_len: int) -> torch.Tensor | None:
-    """The padding of the queries: the last L keys of self-attention (cache first)."""
-    return None if padding_mask is None else padding_mask[:, -query_len:]
+def _add_norm(cfg: LayerConfig) -> AddNorm:
+    return AddNorm(
+        cfg.d_model, norm_position=cfg.norm_position, norm=layer_norm_module(cfg),
+        dropout=cfg.dropout,
+    )
 
 
-def _check_layer_cache(cache: object, *, cross: bool) -> LayerCache | None:
+def _attention(cfg: LayerConfig, rotary: RotaryEmbedding | None = None) -> MultiHeadAttention:
+    return MultiHeadAttention(
+        cfg.d_model, cfg.n_heads, dropout=cfg.dropout, bias=cfg.bias, rotary=rotary
+    )
+
+
+def _feedforward(cfg: LayerConfig) -> FeedForward:
+    return make_feedforward(
+        cfg.d_model, cfg.d_ff, activation=cfg.activation, dropout=cfg.dropout, bias=cfg.bias
+    )
+
+
+def _check_masks(**masks: object) -> None:
+    """Type checks only (isinstance, no tensor work): the stack built and checked the masks."""
+    for name, mask in masks.items():
+        if mask is not None and not isinstance(mask, AttentionMask):
+            raise TypeError(
+                f"{name} must be an AttentionMask (see addnorm.attention.self_attention_mask) "
+                f"or None, got {type(mask).__name__}"
+            )
+
+
+def _check_cache(cache: object, *, cross: bool) -> None:
     if cache is None:
-        return None
+        return
     if not isinstance(cache, LayerCache):
         raise TypeError(f"cache must be a LayerCache or None, got {type(cache).__name__}")
     if cross and not isinstance(cache.cross_attn, KVCache):
         raise ValueError("a DecoderLayer cache needs a cross_attn KVCache, got None")
-    return cache
 
 
-def _cached_length(cache: LayerCache | None) -> int:
-    return 0 if cache is None else cache.self_attn.length
+def _check_config(cfg: object) -> LayerConfig:
+    if not isinstance(cfg, LayerConfig):
+        raise TypeError(f"cfg must be a LayerConfig, got {type(cfg).__name__}")
+    return cfg
 
 
 class EncoderLayer(nn.Module):
     """Self-attention and a position-wise FFN, each inside Add & Norm.
 
-    Used causally (``causal=True``, with a ``cache`` for decoding) it is the block of a
+    Used causally (a causal mask, with a ``cache`` for decoding) it is the block of a
     decoder-only language model.
 
     Args:
-        d_model, n_heads, d_ff: widths D, H and F.
-        dropout: the paper's P_drop (attention weights, sublayer outputs, inside the FFN).
-        activation: the FFN's (``"relu"``, ``"gelu"``, ``"gelu_tanh"``, ``"swiglu"``).
-        norm_position: ``"post"`` (the paper) or ``"pre"``.
-        norm: norm kind (``"layer"``, ``"batch"``, ``"rms"``, ``"group"``).
-        norm_eps: the norm's epsilon.
-        bias: biases of the linear layers and of LayerNorm (as in torch.nn).
+        cfg: the layer's settings (:class:`~addnorm.transformer.config.LayerConfig`).
         rotary: a shared :class:`RotaryEmbedding` for the self-attention, or None.
 
     Submodules: ``self_attn``, ``ff``, ``attn_add_norm``, ``ff_add_norm``.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        *,
-        dropout: float = 0.0,
-        activation: str = "relu",
-        norm_position: str = "post",
-        norm: str = "layer",
-        norm_eps: float = 1e-5,
-        bias: bool = True,
-        rotary: RotaryEmbedding | None = None,
-    ) -> None:
+    def __init__(self, cfg: LayerConfig, *, rotary: RotaryEmbedding | None = None) -> None:
         super().__init__()
-        self.d_model = check_int("d_model", d_model, min_value=1)
-        self.self_attn = MultiHeadAttention(
-            d_model, n_heads, dropout=dropout, bias=bias, rotary=rotary
-        )
-        self.ff = FeedForward(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
-        args = (d_model, norm_position, norm, norm_eps, bias, dropout)
-        self.attn_add_norm = _add_norm(*args)
-        self.ff_add_norm = _add_norm(*args)
+        self.cfg = _check_config(cfg)
+        self.self_attn = _attention(cfg, rotary)
+        self.ff = _feedforward(cfg)
+        self.attn_add_norm = _add_norm(cfg)
+        self.ff_add_norm = _add_norm(cfg)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -127,65 +133,31 @@ class EncoderLayer(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
+        mask: AttentionMask | None = None,
         *,
-        padding_mask: torch.Tensor | None = None,
-        attend_mask: torch.Tensor | None = None,
-        causal: bool = False,
         cache: LayerCache | None = None,
         positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """One encoder layer.
+        """``x = AddNorm(x, SelfAttention)``, then ``AddNorm(x, FFN)``.
 
         Args:
             x: the layer input.
-            padding_mask: True = padding key; with a ``cache`` it covers the cached keys
-                followed by x's (S = cache length + L), else S = L.
-            attend_mask: True = may attend.
-            causal: bottom-right aligned causal self-attention (decoder-only use).
+            mask: the self-attention mask (None: attend everywhere).
             cache: the layer's :class:`LayerCache` for cached decoding (``cross_attn`` unused).
             positions: x's positions, for rotary embeddings.
 
         Shapes:
-            x: (B, L, D); padding_mask: (B, S); attend_mask: (L, S), (B, L, S), (B, H, L, S)
-            positions: (L,) or (B, L)
+            x: (B, L, D); positions: (L,) or (B, L)
             returns: (B, L, D)
         """
-        check_tensor("x", x, ndim=3, last_dim=self.d_model, floating=True)
-        cache = _check_layer_cache(cache, cross=False)
-        batch, length, _ = x.shape
-        mask = build_attention_mask(
-            batch=batch, n_heads=self.self_attn.n_heads, query_len=length,
-            key_len=_cached_length(cache) + length, device=x.device,
-            padding_mask=padding_mask, attend_mask=attend_mask, causal=causal,
-        )
-        return self.forward_with_mask(
-            x, mask, query_padding_mask=query_padding(padding_mask, length),
-            cache=cache, positions=positions,
-        )
-
-    def forward_with_mask(
-        self,
-        x: torch.Tensor,
-        mask: AttentionMask,
-        *,
-        query_padding_mask: torch.Tensor | None = None,
-        cache: LayerCache | None = None,
-        positions: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """:meth:`forward` with a prebuilt self-attention mask (stacks build it once).
-
-        Shapes:
-            x: (B, L, D); query_padding_mask: (B, L); positions: (L,) or (B, L)
-            returns: (B, L, D)
-        """
+        if must_check():  # a direct call (a stack has built and checked what it passes)
+            _check_masks(mask=mask)
+            _check_cache(cache, cross=False)
+        padding = None if mask is None else mask.query_padding  # (B, L)
         kv = None if cache is None else cache.self_attn
-
-        def self_attention(h: torch.Tensor) -> torch.Tensor:
-            q, k, v = self.self_attn.project(h, cache=kv, positions=positions)
-            return self.self_attn.attend(q, k, v, mask)
-
-        x = self.attn_add_norm(x, self_attention, padding_mask=query_padding_mask)
-        return self.ff_add_norm(x, self.ff, padding_mask=query_padding_mask)
+        self_attn = partial(self.self_attn, mask=mask, cache=kv, positions=positions)
+        x = self.attn_add_norm(x, self_attn, padding_mask=padding)
+        return self.ff_add_norm(x, self.ff, padding_mask=padding)
 
 
 class DecoderLayer(nn.Module):
@@ -196,31 +168,15 @@ class DecoderLayer(nn.Module):
     ``cross_attn_add_norm``, ``ff_add_norm``.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        *,
-        dropout: float = 0.0,
-        activation: str = "relu",
-        norm_position: str = "post",
-        norm: str = "layer",
-        norm_eps: float = 1e-5,
-        bias: bool = True,
-        rotary: RotaryEmbedding | None = None,
-    ) -> None:
+    def __init__(self, cfg: LayerConfig, *, rotary: RotaryEmbedding | None = None) -> None:
         super().__init__()
-        self.d_model = check_int("d_model", d_model, min_value=1)
-        self.self_attn = MultiHeadAttention(
-            d_model, n_heads, dropout=dropout, bias=bias, rotary=rotary
-        )
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias)
-        self.ff = FeedForward(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
-        args = (d_model, norm_position, norm, norm_eps, bias, dropout)
-        self.self_attn_add_norm = _add_norm(*args)
-        self.cross_attn_add_norm = _add_norm(*args)
-        self.ff_add_norm = _add_norm(*args)
+        self.cfg = _check_config(cfg)
+        self.self_attn = _attention(cfg, rotary)
+        self.cross_attn = _attention(cfg)
+        self.ff = _feedforward(cfg)
+        self.self_attn_add_norm = _add_norm(cfg)
+        self.cross_attn_add_norm = _add_norm(cfg)
+        self.ff_add_norm = _add_norm(cfg)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -231,81 +187,34 @@ class DecoderLayer(nn.Module):
         self,
         x: torch.Tensor,
         memory: torch.Tensor,
+        mask: AttentionMask | None = None,
+        memory_mask: AttentionMask | None = None,
         *,
-        padding_mask: torch.Tensor | None = None,
-        memory_padding_mask: torch.Tensor | None = None,
-        attend_mask: torch.Tensor | None = None,
-        causal: bool = True,
         cache: LayerCache | None = None,
         positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """One decoder layer.
+        """Self-attention, cross-attention over ``memory`` and FFN, each in Add & Norm.
 
         Args:
             x: the target-side input.
-            memory: the encoder output.
-            padding_mask: True = padding target key (cached keys first when ``cache``).
-            memory_padding_mask: True = padding source token.
-            attend_mask: True = may attend, for the self-attention.
-            causal: bottom-right aligned causal self-attention (default True).
+            memory: the encoder output (read once into ``cache.cross_attn`` when cached).
+            mask: the self-attention mask (causal for a decoder; None: attend everywhere).
+            memory_mask: the cross-attention mask (the source padding), or None.
             cache: the layer's :class:`LayerCache` (self and cross KV caches).
             positions: x's positions, for rotary embeddings.
 
         Shapes:
-            x: (B, L, D); memory: (B, S_mem, D); padding_mask: (B, S); memory_padding_mask:
-            (B, S_mem); attend_mask: (L, S), (B, L, S) or (B, H, L, S); positions: (L,), (B, L)
+            x: (B, L, D); memory: (B, S_mem, D); positions: (L,) or (B, L)
             returns: (B, L, D)
         """
-        check_tensor("x", x, ndim=3, last_dim=self.d_model, floating=True)
-        check_tensor("memory", memory, ndim=3, last_dim=self.d_model, floating=True)
-        cache = _check_layer_cache(cache, cross=True)
-        batch, length, _ = x.shape
-        n_heads = self.self_attn.n_heads
-        self_mask = build_attention_mask(
-            batch=batch, n_heads=n_heads, query_len=length,
-            key_len=_cached_length(cache) + length, device=x.device,
-            padding_mask=padding_mask, attend_mask=attend_mask, causal=causal,
-        )
-        cross_mask = build_attention_mask(
-            batch=batch, n_heads=n_heads, query_len=length, key_len=memory.shape[1],
-            device=x.device, padding_mask=memory_padding_mask,
-        )
-        return self.forward_with_mask(
-            x, memory, self_mask, cross_mask,
-            query_padding_mask=query_padding(padding_mask, length),
-            cache=cache, positions=positions,
-        )
-
-    def forward_with_mask(
-        self,
-        x: torch.Tensor,
-        memory: torch.Tensor,
-        self_mask: AttentionMask,
-        cross_mask: AttentionMask,
-        *,
-        query_padding_mask: torch.Tensor | None = None,
-        cache: LayerCache | None = None,
-        positions: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """:meth:`forward` with prebuilt masks (stacks build them once for all layers).
-
-        Shapes:
-            x: (B, L, D); memory: (B, S_mem, D); query_padding_mask: (B, L)
-            positions: (L,) or (B, L)
-            returns: (B, L, D)
-        """
+        if must_check():  # a direct call (a stack has built and checked what it passes)
+            _check_masks(mask=mask, memory_mask=memory_mask)
+            _check_cache(cache, cross=True)
+        padding = None if mask is None else mask.query_padding  # (B, L)
         self_kv = None if cache is None else cache.self_attn
         cross_kv = None if cache is None else cache.cross_attn
-
-        def self_attention(h: torch.Tensor) -> torch.Tensor:
-            q, k, v = self.self_attn.project(h, cache=self_kv, positions=positions)
-            return self.self_attn.attend(q, k, v, self_mask)
-
-        def cross_attention(h: torch.Tensor) -> torch.Tensor:
-            q, k, v = self.cross_attn.project(h, memory, cache=cross_kv)
-            return self.cross_attn.attend(q, k, v, cross_mask)
-
-        pad = query_padding_mask
-        x = self.self_attn_add_norm(x, self_attention, padding_mask=pad)
-        x = self.cross_attn_add_norm(x, cross_attention, padding_mask=pad)
-        return self.ff_add_norm(x, self.ff, padding_mask=pad)
+        self_attn = partial(self.self_attn, mask=mask, cache=self_kv, positions=positions)
+        cross_attn = partial(self.cross_attn, memory=memory, mask=memory_mask, cache=cross_kv)
+        x = self.self_attn_add_norm(x, self_attn, padding_mask=padding)
+        x = self.cross_attn_add_norm(x, cross_attn, padding_mask=padding)
+        return self.ff_add_norm(x, self.ff, padding_mask=padding)

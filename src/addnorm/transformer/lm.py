@@ -11,10 +11,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from addnorm._checks import check_int
+from addnorm._checks import check_int, inputs_checked
 from addnorm.cache import DecodingCache
 from addnorm.transformer.config import LMConfig
-from addnorm.transformer.decoding import EosOption, check_step, generate_without, generation_config
+from addnorm.transformer.decoding import (
+    check_generation_config,
+    check_step,
+    generate_without,
+    model_generation_config,
+)
 from addnorm.transformer.embedding import (
     Embedder,
     Tokens,
@@ -24,6 +29,7 @@ from addnorm.transformer.embedding import (
     output_projection,
     rotary_for,
 )
+from addnorm.transformer.generation import GenerationConfig
 from addnorm.transformer.stacks import Encoder
 
 __all__ = ["TransformerLM"]
@@ -43,14 +49,9 @@ class TransformerLM(nn.Module):
             raise TypeError(f"cfg must be an LMConfig, got {type(cfg).__name__}")
         self.cfg = cfg
         self.rotary = rotary_for(cfg)
-        self.embed = Embedder(
-            cfg.vocab_size, cfg.d_model, positions=cfg.positions, max_len=cfg.max_len,
-            base=cfg.position_base, dropout=cfg.dropout,
-        )
+        self.embed = Embedder(cfg.vocab_size, cfg)
         self.blocks = Encoder(
-            cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.d_ff, dropout=cfg.dropout,
-            activation=cfg.activation, norm_position=cfg.norm_position, norm=cfg.norm,
-            norm_eps=cfg.norm_eps, bias=cfg.bias, rotary=self.rotary, final_norm=cfg.final_norm,
+            cfg.layer_config(), cfg.n_layers, rotary=self.rotary, final_norm=cfg.final_norm
         )
         tied = self.embed.tokens if cfg.tie_output else None
         self.to_logits = output_projection(cfg.d_model, cfg.vocab_size, tied)
@@ -72,11 +73,12 @@ class TransformerLM(nn.Module):
             returns: (B, L, V)
         """
         tokens = self._inputs("ids", ids, padding_mask)
-        h = self.blocks(
-            self.embed(tokens.ids, tokens.positions), padding_mask=tokens.padding_mask, causal=True,
-            positions=tokens.positions,
-        )  # (B, L, D)
-        return self.to_logits(h)
+        with inputs_checked():  # what flows below was derived from the checked ids
+            x = self.embed(tokens.ids, tokens.positions)  # (B, L, D)
+            h = self.blocks(
+                x, padding_mask=tokens.padding_mask, causal=True, positions=tokens.positions
+            )  # (B, L, D)
+            return self.to_logits(h)
 
     @torch.no_grad()
     def start(
@@ -101,7 +103,7 @@ class TransformerLM(nn.Module):
                 "first real token): new tokens are appended on the right"
             )
         batch, prompt_len = prompt_ids.shape
-        if cfg.positions == "learned" and prompt_len + max_new_tokens - 1 > cfg.max_len:
+        if cfg.position_encoding == "learned" and prompt_len + max_new_tokens - 1 > cfg.max_len:
             raise ValueError(
                 f"prompt length ({prompt_len}) + max_new_tokens ({max_new_tokens}) - 1 exceeds "
                 f"max_len ({cfg.max_len}) of the learned position table"
@@ -128,46 +130,45 @@ class TransformerLM(nn.Module):
     def _run(
         self, ids: torch.Tensor, padding: torch.Tensor, cache: DecodingCache
     ) -> torch.Tensor:
-        key_padding, positions = cache.extend(padding)  # (B, n + L), (B, L)
-        h = self.blocks(
-            self.embed(ids, positions), padding_mask=key_padding, causal=True, cache=cache,
-            positions=positions,
-        )  # (B, L, D)
-        return self.to_logits(h[:, -1])  # (B, V)
+        with inputs_checked():  # ids and cache were checked by start / step
+            key_padding, positions = cache.extend(padding)  # (B, n + L), (B, L)
+            h = self.blocks(
+                self.embed(ids, positions), padding_mask=key_padding, causal=True, cache=cache,
+                positions=positions,
+            )  # (B, L, D)
+            return self.to_logits(h[:, -1])  # (B, V)
+
+    @property
+    def generation_config(self) -> GenerationConfig:
+        """The default of :meth:`generate`: greedy, 64 new tokens, stopping at ``cfg.eos_id``.
+
+        Variants: ``dataclasses.replace(model.generation_config, strategy="beam")``.
+        """
+        return model_generation_config(self.cfg)
 
     @torch.no_grad()
     def generate(
         self,
         prompt_ids: torch.Tensor,
+        config: GenerationConfig | None = None,
         *,
         padding_mask: torch.Tensor | None = None,
-        max_new_tokens: int = 64,
-        strategy: str = "greedy",
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        num_beams: int = 4,
-        length_penalty: float = 1.0,
-        eos_id: EosOption = "config",
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """Continue each (left-padded) prompt (see :class:`GenerationConfig`).
+        """Continue each (left-padded) prompt as ``config`` says (default
+        :attr:`generation_config`).
 
-        ``eos_id="config"`` stops at ``cfg.eos_id``; None never stops early. The output holds
-        the new tokens only; after a row's stop token it holds ``cfg.pad_id``. ``pad_id`` is
-        never generated (its logits are set to -inf), so it may not be a stop token.
+        The output holds the new tokens only; after a row's stop token it holds ``cfg.pad_id``.
+        ``pad_id`` is never generated (its logits are set to -inf), so it may not be a stop
+        token. ``generator`` is used by sampling.
 
         Shapes:
             prompt_ids: (B, L0); padding_mask: (B, L0), True = padding (left)
-            returns: (B, N) long, N <= max_new_tokens
+            returns: (B, N) long, N <= config.max_new_tokens
         """
         never_emit = {"pad_id": self.cfg.pad_id}
-        config = generation_config(
-            self.cfg, max_new_tokens=max_new_tokens, strategy=strategy,
-            temperature=temperature, top_k=top_k, top_p=top_p, num_beams=num_beams,
-            length_penalty=length_penalty, eos_id=eos_id, never_emit=never_emit,
-        )
+        config = check_generation_config(self.cfg, config, never_emit)
         cache, logits = self.start(
-            prompt_ids, padding_mask=padding_mask, max_new_tokens=max_new_tokens
+            prompt_ids, padding_mask=padding_mask, max_new_tokens=config.max_new_tokens
         )
         return generate_without(self.step, logits, cache, config, never_emit, generator)

@@ -11,104 +11,80 @@ Two defects of ``torch.nn.TransformerEncoder``/``Decoder`` are avoided on purpos
   after it (which ``nn.Transformer`` always adds) is only built on request
   (``final_norm=True``), to mirror torch.nn.
 
-The padding / attend / causal masks are combined once per stack forward and shared by the
-layers (polarity: ``padding_mask`` True = padding, ``attend_mask`` True = may attend).
+The stacks are the public boundary of the layers: a stack checks its input and combines the
+padding / attend / causal masks once per forward into an
+:class:`~addnorm.attention.AttentionMask` that every layer receives through ``__call__``
+(so module hooks, ``torch.utils.checkpoint`` wrappers and per-layer FSDP see each call).
+Polarity: ``padding_mask`` True = padding, ``attend_mask`` True = may attend.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import cast
-
 import torch
 from torch import nn
 
-from addnorm._checks import check_choice, check_int, check_tensor
-from addnorm.attention import build_attention_mask
+from addnorm._checks import check_int, check_tensor, inputs_checked, must_check
+from addnorm.attention import cross_attention_mask, self_attention_mask
 from addnorm.cache import DecodingCache, LayerCache
-from addnorm.norms import make_norm
-from addnorm.residual import POSITIONS
+from addnorm.norms import NoNorm
 from addnorm.rotary import RotaryEmbedding
-from addnorm.transformer.layers import DecoderLayer, EncoderLayer, query_padding
+from addnorm.transformer.config import LayerConfig
+from addnorm.transformer.layers import DecoderLayer, EncoderLayer, layer_norm_module
 
 __all__ = ["Decoder", "Encoder", "EncoderDecoder"]
 
 
-def _final_norm(
-    final_norm: bool | None, norm_position: str, norm: str, d_model: int, eps: float, bias: bool
-) -> nn.Module:
+def _final_norm(final_norm: bool | None, cfg: LayerConfig) -> nn.Module:
     """The norm after the last layer: by default only for pre-LN (see the module docstring)."""
-    check_choice("norm_position", norm_position, POSITIONS)
     if final_norm is None:
-        final_norm = norm_position == "pre"
+        final_norm = cfg.norm_position == "pre"
     if not isinstance(final_norm, bool):
         raise TypeError(f"final_norm must be a bool or None, got {type(final_norm).__name__}")
-    if not final_norm:
-        return nn.Identity()
-    return make_norm(norm, d_model, eps=eps, bias=bias or norm != "layer")
+    return layer_norm_module(cfg) if final_norm else NoNorm()
 
 
-def _layer_caches(cache: object, n_layers: int) -> list[LayerCache | None]:
+def _layer_caches(cache: object, n_layers: int) -> list[LayerCache] | list[None]:
+    """One cache per layer (all None without a cache), after checking the cache fits."""
     if cache is None:
         return [None] * n_layers
     if not isinstance(cache, DecodingCache):
         raise TypeError(f"cache must be a DecodingCache or None, got {type(cache).__name__}")
     if len(cache.layers) != n_layers:
         raise ValueError(f"cache has {len(cache.layers)} layer caches, the stack {n_layers}")
-    return list(cache.layers)
+    return cache.layers
 
 
-def _cached_length(caches: list[LayerCache | None]) -> int:
-    return 0 if caches[0] is None else caches[0].self_attn.length
-
-
-def _apply_norm(norm: nn.Module, x: torch.Tensor, padding: torch.Tensor | None) -> torch.Tensor:
-    """``norm(x, padding_mask=padding)``; ``nn.Identity`` takes no mask."""
-    if padding is None or isinstance(norm, nn.Identity):
-        return norm(x)
-    return norm(x, padding_mask=padding)
+def _cached_length(cache: DecodingCache | None) -> int:
+    return 0 if cache is None else cache.layers[0].self_attn.length
 
 
 class Encoder(nn.Module):
     """N independently initialised :class:`EncoderLayer` s, then ``norm``.
 
     Args:
+        cfg: the settings of every layer (:class:`~addnorm.transformer.config.LayerConfig`).
         n_layers: N.
-        d_model, n_heads, d_ff, dropout, activation, norm_position, norm, norm_eps, bias,
-            rotary: passed to every :class:`EncoderLayer` (``rotary`` is shared).
+        rotary: a :class:`RotaryEmbedding` shared by every layer's self-attention, or None.
         final_norm: norm after the last layer; None = only for pre-LN. True with post-LN
             mirrors ``nn.Transformer`` (two norms in a row).
 
-    Submodules: ``layers`` (``nn.ModuleList``), ``norm`` (a norm or ``nn.Identity()``).
+    Submodules: ``layers`` (``nn.ModuleList``), ``norm`` (a norm, or
+    :class:`~addnorm.norms.NoNorm` when there is none).
     """
 
     def __init__(
         self,
+        cfg: LayerConfig,
         n_layers: int,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
         *,
-        dropout: float = 0.0,
-        activation: str = "relu",
-        norm_position: str = "post",
-        norm: str = "layer",
-        norm_eps: float = 1e-5,
-        bias: bool = True,
         rotary: RotaryEmbedding | None = None,
         final_norm: bool | None = None,
     ) -> None:
         super().__init__()
-        self.d_model = check_int("d_model", d_model, min_value=1)
-        self.layers = nn.ModuleList(
-            EncoderLayer(
-                d_model, n_heads, d_ff, dropout=dropout, activation=activation,
-                norm_position=norm_position, norm=norm, norm_eps=norm_eps, bias=bias,
-                rotary=rotary,
-            )
-            for _ in range(check_int("n_layers", n_layers, min_value=1))
-        )
-        self.norm = _final_norm(final_norm, norm_position, norm, d_model, norm_eps, bias)
+        n_layers = check_int("n_layers", n_layers, min_value=1)
+        self.layers = nn.ModuleList(EncoderLayer(cfg, rotary=rotary) for _ in range(n_layers))
+        self.cfg = cfg
+        self.norm = _final_norm(final_norm, cfg)
 
     def forward(
         self,
@@ -120,7 +96,7 @@ class Encoder(nn.Module):
         cache: DecodingCache | None = None,
         positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Run the layers in turn, then the final norm.
+        """Run the layers in turn, then the final norm; the mask is built once for all.
 
         Args:
             x: the input sequence.
@@ -136,22 +112,17 @@ class Encoder(nn.Module):
             positions: (L,) or (B, L)
             returns: (B, L, D)
         """
-        check_tensor("x", x, ndim=3, last_dim=self.d_model, floating=True)
-        layers = cast("Sequence[EncoderLayer]", self.layers)  # built from EncoderLayers only
-        caches = _layer_caches(cache, len(layers))
-        batch, length, _ = x.shape
-        mask = build_attention_mask(
-            batch=batch, n_heads=layers[0].self_attn.n_heads, query_len=length,
-            key_len=_cached_length(caches) + length, device=x.device,
-            padding_mask=padding_mask, attend_mask=attend_mask, causal=causal,
+        if must_check():  # skipped inside a model, which has checked its own inputs
+            check_tensor("x", x, ndim=3, last_dim=self.cfg.d_model, floating=True)
+        caches = _layer_caches(cache, len(self.layers))
+        mask = self_attention_mask(
+            x, n_heads=self.cfg.n_heads, padding_mask=padding_mask, attend_mask=attend_mask,
+            causal=causal, cached=_cached_length(cache),
         )
-        query_padding_mask = query_padding(padding_mask, length)
-        for layer, layer_cache in zip(layers, caches, strict=True):
-            x = layer.forward_with_mask(
-                x, mask, query_padding_mask=query_padding_mask, cache=layer_cache,
-                positions=positions,
-            )
-        return _apply_norm(self.norm, x, query_padding_mask)
+        with inputs_checked():
+            for layer, layer_cache in zip(self.layers, caches, strict=True):
+                x = layer(x, mask, cache=layer_cache, positions=positions)
+            return self.norm(x, padding_mask=mask.query_padding)
 
 
 class Decoder(nn.Module):
@@ -162,31 +133,17 @@ class Decoder(nn.Module):
 
     def __init__(
         self,
+        cfg: LayerConfig,
         n_layers: int,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
         *,
-        dropout: float = 0.0,
-        activation: str = "relu",
-        norm_position: str = "post",
-        norm: str = "layer",
-        norm_eps: float = 1e-5,
-        bias: bool = True,
         rotary: RotaryEmbedding | None = None,
         final_norm: bool | None = None,
     ) -> None:
         super().__init__()
-        self.d_model = check_int("d_model", d_model, min_value=1)
-        self.layers = nn.ModuleList(
-            DecoderLayer(
-                d_model, n_heads, d_ff, dropout=dropout, activation=activation,
-                norm_position=norm_position, norm=norm, norm_eps=norm_eps, bias=bias,
-                rotary=rotary,
-            )
-            for _ in range(check_int("n_layers", n_layers, min_value=1))
-        )
-        self.norm = _final_norm(final_norm, norm_position, norm, d_model, norm_eps, bias)
+        n_layers = check_int("n_layers", n_layers, min_value=1)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, rotary=rotary) for _ in range(n_layers))
+        self.cfg = cfg
+        self.norm = _final_norm(final_norm, cfg)
 
     def forward(
         self,
@@ -217,32 +174,22 @@ class Decoder(nn.Module):
             (B, S_mem); attend_mask: (L, S), (B, L, S) or (B, H, L, S); positions: (L,), (B, L)
             returns: (B, L, D)
         """
-        check_tensor("x", x, ndim=3, last_dim=self.d_model, floating=True)
-        check_tensor("memory", memory, ndim=3, last_dim=self.d_model, floating=True)
-        if memory.shape[0] != x.shape[0]:
-            raise ValueError(
-                f"memory batch size ({memory.shape[0]}) must equal x batch size ({x.shape[0]})"
-            )
-        layers = cast("Sequence[DecoderLayer]", self.layers)  # built from DecoderLayers only
-        caches = _layer_caches(cache, len(layers))
-        batch, length, _ = x.shape
-        n_heads = layers[0].self_attn.n_heads
-        self_mask = build_attention_mask(
-            batch=batch, n_heads=n_heads, query_len=length,
-            key_len=_cached_length(caches) + length, device=x.device,
-            padding_mask=padding_mask, attend_mask=attend_mask, causal=causal,
+        d_model, n_heads = self.cfg.d_model, self.cfg.n_heads
+        if must_check():  # skipped inside a model, which has checked its own inputs
+            check_tensor("x", x, ndim=3, last_dim=d_model, floating=True)
+            check_tensor("memory", memory, ndim=3, last_dim=d_model, floating=True)
+        caches = _layer_caches(cache, len(self.layers))
+        mask = self_attention_mask(
+            x, n_heads=n_heads, padding_mask=padding_mask, attend_mask=attend_mask,
+            causal=causal, cached=_cached_length(cache),
         )
-        cross_mask = build_attention_mask(
-            batch=batch, n_heads=n_heads, query_len=length, key_len=memory.shape[1],
-            device=x.device, padding_mask=memory_padding_mask,
+        memory_mask = cross_attention_mask(
+            x, memory, n_heads=n_heads, padding_mask=memory_padding_mask
         )
-        query_padding_mask = query_padding(padding_mask, length)
-        for layer, layer_cache in zip(layers, caches, strict=True):
-            x = layer.forward_with_mask(
-                x, memory, self_mask, cross_mask, query_padding_mask=query_padding_mask,
-                cache=layer_cache, positions=positions,
-            )
-        return _apply_norm(self.norm, x, query_padding_mask)
+        with inputs_checked():
+            for layer, layer_cache in zip(self.layers, caches, strict=True):
+                x = layer(x, memory, mask, memory_mask, cache=layer_cache, positions=positions)
+            return self.norm(x, padding_mask=mask.query_padding)
 
 
 class EncoderDecoder(nn.Module):
@@ -257,10 +204,10 @@ class EncoderDecoder(nn.Module):
             raise TypeError(f"encoder must be an Encoder, got {type(encoder).__name__}")
         if not isinstance(decoder, Decoder):
             raise TypeError(f"decoder must be a Decoder, got {type(decoder).__name__}")
-        if encoder.d_model != decoder.d_model:
+        if encoder.cfg.d_model != decoder.cfg.d_model:
             raise ValueError(
-                f"encoder d_model ({encoder.d_model}) must equal decoder d_model "
-                f"({decoder.d_model})"
+                f"encoder d_model ({encoder.cfg.d_model}) must equal decoder d_model "
+                f"({decoder.cfg.d_model})"
             )
         self.encoder = encoder
         self.decoder = decoder
@@ -280,8 +227,9 @@ class EncoderDecoder(nn.Module):
             src_padding_mask: (B, S); tgt_padding_mask: (B, L) (True = padding)
             returns: (B, L, D)
         """
-        check_tensor("src", src, ndim=3, last_dim=self.encoder.d_model, floating=True)
-        check_tensor("tgt", tgt, ndim=3, last_dim=self.decoder.d_model, floating=True)
+        d_model = self.encoder.cfg.d_model
+        check_tensor("src", src, ndim=3, last_dim=d_model, floating=True)
+        check_tensor("tgt", tgt, ndim=3, last_dim=d_model, floating=True)
         if src.shape[0] != tgt.shape[0]:
             raise ValueError(
                 f"src batch size ({src.shape[0]}) must equal tgt batch size ({tgt.shape[0]})"
