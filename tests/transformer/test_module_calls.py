@@ -109,3 +109,15 @@ def test_per_layer_fully_shard_matches_the_unsharded_model():
         torch.testing.assert_close(got, reference.blocks.layers[0].ff.w1.weight.grad)
     finally:
         dist.destroy_process_group()
+
+
+def test_a_stack_compiles_with_fullgraph_and_matches_eager():
+    """The checked-input context records nothing while dynamo traces, so no graph break."""
+    torch.manual_seed(0)
+    cfg = addnorm.LayerConfig(16, 2, 32, norm_position="pre")
+    encoder = addnorm.Encoder(cfg, 2, rotary=addnorm.RotaryEmbedding(8)).eval()
+    x = torch.randn(2, 5, 16)
+    padding = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    compiled = torch.compile(encoder, fullgraph=True, backend="eager")
+    expected = encoder(x, padding_mask=padding, causal=True)
+    torch.testing.assert_close(compiled(x, padding_mask=padding, causal=True), expected)
