@@ -109,14 +109,29 @@ class LayerNorm(nn.Module):
     Biased variance, ``eps`` inside the square root, parameters ``weight`` (gamma, init 1) and
     ``bias`` (beta, init 0; ``None`` when ``bias=False``), so state dicts load both ways with
     ``nn.LayerNorm(d_model, eps=eps, bias=bias)``. Independent of batch, padding and length.
+    ``elementwise_affine=False`` (torch.nn's name) drops both parameters: ``y = x_hat``, the
+    norm inside DiT's adaLN blocks, whose scale and shift come from the conditioning.
     """
 
-    def __init__(self, d_model: int, *, eps: float = 1e-5, bias: bool = True) -> None:
+    weight: nn.Parameter | None
+    bias: nn.Parameter | None
+
+    def __init__(
+        self,
+        d_model: int,
+        *,
+        eps: float = 1e-5,
+        bias: bool = True,
+        elementwise_affine: bool = True,
+    ) -> None:
         super().__init__()
         self.d_model = check_int("d_model", d_model, min_value=1)
         self.eps = _check_eps(eps)
-        self.weight = nn.Parameter(torch.ones(self.d_model))
-        self.bias = nn.Parameter(torch.zeros(self.d_model)) if check_bool("bias", bias) else None
+        check_bool("bias", bias)
+        self.elementwise_affine = check_bool("elementwise_affine", elementwise_affine)
+        self.weight = nn.Parameter(torch.ones(self.d_model)) if elementwise_affine else None
+        has_bias = bias and elementwise_affine
+        self.bias = nn.Parameter(torch.zeros(self.d_model)) if has_bias else None
 
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Normalize each token over its features; ``padding_mask`` is accepted and ignored.
@@ -130,7 +145,8 @@ class LayerNorm(nn.Module):
         return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return f"{self.d_model}, eps={self.eps}, bias={self.bias is not None}"
+        affine = "" if self.elementwise_affine else ", elementwise_affine=False"
+        return f"{self.d_model}, eps={self.eps}, bias={self.bias is not None}{affine}"
 
 
 class RMSNorm(nn.Module):

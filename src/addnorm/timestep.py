@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import cast
 
 import torch
 from torch import nn
 
-from addnorm._checks import check_bool, check_float, check_int
+from addnorm._checks import check_bool, check_float, check_int, must_check
 
 __all__ = ["TimestepEmbedder", "timestep_embedding"]
 
@@ -162,8 +163,21 @@ def timestep_embedding(
     if repeat_only:
         _check_values(t, 0.0)
         return t[:, None].repeat(1, dim)  # (N, dim)
-    half = _half_width(dim, shift)
+    _half_width(dim, shift)
     _check_values(t, max_period)
+    return _sinusoids(t, dim, max_period, flip_sin_to_cos, shift, scale)
+
+
+def _sinusoids(
+    t: torch.Tensor, dim: int, max_period: float, flip_sin_to_cos: bool, shift: float, scale: float
+) -> torch.Tensor:
+    """:func:`timestep_embedding`'s formula on checked arguments (t 1-D, half > shift).
+
+    Shapes:
+        t: (N,)
+        returns: (N, dim)
+    """
+    half = dim // 2
     dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
     k = torch.arange(half, dtype=dtype, device=t.device)
     freqs = torch.exp(-math.log(max_period) * k / (half - shift))  # (half,)
@@ -177,14 +191,31 @@ def timestep_embedding(
 class TimestepEmbedder(nn.Module):
     """DiT's timestep conditioning: ``w2(SiLU(w1(timestep_embedding(t, d_freq))))``.
 
-    The sinusoids use the seed/DiT convention (``[cos | sin]``, exponent ``k/half``).
+    The sinusoids use the seed/DiT convention by default (``[cos | sin]``, exponent
+    ``k/half``). ``flip_sin_to_cos`` and ``downscale_freq_shift`` are
+    :func:`timestep_embedding`'s keywords, for ports that differ (diffusers' DiT uses
+    ``downscale_freq_shift=1``).
+
+    Inside a checked model (:func:`addnorm._checks.inputs_checked`) the timesteps are trusted
+    as given (a 1-D tensor the model has checked) and not checked again.
     """
 
-    def __init__(self, d_model: int, *, d_freq: int = 256, max_period: float = 10000) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        *,
+        d_freq: int = 256,
+        max_period: float = 10000,
+        flip_sin_to_cos: bool = True,
+        downscale_freq_shift: float = 0.0,
+    ) -> None:
         super().__init__()
         self.d_model = check_int("d_model", d_model, min_value=1)
         self.d_freq = check_int("d_freq", d_freq, min_value=2)
         self.max_period = check_float("max_period", max_period, min_value=0.0, min_inclusive=False)
+        self.flip_sin_to_cos = check_bool("flip_sin_to_cos", flip_sin_to_cos)
+        self.downscale_freq_shift = check_float("downscale_freq_shift", downscale_freq_shift)
+        _half_width(self.d_freq, self.downscale_freq_shift)
         self.w1 = nn.Linear(self.d_freq, self.d_model)
         self.act = nn.SiLU()
         self.w2 = nn.Linear(self.d_model, self.d_model)
@@ -204,6 +235,20 @@ class TimestepEmbedder(nn.Module):
             returns: (N, D)
         """
         weight = self.w1.weight
-        t = _as_timesteps(t, device=weight.device).to(weight.device)
-        freq = timestep_embedding(t, self.d_freq, self.max_period)  # (N, d_freq)
+        flip, shift = self.flip_sin_to_cos, self.downscale_freq_shift
+        if must_check():
+            t = _as_timesteps(t, device=weight.device).to(weight.device)
+            freq = timestep_embedding(
+                t, self.d_freq, self.max_period, flip_sin_to_cos=flip, downscale_freq_shift=shift
+            )  # (N, d_freq)
+        else:
+            t = cast(torch.Tensor, t)
+            freq = _sinusoids(t, self.d_freq, self.max_period, flip, shift, 1.0)  # (N, d_freq)
         return self.w2(self.act(self.w1(freq.to(weight.dtype))))
+
+    def extra_repr(self) -> str:
+        return (
+            f"d_freq={self.d_freq}, max_period={self.max_period:g}, "
+            f"flip_sin_to_cos={self.flip_sin_to_cos}, "
+            f"downscale_freq_shift={self.downscale_freq_shift:g}"
+        )

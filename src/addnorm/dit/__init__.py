@@ -1,0 +1,33 @@
+"""The Diffusion Transformer (Peebles & Xie, 2023) built from addnorm's parts: its config and
+presets, patches and 2-D positions, label embedding, adaLN-Zero blocks, the model with
+classifier-free guidance, and conversion to and from DiT's and diffusers' checkpoints."""
+
+from addnorm.dit.block import DiTBlock
+from addnorm.dit.config import DIT_PRESETS, DiTConfig
+from addnorm.dit.final_layer import FinalLayer
+from addnorm.dit.guidance import classifier_free_guidance
+from addnorm.dit.interop import from_diffusers, from_dit_state_dict, to_diffusers, to_dit_state_dict
+from addnorm.dit.labels import ClassEmbedder
+from addnorm.dit.model import DiT
+from addnorm.dit.modulation import modulate
+from addnorm.dit.patches import PatchEmbed, patchify, unpatchify
+from addnorm.dit.positions import sincos_2d_positions
+
+__all__ = [
+    "DIT_PRESETS",
+    "ClassEmbedder",
+    "DiT",
+    "DiTBlock",
+    "DiTConfig",
+    "FinalLayer",
+    "PatchEmbed",
+    "classifier_free_guidance",
+    "from_diffusers",
+    "from_dit_state_dict",
+    "modulate",
+    "patchify",
+    "sincos_2d_positions",
+    "to_diffusers",
+    "to_dit_state_dict",
+    "unpatchify",
+]

@@ -1,0 +1,315 @@
+"""Conversion to and from the reference DiT's state dicts and diffusers' DiT.
+
+**facebookresearch/DiT** (``models.py``): the same network, so the conversion only renames
+keys (:func:`from_dit_state_dict`, :func:`to_dit_state_dict`):
+
+| DiT key                               | addnorm key                              |
+|---------------------------------------|------------------------------------------|
+| ``x_embedder.proj.*``                 | ``patch_embed.proj.*``                   |
+| ``pos_embed`` (frozen Parameter)      | ``pos_embed`` (saved buffer)             |
+| ``t_embedder.mlp.0.*`` / ``mlp.2.*``  | ``timestep_embed.w1.*`` / ``w2.*``       |
+| ``y_embedder.embedding_table.weight`` | ``class_embed.table.weight``             |
+| ``blocks.i.attn.qkv.*`` (timm)        | ``blocks.i.attn.in_proj.*`` (rows q,k,v) |
+| ``blocks.i.attn.proj.*``              | ``blocks.i.attn.out_proj.*``             |
+| ``blocks.i.mlp.fc1.*`` / ``fc2.*``    | ``blocks.i.ff.w1.*`` / ``w2.*``          |
+| ``blocks.i.adaLN_modulation.1.*``     | the same                                 |
+| ``final_layer.linear.*``,             | the same                                 |
+| ``final_layer.adaLN_modulation.1.*``  |                                          |
+
+timm's fused ``qkv`` is reshaped ``(B, N, 3, H, Dh)``, so its rows are ``[W_q; W_k; W_v]``,
+each split into heads in order: the layout of ``MultiHeadAttention.in_proj``.
+
+**diffusers** ``DiTTransformer2DModel`` (:func:`from_diffusers`, :func:`to_diffusers`)
+differs from DiT, and the differences become :class:`DiTConfig` options:
+
+- timestep features: ``[cos | sin]`` with exponent ``-ln(10000) k / (half - 1)``
+  (``timestep_downscale_freq_shift=1``; DiT's is 0);
+- the norm before the MLP has its config's ``norm_eps`` (1e-5 by default; ``ff_norm_eps``),
+  the others 1e-6 as in DiT;
+- separate ``to_q`` / ``to_k`` / ``to_v``; ``learn_sigma`` is ``out_channels == 2 *
+  in_channels``; the label table always has the null row (its dropout is fixed at 0.1);
+- every block holds its own timestep MLP and label table (``norm1.emb``) and computes the
+  conditioning again; the final layer uses block 0's. Converted checkpoints hold the same
+  weights in every block; :func:`from_diffusers` refuses blocks whose embedders differ. In
+  training mode each block also drops labels independently, unlike DiT;
+- its positions are a non-persistent buffer (recomputed, the same 2-D code);
+- it returns ``Transformer2DModelOutput(sample=...)`` (or a tuple), not a tensor.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from addnorm.dit.config import DiTConfig
+from addnorm.dit.model import DiT
+
+__all__ = ["from_diffusers", "from_dit_state_dict", "to_diffusers", "to_dit_state_dict"]
+
+# (addnorm pattern, DiT replacement); keys that match none are the same in both.
+_DIT_RENAMES = [
+    (r"^patch_embed\.proj\.", "x_embedder.proj."),
+    (r"^timestep_embed\.w1\.", "t_embedder.mlp.0."),
+    (r"^timestep_embed\.w2\.", "t_embedder.mlp.2."),
+    (r"^class_embed\.table\.", "y_embedder.embedding_table."),
+    (r"^blocks\.(\d+)\.attn\.in_proj\.", r"blocks.\1.attn.qkv."),
+    (r"^blocks\.(\d+)\.attn\.out_proj\.", r"blocks.\1.attn.proj."),
+    (r"^blocks\.(\d+)\.ff\.w1\.", r"blocks.\1.mlp.fc1."),
+    (r"^blocks\.(\d+)\.ff\.w2\.", r"blocks.\1.mlp.fc2."),
+]
+
+
+def _dit_key(key: str) -> str:
+    for pattern, replacement in _DIT_RENAMES:
+        renamed, n = re.subn(pattern, replacement, key)
+        if n:
+            return renamed
+    return key
+
+
+def to_dit_state_dict(model: DiT) -> dict[str, torch.Tensor]:
+    """``model``'s weights under the reference DiT's keys (tensors shared, not copied)."""
+    if not isinstance(model, DiT):
+        raise TypeError(f"model must be an addnorm DiT, got {type(model).__name__}")
+    return {_dit_key(k): v for k, v in model.state_dict().items()}
+
+
+def from_dit_state_dict(state_dict: Mapping[str, torch.Tensor], cfg: DiTConfig) -> DiT:
+    """A :class:`DiT` holding a reference DiT's weights (``DiT_models[name]().state_dict()``).
+
+    ``cfg`` must describe the checkpoint (e.g. ``DIT_PRESETS["DiT-XL/2"]``; with
+    ``class_dropout > 0`` the label table has the null row). The model takes the dtype and
+    device of the checkpoint's weights and is returned in training mode, like a fresh one.
+    Raises ValueError naming missing, unexpected or misshapen keys, and when ``pos_embed``
+    is not DiT's fixed 2-D sin-cos code (a sign of another layout).
+    """
+    if not isinstance(cfg, DiTConfig):
+        raise TypeError(f"cfg must be a DiTConfig, got {type(cfg).__name__}")
+    if not isinstance(state_dict, Mapping):
+        raise TypeError(f"state_dict must be a mapping, got {type(state_dict).__name__}")
+    model = DiT(cfg)
+    ours = model.state_dict()
+    renamed = {_dit_key(k): k for k in ours}
+    _check_keys_and_shapes(state_dict, {k: ours[v].shape for k, v in renamed.items()}, "DiT")
+    converted = {renamed[k]: v for k, v in state_dict.items()}
+    fixed = model.pos_embed.clone()
+    _load_like(model, converted, state_dict["x_embedder.proj.weight"])
+    _check_positions(model.pos_embed, fixed)
+    return model
+
+
+def _check_keys_and_shapes(
+    given: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Size], source: str
+) -> None:
+    missing = sorted(set(expected) - set(given))
+    unexpected = sorted(set(given) - set(expected))
+    if missing or unexpected:
+        raise ValueError(
+            f"{source} state dict does not fit the config: missing keys {missing}, "
+            f"unexpected keys {unexpected}"
+        )
+    wrong = [
+        f"{k}: {tuple(given[k].shape)}, expected {tuple(shape)}"
+        for k, shape in expected.items()
+        if tuple(given[k].shape) != tuple(shape)
+    ]
+    if wrong:
+        raise ValueError(
+            f"{source} state dict shapes do not fit the config ({'; '.join(wrong)}); the label "
+            "table has n_classes + 1 rows when class_dropout > 0, else n_classes"
+        )
+
+
+def _load_like(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], like: torch.Tensor):
+    """Move ``model`` to ``like``'s dtype and device, then copy ``state_dict`` into it."""
+    model.to(device=like.device, dtype=like.dtype if like.is_floating_point() else None)
+    model.load_state_dict(state_dict, strict=True)
+
+
+def _check_positions(loaded: torch.Tensor, fixed: torch.Tensor) -> None:
+    """The checkpoint's position table must be the fixed code (to the dtype's rounding)."""
+    fixed = fixed.to(loaded.device, loaded.dtype)
+    tolerance = max(1e-5, 8 * torch.finfo(loaded.dtype).eps)
+    error = (loaded - fixed).abs().max().item()
+    if error > tolerance:
+        raise ValueError(
+            f"pos_embed differs from DiT's fixed 2-D sin-cos code by up to {error:.3g} "
+            f"(> {tolerance:.3g}): not a DiT-layout checkpoint (see addnorm.dit.positions "
+            "for the layout: first half of the channels = column)"
+        )
+
+
+# ---------------------------------------------------------------------------------- diffusers
+
+_EMB = "norm1.emb."  # a diffusers block's embedders (timestep MLP, label table)
+_SHARED = {  # diffusers key inside a block's norm1.emb -> addnorm key
+    "timestep_embedder.linear_1.weight": "timestep_embed.w1.weight",
+    "timestep_embedder.linear_1.bias": "timestep_embed.w1.bias",
+    "timestep_embedder.linear_2.weight": "timestep_embed.w2.weight",
+    "timestep_embedder.linear_2.bias": "timestep_embed.w2.bias",
+    "class_embedder.embedding_table.weight": "class_embed.table.weight",
+}
+_BLOCK = {  # diffusers key inside a block -> addnorm key inside a block
+    "norm1.linear": "adaLN_modulation.1",
+    "attn1.to_out.0": "attn.out_proj",
+    "ff.net.0.proj": "ff.w1",
+    "ff.net.2": "ff.w2",
+}
+_TOP = {
+    "pos_embed.proj": "patch_embed.proj",
+    "proj_out_1": "final_layer.adaLN_modulation.1",
+    "proj_out_2": "final_layer.linear",
+}
+
+
+def _diffusers_class() -> Any:
+    try:
+        from diffusers import DiTTransformer2DModel
+    except ImportError as error:  # pragma: no cover - diffusers is a dev/interop extra
+        raise ImportError(
+            "diffusers is needed to convert DiT models: pip install 'addnorm[interop]'"
+        ) from error
+    return DiTTransformer2DModel
+
+
+def _config_from_diffusers(model: Any) -> DiTConfig:
+    """The :class:`DiTConfig` of a diffusers DiT; ValueError for what addnorm's cannot hold."""
+    c = model.config
+    unsupported = {
+        "activation_fn": (c.activation_fn, "gelu-approximate"),
+        "attention_bias": (c.attention_bias, True),
+        "norm_elementwise_affine": (c.norm_elementwise_affine, False),
+        "dropout": (c.dropout, 0.0),
+        "norm_type": (c.norm_type, "ada_norm_zero"),
+    }
+    for name, (value, needed) in unsupported.items():
+        if value != needed:
+            raise ValueError(f"cannot convert a diffusers DiT with {name}={value!r}: "
+                             f"addnorm's DiT has {name}={needed!r}")
+    out_channels = model.out_channels
+    if out_channels not in (c.in_channels, 2 * c.in_channels):
+        raise ValueError(
+            f"out_channels ({out_channels}) must be in_channels ({c.in_channels}) or twice it "
+            "(learned variance)"
+        )
+    emb = model.transformer_blocks[0].norm1.emb
+    time_proj = emb.time_proj
+    d_model = c.num_attention_heads * c.attention_head_dim
+    return DiTConfig(
+        input_size=c.sample_size, patch_size=c.patch_size, in_channels=c.in_channels,
+        d_model=d_model, n_layers=c.num_layers, n_heads=c.num_attention_heads,
+        mlp_ratio=model.transformer_blocks[0].ff.net[2].in_features / d_model,
+        n_classes=c.num_embeds_ada_norm, class_dropout=float(emb.class_embedder.dropout_prob),
+        learn_sigma=out_channels == 2 * c.in_channels, d_freq=time_proj.num_channels,
+        timestep_flip_sin_to_cos=bool(time_proj.flip_sin_to_cos),
+        timestep_downscale_freq_shift=float(time_proj.downscale_freq_shift),
+        norm_eps=1e-6, ff_norm_eps=float(c.norm_eps),
+    )
+
+
+def from_diffusers(model: Any) -> DiT:
+    """A :class:`DiT` computing what a diffusers ``DiTTransformer2DModel`` computes.
+
+    The differences from DiT (module docstring) become config options; the result takes
+    the source's dtype, device and train/eval mode. Raises ValueError for what addnorm's DiT
+    cannot hold (another activation, no attention bias, dropout, affine norms, or blocks
+    whose timestep / label embedders differ).
+    """
+    cls = _diffusers_class()
+    if not isinstance(model, cls):
+        raise TypeError(f"model must be a diffusers DiTTransformer2DModel, got {type(model)}")
+    cfg = _config_from_diffusers(model)
+    theirs = model.state_dict()
+    converted: dict[str, torch.Tensor] = {}
+    for key, ours in _SHARED.items():
+        first = theirs[f"transformer_blocks.0.{_EMB}{key}"]
+        for i in range(cfg.n_layers):
+            if not torch.equal(theirs[f"transformer_blocks.{i}.{_EMB}{key}"], first):
+                raise ValueError(
+                    f"transformer_blocks.{i}.{_EMB}{key} differs from block 0's: addnorm's "
+                    "DiT has one timestep MLP and label table for all blocks"
+                )
+        converted[ours] = first
+    for i in range(cfg.n_layers):
+        src, dst = f"transformer_blocks.{i}.", f"blocks.{i}."
+        for kind in ("weight", "bias"):
+            for their_name, our_name in _BLOCK.items():
+                converted[f"{dst}{our_name}.{kind}"] = theirs[f"{src}{their_name}.{kind}"]
+            qkv = [theirs[f"{src}attn1.to_{n}.{kind}"] for n in "qkv"]
+            converted[f"{dst}attn.in_proj.{kind}"] = torch.cat(qkv, dim=0)  # rows q, k, v
+    for their_name, our_name in _TOP.items():
+        for kind in ("weight", "bias"):
+            converted[f"{our_name}.{kind}"] = theirs[f"{their_name}.{kind}"]
+    dit = DiT(cfg)
+    converted["pos_embed"] = dit.pos_embed
+    _load_like(dit, converted, theirs["pos_embed.proj.weight"])
+    return dit.train(model.training)
+
+
+def _check_diffusers_compatible(cfg: DiTConfig) -> None:
+    """diffusers fixes what DiTConfig makes an option; refuse a config it cannot express."""
+    fixed = {
+        "timestep_flip_sin_to_cos": (cfg.timestep_flip_sin_to_cos, True),
+        "timestep_downscale_freq_shift": (cfg.timestep_downscale_freq_shift, 1.0),
+        "d_freq": (cfg.d_freq, 256),
+        "norm_eps": (cfg.norm_eps, 1e-6),
+        "d_ff": (cfg.d_ff, 4 * cfg.d_model),
+    }
+    for name, (value, needed) in fixed.items():
+        if value != needed:
+            raise ValueError(
+                f"diffusers' DiTTransformer2DModel fixes {name} at {needed}, the config has "
+                f"{value}; the converted model would compute something else"
+            )
+    if not cfg.has_null_class:
+        raise ValueError(
+            "diffusers' DiT always has the null class row (its label dropout is 0.1); the "
+            "config has class_dropout 0 and no null row"
+        )
+
+
+def to_diffusers(model: DiT) -> Any:
+    """A diffusers ``DiTTransformer2DModel`` computing what ``model`` computes.
+
+    Needs a config in diffusers' conventions (``timestep_downscale_freq_shift=1``,
+    ``norm_eps=1e-6``, ``mlp_ratio=4``, 256 timestep channels, a null class), as
+    :func:`from_diffusers` makes; ValueError otherwise. The embedders are copied into every
+    block. A ``class_dropout`` other than diffusers' fixed 0.1 is set on each block's
+    ``class_embedder.dropout_prob``; diffusers' config cannot record it, so it is lost by
+    ``save_pretrained``. The result takes ``model``'s dtype, device and train/eval mode.
+    """
+    if not isinstance(model, DiT):
+        raise TypeError(f"model must be an addnorm DiT, got {type(model).__name__}")
+    cfg = model.cfg
+    _check_diffusers_compatible(cfg)
+    cls = _diffusers_class()
+    theirs = cls(
+        num_attention_heads=cfg.n_heads, attention_head_dim=cfg.d_model // cfg.n_heads,
+        in_channels=cfg.in_channels, out_channels=cfg.out_channels, num_layers=cfg.n_layers,
+        dropout=0.0, attention_bias=True, sample_size=cfg.input_size,
+        patch_size=cfg.patch_size, activation_fn="gelu-approximate",
+        num_embeds_ada_norm=cfg.n_classes, norm_type="ada_norm_zero",
+        norm_elementwise_affine=False, norm_eps=cfg.ff_norm_eps,
+    )
+    ours = model.state_dict()
+    converted: dict[str, torch.Tensor] = {}
+    for their_name, our_name in _TOP.items():
+        for kind in ("weight", "bias"):
+            converted[f"{their_name}.{kind}"] = ours[f"{our_name}.{kind}"]
+    for i in range(cfg.n_layers):
+        src, dst = f"blocks.{i}.", f"transformer_blocks.{i}."
+        for key, our_key in _SHARED.items():
+            converted[f"{dst}{_EMB}{key}"] = ours[our_key]
+        for kind in ("weight", "bias"):
+            for their_name, our_name in _BLOCK.items():
+                converted[f"{dst}{their_name}.{kind}"] = ours[f"{src}{our_name}.{kind}"]
+            q, k, v = ours[f"{src}attn.in_proj.{kind}"].chunk(3, dim=0)
+            for name, part in zip("qkv", (q, k, v), strict=True):
+                converted[f"{dst}attn1.to_{name}.{kind}"] = part
+    _load_like(theirs, converted, ours["patch_embed.proj.weight"])
+    for block in theirs.transformer_blocks:
+        block.norm1.emb.class_embedder.dropout_prob = cfg.class_dropout
+    return theirs.train(model.training)

@@ -1,0 +1,267 @@
+"""The Diffusion Transformer (Peebles & Xie, 2023): a class-conditional noise predictor.
+
+    h = patch_embed(x) + pos_embed                   # tokens of p x p patches, fixed 2-D code
+    c = timestep_embed(t) + class_embed(y)           # the conditioning vector
+    h = block(h, c)   for each of the N blocks       # adaLN-Zero DiT blocks
+    out = unpatchify(final_layer(h, c))              # (noise | variance) per pixel
+
+Shapes legend: B batch, C input channels, C_out output channels (2C with learned variance),
+H = W = input_size, p patch size, g = H / p patches per side, N = g * g tokens, D d_model.
+
+Checked once at this boundary (shapes, dtypes, class ids in range, finite timesteps: one host
+sync, skipped under ``torch.compile``); the parts run inside ``inputs_checked()`` and trust
+what they receive.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import torch
+from torch import nn
+
+from addnorm._checks import (
+    check_bool_mask,
+    check_float,
+    check_tensor,
+    inputs_checked,
+)
+from addnorm.dit.block import DiTBlock
+from addnorm.dit.config import DiTConfig
+from addnorm.dit.final_layer import FinalLayer
+from addnorm.dit.guidance import classifier_free_guidance
+from addnorm.dit.labels import ClassEmbedder, check_class_range, class_id_tensor
+from addnorm.dit.patches import PatchEmbed, unpatchify
+from addnorm.dit.positions import sincos_2d_positions
+from addnorm.timestep import TimestepEmbedder
+
+__all__ = ["DiT"]
+
+
+class DiT(nn.Module):
+    """A DiT built from one :class:`DiTConfig` (formulas in the module docstring).
+
+    Submodules: ``patch_embed`` (:class:`PatchEmbed`), ``timestep_embed``
+    (:class:`~addnorm.timestep.TimestepEmbedder`: 256 sinusoid channels ``[cos | sin]``,
+    Linear-SiLU-Linear), ``class_embed`` (:class:`ClassEmbedder`), ``blocks`` (N
+    :class:`DiTBlock`), ``final_layer`` (:class:`FinalLayer`).
+
+    ``pos_embed`` (1, N, D) is a *buffer*, saved in the state dict under DiT's key but never
+    a parameter (DiT holds it as a frozen ``nn.Parameter``): it is not trained, not handed to
+    optimizers and not counted in ``parameters()``. Its layout is documented in
+    :mod:`addnorm.dit.positions` (first half of the channels: the column).
+    """
+
+    pos_embed: torch.Tensor
+
+    def __init__(self, cfg: DiTConfig) -> None:
+        super().__init__()
+        if not isinstance(cfg, DiTConfig):
+            raise TypeError(f"cfg must be a DiTConfig, got {type(cfg).__name__}")
+        self.cfg = cfg
+        d = cfg.d_model
+        self.patch_embed = PatchEmbed(cfg.in_channels, d, cfg.patch_size)
+        self.register_buffer("pos_embed", torch.zeros(1, cfg.grid_size**2, d))
+        self.timestep_embed = TimestepEmbedder(
+            d, d_freq=cfg.d_freq, flip_sin_to_cos=cfg.timestep_flip_sin_to_cos,
+            downscale_freq_shift=cfg.timestep_downscale_freq_shift,
+        )
+        self.class_embed = ClassEmbedder(cfg.n_classes, d, class_dropout=cfg.class_dropout)
+        self.blocks = nn.ModuleList(
+            DiTBlock(d, cfg.n_heads, d_ff=cfg.d_ff, norm_eps=cfg.norm_eps,
+                     ff_norm_eps=cfg.ff_norm_eps)
+            for _ in range(cfg.n_layers)
+        )
+        d_patch = cfg.patch_size**2 * cfg.out_channels
+        self.final_layer = FinalLayer(d, d_patch, norm_eps=cfg.norm_eps)
+        self.initialize_weights()
+
+    @torch.no_grad()
+    def initialize_weights(self) -> None:
+        """DiT's initialisation, whose adaLN-Zero rule makes a fresh model output exactly 0.
+
+        - every Linear: Xavier-uniform weight (the fused q/k/v projection as one (3D, D)
+          matrix, as DiT does), zero bias;
+        - ``pos_embed``: the fixed 2-D sin-cos code;
+        - patch embedding: Xavier-uniform on the Conv2d weight viewed as a Linear
+          ``(D, C * p * p)``, zero bias;
+        - label table ~ N(0, 0.02^2); timestep MLP weights ~ N(0, 0.02^2) (biases 0);
+        - adaLN-Zero: every modulation Linear (blocks and final layer) and the final
+          ``linear`` are zero, weight and bias. So every gate is 0 (each block is the
+          identity) and the output is exactly zero.
+        """
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        grid = self.cfg.grid_size
+        self.pos_embed.copy_(sincos_2d_positions(self.cfg.d_model, grid)[None])  # (1, N, D)
+        proj = self.patch_embed.proj
+        nn.init.xavier_uniform_(proj.weight.view(proj.weight.shape[0], -1))  # (D, C*p*p)
+        if proj.bias is not None:
+            nn.init.zeros_(proj.bias)
+        nn.init.normal_(self.class_embed.table.weight, std=0.02)
+        self.timestep_embed.reset_parameters()
+        zeroed: list[nn.Module] = [cast(DiTBlock, b).adaLN_modulation for b in self.blocks]
+        zeroed += [self.final_layer.adaLN_modulation, self.final_layer.linear]
+        for module in zeroed:  # weights and biases
+            for p in module.parameters():
+                nn.init.zeros_(p)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        t: torch.Tensor,
+        y: torch.Tensor,
+        *,
+        force_drop_ids: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Predict the noise (and, with ``learn_sigma``, the variance) of noisy images.
+
+        Args:
+            x: noisy images (or latents).
+            t: diffusion timesteps, integer or fractional (moved to x's device).
+            y: class ids in [0, n_classes - 1], or ``n_classes`` (the null class, only when
+                ``class_dropout > 0``).
+            force_drop_ids: bool, True = replace that label by the null class (in any mode).
+            generator: random source of label dropout in training mode.
+
+        Shapes:
+            x: (B, C, H, W), H = W = input_size; t: (B,); y: (B,); force_drop_ids: (B,)
+            returns: (B, C_out, H, W), channels [noise | variance] when learn_sigma
+        """
+        x, t, y = self._checked_inputs(x, t, y, force_drop_ids)
+        grid = self.cfg.grid_size
+        with inputs_checked():  # everything below was derived from the checked inputs
+            h = self.patch_embed(x) + self.pos_embed  # (B, N, D)
+            y_emb = self.class_embed(y, force_drop_ids=force_drop_ids, generator=generator)
+            c = self.timestep_embed(t) + y_emb  # (B, D)
+            for block in self.blocks:
+                h = block(h, c)  # (B, N, D)
+            patches = self.final_layer(h, c)  # (B, N, p*p*C_out)
+            return unpatchify(patches, self.cfg.patch_size, (grid, grid))  # (B, C_out, H, W)
+
+    def forward_with_cfg(
+        self, x: torch.Tensor, t: torch.Tensor, y: torch.Tensor, guidance_scale: float
+    ) -> torch.Tensor:
+        """Classifier-free guidance on every noise channel, in DiT's calling convention.
+
+        The batch has 2B rows: y's first half holds the classes, its second half the null id
+        ``n_classes``. Only x's first half is used (it is repeated for the null half, as in
+        DiT); t is used as given. The C noise channels are guided,
+        ``uncond + s * (cond - uncond)``, and returned in both halves; with ``learn_sigma``
+        the C variance channels are not guided but returned as each half computed them
+        (DiT's "standard approach", left commented out in its code).
+
+        Shapes:
+            x: (2B, C, H, W); t: (2B,); y: (2B,), y[B:] == n_classes
+            returns: (2B, C_out, H, W)
+        """
+        return self._guided(x, t, y, guidance_scale, n_guided=self.cfg.in_channels)
+
+    def forward_with_cfg_first3_channels(
+        self, x: torch.Tensor, t: torch.Tensor, y: torch.Tensor, guidance_scale: float
+    ) -> torch.Tensor:
+        """:meth:`forward_with_cfg` as the reference code does it: a quirk of that code.
+
+        DiT's ``forward_with_cfg`` guides only channels 0..2, "for exact reproducibility"
+        of its paper's samples, and concatenates the rest unguided. Its 4-channel latents
+        thus keep channel 3 unguided. Use this only to reproduce DiT's published numbers.
+
+        Shapes:
+            as :meth:`forward_with_cfg`.
+        """
+        return self._guided(x, t, y, guidance_scale, n_guided=3)
+
+    def _guided(
+        self, x: torch.Tensor, t: torch.Tensor, y: torch.Tensor, guidance_scale: float,
+        *, n_guided: int,
+    ) -> torch.Tensor:
+        scale = self._check_guidance(x, y, guidance_scale)
+        half = x[: x.shape[0] // 2]  # (B, C, H, W)
+        out = self(torch.cat([half, half], dim=0), t, y)  # (2B, C_out, H, W)
+        return classifier_free_guidance(out, scale, n_guided=n_guided)
+
+    def _check_guidance(self, x: object, y: object, guidance_scale: object) -> float:
+        """Guidance needs a null class, an even batch, and the null id in y's second half."""
+        cfg = self.cfg
+        scale = check_float("guidance_scale", guidance_scale)
+        if not cfg.has_null_class:
+            raise ValueError(
+                "classifier-free guidance needs the null class, but class_dropout is 0: "
+                f"the label table has only the {cfg.n_classes} class rows, no null row "
+                f"(id {cfg.n_classes})"
+            )
+        x = check_tensor("x", x, ndim=4)
+        y = check_tensor("y", y, ndim=1)
+        batch = x.shape[0]
+        if batch % 2 or batch == 0 or y.shape[0] != batch:
+            raise ValueError(
+                f"guidance takes 2B rows, conditional then null: got x batch {batch} and y of "
+                f"shape {tuple(y.shape)}"
+            )
+        if not torch.compiler.is_compiling() and bool((y[batch // 2 :] != cfg.n_classes).any()):
+            raise ValueError(
+                f"y's second half must be the null class id ({cfg.n_classes}), "
+                f"got {y[batch // 2 :].tolist()}"
+            )
+        return scale
+
+    def _checked_inputs(
+        self, x: object, t: object, y: object, force_drop_ids: object
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x, t and y checked against the config (one host sync for the values)."""
+        cfg = self.cfg
+        x = check_tensor("x", x, ndim=4, floating=True)
+        batch, channels, height, width = x.shape
+        p = cfg.patch_size
+        if height % p or width % p:
+            raise ValueError(
+                f"x image size ({height}, {width}) must be divisible by patch_size ({p})"
+            )
+        if channels != cfg.in_channels:
+            raise ValueError(
+                f"x has {channels} channels, the model expects in_channels ({cfg.in_channels});"
+                f" got shape {tuple(x.shape)}"
+            )
+        if (height, width) != (cfg.input_size, cfg.input_size):
+            raise ValueError(
+                f"x image size ({height}, {width}) must equal (input_size, input_size) = "
+                f"({cfg.input_size}, {cfg.input_size}): the fixed position table covers a "
+                f"{cfg.grid_size} x {cfg.grid_size} patch grid"
+            )
+        t = self._checked_timesteps(t, batch).to(x.device)
+        y = class_id_tensor(y, batch).to(x.device)
+        if force_drop_ids is not None:
+            check_bool_mask("force_drop_ids (True = drop)", force_drop_ids, (batch,))
+            if not cfg.has_null_class:
+                raise ValueError(
+                    "force_drop_ids needs the null class, but class_dropout is 0: there is no "
+                    f"null row (id {cfg.n_classes}) in the label table"
+                )
+        if batch and not torch.compiler.is_compiling():
+            _check_values(t, y, cfg.n_classes + int(cfg.has_null_class))
+        return x, t, y
+
+    @staticmethod
+    def _checked_timesteps(t: object, batch: int) -> torch.Tensor:
+        t = check_tensor("t", t)
+        if t.dtype == torch.bool or t.is_complex():
+            raise TypeError(f"t must be an integer or float tensor, got dtype {t.dtype}")
+        if tuple(t.shape) != (batch,):
+            raise ValueError(
+                f"t must have shape ({batch},), one timestep per image, got {tuple(t.shape)}"
+            )
+        return t
+
+
+def _check_values(t: torch.Tensor, y: torch.Tensor, n_ids: int) -> None:
+    """Every class id in [0, n_ids) and every timestep finite, read back in one sync."""
+    finite = torch.isfinite(t).all() if t.is_floating_point() else torch.tensor(True)
+    low, high = torch.aminmax(y)
+    values = torch.stack([low.long(), high.long(), finite.to(y.device).long()]).tolist()
+    check_class_range(values[0], values[1], n_ids)
+    if not values[2]:
+        raise ValueError(f"t must be finite, got {t[~torch.isfinite(t)][0].item()}")

@@ -1,0 +1,309 @@
+"""Conversion to and from the reference DiT and diffusers, checked by parity of outputs.
+
+facebookresearch/DiT is not on PyPI, so its forward is restated below in plain torch ops
+that read a DiT-layout state dict (``reference_*``), after its ``models.py``: timm's fused
+``qkv`` reshaped (B, N, 3, H, Dh), the adaLN-Zero chunks in the order shift_msa, scale_msa,
+gate_msa, shift_mlp, scale_mlp, gate_mlp, LayerNorms without affine and eps 1e-6, GELU tanh,
+``unpatchify`` by ``einsum('nhwpqc->nchpwq')``, and positions from ``meshgrid(w, h)`` in
+NumPy's default ``xy`` indexing. Every zero-initialised weight is perturbed first, so a
+modulation or gating bug cannot hide behind a zero. diffusers' ``DiTTransformer2DModel`` is
+the oracle of the diffusers conversion (same weights, same inputs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from addnorm.dit import (
+    DiT,
+    DiTConfig,
+    from_diffusers,
+    from_dit_state_dict,
+    to_diffusers,
+    to_dit_state_dict,
+)
+from addnorm.timestep import TimestepEmbedder
+
+F64 = torch.float64
+
+
+def perturbed(model: torch.nn.Module, seed: int = 0, scale: float = 0.1) -> torch.nn.Module:
+    """Every parameter moved off its initial value (the zero-initialised ones too)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=gen).to(p.dtype))
+    return model
+
+
+# ------------------------------------------------------------- the reference, restated
+
+
+def reference_positions(d_model: int, grid: int) -> torch.Tensor:
+    """DiT's get_2d_sincos_pos_embed: meshgrid(w, h) ('xy'), first half from grid[0]."""
+    coords = np.stack(np.meshgrid(np.arange(grid, dtype=np.float32),
+                                  np.arange(grid, dtype=np.float32)), axis=0)  # (2, g, g)
+    omega = 1.0 / 10000 ** (np.arange(d_model // 4, dtype=np.float64) / (d_model / 4))
+
+    def one_axis(pos: np.ndarray) -> np.ndarray:
+        angles = np.outer(pos.reshape(-1), omega)
+        return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
+
+    return torch.from_numpy(np.concatenate([one_axis(coords[0]), one_axis(coords[1])], axis=1))
+
+
+def reference_timesteps(t: torch.Tensor, dim: int = 256) -> torch.Tensor:
+    """DiT's TimestepEmbedder.timestep_embedding: [cos | sin], exponent k / half."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(10000) * torch.arange(half, dtype=t.dtype) / half)
+    args = t[:, None] * freqs[None]
+    return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
+
+
+def linear(sd: dict, prefix: str, x: torch.Tensor) -> torch.Tensor:
+    return F.linear(x, sd[prefix + ".weight"], sd[prefix + ".bias"])
+
+
+def reference_attention(sd: dict, prefix: str, x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """timm's Attention: qkv -> (3, B, H, N, Dh), softmax(q k^T / sqrt(Dh)) v, proj."""
+    b, n, d = x.shape
+    qkv = linear(sd, prefix + ".qkv", x).reshape(b, n, 3, n_heads, d // n_heads)
+    q, k, v = qkv.permute(2, 0, 3, 1, 4)
+    weights = (q @ k.transpose(-2, -1) * (d // n_heads) ** -0.5).softmax(dim=-1)
+    return linear(sd, prefix + ".proj", (weights @ v).transpose(1, 2).reshape(b, n, d))
+
+
+def reference_forward(sd: dict, x, t, y, *, patch: int, n_heads: int) -> torch.Tensor:
+    """DiT.forward (eval mode) from a DiT-layout state dict."""
+    def modulate(h, shift, scale):
+        return h * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1)
+
+    def norm(h):
+        return F.layer_norm(h, (h.shape[-1],), eps=1e-6)
+
+    w = sd["x_embedder.proj.weight"]
+    h = F.conv2d(x, w, sd["x_embedder.proj.bias"], stride=patch).flatten(2).transpose(1, 2)
+    h = h + sd["pos_embed"]
+    c = linear(sd, "t_embedder.mlp.2", F.silu(linear(sd, "t_embedder.mlp.0",
+                                                       reference_timesteps(t).to(x.dtype))))
+    c = c + sd["y_embedder.embedding_table.weight"][y]
+    i = 0
+    while f"blocks.{i}.attn.qkv.weight" in sd:
+        p = f"blocks.{i}"
+        chunks = linear(sd, p + ".adaLN_modulation.1", F.silu(c)).chunk(6, dim=1)
+        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = chunks
+        h = h + gate_msa.unsqueeze(1) * reference_attention(
+            sd, p + ".attn", modulate(norm(h), shift_msa, scale_msa), n_heads)
+        hidden = F.gelu(linear(sd, p + ".mlp.fc1", modulate(norm(h), shift_mlp, scale_mlp)),
+                        approximate="tanh")
+        h = h + gate_mlp.unsqueeze(1) * linear(sd, p + ".mlp.fc2", hidden)
+        i += 1
+    shift, scale = linear(sd, "final_layer.adaLN_modulation.1", F.silu(c)).chunk(2, dim=1)
+    out = linear(sd, "final_layer.linear", modulate(norm(h), shift, scale))
+    g = int(out.shape[1] ** 0.5)
+    channels = out.shape[-1] // patch**2
+    out = torch.einsum("nhwpqc->nchpwq", out.reshape(-1, g, g, patch, patch, channels))
+    return out.reshape(-1, channels, g * patch, g * patch)
+
+
+def reference_forward_with_cfg(forward, x, t, y, cfg_scale: float) -> torch.Tensor:
+    """DiT.forward_with_cfg: x's first half doubled, channels 0..2 guided, the rest kept."""
+    half = x[: len(x) // 2]
+    out = forward(torch.cat([half, half], dim=0), t, y)
+    eps, rest = out[:, :3], out[:, 3:]
+    cond_eps, uncond_eps = torch.split(eps, len(eps) // 2, dim=0)
+    half_eps = uncond_eps + cfg_scale * (cond_eps - uncond_eps)
+    return torch.cat([torch.cat([half_eps, half_eps], dim=0), rest], dim=1)
+
+
+# ---------------------------------------------------------------- the DiT layout
+
+# Every key of DiT's state dict for a 2-block model, as models.py names them.
+DIT_KEYS = {
+    "pos_embed", "x_embedder.proj.weight", "x_embedder.proj.bias",
+    "t_embedder.mlp.0.weight", "t_embedder.mlp.0.bias", "t_embedder.mlp.2.weight",
+    "t_embedder.mlp.2.bias", "y_embedder.embedding_table.weight",
+    "final_layer.linear.weight", "final_layer.linear.bias",
+    "final_layer.adaLN_modulation.1.weight", "final_layer.adaLN_modulation.1.bias",
+} | {
+    f"blocks.{i}.{name}.{kind}"
+    for i in range(2)
+    for name in ("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2", "adaLN_modulation.1")
+    for kind in ("weight", "bias")
+}
+
+
+def config(learn_sigma: bool) -> DiTConfig:
+    return DiTConfig(input_size=8, patch_size=2, in_channels=4, d_model=32, n_layers=2,
+                     n_heads=4, n_classes=5, class_dropout=0.1, learn_sigma=learn_sigma)
+
+
+def dit_inputs(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 4, 8, 8, generator=gen).to(dtype)
+    t = torch.tensor([0.0, 17.5, 500.0, 999.0], dtype=dtype)
+    return x, t, torch.tensor([0, 3, 5, 1])  # 5 = the null class
+
+
+def test_state_dict_has_dits_keys_and_positions():
+    dit = DiT(config(True))
+    sd = to_dit_state_dict(dit)
+    assert set(sd) == DIT_KEYS
+    assert sd["blocks.0.attn.qkv.weight"].shape == (96, 32)
+    assert sd["y_embedder.embedding_table.weight"].shape == (6, 32)  # with the null row
+    torch.testing.assert_close(sd["pos_embed"][0], reference_positions(32, 4).float(),
+                               rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("learn_sigma", [True, False])
+@pytest.mark.parametrize(("dtype", "tol"), [(F64, 1e-10), (torch.float32, 1e-5)])
+def test_forward_matches_the_restated_reference(learn_sigma, dtype, tol):
+    torch.manual_seed(0)
+    dit = perturbed(DiT(config(learn_sigma))).to(dtype).eval()
+    sd = to_dit_state_dict(dit)
+    x, t, y = dit_inputs(dtype)
+    expected = reference_forward(sd, x, t, y, patch=2, n_heads=4)
+    assert expected.shape == (4, 8 if learn_sigma else 4, 8, 8)
+    torch.testing.assert_close(dit(x, t, y), expected, rtol=tol, atol=tol)
+    # Loading the DiT-layout weights back gives the same model.
+    loaded = from_dit_state_dict(sd, config(learn_sigma)).eval()
+    assert loaded.pos_embed.dtype == dtype
+    torch.testing.assert_close(loaded(x, t, y), dit(x, t, y), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("learn_sigma", [True, False])
+def test_first3_channel_guidance_matches_the_reference(learn_sigma):
+    torch.manual_seed(0)
+    dit = perturbed(DiT(config(learn_sigma))).double().eval()
+    sd = to_dit_state_dict(dit)
+    x, t, _ = dit_inputs(F64)
+    y = torch.tensor([0, 3, 5, 5])
+
+    def forward(xx, tt, yy):
+        return reference_forward(sd, xx, tt, yy, patch=2, n_heads=4)
+
+    expected = reference_forward_with_cfg(forward, x, t, y, 4.0)
+    got = dit.forward_with_cfg_first3_channels(x, t, y, 4.0)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-10)
+
+
+def test_from_dit_state_dict_names_missing_and_misshapen_keys():
+    sd = to_dit_state_dict(DiT(config(True)))
+    partial = {k: v for k, v in sd.items() if k != "blocks.1.mlp.fc2.bias"}
+    with pytest.raises(ValueError, match=r"missing keys \['blocks.1.mlp.fc2.bias'\]"):
+        from_dit_state_dict(partial, config(True))
+    no_null = dataclasses.replace(config(True), class_dropout=0.0)
+    with pytest.raises(ValueError, match=r"y_embedder.embedding_table.weight: \(6, 32\), "
+                                         r"expected \(5, 32\)"):
+        from_dit_state_dict(sd, no_null)
+
+
+def test_from_dit_state_dict_refuses_positions_in_another_layout():
+    sd = dict(to_dit_state_dict(DiT(config(True))))
+    d = sd["pos_embed"].shape[-1]
+    sd["pos_embed"] = sd["pos_embed"].roll(d // 2, dims=-1)  # row half first: not DiT's
+    with pytest.raises(ValueError, match=r"pos_embed differs from DiT's fixed 2-D sin-cos"):
+        from_dit_state_dict(sd, config(True))
+
+
+# ---------------------------------------------------------------------------- diffusers
+
+
+def diffusers_dit(out_channels: int, norm_eps: float):
+    """A small diffusers DiT, perturbed, with one set of embedders shared by every block
+    (as in converted checkpoints)."""
+    diffusers = pytest.importorskip("diffusers")
+    torch.manual_seed(0)
+    model = diffusers.DiTTransformer2DModel(
+        num_attention_heads=2, attention_head_dim=8, in_channels=3, out_channels=out_channels,
+        num_layers=2, sample_size=8, patch_size=2, num_embeds_ada_norm=5, norm_eps=norm_eps,
+    )
+    perturbed(model)
+    first = model.transformer_blocks[0].norm1.emb.state_dict()
+    for block in model.transformer_blocks[1:]:
+        block.norm1.emb.load_state_dict(first)
+    return model.eval()
+
+
+def diffusers_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(4, 3, 8, 8, generator=gen)
+    return x, torch.tensor([0.0, 17.5, 500.0, 999.0]), torch.tensor([0, 4, 5, 2])
+
+
+# norm_eps 0.5 is far from 1e-6, so using the wrong epsilon anywhere would show.
+@pytest.mark.parametrize(("out_channels", "norm_eps"), [(6, 1e-5), (3, 0.5)])
+def test_from_diffusers_reproduces_diffusers_outputs(out_channels, norm_eps):
+    theirs = diffusers_dit(out_channels, norm_eps)
+    ours = from_diffusers(theirs)
+    cfg = ours.cfg
+    assert (cfg.d_model, cfg.n_heads, cfg.n_classes) == (16, 2, 5)
+    assert cfg.learn_sigma == (out_channels == 6)
+    assert (cfg.timestep_downscale_freq_shift, cfg.timestep_flip_sin_to_cos) == (1.0, True)
+    assert (cfg.norm_eps, cfg.ff_norm_eps, cfg.class_dropout) == (1e-6, norm_eps, 0.1)
+    assert not ours.training
+    x, t, y = diffusers_inputs()
+    with torch.no_grad():
+        expected = theirs(x, timestep=t, class_labels=y, return_dict=False)[0]
+        torch.testing.assert_close(ours(x, t, y), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_timestep_embedder_with_shift_1_is_diffusers_timestep_mlp():
+    # Oracle: diffusers' Timesteps(256, flip_sin_to_cos=True, downscale_freq_shift=1) and
+    # TimestepEmbedding, the pair inside its DiT, given our weights.
+    embeddings = pytest.importorskip("diffusers.models.embeddings")
+    torch.manual_seed(0)
+    ours = TimestepEmbedder(16, downscale_freq_shift=1.0)
+    proj = embeddings.Timesteps(256, flip_sin_to_cos=True, downscale_freq_shift=1)
+    mlp = embeddings.TimestepEmbedding(256, 16)
+    mlp.linear_1.load_state_dict(ours.w1.state_dict())
+    mlp.linear_2.load_state_dict(ours.w2.state_dict())
+    t = torch.tensor([0.0, 3.5, 999.0])
+    with torch.no_grad():
+        torch.testing.assert_close(ours(t), mlp(proj(t)), rtol=1e-6, atol=1e-6)
+
+
+def test_diffusers_uses_the_same_positions():
+    theirs = diffusers_dit(6, 1e-5)
+    ours = from_diffusers(theirs)
+    torch.testing.assert_close(ours.pos_embed, theirs.pos_embed.pos_embed, rtol=0, atol=1e-7)
+
+
+def test_to_diffusers_reproduces_our_outputs_and_round_trips():
+    theirs = diffusers_dit(6, 1e-5)
+    torch.manual_seed(1)
+    ours = perturbed(DiT(from_diffusers(theirs).cfg), seed=5).eval()
+    back = to_diffusers(ours)
+    x, t, y = diffusers_inputs()
+    with torch.no_grad():
+        expected = ours(x, t, y)
+        torch.testing.assert_close(back(x, t, y, return_dict=False)[0], expected, rtol=1e-5,
+                                   atol=1e-5)
+    again = from_diffusers(back).state_dict()
+    for key, value in ours.state_dict().items():
+        assert torch.equal(again[key], value), key
+
+
+def test_from_diffusers_refuses_blocks_with_different_embedders():
+    theirs = diffusers_dit(6, 1e-5)
+    with torch.no_grad():
+        theirs.transformer_blocks[1].norm1.emb.timestep_embedder.linear_1.bias.add_(1.0)
+    with torch.no_grad(), pytest.raises(
+        ValueError, match=r"transformer_blocks.1.norm1.emb.timestep_embedder.linear_1.weight|"
+                          r"transformer_blocks.1.norm1.emb.timestep_embedder.linear_1.bias"
+    ):
+        from_diffusers(theirs)
+
+
+def test_to_diffusers_refuses_dits_timestep_convention():
+    pytest.importorskip("diffusers")
+    dit = DiT(config(True))  # DiT's downscale_freq_shift 0; diffusers fixes it at 1
+    with pytest.raises(ValueError, match=r"fixes timestep_downscale_freq_shift at 1.0, the "
+                                         r"config has 0.0"):
+        to_diffusers(dit)

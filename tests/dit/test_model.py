@@ -1,0 +1,206 @@
+"""DiT: zero output at initialisation, guidance, boundary checks, compile and hooks.
+
+Parity with the reference DiT and with diffusers is in test_interop.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from addnorm.dit import DIT_PRESETS, DiT, DiTBlock, DiTConfig
+
+F64 = torch.float64
+CFG = DiTConfig(input_size=8, patch_size=2, in_channels=4, d_model=32, n_layers=2, n_heads=4,
+                n_classes=5, class_dropout=0.1, learn_sigma=True)
+
+
+def perturbed(model: DiT, seed: int = 0) -> DiT:
+    """Every parameter moved off its initial value, so zero-initialised parts are exercised."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    return model
+
+
+def model(cfg: DiTConfig = CFG, *, seed: int = 0) -> DiT:
+    torch.manual_seed(seed)
+    return perturbed(DiT(cfg), seed).double().eval()
+
+
+def inputs(batch: int = 4, cfg: DiTConfig = CFG) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(batch, cfg.in_channels, cfg.input_size, cfg.input_size, generator=gen,
+                    dtype=F64)
+    t = torch.tensor([0.0, 17.5, 500.0, 999.0], dtype=F64)[:batch]
+    y = torch.tensor([0, 3, 4, 1])[:batch]
+    return x, t, y
+
+
+def test_a_fresh_dit_outputs_exactly_zero():
+    # adaLN-Zero: the final modulation and linear start at zero (DiT's initialize_weights).
+    torch.manual_seed(0)
+    dit = DiT(CFG)
+    x, t, y = inputs()
+    out = dit(x.float(), t.float(), y)
+    assert out.shape == (4, 8, 8, 8)  # C_out = 2C with learn_sigma
+    assert torch.equal(out, torch.zeros_like(out))
+
+
+def test_initialisation_follows_dits_rules():
+    torch.manual_seed(0)
+    dit = DiT(dataclasses.replace(DIT_PRESETS["DiT-B/4"], d_model=256, n_heads=4, n_layers=1))
+    std = dit.class_embed.table.weight.std().item()
+    assert std == pytest.approx(0.02, rel=0.05)  # N(0, 0.02^2)
+    assert dit.timestep_embed.w1.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    # Xavier-uniform on the (3D, D) fused qkv as one matrix: bound sqrt(6 / (D + 3D)).
+    w = dit.blocks[0].attn.in_proj.weight
+    assert w.abs().max().item() <= math.sqrt(6 / (4 * 256))
+    assert w.std().item() == pytest.approx(math.sqrt(6 / (4 * 256)) / math.sqrt(3), rel=0.02)
+    # Patch embedding: Xavier on the Conv2d weight viewed as Linear (D, C p p) = (256, 64).
+    proj = dit.patch_embed.proj.weight
+    assert proj.std().item() == pytest.approx(math.sqrt(2 / (256 + 64)), rel=0.05)
+    assert not dit.pos_embed.requires_grad and "pos_embed" in dit.state_dict()
+    assert "pos_embed" not in dict(dit.named_parameters())
+
+
+def test_timestep_embedding_is_dits_256_channel_cos_sin_mlp():
+    # Oracle: DiT's TimestepEmbedder written out: [cos | sin] of t * exp(-ln(1e4) k / 128),
+    # k < 128, then Linear(256, D) - SiLU - Linear(D, D).
+    dit = model()
+    t = torch.tensor([0.0, 3.5, 999.0], dtype=F64)
+    freqs = torch.exp(-math.log(10000) * torch.arange(128, dtype=F64) / 128)
+    args = t[:, None] * freqs[None]
+    feats = torch.cat([args.cos(), args.sin()], dim=-1)
+    emb = dit.timestep_embed
+    hidden = F.silu(F.linear(feats, emb.w1.weight, emb.w1.bias))
+    expected = F.linear(hidden, emb.w2.weight, emb.w2.bias)
+    torch.testing.assert_close(emb(t), expected, rtol=0, atol=1e-12)
+
+
+def test_guidance_scale_1_equals_the_conditional_output():
+    # Identity of the guidance formula: uncond + 1 * (cond - uncond) = cond.
+    dit = model()
+    x, t, _ = inputs()
+    y = torch.tensor([2, 4, 5, 5])  # conditional half, then the null class (id 5)
+    cond = dit(x[:2], t[:2], y[:2])
+    out = dit.forward_with_cfg(x, t, y, 1.0)
+    torch.testing.assert_close(out[:2], cond, rtol=0, atol=1e-12)
+    torch.testing.assert_close(out[2:, :4], cond[:, :4], rtol=0, atol=1e-12)
+
+
+def test_guidance_guides_every_noise_channel():
+    # Oracle: two separate forwards (classes, then the null class) and the CFG formula.
+    dit = model()
+    x, t, _ = inputs()
+    y = torch.tensor([2, 4, 5, 5])
+    x2 = torch.cat([x[:2], x[:2]])
+    cond, uncond = dit(x[:2], t[:2], y[:2]), dit(x[:2], t[2:], y[2:])
+    out = dit.forward_with_cfg(x2, t, y, 3.0)
+    expected = uncond[:, :4] + 3.0 * (cond[:, :4] - uncond[:, :4])
+    torch.testing.assert_close(out[:2, :4], expected, rtol=0, atol=1e-10)
+    torch.testing.assert_close(out[2:, :4], expected, rtol=0, atol=1e-10)
+    # The learned variance channels are not guided: each half keeps its own.
+    torch.testing.assert_close(out[:2, 4:], cond[:, 4:], rtol=0, atol=1e-12)
+    torch.testing.assert_close(out[2:, 4:], uncond[:, 4:], rtol=0, atol=1e-12)
+    # The reference's first-3-channels variant leaves channel 3 of 4 unguided.
+    quirk = dit.forward_with_cfg_first3_channels(x2, t, y, 3.0)
+    torch.testing.assert_close(quirk[:, :3], out[:, :3], rtol=0, atol=1e-12)
+    torch.testing.assert_close(quirk[:2, 3], cond[:, 3], rtol=0, atol=1e-12)
+    assert not torch.allclose(quirk[:2, 3], out[:2, 3])
+
+
+def test_forced_label_drops_equal_passing_the_null_class():
+    dit = model()
+    x, t, y = inputs()
+    drop = torch.tensor([True, False, True, False])
+    null = torch.where(drop, 5, y)
+    torch.testing.assert_close(dit(x, t, y, force_drop_ids=drop), dit(x, t, null), rtol=0, atol=0)
+
+
+def test_training_label_dropout_is_reproducible_with_a_generator():
+    dit = model().train()
+    x, t, y = inputs()
+    a = dit(x, t, y, generator=torch.Generator().manual_seed(3))
+    b = dit(x, t, y, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(a, b)
+
+
+def bad_input_cases() -> list[tuple[dict, type, str]]:
+    return [
+        ({"x": torch.zeros(4, 4, 9, 9, dtype=F64)}, ValueError,
+         r"x image size \(9, 9\) must be divisible by patch_size \(2\)"),
+        ({"x": torch.zeros(4, 3, 8, 8, dtype=F64)}, ValueError,
+         r"x has 3 channels, the model expects in_channels \(4\)"),
+        ({"x": torch.zeros(4, 4, 6, 6, dtype=F64)}, ValueError,
+         r"x image size \(6, 6\) must equal \(input_size, input_size\) = \(8, 8\)"),
+        ({"y": torch.tensor([0, 1, 6, 2])}, ValueError, r"class id 6 outside \[0, 5\]"),
+        ({"y": torch.tensor([0, -1, 2, 2])}, ValueError, r"class id -1 outside \[0, 5\]"),
+        ({"y": torch.tensor([0, 1, 2])}, ValueError, r"y must have shape \(4,\)"),
+        ({"y": torch.zeros(4)}, TypeError, r"y must be an integer tensor"),
+        ({"t": torch.zeros(3)}, ValueError, r"t must have shape \(4,\), one timestep per image"),
+        ({"t": torch.zeros(4, 1)}, ValueError, r"t must have shape \(4,\)"),
+        ({"t": torch.tensor([0.0, math.nan, 1.0, 2.0])}, ValueError, r"t must be finite, got nan"),
+    ]
+
+
+@pytest.mark.parametrize(("change", "error", "match"), bad_input_cases())
+def test_bad_inputs_raise_naming_the_values(change, error, match):
+    dit = model()
+    x, t, y = inputs()
+    args = {"x": x, "t": t, "y": y} | change
+    with pytest.raises(error, match=match):
+        dit(args["x"], args["t"], args["y"])
+
+
+def test_the_null_class_is_out_of_range_without_label_dropout():
+    dit = model(dataclasses.replace(CFG, class_dropout=0.0))
+    x, t, _ = inputs()
+    with pytest.raises(ValueError, match=r"class id 5 outside \[0, 4\]"):
+        dit(x, t, torch.tensor([0, 1, 5, 5]))
+
+
+def test_guidance_without_a_null_class_raises():
+    dit = model(dataclasses.replace(CFG, class_dropout=0.0))
+    x, t, _ = inputs()
+    y = torch.tensor([0, 1, 5, 5])
+    for guide in (dit.forward_with_cfg, dit.forward_with_cfg_first3_channels):
+        with pytest.raises(ValueError, match=r"guidance needs the null class, but class_dropout"):
+            guide(x, t, y, 4.0)
+
+
+@pytest.mark.parametrize(
+    ("batch", "y", "match"),
+    [
+        (4, [0, 1, 2, 5], r"y's second half must be the null class id \(5\), got \[2, 5\]"),
+        (3, [0, 5, 5], r"guidance takes 2B rows, conditional then null: got x batch 3"),
+    ],
+)
+def test_guidance_checks_its_batch_convention(batch, y, match):
+    dit = model()
+    x, t, _ = inputs()
+    with pytest.raises(ValueError, match=match):
+        dit.forward_with_cfg(x[:batch], t[:batch], torch.tensor(y), 4.0)
+
+
+def test_the_whole_forward_compiles_with_fullgraph_and_matches_eager():
+    dit = model(DIT_PRESETS["DiT-digits-tiny"])
+    x, t, y = inputs(cfg=DIT_PRESETS["DiT-digits-tiny"])
+    expected = dit(x, t, y)
+    compiled = torch.compile(dit, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(x, t, y), expected, rtol=0, atol=1e-12)
+
+
+def test_a_forward_hook_on_every_block_fires_in_order():
+    dit = model()
+    blocks = [m for m in dit.modules() if isinstance(m, DiTBlock)]
+    fired: list[torch.nn.Module] = []
+    for block in blocks:
+        block.register_forward_hook(lambda module, args, out: fired.append(module))
+    dit(*inputs())
+    assert fired == blocks and len(blocks) == CFG.n_layers
