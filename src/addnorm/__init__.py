@@ -10,6 +10,8 @@ from addnorm.attention import (
     self_attention_mask,
 )
 from addnorm.cache import DecodingCache, KVCache
+from addnorm.diffusion import Diffusion, guided_eps_fn
+from addnorm.dit import DIT_PRESETS, DiT, DiTBlock, DiTConfig
 from addnorm.encodings import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
@@ -17,6 +19,14 @@ from addnorm.encodings import (
     sinusoidal_encoding,
 )
 from addnorm.feedforward import FeedForward, GatedFeedForward, make_feedforward
+from addnorm.interop import (
+    from_diffusers,
+    from_dit_state_dict,
+    from_torch,
+    to_diffusers,
+    to_dit_state_dict,
+    to_torch,
+)
 from addnorm.norms import BatchNorm, GroupNorm, LayerNorm, NoNorm, RMSNorm, make_norm
 from addnorm.residual import AddNorm
 from addnorm.rotary import RotaryEmbedding
@@ -24,7 +34,6 @@ from addnorm.timestep import TimestepEmbedder, timestep_embedding
 from addnorm.transformer.config import PRESETS, LayerConfig, LMConfig, TransformerConfig
 from addnorm.transformer.encoder_decoder import Transformer
 from addnorm.transformer.generation import GenerationConfig, generate_tokens
-from addnorm.transformer.interop import from_torch, to_torch
 from addnorm.transformer.layers import DecoderLayer, EncoderLayer
 from addnorm.transformer.lm import TransformerLM
 from addnorm.transformer.stacks import Decoder, Encoder, EncoderDecoder
@@ -35,9 +44,14 @@ __all__ = [
     "AddNorm",
     "AttentionMask",
     "BatchNorm",
+    "DIT_PRESETS",
     "Decoder",
     "DecoderLayer",
     "DecodingCache",
+    "DiT",
+    "DiTBlock",
+    "DiTConfig",
+    "Diffusion",
     "Encoder",
     "EncoderDecoder",
     "EncoderLayer",
@@ -61,13 +75,18 @@ __all__ = [
     "TransformerConfig",
     "TransformerLM",
     "cross_attention_mask",
+    "from_diffusers",
+    "from_dit_state_dict",
     "from_torch",
     "generate_tokens",
+    "guided_eps_fn",
     "make_feedforward",
     "make_norm",
     "relative_shift_matrix",
     "self_attention_mask",
     "sinusoidal_encoding",
     "timestep_embedding",
+    "to_diffusers",
+    "to_dit_state_dict",
     "to_torch",
 ]

@@ -25,7 +25,8 @@ __all__ = [
 # --threads above this is refused when os.cpu_count() is unknown.
 _MAX_THREADS = 1024
 # Set by the task (vocabularies and special ids from its tokenizers; the date task's two
-# vocabularies differ, so it never shares embeddings), so not flags.
+# vocabularies differ, so it never shares embeddings; the digits' size, channels and
+# classes), so not flags.
 TASK_OWNED = {
     "src_vocab_size",
     "tgt_vocab_size",
@@ -34,6 +35,9 @@ TASK_OWNED = {
     "bos_id",
     "eos_id",
     "share_embeddings",
+    "input_size",
+    "in_channels",
+    "n_classes",
 }
 
 

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable, Iterator
 from addnorm._checks import check_known_fields
 from addnorm.cli.checks import UsageError, apply_runtime_flags, check_out_dir, read_config
 from addnorm.training.config import TrainConfig
-from addnorm.transformer.config import PRESETS
 
 __all__ = [
     "COMMANDS",
@@ -117,7 +116,10 @@ def _announce(args, train_cfg: TrainConfig, device: str) -> None:
 def _fresh_configs(task_cls, args, model_flags: dict, train_flags: dict):
     """Task defaults (or the preset), then the JSON file, then flags. A field the JSON file
     names that the config lacks raises ValueError (the caller reports it as a usage error)."""
-    model_cfg = PRESETS[args.preset] if args.preset else task_cls.default_model_config()
+    from addnorm.tasks.run import presets_for
+
+    default = task_cls.default_model_config()
+    model_cfg = presets_for(task_cls)[args.preset] if args.preset else default
     train_cfg = task_cls.default_train_config()
     if args.config is not None:
         model_values, train_values = read_config(args.config, args.task)
@@ -220,6 +222,51 @@ def _generate(args) -> int:
     return EXIT_OK
 
 
+def _sample(args) -> int:
+    """Draw digits from a dit run: a PNG grid, and the raw array with --save-array."""
+    import numpy as np
+    import torch
+
+    from addnorm.cli.grid import save_digit_grid
+    from addnorm.tasks.dit import SampleSettings
+
+    if args.digit is not None and not 0 <= args.digit <= 9:
+        raise UsageError(f"--class must be a digit 0-9, got {args.digit}")
+    if not 1 <= args.n <= 10_000:
+        raise UsageError(f"--n must be from 1 to 10000, got {args.n}")
+    if args.out.suffix.lower() != ".png":
+        raise UsageError(f"--out must name a .png file, got {args.out}")
+    if args.save_array is not None and args.save_array.suffix.lower() != ".npy":
+        raise UsageError(f"--save-array must name a .npy file, got {args.save_array}")
+    try:
+        settings = SampleSettings(steps=args.steps, method=args.method, guidance=args.guidance)
+    except (ValueError, TypeError) as err:
+        raise UsageError(f"--{str(err).replace('_', '-')}") from None
+    task, model = _load(args, "dit")
+    if settings.steps > task.n_steps:
+        raise UsageError(
+            f"--steps must be <= the diffusion's {task.n_steps} steps, got {settings.steps}"
+        )
+    if args.digit is None:
+        labels = torch.arange(args.n) % 10
+    else:
+        labels = torch.full((args.n,), args.digit)
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(args.seed)
+    pixels = task.sample(
+        model, labels, settings, generator=generator,
+        progress=not args.quiet and sys.stderr.isatty(),
+    )  # (N, 8, 8), 0..16
+    title = f"{settings.method} {settings.steps} steps, guidance {settings.guidance:g}"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    print(f"grid: {save_digit_grid(pixels, labels, args.out, title=title)}")
+    if args.save_array is not None:
+        args.save_array.parent.mkdir(parents=True, exist_ok=True)
+        np.save(args.save_array, pixels.numpy())
+        print(f"array: {args.save_array} {tuple(pixels.shape)}, 0..16 scale")
+    return EXIT_OK
+
+
 def _info(args) -> int:
     from addnorm.tasks.run import read_run_metrics
     from addnorm.training.checkpoint import load_checkpoint
@@ -240,17 +287,21 @@ def _info(args) -> int:
 
 
 def _demo(args) -> int:
-    from addnorm.cli.demo import run_demo
+    from addnorm.cli.demo import run_demo, run_dit_demo
 
     device = apply_runtime_flags(args)
     check_out_dir(args.out)
-    if args.max_minutes is not None and not args.max_minutes > 0:
-        raise UsageError(f"--max-minutes must be > 0, got {args.max_minutes}")
-    return run_demo(
-        args.out,
-        max_minutes=args.max_minutes,
-        device=device,
-        progress=not args.quiet and sys.stderr.isatty(),
+    check_out_dir(args.dit_out, "--dit-out")
+    for flag, minutes in (("--max-minutes", args.max_minutes),
+                          ("--dit-max-minutes", args.dit_max_minutes)):
+        if minutes is not None and not minutes > 0:
+            raise UsageError(f"{flag} must be > 0, got {minutes}")
+    progress = not args.quiet and sys.stderr.isatty()
+    code = run_demo(args.out, max_minutes=args.max_minutes, device=device, progress=progress)
+    if code != EXIT_OK or args.no_dit:
+        return code
+    return run_dit_demo(
+        args.dit_out, max_minutes=args.dit_max_minutes, device=device, progress=progress
     )
 
 
@@ -265,6 +316,7 @@ COMMANDS: dict[str, Callable[..., int]] = {
     "train": _train,
     "translate": _translate,
     "generate": _generate,
+    "sample": _sample,
     "info": _info,
     "demo": _demo,
     "explain": _explain,

@@ -44,7 +44,6 @@ from addnorm.cli.commands import (
 )
 from addnorm.training.checkpoint import CheckpointError
 from addnorm.training.flags import add_dataclass_flags
-from addnorm.transformer.config import PRESETS
 
 __all__ = ["build_parser", "main"]
 
@@ -62,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="addnorm",
         description="The Transformer, part by part: train, translate dates, "
-        "generate text, inspect checkpoints.",
+        "generate text, draw digits with a Diffusion Transformer, inspect checkpoints.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -89,17 +88,51 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--checkpoint", type=Path, default=Path("runs/lm"))
     _add_inference_flags(generate)
 
+    sample = commands.add_parser(
+        "sample",
+        help="draw digits from a trained DiT",
+        description="Generate digits with a trained dit run: a PNG grid for people and, with "
+        "--save-array, an (N, 8, 8) array on the digits' own 0..16 scale for programs.",
+    )
+    sample.add_argument("--checkpoint", type=Path, default=Path("runs/dit"))
+    sample.add_argument(
+        "--class", dest="digit", type=int, default=None,
+        help="the digit to draw, 0-9 (default: every class in turn)",
+    )
+    sample.add_argument("--n", type=int, default=20, help="how many samples (default 20)")
+    sample.add_argument("--steps", type=int, default=50, help="sampling steps (default 50)")
+    sample.add_argument("--method", choices=("ddim", "ddpm"), default="ddim")
+    sample.add_argument(
+        "--guidance", type=float, default=2.0,
+        help="classifier-free guidance scale; 1 = none (default 2.0)",
+    )
+    sample.add_argument("--seed", type=int, default=0)
+    sample.add_argument("--out", type=Path, required=True, metavar="GRID.png")
+    sample.add_argument("--save-array", type=Path, default=None, metavar="SAMPLES.npy")
+    sample.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_inference_flags(sample)
+
     info = commands.add_parser("info", help="print a checkpoint's configs, step and metrics")
     info.add_argument("checkpoint", type=Path, help="a checkpoint or run directory")
 
-    demo = commands.add_parser("demo", help="train the default date translator and show it")
+    demo = commands.add_parser(
+        "demo", help="train the date translator and the digits DiT, and show them at work"
+    )
     demo.add_argument("--out", type=Path, default=Path("runs/translate"))
     demo.add_argument(
         "--max-minutes",
         type=float,
         default=None,
-        help="training time budget (default: the task's, 4 minutes)",
+        help="the translator's training time budget (default: the task's, 4 minutes)",
     )
+    demo.add_argument("--dit-out", type=Path, default=Path("runs/dit"))
+    demo.add_argument(
+        "--dit-max-minutes",
+        type=float,
+        default=None,
+        help="the DiT's training time budget (default: the task's, 5 minutes)",
+    )
+    demo.add_argument("--no-dit", action="store_true", help="only the date translator")
     _add_runtime_flags(demo)
 
     explain = commands.add_parser("explain", help="print the SPEC worked examples, draw figures")
@@ -109,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_train_parser(commands) -> None:
     """``addnorm train TASK``: one subparser per task, with its model and trainer flags."""
-    from addnorm.tasks.run import TASKS
+    from addnorm.tasks.run import TASKS, presets_for
 
     train = commands.add_parser("train", help="train a model on a task")
     tasks = train.add_subparsers(dest="task", required=True, metavar="TASK")
@@ -124,7 +157,7 @@ def _add_train_parser(commands) -> None:
             "warmup (the paper's values: lr = d_model^-0.5 * warmup^-0.5).",
         )
         defaults = task_cls.default_model_config()
-        presets = [k for k, v in PRESETS.items() if isinstance(v, type(defaults))]
+        presets = list(presets_for(task_cls))
         sub.add_argument("--preset", choices=presets, help="start from a named model config")
         sub.add_argument(
             "--config",

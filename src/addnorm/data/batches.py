@@ -1,4 +1,4 @@
-"""Training batch sources for the two tasks, each with a JSON data-order state.
+"""Training batch sources for the tasks, each with a JSON data-order state.
 
 A batch source has ``next_batch() -> dict[str, Tensor]`` and ``state_dict()`` /
 ``load_state_dict()``; all its randomness comes from its own ``random.Random``, whose state
@@ -13,10 +13,11 @@ import torch
 
 from addnorm._checks import check_int
 from addnorm.data.dates import dates_in_split, random_examples
+from addnorm.data.digits import load_digits
 from addnorm.data.text import TextCorpus
 from addnorm.data.tokenizers import CharTokenizer
 
-__all__ = ["DateBatches", "TextBatches", "encode_date_pairs"]
+__all__ = ["DateBatches", "DigitBatches", "TextBatches", "encode_date_pairs"]
 
 
 def encode_date_pairs(
@@ -95,6 +96,48 @@ class TextBatches:
         """``ids`` (B, L) and the next characters ``targets`` (B, L)."""
         windows = self.corpus.random_windows(self.rng, self.batch_size, self.length)
         return {"ids": windows[:, :-1], "targets": windows[:, 1:]}
+
+    def state_dict(self) -> dict:
+        """The data order: the state of this source's random generator."""
+        return {"rng": _rng_state(self.rng)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the data order saved by ``state_dict``."""
+        _set_rng_state(self.rng, state["rng"])
+
+
+class DigitBatches:
+    """Endless batches of train-split digits, with the diffusion timesteps and noise they are
+    trained with, all drawn from this source's own random generator (its state is the data
+    order a checkpoint saves, so a resumed run sees exactly the same batches).
+
+    Args:
+        batch_size: images per batch.
+        n_steps: the diffusion's number of timesteps; t is uniform on 0 .. n_steps - 1.
+        seed: seeds the data order.
+
+    Batches: ``images`` (B, 1, 8, 8) in [-1, 1], ``labels`` (B,) long, ``t`` (B,) long,
+    ``noise`` (B, 1, 8, 8) standard normal.
+    """
+
+    def __init__(self, *, batch_size: int, n_steps: int, seed: int) -> None:
+        self.batch_size = check_int("batch_size", batch_size, min_value=1)
+        self.n_steps = check_int("n_steps", n_steps, min_value=1)
+        self.rng = random.Random(check_int("seed", seed, min_value=0))
+        train = load_digits("train")
+        self.images, self.labels = train.images(), train.labels
+
+    def next_batch(self) -> dict[str, torch.Tensor]:
+        n = len(self.labels)
+        index = torch.tensor([self.rng.randrange(n) for _ in range(self.batch_size)])  # (B,)
+        draws = torch.Generator().manual_seed(self.rng.getrandbits(63))  # t and noise
+        images = self.images[index]  # (B, 1, 8, 8)
+        return {
+            "images": images,
+            "labels": self.labels[index],
+            "t": torch.randint(0, self.n_steps, (self.batch_size,), generator=draws),
+            "noise": torch.randn(images.shape, generator=draws),
+        }
 
     def state_dict(self) -> dict:
         """The data order: the state of this source's random generator."""

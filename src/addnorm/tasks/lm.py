@@ -48,6 +48,7 @@ class LMTask:
     name = "lm"
     description = "character-level language model on the pydoc topics (decoder-only)"
     metric = "val_bpc"
+    loss_label = "loss (cross-entropy, nats per character)"
 
     def __init__(self, tokenizer: CharTokenizer | None = None) -> None:
         self._corpus: TextCorpus | None = None

@@ -25,11 +25,13 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 from addnorm._checks import check_known_fields
+from addnorm.tasks.dit import DiTTask
 from addnorm.tasks.lm import LMTask
 from addnorm.tasks.task import Task
 from addnorm.tasks.translate import TranslateTask
@@ -44,6 +46,7 @@ from addnorm.training.metrics import plot_loss_curve
 from addnorm.training.schedules import LRSchedule
 from addnorm.training.state import seed_everything
 from addnorm.training.trainer import Trainer
+from addnorm.transformer.config import PRESETS
 
 __all__ = [
     "RESUMABLE_FIELDS",
@@ -57,7 +60,7 @@ __all__ = [
     "train_run",
 ]
 
-TASKS: dict[str, type[Task]] = {"translate": TranslateTask, "lm": LMTask}
+TASKS: dict[str, type[Task]] = {"translate": TranslateTask, "lm": LMTask, "dit": DiTTask}
 WEIGHTS = ("ema", "raw")
 # TrainConfig fields a resumed run may change; any other change would break exact resume.
 RESUMABLE_FIELDS = (
@@ -89,6 +92,15 @@ class RunSummary:
     elapsed_s: float
     metrics: dict
     loss_png: Path | None
+
+
+def presets_for(task_cls: type[Task]) -> dict[str, Any]:
+    """The named model configs a task can start from: those of its config's type."""
+    from addnorm.dit import DIT_PRESETS
+
+    kind = type(task_cls.default_model_config())
+    every: dict[str, Any] = {**PRESETS, **DIT_PRESETS}
+    return {name: cfg for name, cfg in every.items() if isinstance(cfg, kind)}
 
 
 def schedule_for(train_cfg: TrainConfig) -> LRSchedule:
@@ -184,7 +196,10 @@ def train_run(
     result = trainer.fit()
     png = None
     if (run_dir / "metrics.jsonl").stat().st_size > 0:
-        png = plot_loss_curve(run_dir / "metrics.jsonl", run_dir / "loss.png", title=task.name)
+        png = plot_loss_curve(
+            run_dir / "metrics.jsonl", run_dir / "loss.png", title=task.name,
+            ylabel=task.loss_label,
+        )
     metrics: dict = {}
     if result.stopped_by != "interrupt":
         if trainer.ema is not None:

@@ -14,7 +14,6 @@ from typing import Any, Protocol
 from torch import nn
 
 from addnorm.training.config import TrainConfig
-from addnorm.transformer.config import LMConfig, TransformerConfig
 
 __all__ = ["Task"]
 
@@ -25,6 +24,7 @@ class Task(Protocol):
     name: str
     description: str
     metric: str
+    loss_label: str  # the y label of the loss curve
 
     @staticmethod
     def default_model_config() -> Any: ...
@@ -47,7 +47,7 @@ class Task(Protocol):
     def run_samples(self, model: Any) -> list[dict[str, str]]: ...
 
     @staticmethod
-    def config_from_dict(data: dict) -> TransformerConfig | LMConfig: ...
+    def config_from_dict(data: dict) -> Any: ...
 
     def to_dict(self) -> dict: ...
 

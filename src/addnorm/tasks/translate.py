@@ -58,6 +58,7 @@ class TranslateTask:
 
     name = "translate"
     description = "date normalization as translation (encoder-decoder Transformer)"
+    loss_label = "loss (label-smoothed cross-entropy, nats)"
     metric = "test_exact_match"
 
     def __init__(self, src_tok: CharTokenizer | None = None, tgt_tok: CharTokenizer | None = None):

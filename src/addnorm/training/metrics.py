@@ -48,7 +48,11 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
 
 
 def plot_loss_curve(
-    metrics_path: str | os.PathLike, png_path: str | os.PathLike, *, title: str = ""
+    metrics_path: str | os.PathLike,
+    png_path: str | os.PathLike,
+    *,
+    title: str = "",
+    ylabel: str = "loss (cross-entropy, nats)",
 ) -> Path:
     """Draw training loss (and learning rate, on a second axis) against step into a PNG.
 
@@ -64,7 +68,7 @@ def plot_loss_curve(
     ax = fig.add_subplot()
     ax.plot(steps, [r["loss"] for r in records], color="tab:blue", label="training loss")
     ax.set_xlabel("step")
-    ax.set_ylabel("loss (cross-entropy, nats)")
+    ax.set_ylabel(ylabel)
     ax.set_yscale("log")
     lr_axis = ax.twinx()
     lr_axis.plot(steps, [r["lr"] for r in records], color="tab:orange", alpha=0.6, label="lr")

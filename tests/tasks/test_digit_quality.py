@@ -1,0 +1,35 @@
+"""The judge of generated digits, checked on inputs whose answers are known: real held-out
+digits (agreement = the classifier's accuracy, Fréchet distance 0 against themselves),
+copies of training images (nearest-train distance 0: memorisation shows) and noise
+(agreement near chance)."""
+
+from __future__ import annotations
+
+import torch
+
+from addnorm.data.digits import load_digits
+from addnorm.tasks.digit_quality import digit_judge
+
+
+def test_the_judge_classifies_held_out_real_digits_well_enough_to_judge():
+    judge = digit_judge()
+    assert judge.test_accuracy >= 0.95  # the issue's bar for class_agreement to mean anything
+    test = load_digits("test")
+    scores = judge.score(test.pixels, test.labels)
+    assert scores["class_agreement"] == judge.test_accuracy
+    assert scores["frechet_distance"] < 1e-8  # the same set as the reference statistics
+    assert scores["nearest_train_distance"] == scores["nearest_train_distance_real"]
+
+
+def test_copied_training_images_show_memorisation():
+    train = load_digits("train")
+    scores = digit_judge().score(train.pixels[:200], train.labels[:200])
+    assert scores["nearest_train_distance"] == 0.0
+    assert scores["nearest_train_distance_real"] > 10.0
+
+
+def test_noise_gets_chance_agreement_and_a_large_frechet_distance():
+    noise = torch.rand(300, 8, 8, generator=torch.Generator().manual_seed(0)) * 16
+    scores = digit_judge().score(noise, torch.arange(300) % 10)
+    assert scores["class_agreement"] < 0.3
+    assert scores["frechet_distance"] > 10 * scores["frechet_distance_real"]
