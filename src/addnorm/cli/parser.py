@@ -103,8 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--steps", type=int, default=50, help="sampling steps (default 50)")
     sample.add_argument("--method", choices=("ddim", "ddpm"), default="ddim")
     sample.add_argument(
-        "--guidance", type=float, default=2.0,
-        help="classifier-free guidance scale; 1 = none (default 2.0)",
+        "--guidance", type=float, default=3.0,
+        help="classifier-free guidance scale; 1 = none (default 3.0)",
     )
     sample.add_argument("--seed", type=int, default=0)
     sample.add_argument("--out", type=Path, required=True, metavar="GRID.png")
