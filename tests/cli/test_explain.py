@@ -1,35 +1,56 @@
-"""`addnorm explain`: the seed's worked examples computed by the library, plus the heat map."""
+"""`addnorm explain`: NAME, all, --list, no NAME (= all --quick), and the files written."""
 
 from __future__ import annotations
 
 import json
 
-from addnorm.cli.explain import run_explain
+from addnorm.cli import main
+from addnorm.experiments import EXPERIMENTS, Outcome
+from addnorm.experiments.outcome import new_figure
+
+PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def test_explain_prints_the_worked_examples_and_writes_the_heatmap(tmp_path, capsys):
-    assert run_explain(tmp_path) == 0
+def test_list_prints_every_name_and_runs_nothing(tmp_path, capsys):
+    assert main(["explain", "--list", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in out] == list(EXPERIMENTS)
+    assert not (tmp_path / "index.html").exists()
+
+
+def test_one_experiment_writes_its_files_headline_and_the_page(tmp_path, capsys):
+    assert main(["explain", "norm-examples", "--quick", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    # SPEC 1 worked example, pos 1 with d=4, base=100: [0.8415, 0.5403, 0.0998, 0.9950].
-    assert "[+0.8415, +0.5403, +0.0998, +0.9950]" in out
-    # SPEC 3 worked example: BatchNorm x_hat row 0 is [-1.2247, -1.2247]; LayerNorm rows [-1, 1].
-    assert "BN [-1.2247, -1.2247]" in out
-    assert "LN [-1.0000, +1.0000]" in out
-    png = tmp_path / "pe_heatmap.png"
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "[1/1] norm-examples" in out and "supported" in out
+    # SPEC 3 worked example in the headline: BatchNorm row 0 is [-1.2247, -1.2247].
+    assert "[-1.2247, -1.2247]" in out
+    folder = tmp_path / "norm-examples"
+    assert (folder / "figure.png").read_bytes()[:8] == PNG
+    record = json.loads((folder / "result.json").read_text())
+    assert record["supported"] is True and record["quick"] is True
+    page = (tmp_path / "index.html").read_text()
+    assert page.count("data:image/png;base64,") == 1  # the others: "not run"
+    assert "Not run yet" in page
 
-    numbers = json.loads((tmp_path / "explain.json").read_text())
-    # Identity: PE(pos + k) = T(k) PE(pos) holds to float64 precision (SPEC claim 2).
-    assert numbers["rotation_max_error"] < 1e-9
-    assert numbers["dot_product_spread"] < 1e-9
-    # SPEC claim 5: padding moves BatchNorm's output; the padding mask and LayerNorm do not.
-    assert numbers["batchnorm_padding_gap"] > 1e-2
-    assert numbers["masked_gap"] < 1e-5
-    assert numbers["layernorm_gap"] < 1e-5
-    # SPEC 3 worked example: mu = [2, 4], sigma^2 = [2/3, 8/3].
-    assert numbers["batch_mean"] == [2.0, 4.0]
-    var = numbers["batch_var"]
-    assert abs(var[0] - 2 / 3) < 1e-12 and abs(var[1] - 8 / 3) < 1e-12
-    # SPEC claim 9: frequencies from 1 down to max_period^(-(half-1)/half), half = 128.
-    assert abs(numbers["freq_max"] - 1.0) < 1e-6
-    assert abs(numbers["freq_min"] - 10000 ** (-127 / 128)) < 1e-6
+
+def test_no_name_runs_every_experiment_quickly(tmp_path, capsys, monkeypatch):
+    import addnorm.cli.explain as explain
+
+    seen = []
+
+    def fake(name):
+        def run(*, quick: bool = False):
+            seen.append((name, quick))
+            return Outcome(name=name, claim="c", method="m", headline="h", supported=True,
+                           numbers={}, figure=new_figure(1, 1), quick=quick)
+        return run
+
+    monkeypatch.setattr(explain, "EXPERIMENTS", {name: fake(name) for name in EXPERIMENTS})
+    assert main(["explain", "--out", str(tmp_path)]) == 0
+    assert seen == [(name, True) for name in EXPERIMENTS]
+    assert f"[{len(EXPERIMENTS)}/{len(EXPERIMENTS)}]" in capsys.readouterr().out
+
+
+def test_an_unknown_name_exits_2(tmp_path, capsys):
+    assert main(["explain", "no-such-claim", "--out", str(tmp_path)]) == 2
+    assert "no-such-claim" in capsys.readouterr().err

@@ -1,0 +1,93 @@
+"""``index.html``: every experiment's figure with its claim, method, outcome and verdict.
+
+The page is one self-contained file: figures are embedded as base64 PNG data URLs and the
+style sheet is inline, so it opens from disk in a browser with no server and no network.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+
+__all__ = ["write_index"]
+
+_STYLE = """
+body { font-family: sans-serif; max-width: 1400px; margin: 2em auto; padding: 0 1em;
+       color: #222; line-height: 1.45; }
+section { border-top: 1px solid #ccc; padding: 1em 0; }
+img { max-width: 100%; border: 1px solid #ddd; }
+.verdict { font-weight: bold; padding: 0.1em 0.5em; border-radius: 0.3em; }
+.held { background: #d8f0d8; color: #155d15; }
+.failed { background: #f8d8d8; color: #8a1010; }
+.missing { background: #eee; color: #555; }
+dt { font-weight: bold; float: left; width: 8em; }
+dd { margin-left: 9em; }
+table.summary { border-collapse: collapse; }
+table.summary td, table.summary th { border: 1px solid #ccc; padding: 0.2em 0.6em; }
+"""
+
+
+def write_index(out_dir: Path, names: list[str]) -> Path:
+    """Write ``out_dir/index.html`` from each ``out_dir/NAME/result.json`` and figure.
+
+    Experiments in ``names`` that have not been run yet are listed as such.
+    """
+    records = [_load(out_dir / name) for name in names]
+    rows, sections = [], []
+    for name, record in zip(names, records, strict=True):
+        verdict = _verdict(record)
+        rows.append(f'<tr><td><a href="#{name}">{name}</a></td><td>{verdict}</td></tr>')
+        sections.append(_section(name, record, out_dir / name / "figure.png", verdict))
+    body = (
+        "<h1>addnorm explain: the seed documents' claims, run</h1>"
+        "<p>Each section states a claim from SPEC.md, what was run to test it with the "
+        "addnorm library, what came out, and whether the numbers support the claim "
+        "(decided by the code, not by hand). Numbers are in each "
+        "<code>NAME/result.json</code>.</p>"
+        '<table class="summary"><tr><th>experiment</th><th>verdict</th></tr>'
+        + "".join(rows) + "</table>" + "".join(sections)
+    )
+    page = (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        "<title>addnorm explain</title>"
+        f"<style>{_STYLE}</style></head><body>{body}</body></html>\n"
+    )
+    path = out_dir / "index.html"
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def _load(folder: Path) -> dict | None:
+    path = folder / "result.json"
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text())
+
+
+def _verdict(record: dict | None) -> str:
+    if record is None:
+        return '<span class="verdict missing">not run</span>'
+    quick = " (quick run)" if record.get("quick") else ""
+    if record["supported"]:
+        return f'<span class="verdict held">claim held{quick}</span>'
+    return f'<span class="verdict failed">claim NOT supported by this run{quick}</span>'
+
+
+def _section(name: str, record: dict | None, figure: Path, verdict: str) -> str:
+    title = f'<section id="{name}"><h2>{html.escape(name)} {verdict}</h2>'
+    if record is None:
+        return title + f"<p>Not run yet: <code>addnorm explain {name}</code>.</p></section>"
+    items = "".join(
+        f"<dt>{label}</dt><dd>{html.escape(str(record[key]))}</dd>"
+        for label, key in (("Claim", "claim"), ("What was run", "method"),
+                           ("What came out", "headline"))
+    )
+    held = ("The numbers support the claim." if record["supported"] else
+            "The numbers do NOT support the claim in this run; see the figure and result.json.")
+    image = ""
+    if figure.is_file():
+        data = base64.b64encode(figure.read_bytes()).decode("ascii")
+        image = f'<img alt="{html.escape(name)} figure" src="data:image/png;base64,{data}">'
+    return f"{title}<dl>{items}<dt>Verdict</dt><dd>{held}</dd></dl>{image}</section>"

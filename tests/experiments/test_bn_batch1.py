@@ -1,0 +1,13 @@
+"""bn-batch1: batch size 1 and the train/eval gap (SPEC claim 6)."""
+
+from addnorm.experiments import bn_batch1
+
+
+def test_batch_size_one_is_refused_and_the_gap_shrinks_with_the_batch():
+    outcome = bn_batch1.run(quick=True)
+    numbers = outcome.numbers
+    assert outcome.supported
+    assert numbers["batch_size_1_refused"]  # variance 0: nothing to normalize with
+    gaps = numbers["batchnorm_gap"]
+    assert gaps[0] > 3 * gaps[-1] > 0  # batch 2 vs batch 64
+    assert max(numbers["layernorm_gap"]) == 0.0  # LayerNorm has no modes
