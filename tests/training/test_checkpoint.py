@@ -6,8 +6,12 @@ draws, a restored optimizer takes the same next step) and the documented on-disk
 
 from __future__ import annotations
 
+import errno
+import gc
 import json
+import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +24,7 @@ from torch import nn
 import addnorm.training.checkpoint as checkpoint_module
 from addnorm.training.checkpoint import (
     CheckpointError,
+    CheckpointWriteError,
     find_checkpoint,
     list_checkpoints,
     load_checkpoint,
@@ -236,3 +241,75 @@ def test_a_writer_killed_by_sigkill_leaves_the_previous_checkpoint_loadable(tmp_
     assert load_checkpoint(tmp_path).step == 10
     write(tmp_path, 30, value=3.0)  # the next save clears the leftover
     assert sorted(p.name for p in root.iterdir()) == ["step-00000010", "step-00000030"]
+
+
+def test_a_failed_write_removes_its_temporary_directory_and_names_the_space_needed(
+    tmp_path, monkeypatch
+):
+    write(tmp_path, 10, value=1.0)
+
+    def disk_full(tensors, path):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(checkpoint_module, "save_file", disk_full)
+    with pytest.raises(CheckpointWriteError) as caught:
+        write(tmp_path, 20, value=2.0)
+    message = str(caught.value)
+    # The tensors of ``write``: 6 + 1 float32 values.
+    assert "step-00000020" in message and "No space left on device" in message
+    assert f"needs about {7 * 4 / 1e6:.1f} MB" in message and "MB free" in message
+    assert caught.value.errno == errno.ENOSPC and isinstance(caught.value, CheckpointError)
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step-00000010"]
+    assert load_checkpoint(tmp_path).step == 10
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 256 KiB tmpfs (needs root and mount; skipped where the machine does not allow it)."""
+    mount_point = tmp_path / "tmpfs"
+    mount_point.mkdir()
+    command = ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)]
+    if shutil.which("mount") is None or subprocess.run(command, capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root and mount); ENOSPC is simulated above")
+    yield mount_point
+    gc.collect()  # loaded tensors map their files; -l detaches the mount even if one is left
+    subprocess.run(["umount", "-l", str(mount_point)], check=True)
+
+
+def test_a_full_disk_keeps_the_previous_checkpoints(small_tmpfs):
+    def big(step):  # 80 KB of float32, so two fit in 256 KiB and a third does not
+        tensors = {"model": {"w": torch.full((20_000,), float(step))}}
+        return save_checkpoint(small_tmpfs, step, tensors, {"note": step}, keep=3)
+
+    big(1)
+    big(2)
+    with pytest.raises(CheckpointWriteError, match="No space left on device") as caught:
+        big(3)
+    assert caught.value.errno == errno.ENOSPC and "step-00000003" in str(caught.value)
+    root = small_tmpfs / "checkpoints"
+    assert sorted(p.name for p in root.iterdir()) == ["step-00000001", "step-00000002"]
+    loaded = load_checkpoint(small_tmpfs)
+    assert loaded.step == 2
+    assert torch.equal(loaded.tensors["model"]["w"], torch.full((20_000,), 2.0))
+
+
+def test_pruning_removes_the_manifest_first_so_no_listed_checkpoint_is_incomplete(
+    tmp_path, monkeypatch
+):
+    write(tmp_path, 10, keep=1)
+
+    def killed_after_the_first_file(path, *args, **kwargs):
+        # Stands in for a kill during the deletion: the manifest (removed first) is gone,
+        # the rest is still there.
+        assert not (path / checkpoint_module.MANIFEST).exists()
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(checkpoint_module.shutil, "rmtree", killed_after_the_first_file)
+        with pytest.raises(KeyboardInterrupt):
+            write(tmp_path, 20, keep=1)
+    root = tmp_path / "checkpoints"
+    assert (root / "step-00000010" / "model.safetensors").exists()  # left over, unlisted
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000020"]
+    write(tmp_path, 30, keep=2)  # the next save removes the leftover
+    assert sorted(p.name for p in root.iterdir()) == ["step-00000020", "step-00000030"]

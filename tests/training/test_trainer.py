@@ -347,3 +347,40 @@ def test_schedule_for_gives_every_schedule_its_peak_lr():
         schedule = schedule_for(TrainConfig(schedule=kind, lr=2e-3, warmup=20))
         assert schedule.kind == kind
         assert schedule(20) == pytest.approx(2e-3, rel=1e-12)
+
+
+def loss_sending(signals_at: dict[int, list[signal.Signals]]):
+    """``mse_loss`` that first sends this process the given signals at the given calls (two
+    micro-batches per step: call 2 * (s - 1) + 1 is the first of step s)."""
+    calls = {"n": 0}
+
+    def loss(model, batch):
+        calls["n"] += 1
+        for signum in signals_at.get(calls["n"], []):
+            os.kill(os.getpid(), signum)
+        return mse_loss(model, batch)
+
+    return loss
+
+
+def test_sigterm_finishes_the_step_then_checkpoints_like_sigint(tmp_path):
+    handlers_before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    loss = loss_sending({2 * 4 + 1: [signal.SIGTERM]})
+    result = make_trainer(tmp_path / "split", loss_fn=loss).fit()
+    assert (result.stopped_by, result.step) == ("terminate", 5)
+    assert load_checkpoint(tmp_path / "split").step == 5
+    assert {s: signal.getsignal(s) for s in handlers_before} == handlers_before
+    resumed = make_trainer(tmp_path / "split")
+    resumed.load(load_checkpoint(tmp_path / "split"))
+    resumed.fit()
+    make_trainer(tmp_path / "whole").fit()
+    assert losses(tmp_path / "split") == losses(tmp_path / "whole")
+
+
+def test_a_second_signal_stops_at_once_and_the_first_names_the_stop(tmp_path):
+    # SIGTERM, then Ctrl-C within the same micro-batch: the step is abandoned (weights
+    # untouched), the previous step is checkpointed, and the stop is still a "terminate".
+    loss = loss_sending({2 * 4 + 1: [signal.SIGTERM, signal.SIGINT]})
+    result = make_trainer(tmp_path, loss_fn=loss).fit()
+    assert (result.stopped_by, result.step) == ("terminate", 4)
+    assert load_checkpoint(tmp_path).step == 4

@@ -1,6 +1,7 @@
 """Checks of the ``addnorm`` command's argument values that argparse cannot make: --device and
---threads (against the machine), --out (a directory that can be written), and --config (a
-JSON file of ``{"model": {...}, "train": {...}}``, without the fields a task owns).
+--threads (against the machine), --out (a non-empty path to a directory that can be written),
+and --config (a JSON file of ``{"model": {...}, "train": {...}}``, without the fields a task
+owns).
 
 A bad value raises ``UsageError``, which ``addnorm.cli.parser.main`` reports like argparse's
 own errors: one line on stderr, exit code 2.
@@ -8,6 +9,7 @@ own errors: one line on stderr, exit code 2.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -18,6 +20,7 @@ __all__ = [
     "UsageError",
     "apply_runtime_flags",
     "check_out_dir",
+    "out_dir",
     "read_config",
     "resolve_device",
 ]
@@ -77,6 +80,16 @@ def resolve_device(name: str) -> str:
     if kind == "mps" and not torch.backends.mps.is_available():
         raise UsageError(f"--device {name}: MPS is not available")
     return name
+
+
+def out_dir(text: str) -> Path:
+    """The argparse type of a run folder flag: a path, never the empty string (which would
+    silently mean the current folder)."""
+    if not text:
+        raise argparse.ArgumentTypeError(
+            "must name a folder, got an empty string (use . for the current folder)"
+        )
+    return Path(text)
 
 
 def check_out_dir(out: Path, flag: str = "--out") -> None:

@@ -8,6 +8,9 @@
 
 Checkpoints, ``metrics.json`` and ``loss.png`` stay in the run directories, so
 ``addnorm translate "21 Nov 2026"`` and ``addnorm sample --out grid.png`` work afterwards.
+Each run replaces the previous addnorm run in its directory (proven by its
+``addnorm-run.json``, deleting only that run's files) and refuses a non-empty directory
+without one (``RunDirError``).
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ import os
 import random
 import sys
 from pathlib import Path
+from typing import cast
 
 import torch
 
+from addnorm.cli.commands import SIGNAL_STOPS
 from addnorm.data.dates import dates_in_split, format_date
 from addnorm.tasks.run import load_trained, train_run
 from addnorm.tasks.translate import TranslateTask
@@ -64,8 +69,9 @@ def run_demo(
     progress: bool = True,
 ) -> int:
     """Train, then print the table and the held-out accuracy; returns an exit code (130 if
-    interrupted by Ctrl-C, after writing a checkpoint). ``max_minutes``, ``max_steps`` and
-    ``eval_size`` override the task's defaults when given."""
+    interrupted by Ctrl-C, 143 if stopped by SIGTERM, after writing a checkpoint).
+    ``max_minutes``, ``max_steps`` and ``eval_size`` override the task's defaults when given.
+    Raises ``RunDirError`` if ``run_dir`` holds files of no addnorm run or another writer."""
     run_dir = Path(run_dir)
     task = TranslateTask()
     model_cfg = task.default_model_config()
@@ -84,15 +90,11 @@ def run_demo(
         flush=True,
     )
     summary = train_run(
-        "translate", model_cfg, train_cfg, run_dir, device=device, progress=progress
+        "translate", model_cfg, train_cfg, run_dir, overwrite=True, device=device,
+        progress=progress,
     )
-    if summary.stopped_by == "interrupt":
-        print(
-            f"interrupted at step {summary.step}; checkpoint written to {summary.checkpoint} "
-            f"(continue with: addnorm train translate --out {run_dir} --resume)",
-            file=sys.stderr,
-        )
-        return 130
+    if summary.stopped_by in SIGNAL_STOPS:
+        return _report_stop(summary, "translate")
     floor = smoothed_loss_floor(train_cfg.label_smoothing, task.tgt_tok.vocab_size)
     print(
         f"  trained {summary.step} steps in {summary.elapsed_s:.0f} s "
@@ -127,8 +129,10 @@ def run_dit_demo(
     progress: bool = True,
 ) -> int:
     """Train the digits DiT, then print its scores and write a sample grid; returns an exit
-    code (130 if interrupted). The overrides are as for :func:`run_demo`."""
+    code (130 if interrupted, 143 if terminated). The overrides and the run directory's rules
+    are as for :func:`run_demo`."""
     from addnorm.cli.grid import save_digit_grid
+    from addnorm.dit import DiT
     from addnorm.tasks.dit import DiTTask, SampleSettings
 
     run_dir = Path(run_dir)
@@ -149,14 +153,11 @@ def run_dit_demo(
         f"{train_cfg.ema_decay:g}",
         flush=True,
     )
-    summary = train_run("dit", model_cfg, train_cfg, run_dir, device=device, progress=progress)
-    if summary.stopped_by == "interrupt":
-        print(
-            f"interrupted at step {summary.step}; checkpoint written to {summary.checkpoint} "
-            f"(continue with: addnorm train dit --out {run_dir} --resume)",
-            file=sys.stderr,
-        )
-        return 130
+    summary = train_run(
+        "dit", model_cfg, train_cfg, run_dir, overwrite=True, device=device, progress=progress
+    )
+    if summary.stopped_by in SIGNAL_STOPS:
+        return _report_stop(summary, "dit")
     m = summary.metrics
     print(
         f"  trained {summary.step} steps in {summary.elapsed_s:.0f} s (stopped by "
@@ -177,7 +178,7 @@ def run_dit_demo(
     _, model, _ = load_trained(summary.checkpoint, device=device)
     labels = torch.arange(10).repeat(3)  # three of each class, 0-9 along each row
     generator = torch.Generator(device=device).manual_seed(0)
-    pixels = task.sample(model, labels, settings, generator=generator)
+    pixels = task.sample(cast(DiT, model), labels, settings, generator=generator)
     grid = save_digit_grid(
         pixels, labels, run_dir / "samples.png",
         title=f"DiT samples: {settings.method.upper()} {settings.steps} steps, "
@@ -189,6 +190,17 @@ def run_dit_demo(
     )
     print(f"  try: addnorm sample --class 7 --n 10 --checkpoint {run_dir} --out sevens.png")
     return 0
+
+
+def _report_stop(summary, task_name: str) -> int:
+    """Say where the checkpoint of a run stopped by a signal is; its exit code."""
+    how, code = SIGNAL_STOPS[summary.stopped_by]
+    print(
+        f"{how} at step {summary.step}; checkpoint written to {summary.checkpoint} "
+        f"(continue with: addnorm train {task_name} --out {summary.run_dir} --resume)",
+        file=sys.stderr,
+    )
+    return code
 
 
 def _with_overrides(train_cfg, max_minutes, max_steps, eval_size):

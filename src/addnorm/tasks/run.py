@@ -1,15 +1,18 @@
 """A training run of a named task, start to finish, and loading a trained model back.
 
-A run directory holds ``checkpoints/`` (see ``addnorm.training.checkpoint``),
+A run directory holds ``addnorm-run.json`` (the marker that proves addnorm started the run;
+see ``addnorm.training.run_dir``), ``checkpoints/`` (see ``addnorm.training.checkpoint``),
 ``metrics.jsonl`` (one line per logged step), ``loss.png`` (the loss curve) and, after a run
-that was not interrupted, ``metrics.json`` (the held-out figures: ``test_exact_match`` for
+that was not stopped by a signal, ``metrics.json`` (the held-out figures: ``test_exact_match`` for
 translate, ``val_bpc`` for lm; ``"weights"``: ``"ema"`` when the run kept an EMA of its
 weights (``ema_decay > 0``) and was scored with it, else ``"raw"``; ``"samples"``: a few
 held-out predictions for translate, text continuations for lm).
 
 ``train_run`` is the run-orchestration entry (the CLI's ``addnorm train`` and ``addnorm demo``
 call it): unlike the library, it owns the global random state (it seeds every global generator
-with ``train_cfg.seed``). The torch thread count and the device are its caller's choice (the
+with ``train_cfg.seed``). It holds the run directory's lock from start to end, so two runs
+never write one directory at once, and deletes only files a previous run's marker proves
+addnorm wrote. The torch thread count and the device are its caller's choice (the
 CLI's ``--threads`` and ``--device``).
 
 ``load_trained`` rebuilds a model from a checkpoint with its EMA weights when the checkpoint
@@ -22,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,17 +37,19 @@ from addnorm.tasks.dit import DiTTask
 from addnorm.tasks.lm import LMTask
 from addnorm.tasks.task import Task
 from addnorm.tasks.translate import TranslateTask
-from addnorm.training.checkpoint import (
-    CheckpointError,
-    LoadedCheckpoint,
-    list_checkpoints,
-    load_checkpoint,
-)
+from addnorm.training.checkpoint import CheckpointError, LoadedCheckpoint, load_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.metrics import plot_loss_curve
+from addnorm.training.run_dir import (
+    RunLock,
+    check_fresh_run_dir,
+    clear_run,
+    read_marker,
+    write_marker,
+)
 from addnorm.training.schedules import LRSchedule
 from addnorm.training.state import seed_everything
-from addnorm.training.trainer import Trainer
+from addnorm.training.trainer import STOP_SIGNALS, Trainer, TrainResult
 from addnorm.transformer.config import PRESETS
 
 __all__ = [
@@ -71,7 +75,6 @@ RESUMABLE_FIELDS = (
     "log_every",
     "eval_size",
 )
-_RUN_FILES = ("checkpoints", "metrics.jsonl", "metrics.json", "loss.png")
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,8 @@ class RunSummary:
     Attributes:
         run_dir, checkpoint: where the run and its last checkpoint are.
         step, stopped_by, elapsed_s: as in ``TrainResult``.
-        metrics: the held-out figures (empty if the run was interrupted).
+        metrics: the held-out figures (empty if a signal stopped the run: ``stopped_by`` is
+            "interrupt" or "terminate").
         loss_png: the loss curve, or None if nothing was logged.
     """
 
@@ -155,16 +159,20 @@ def train_run(
     run_dir: str | os.PathLike,
     *,
     resume: LoadedCheckpoint | None = None,
+    overwrite: bool = False,
     device: torch.device | str = "cpu",
     progress: bool = False,
 ) -> RunSummary:
     """Train ``task_name`` into ``run_dir``, then evaluate on held-out data (with the EMA
     weights when ``train_cfg.ema_decay > 0``) and store a few samples.
 
-    A fresh run (``resume`` None) removes a previous run's files from ``run_dir``, once the
-    new model is built and on its device. With ``resume`` (a checkpoint of ``task_name``),
-    weights, optimizer, schedule, RNG and data order continue from it.
-    Raises ValueError if the configs cannot train the task or ``resume`` is another task's.
+    A fresh run (``resume`` None) needs ``run_dir`` missing or empty, or holding an addnorm
+    run and ``overwrite``: that run's own files are removed once the new model is built and on
+    its device (other files stay), and the new run's marker is written. With ``resume`` (a
+    checkpoint of ``task_name``), weights, optimizer, schedule, RNG and data order continue
+    from it. ``run_dir`` is locked throughout.
+    Raises ValueError if the configs cannot train the task or ``resume`` is another task's;
+    ``RunDirError`` if ``run_dir`` holds other files or runs, or another process writes it.
     """
     run_dir = Path(run_dir)
     if resume is None:
@@ -176,24 +184,38 @@ def train_run(
         _check_same_task(resume, task, task_name)
         schedule = _saved_schedule(resume)
     task.check(model_cfg, train_cfg)
-    seed_everything(train_cfg.seed)
-    model = task.build_model(model_cfg).to(device)
-    if resume is None:
-        _clear_run(run_dir)
-    run_info = {"task": task.name, "model_config": model_cfg.to_dict(), "task_data": task.to_dict()}
-    trainer = Trainer(
-        model,
-        task.loss_fn(train_cfg),
-        task.batches(train_cfg, model_cfg),
-        train_cfg,
-        run_dir=run_dir,
-        schedule=schedule,
-        run_info=run_info,
-        progress=progress,
-    )
-    if resume is not None:
-        trainer.load(resume)
-    result = trainer.fit()
+    with RunLock(run_dir):
+        if resume is None:
+            check_fresh_run_dir(run_dir, overwrite=overwrite)
+        seed_everything(train_cfg.seed)
+        model = task.build_model(model_cfg).to(device)
+        if resume is None and read_marker(run_dir) is not None:
+            clear_run(run_dir)
+        if read_marker(run_dir) is None:  # a fresh run, or one from before markers
+            write_marker(run_dir, task.name)
+        run_info = {
+            "task": task.name, "model_config": model_cfg.to_dict(), "task_data": task.to_dict()
+        }
+        trainer = Trainer(
+            model,
+            task.loss_fn(train_cfg),
+            task.batches(train_cfg, model_cfg),
+            train_cfg,
+            run_dir=run_dir,
+            schedule=schedule,
+            run_info=run_info,
+            progress=progress,
+        )
+        if resume is not None:
+            trainer.load(resume)
+        result = trainer.fit()
+        return _finish(task, trainer, result, train_cfg, run_dir)
+
+
+def _finish(
+    task: Task, trainer: Trainer, result: TrainResult, train_cfg: TrainConfig, run_dir: Path
+) -> RunSummary:
+    """Plot the loss curve and, unless a signal stopped the run, score it into metrics.json."""
     png = None
     if (run_dir / "metrics.jsonl").stat().st_size > 0:
         png = plot_loss_curve(
@@ -201,7 +223,8 @@ def train_run(
             ylabel=task.loss_label,
         )
     metrics: dict = {}
-    if result.stopped_by != "interrupt":
+    if result.stopped_by not in STOP_SIGNALS.values():
+        model = trainer.model
         if trainer.ema is not None:
             trainer.ema.copy_to(model)
         metrics = {
@@ -255,19 +278,10 @@ def read_run_metrics(checkpoint: LoadedCheckpoint) -> dict | None:
         return None
 
 
-def _clear_run(run_dir: Path) -> None:
-    """Remove a previous run's checkpoints, metrics and plot (a fresh run replaces them)."""
-    for name in _RUN_FILES:
-        target = run_dir / name
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
-
-
 def has_run(run_dir: str | os.PathLike) -> bool:
-    """Whether ``run_dir`` holds a run's checkpoints (a fresh run there would replace them)."""
-    return bool(list_checkpoints(run_dir))
+    """Whether ``run_dir`` holds an addnorm run (its marker; a fresh run there would replace
+    it)."""
+    return read_marker(run_dir) is not None
 
 
 def _check_same_task(checkpoint: LoadedCheckpoint, task: Task, task_name: str) -> None:

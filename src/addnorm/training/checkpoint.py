@@ -12,15 +12,20 @@ directory next to it (each file fsynced, the manifest last), which is then renam
 ``step-NNNNNNNN`` (a rename within one directory is atomic on POSIX). A write killed halfway
 leaves only the hidden temporary directory, which loading ignores, so the previous checkpoint
 stays the newest one; the next ``save_checkpoint`` of that run removes such leftovers
-(``.tmp-step-*`` and ``.old-step-*``; one process writes a run's checkpoints at a time). The
-newest checkpoint of a run is the highest-numbered ``step-*`` directory. Loading checks the
-manifest's structure and its sizes and hashes, so a malformed manifest or a truncated or
-altered file raises ``CheckpointError`` naming that file instead of a traceback from deep
-inside a loader.
+(``.tmp-step-*``, ``.old-step-*``, and ``step-*`` directories without a manifest; one process
+writes a run's checkpoints at a time, see ``run_dir.RunLock``). A write that fails (a full
+disk, a read-only folder) removes its temporary directory and raises
+``CheckpointWriteError`` naming the checkpoint and the space it needs. Old checkpoints are
+pruned manifest first, so a deletion cut short never leaves a listed checkpoint incomplete.
+The newest checkpoint of a run is the highest-numbered ``step-*`` directory with a manifest.
+Loading checks the manifest's structure and its sizes and hashes, so a malformed manifest or
+a truncated or altered file raises ``CheckpointError`` naming that file instead of a traceback
+from deep inside a loader.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -37,7 +42,9 @@ from safetensors.torch import load_file, save_file
 
 __all__ = [
     "CheckpointError",
+    "CheckpointWriteError",
     "LoadedCheckpoint",
+    "delete_checkpoints",
     "find_checkpoint",
     "list_checkpoints",
     "load_checkpoint",
@@ -49,10 +56,16 @@ VERSION = 1
 MANIFEST = "manifest.json"
 STATE = "state.json"
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
+_LEFTOVER = (".tmp-step-", ".old-step-")
 
 
 class CheckpointError(Exception):
     """A checkpoint is missing, incomplete or corrupt; the message names the file."""
+
+
+class CheckpointWriteError(CheckpointError, OSError):
+    """A checkpoint could not be written (a full disk, no permission); the message names it and
+    the space it needs, ``errno`` is the cause's. The previous checkpoints are untouched."""
 
 
 @dataclass(frozen=True)
@@ -88,30 +101,43 @@ def save_checkpoint(
         state: JSON-serialisable dict written as ``state.json``.
     Returns:
         The checkpoint directory.
+    Raises:
+        CheckpointWriteError: a file could not be written (its temporary directory is removed,
+            the previous checkpoints are untouched).
     """
     root = Path(run_dir) / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
-    _remove_leftovers(root)
     final = root / f"step-{step:08d}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=root))
     try:
-        files = {}
-        for stem, group in tensors.items():
-            path = tmp / f"{stem}.safetensors"
-            save_file({k: v.detach().cpu().contiguous().clone() for k, v in group.items()}, path)
-            files[path.name] = _describe(path)
-        _write_json(tmp / STATE, state)
-        files[STATE] = _describe(tmp / STATE)
-        manifest = {"format": FORMAT, "version": VERSION, "step": step, "files": files}
-        _write_json(tmp / MANIFEST, manifest)
-        _fsync_dir(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        _remove_leftovers(root)
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=root))
+    except OSError as err:
+        raise _write_error(final, err, tensors) from err
+    try:
+        _write_files(tmp, step, tensors, state)
         _replace_dir(tmp, final)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(err, (OSError, SafetensorError)):
+            raise _write_error(final, err, tensors) from err
         raise
     for old in list_checkpoints(run_dir)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the new one is written; the next save retries
+            _delete_checkpoint(old)
     return final
+
+
+def delete_checkpoints(run_dir: str | os.PathLike) -> None:
+    """Delete every checkpoint of ``run_dir`` (each manifest first) and the leftovers of killed
+    writes, then ``checkpoints/`` itself if nothing else is in it."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return
+    for path in list_checkpoints(run_dir):
+        _delete_checkpoint(path)
+    _remove_leftovers(root)
+    with contextlib.suppress(OSError):
+        root.rmdir()
 
 
 def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
@@ -193,10 +219,63 @@ def _check_manifest(where: Path, manifest: dict) -> tuple[int, dict[str, dict]]:
     return step, files
 
 
+def _write_files(tmp: Path, step: int, tensors, state: dict) -> None:
+    """Write the checkpoint's files into ``tmp``, each fsynced, the manifest last."""
+    files = {}
+    for stem, group in tensors.items():
+        path = tmp / f"{stem}.safetensors"
+        save_file({k: v.detach().cpu().contiguous().clone() for k, v in group.items()}, path)
+        files[path.name] = _describe(path)
+    _write_json(tmp / STATE, state)
+    files[STATE] = _describe(tmp / STATE)
+    manifest = {"format": FORMAT, "version": VERSION, "step": step, "files": files}
+    _write_json(tmp / MANIFEST, manifest)
+    _fsync_dir(tmp)
+
+
+def _write_error(
+    final: Path, err: BaseException, tensors: Mapping[str, Mapping[str, torch.Tensor]]
+) -> CheckpointWriteError:
+    """One line: the checkpoint, why it failed, the space it needs and the space free."""
+    needed = sum(t.numel() * t.element_size() for group in tensors.values() for t in group.values())
+    reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+    try:
+        free = f", {_megabytes(shutil.disk_usage(final.parent).free)} free"
+    except OSError:
+        free = ""
+    error = CheckpointWriteError(
+        f"cannot write checkpoint {final}: {reason} (it needs about {_megabytes(needed)}{free}); "
+        "the previous checkpoints are intact"
+    )
+    if isinstance(err, OSError):
+        error.errno = err.errno
+    elif found := re.search(r"os error (\d+)", str(err)):  # how safetensors words I/O errors
+        error.errno = int(found[1])
+    return error
+
+
+def _megabytes(n_bytes: int) -> str:
+    return f"{n_bytes / 1e6:.1f} MB"
+
+
+def _delete_checkpoint(path: Path) -> None:
+    """Delete a checkpoint directory, its manifest first: from then on it is not listed, so a
+    deletion cut short leaves an unlisted leftover (removed by the next save), never a listed
+    checkpoint missing files."""
+    (path / MANIFEST).unlink(missing_ok=True)
+    _fsync_dir_entry(path)
+    shutil.rmtree(path)
+
+
 def _remove_leftovers(root: Path) -> None:
-    """Delete the temporary and set-aside directories of writes that were killed halfway."""
+    """Delete what killed writes and prunings left: temporary and set-aside directories, and
+    ``step-*`` directories without a manifest (never listed, never loadable)."""
     for child in root.iterdir():
-        if child.name.startswith((".tmp-step-", ".old-step-")) and child.is_dir():
+        if not child.is_dir() or child.is_symlink():
+            continue
+        leftover = child.name.startswith(_LEFTOVER)
+        unlisted = _STEP_DIR.match(child.name) is not None and not (child / MANIFEST).exists()
+        if leftover or unlisted:
             shutil.rmtree(child, ignore_errors=True)
 
 
@@ -262,7 +341,12 @@ def _replace_dir(tmp: Path, final: Path) -> None:
     if final.exists():
         old = final.with_name(f".old-{final.name}-{os.getpid()}")
         os.rename(final, old)
-    os.rename(tmp, final)
+    try:
+        os.rename(tmp, final)
+    except BaseException:
+        if old is not None:  # put the previous one back
+            os.rename(old, final)
+        raise
     _fsync_dir_entry(final.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)

@@ -12,10 +12,12 @@ Resuming restores the weights, the optimizer, the EMA, the step, every global ra
 generator and the data order, so on the same machine and thread count a resumed run's loss
 curve equals the uninterrupted run's bit for bit.
 
-Ctrl-C: while ``fit`` runs, SIGINT only sets a flag; the current step finishes, a checkpoint
-is written and ``fit`` returns with ``stopped_by == "interrupt"``. A second Ctrl-C raises
-``KeyboardInterrupt`` at once. A ``KeyboardInterrupt`` raised by other means is handled by
-where it lands, which the trainer tracks as a phase:
+Ctrl-C and SIGTERM: while ``fit`` runs (in the main thread), SIGINT and SIGTERM only set a
+flag; the current step finishes, a checkpoint is written and ``fit`` returns with
+``stopped_by == "interrupt"`` (SIGINT) or ``"terminate"`` (SIGTERM). A second signal of either
+kind raises ``KeyboardInterrupt`` at once (handled as below; ``stopped_by`` still names the
+first). A ``KeyboardInterrupt`` raised by other means is handled by where it lands, which the
+trainer tracks as a phase:
 
 - ``"forward"`` (drawing batches, forward, backward): the weights are untouched, so the data
   order and random state go back to the step's start and a checkpoint of the previous step is
@@ -56,7 +58,10 @@ from addnorm.training.state import (
     restore_rng,
 )
 
-__all__ = ["BatchSource", "Trainer", "TrainResult", "make_optimizer"]
+__all__ = ["STOP_SIGNALS", "BatchSource", "Trainer", "TrainResult", "make_optimizer"]
+
+# The signals that stop training cleanly, and the ``stopped_by`` each gives.
+STOP_SIGNALS = {signal.SIGINT: "interrupt", signal.SIGTERM: "terminate"}
 
 LossFn = Callable[[nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, int]]
 
@@ -85,7 +90,8 @@ class TrainResult:
         step: optimizer steps done in total.
         loss: the last step's training loss (None if no step ran).
         checkpoint: the checkpoint written at the end.
-        stopped_by: "max_steps", "max_minutes" or "interrupt".
+        stopped_by: "max_steps", "max_minutes", "interrupt" (SIGINT, Ctrl-C) or "terminate"
+            (SIGTERM).
         elapsed_s: training time of all invocations together, in seconds.
     """
 
@@ -147,7 +153,7 @@ class Trainer:
         self.step = 0
         self.elapsed_s = 0.0
         self._resumed_from: int | None = None
-        self._stop_requested = False
+        self._stop_requested: str | None = None  # set by a stop signal: see STOP_SIGNALS
         self._phase = "idle"  # "forward", "update" or "idle": see the module docstring
 
     def load(self, checkpoint: LoadedCheckpoint) -> None:
@@ -167,9 +173,11 @@ class Trainer:
         self._resumed_from = checkpoint.step
 
     def fit(self) -> TrainResult:
-        """Train until ``max_steps`` or ``max_minutes`` (whichever ends first) or Ctrl-C."""
+        """Train until ``max_steps`` or ``max_minutes`` (whichever ends first), Ctrl-C or
+        SIGTERM."""
         log = MetricsLog(self.run_dir / "metrics.jsonl", resume_from_step=self._resumed_from)
-        previous_handler = self._catch_sigint()
+        self._stop_requested = None
+        previous_handlers = self._catch_stop_signals()
         bar = tqdm(
             total=self.config.max_steps,
             initial=self.step,
@@ -182,8 +190,8 @@ class Trainer:
         self._phase = "idle"
         try:
             while self.step < self.config.max_steps:
-                if self._stop_requested:
-                    stopped_by = "interrupt"
+                if self._stop_requested is not None:
+                    stopped_by = self._stop_requested
                     break
                 if self._out_of_time(start):
                     stopped_by = "max_minutes"
@@ -198,22 +206,22 @@ class Trainer:
                 if self.config.checkpoint_every and self.step % self.config.checkpoint_every == 0:
                     self.save(elapsed_now=time.monotonic() - start)
         except KeyboardInterrupt:
-            stopped_by = "interrupt"
+            stopped_by = self._stop_requested or "interrupt"
             if self._phase == "update":
-                return self._abandon_half_step(start)
+                return self._abandon_half_step(start, stopped_by)
             if self._phase == "forward":
                 self.batches.load_state_dict(boundary[0])
                 restore_rng(*boundary[1])
         finally:
             bar.close()
-            if previous_handler is not None:
-                signal.signal(signal.SIGINT, previous_handler)
+            for signum, handler in previous_handlers.items():
+                signal.signal(signum, handler)
             self._phase = "idle"
         self.elapsed_s += time.monotonic() - start
         path = self.save()
         return TrainResult(self.step, loss, path, stopped_by, self.elapsed_s)
 
-    def _abandon_half_step(self, start: float) -> TrainResult:
+    def _abandon_half_step(self, start: float, stopped_by: str) -> TrainResult:
         """After an interrupt inside the optimizer/EMA update: keep the newest checkpoint on
         disk (writing the half-updated weights would break exact resume)."""
         self.elapsed_s += time.monotonic() - start
@@ -223,7 +231,7 @@ class Trainer:
                 "interrupted inside an optimizer update before any checkpoint was written"
             )
         step = int(saved[-1].name.removeprefix("step-"))
-        return TrainResult(step, None, saved[-1], "interrupt", self.elapsed_s)
+        return TrainResult(step, None, saved[-1], stopped_by, self.elapsed_s)
 
     def save(self, *, elapsed_now: float = 0.0) -> Path:
         """Write a checkpoint of the current step (atomically; see ``checkpoint.py``)."""
@@ -301,14 +309,16 @@ class Trainer:
         """The data order and RNG states at a step boundary (restored on a mid-step Ctrl-C)."""
         return self.batches.state_dict(), capture_rng()
 
-    def _catch_sigint(self):
-        """While fitting, the first SIGINT asks for a clean stop; returns the old handler."""
+    def _catch_stop_signals(self) -> dict:
+        """While fitting, the first SIGINT or SIGTERM asks for a clean stop; returns the old
+        handlers (those Python can put back) by signal."""
         if threading.current_thread() is not threading.main_thread():
-            return None
+            return {}
 
         def request_stop(signum, frame):
-            if self._stop_requested:
+            if self._stop_requested is not None:
                 raise KeyboardInterrupt
-            self._stop_requested = True
+            self._stop_requested = STOP_SIGNALS[signal.Signals(signum)]
 
-        return signal.signal(signal.SIGINT, request_stop)
+        previous = {signum: signal.signal(signum, request_stop) for signum in STOP_SIGNALS}
+        return {signum: handler for signum, handler in previous.items() if handler is not None}

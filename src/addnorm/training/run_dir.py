@@ -1,0 +1,273 @@
+"""Run folders: the marker that proves addnorm wrote a run, and the lock of its one writer.
+
+A run folder (``addnorm train --out``, the demo's ``runs/translate`` and ``runs/dit``) gets
+``addnorm-run.json`` when a run starts: ``{"format": "addnorm-run", "version": 1, "task":
+...}``. The marker is addnorm's proof that the run files beside it are its own, so:
+
+- a fresh run starts only in a missing or empty folder, or in one with the marker (replacing
+  that run only when asked to, ``overwrite=True``); any other folder is refused, naming what
+  is in it;
+- replacing a run deletes only addnorm's own files (``RUN_FILES`` and the marker; in
+  ``checkpoints/`` only checkpoint directories). Anything else in the folder stays.
+
+While a run writes, ``addnorm-run.lock`` holds the writer's pid, host and process start time.
+It is created with ``O_CREAT | O_EXCL``, so of two writers exactly one gets it; the other gets
+``RunDirError`` naming the holder. A lock whose process is gone (its pid no longer runs on
+this host, or now runs a later process) is taken over, with a warning logged (which reaches
+stderr when the application has not configured logging).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import socket
+from pathlib import Path
+
+from addnorm.training.checkpoint import delete_checkpoints
+
+__all__ = [
+    "LOCK",
+    "MARKER",
+    "RUN_FILES",
+    "RunDirError",
+    "RunLock",
+    "check_fresh_run_dir",
+    "check_unlocked",
+    "clear_run",
+    "read_marker",
+    "write_marker",
+]
+
+MARKER = "addnorm-run.json"
+LOCK = "addnorm-run.lock"
+# What a run writes besides the marker (samples.png: the dit demo's grid).
+RUN_FILES = ("checkpoints", "metrics.jsonl", "metrics.json", "loss.png", "samples.png")
+_FORMAT = "addnorm-run"
+_VERSION = 1
+_log = logging.getLogger(__name__)
+
+
+class RunDirError(Exception):
+    """A run folder cannot be used as asked: it holds files addnorm did not write, another
+    run, or another writer's lock. The message names the folder and what is in the way."""
+
+
+def read_marker(run_dir: str | os.PathLike) -> dict | None:
+    """The run marker of ``run_dir`` (``{"format", "version", "task"}``), or None if it has
+    none or the file there is not one addnorm wrote."""
+    try:
+        data = json.loads((Path(run_dir) / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ours = isinstance(data, dict) and data.get("format") == _FORMAT
+    return data if ours and isinstance(data.get("task"), str) else None
+
+
+def write_marker(run_dir: str | os.PathLike, task: str) -> None:
+    """Mark ``run_dir`` as holding a run of ``task`` (written atomically)."""
+    path = Path(run_dir) / MARKER
+    tmp = path.with_name(f".{MARKER}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps({"format": _FORMAT, "version": _VERSION, "task": task}) + "\n")
+    os.replace(tmp, path)
+
+
+def check_fresh_run_dir(run_dir: str | os.PathLike, *, overwrite: bool) -> None:
+    """Raise ``RunDirError`` unless a fresh run may start in ``run_dir``: it is missing or
+    empty (a lock file aside), or it holds an addnorm run (its marker) and ``overwrite``."""
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        return
+    if not run_dir.is_dir():
+        raise RunDirError(f"{run_dir} exists and is not a folder")
+    entries = sorted(
+        p.name + ("/" if p.is_dir() else "") for p in run_dir.iterdir() if p.name != LOCK
+    )
+    if not entries:
+        return
+    marker = read_marker(run_dir)
+    if marker is None:
+        raise RunDirError(
+            f"{run_dir} is not empty and holds no addnorm run (no {MARKER}): it holds "
+            f"{_list(entries)}; addnorm starts a run only in a new or empty folder and never "
+            "deletes files it did not write"
+        )
+    if not overwrite:
+        raise RunDirError(
+            f"{run_dir} already holds an addnorm {marker['task']} run; resume it, or "
+            "overwrite it (which deletes only the run's own files)"
+        )
+
+
+def clear_run(run_dir: str | os.PathLike) -> None:
+    """Delete the previous run in ``run_dir``: its checkpoints, metrics, plots and marker.
+    Other files stay. Raises ``RunDirError`` if ``run_dir`` has no marker (then nothing there
+    is provably addnorm's)."""
+    run_dir = Path(run_dir)
+    if read_marker(run_dir) is None:
+        raise RunDirError(f"{run_dir} holds no addnorm run (no {MARKER}); nothing was deleted")
+    delete_checkpoints(run_dir)
+    for name in RUN_FILES:
+        target = run_dir / name
+        if target.is_symlink() or target.is_file():
+            target.unlink()
+    (run_dir / MARKER).unlink()  # last: a clear cut short can be finished by the next run
+
+
+def check_unlocked(run_dir: str | os.PathLike) -> None:
+    """Raise ``RunDirError`` naming the holder if a live process holds ``run_dir``'s lock (a
+    stale lock passes: taking the lock will take it over)."""
+    path = Path(run_dir) / LOCK
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise RunDirError(f"cannot read the lock file {path}: {err.strerror or err}") from None
+    holder = _parse_lock(text)
+    if holder is None or not _is_stale(holder):
+        raise RunDirError(_busy_message(path, holder))
+
+
+class RunLock:
+    """The exclusive lock of one run folder: ``with RunLock(run_dir): ...`` takes it (making
+    the folder if needed) or raises ``RunDirError`` naming the holder, and gives it back on
+    every way out of the block."""
+
+    def __init__(self, run_dir: str | os.PathLike) -> None:
+        self.path = Path(run_dir) / LOCK
+        self._text: str | None = None
+
+    def __enter__(self) -> RunLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
+    def acquire(self) -> None:
+        """Create the lock file, taking over a stale one; raise ``RunDirError`` if it is held."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(_holder_record())
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                self._take_over_if_stale()
+                continue
+            try:
+                os.write(fd, text.encode("utf-8"))
+            finally:
+                os.close(fd)
+            self._text = text
+            return
+        raise RunDirError(_busy_message(self.path, None))
+
+    def release(self) -> None:
+        """Remove the lock file if this lock still holds it."""
+        if self._text is None:
+            return
+        try:
+            if self.path.read_text(encoding="utf-8") == self._text:
+                self.path.unlink()
+        except OSError:
+            pass
+        self._text = None
+
+    def _take_over_if_stale(self) -> None:
+        """Remove the existing lock file if its holder is gone, else raise ``RunDirError``."""
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:  # released meanwhile: try again
+            return
+        holder = _parse_lock(text)
+        if holder is None or not _is_stale(holder):
+            raise RunDirError(_busy_message(self.path, holder))
+        aside = self.path.with_name(f"{LOCK}.stale-{os.getpid()}")
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:  # another process took it over first
+            return
+        if aside.read_text(encoding="utf-8") != text:  # a fresh lock, taken meanwhile
+            os.rename(aside, self.path)
+            raise RunDirError(_busy_message(self.path, _parse_lock(self.path.read_text())))
+        aside.unlink()
+        _log.warning(
+            "addnorm: took over the stale lock %s (pid %d on %s, since %s, is no longer running)",
+            self.path, holder["pid"], holder["host"], holder.get("since", "?"),
+        )
+
+
+def _holder_record() -> dict:
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": _process_start(os.getpid()),
+        "since": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _parse_lock(text: str) -> dict | None:
+    """The holder a lock file names, or None if it is not a complete lock record."""
+    try:
+        holder = json.loads(text)
+    except ValueError:
+        return None
+    if (
+        isinstance(holder, dict)
+        and isinstance(holder.get("pid"), int)
+        and holder["pid"] > 0
+        and isinstance(holder.get("host"), str)
+    ):
+        return holder
+    return None
+
+
+def _is_stale(holder: dict) -> bool:
+    """Whether the lock's process is gone: same host, and its pid is not running or now runs a
+    process started at another time (pid reuse)."""
+    if holder["host"] != socket.gethostname():
+        return False  # cannot tell: assume it runs
+    pid = holder["pid"]
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # runs, as another user
+        pass
+    started = _process_start(pid)
+    if started == "zombie":
+        return True
+    return started is not None and holder.get("started") not in (None, started)
+
+
+def _process_start(pid: int) -> str | None:
+    """When ``pid`` started (clock ticks since boot, from /proc), "zombie" for a process that
+    has exited but not been reaped, or None where /proc cannot tell."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # from field 3 (state) on
+    return "zombie" if fields[0] in ("Z", "X") else fields[19]  # field 22: starttime
+
+
+def _busy_message(path: Path, holder: dict | None) -> str:
+    if holder is None:
+        who = f"its lock file {path} is empty or damaged: delete it if no addnorm run writes there"
+    else:
+        who = (
+            f"pid {holder['pid']} on host {holder['host']}, since {holder.get('since', '?')}; "
+            f"lock file {path}"
+        )
+    return (
+        f"{path.parent} is in use by another addnorm run ({who}); wait for it to end or "
+        "choose another folder"
+    )
+
+
+def _list(names: list[str], limit: int = 6) -> str:
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown} and {len(names) - limit} more"
