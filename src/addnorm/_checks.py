@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 __all__ = [
+    "assert_in_graph",
     "check_bool",
     "check_bool_mask",
     "check_choice",
@@ -30,6 +31,7 @@ __all__ = [
     "check_tensor",
     "inputs_checked",
     "must_check",
+    "refuse_tracing",
 ]
 
 
@@ -58,9 +60,13 @@ def check_float(
     """Return ``value`` as a finite Python float, or raise naming it; bounds are optional.
 
     Any ``numbers.Real`` is accepted (Python and NumPy ints and floats); bools are refused.
+    While ``torch.compile`` traces, only the type is checked (a dynamic compile turns module
+    floats into symbols; they were checked when the module was built).
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number, got {type(value).__name__} ({value!r})")
+    if torch.compiler.is_compiling():  # a dynamic compile traces a module's floats as symbols,
+        return value  # type: ignore[return-value]  # which no Python comparison may touch
     value = float(value)
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
@@ -210,3 +216,37 @@ class inputs_checked:  # noqa: N801 (used like a function: ``with inputs_checked
 def must_check() -> bool:
     """Whether a module's forward should check its inputs (False inside :class:`inputs_checked`)."""
     return torch.compiler.is_compiling() or not _INPUTS_CHECKED.get()
+
+
+# ------------------------------------------------------------ checks inside compiled graphs
+
+
+def assert_in_graph(condition: torch.Tensor, message: str) -> None:
+    """A check of tensor *values* that ``torch.compile`` and ``torch.export`` keep in the graph.
+
+    Eager code reads such a value back (a host sync) and raises a ``ValueError`` naming the
+    culprit; a graph cannot branch on data, so while one is captured the same check becomes
+    ``torch._assert_async``: no host sync, no graph break, a ``RuntimeError`` with
+    ``message`` when a compiled or exported program runs on bad values (a device-side assert
+    on CUDA). ONNX has no assert, so an ONNX file drops it.
+
+    Shapes:
+        condition: () bool, True = fine
+    """
+    torch._assert_async(condition, message)
+
+
+def refuse_tracing(what: str) -> None:
+    """Raise while ``torch.jit.trace`` (or the legacy ONNX exporter, which traces) runs ``what``.
+
+    A trace records one run's Python decisions as constants. A model whose forward decides
+    from the data (is there padding? does any precede a real token?) would be recorded for
+    the example's padding only, and be silently wrong on other batches.
+    """
+    if torch.jit.is_tracing():
+        raise ValueError(
+            f"{what} cannot be traced with torch.jit.trace or exported with "
+            "torch.onnx.export(..., dynamo=False): a trace records one batch's padding as "
+            "constants and would be wrong on other padding. Use torch.export.export, "
+            "torch.onnx.export(..., dynamo=True) or addnorm.export.to_onnx"
+        )

@@ -348,7 +348,7 @@ class MultiHeadAttention(nn.Module):
         check_tensor("x", x, ndim=3, last_dim=self.d_model, floating=True)
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
-        cached = 0 if cache is None else cache.length
+        cached = 0 if cache is None else cache.cached_before(x.shape[1])
         if memory is None:
             return self_attention_mask(
                 x, n_heads=self.n_heads, padding_mask=padding_mask, attend_mask=attend_mask,
@@ -388,6 +388,8 @@ class MultiHeadAttention(nn.Module):
             q, k, v = (split_heads(t, self.n_heads) for t in (q, k, v))  # (B, H, L, Dh)
             if self.rotary is not None:
                 offset = 0 if cache is None else cache.length
+                if cache is not None and cache.static and positions is None:
+                    raise ValueError("a static cache holds no positions: pass positions")
                 q = self.rotary(q, offset=offset, positions=positions)
                 k = self.rotary(k, offset=offset, positions=positions)
             if cache is not None:

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from addnorm._checks import (
+    assert_in_graph,
     check_choice,
     check_dtype,
     check_float,
@@ -370,8 +371,13 @@ class LearnedPositionalEmbedding(nn.Module):
         """Positions as long indices in ``[0, max_len)``, or a ValueError naming the culprit.
 
         The range is checked on the given values, before the conversion to long (a float such
-        as 1e20 would wrap around in it).
+        as 1e20 would wrap around in it). While a graph is captured, an in-graph assert.
         """
+        if torch.compiler.is_compiling():
+            fine = (positions >= 0) & (positions < self.max_len) & (positions == positions.round())
+            message = f"positions must be whole numbers in [0, max_len ({self.max_len}))"
+            assert_in_graph(fine.all(), message)
+            return positions.long()
         if positions.is_floating_point():
             fractional = positions != positions.round()
             if bool(fractional.any()):

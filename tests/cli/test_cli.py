@@ -315,7 +315,7 @@ def test_out_must_be_a_directory_path(tmp_path, capsys):
 def test_an_os_error_exits_1_with_one_line(tmp_path, capsys, monkeypatch):
     import addnorm.cli.explain
 
-    def denied(out):
+    def denied(out, *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(out))
 
     monkeypatch.setattr(addnorm.cli.explain, "run_explain", denied)
@@ -460,7 +460,9 @@ def test_explain_calls_the_leads_run_explain_with_out(tmp_path, monkeypatch):
     import addnorm.cli.explain
 
     seen = []
-    monkeypatch.setattr(addnorm.cli.explain, "run_explain", lambda out: seen.append(out) or 0)
+    monkeypatch.setattr(
+        addnorm.cli.explain, "run_explain", lambda out, *a, **k: seen.append(out) or 0
+    )
     assert main(["explain", "--out", str(tmp_path)]) == 0
     assert seen == [tmp_path]
 

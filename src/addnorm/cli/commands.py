@@ -3,37 +3,85 @@
 returns the exit code (``addnorm.cli.parser`` documents them). A bad argument value raises
 ``UsageError``; ``addnorm.cli.parser.main`` turns it and the other failures into messages and
 codes.
+
+``train`` and ``demo`` refuse a run folder addnorm cannot use (``RunDirError``: files it did
+not write, a run without ``--overwrite``, another writer's lock) with exit code 2, and stop
+on SIGTERM with exit code 143: inside the trainer's loop after a checkpoint of the current
+step, elsewhere at once (leaving the run's lock and files in order).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import itertools
 import json
 import re
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 
 from addnorm._checks import check_known_fields
 from addnorm.cli.checks import UsageError, apply_runtime_flags, check_out_dir, read_config
+from addnorm.cli.export import run_export
 from addnorm.training.config import TrainConfig
 
 __all__ = [
     "COMMANDS",
+    "SIGNAL_STOPS",
     "EXIT_BROKEN_PIPE",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_TERMINATED",
     "EXIT_USAGE",
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 0, 1, 2, 130, 141
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process SIGTERM ended
+# How a run stopped by a signal ends (a checkpoint was written): by its stopped_by, a word for
+# the message and the exit code.
+SIGNAL_STOPS = {
+    "interrupt": ("interrupted", EXIT_INTERRUPTED),
+    "terminate": ("terminated", EXIT_TERMINATED),
+}
 
 
+class _Terminated(BaseException):
+    """SIGTERM outside the trainer's loop (which handles it itself); a BaseException, so that
+    only ``finally`` and ``with`` blocks (the run lock's among them) see it on its way out."""
+
+
+def _exit_on_sigterm(handler: Callable[..., int]) -> Callable[..., int]:
+    """Run ``handler`` with SIGTERM raising ``_Terminated``, reported as exit code 143."""
+
+    @functools.wraps(handler)
+    def run(args) -> int:
+        if threading.current_thread() is not threading.main_thread():
+            return handler(args)
+
+        def terminate(signum, frame):
+            raise _Terminated
+
+        previous = signal.signal(signal.SIGTERM, terminate)
+        try:
+            return handler(args)
+        except _Terminated:
+            print(f"addnorm {args.command}: terminated", file=sys.stderr)
+            return EXIT_TERMINATED
+        finally:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+    return run
+
+
+@_exit_on_sigterm
 def _train(args) -> int:
     from addnorm.tasks.run import TASKS, has_run, resume_configs, train_run
     from addnorm.training.checkpoint import load_checkpoint
+    from addnorm.training.run_dir import RunDirError, check_fresh_run_dir, check_unlocked
 
     device = apply_runtime_flags(args)
     check_out_dir(args.out)
@@ -42,6 +90,7 @@ def _train(args) -> int:
     train_flags = {k: getattr(args, k) for k in args.train_fields if hasattr(args, k)}
     resume = None
     try:
+        check_unlocked(args.out)
         if args.resume:
             if model_flags or args.preset or args.config or args.overwrite:
                 raise UsageError(
@@ -56,28 +105,36 @@ def _train(args) -> int:
                     f"--out {args.out} already holds a run; add --resume to continue it or "
                     "--overwrite to replace it"
                 )
+            check_fresh_run_dir(args.out, overwrite=args.overwrite)
             model_cfg, train_cfg = _fresh_configs(task_cls, args, model_flags, train_flags)
             task = task_cls()
             task.check(task.prepare(model_cfg), train_cfg)
     except (ValueError, TypeError) as err:
         raise UsageError(" ".join(str(err).split())) from None
+    except RunDirError as err:
+        raise UsageError(str(err)) from None
     _announce(args, train_cfg, device)
-    summary = train_run(
-        args.task,
-        model_cfg,
-        train_cfg,
-        args.out,
-        resume=resume,
-        device=device,
-        progress=not args.quiet and sys.stderr.isatty(),
-    )
-    if summary.stopped_by == "interrupt":
+    try:
+        summary = train_run(
+            args.task,
+            model_cfg,
+            train_cfg,
+            args.out,
+            resume=resume,
+            overwrite=args.overwrite,
+            device=device,
+            progress=not args.quiet and sys.stderr.isatty(),
+        )
+    except RunDirError as err:  # another writer took the folder since the checks above
+        raise UsageError(str(err)) from None
+    if summary.stopped_by in SIGNAL_STOPS:
+        how, code = SIGNAL_STOPS[summary.stopped_by]
         print(
-            f"interrupted at step {summary.step}; checkpoint written to {summary.checkpoint}"
+            f"{how} at step {summary.step}; checkpoint written to {summary.checkpoint}"
             f" (continue with: addnorm train {args.task} --out {args.out} --resume)",
             file=sys.stderr,
         )
-        return EXIT_INTERRUPTED
+        return code
     print(
         f"trained {summary.step} steps in {summary.elapsed_s:.0f} s "
         f"(stopped by {summary.stopped_by}); checkpoint: {summary.checkpoint}"
@@ -95,11 +152,11 @@ def _train(args) -> int:
 
 def _announce(args, train_cfg: TrainConfig, device: str) -> None:
     """One line on stderr saying what is about to happen (training can be long and quiet)."""
-    from addnorm.training.checkpoint import list_checkpoints
+    from addnorm.tasks.run import has_run
 
-    if args.overwrite and list_checkpoints(args.out):
+    if args.overwrite and has_run(args.out):
         print(
-            f"replacing the previous run in {args.out}",
+            f"replacing the previous run in {args.out} (its own files only)",
             file=sys.stderr,
         )
     budget = f"{train_cfg.max_steps} steps"
@@ -107,7 +164,7 @@ def _announce(args, train_cfg: TrainConfig, device: str) -> None:
         budget += f" or {train_cfg.max_minutes:g} minutes"
     print(
         f"training {args.task} into {args.out} on {device}: up to {budget}; "
-        "Ctrl-C stops and writes a checkpoint",
+        "Ctrl-C (or SIGTERM) stops and writes a checkpoint",
         file=sys.stderr,
         flush=True,
     )
@@ -286,8 +343,10 @@ def _info(args) -> int:
     return EXIT_OK
 
 
+@_exit_on_sigterm
 def _demo(args) -> int:
     from addnorm.cli.demo import run_demo, run_dit_demo
+    from addnorm.training.run_dir import RunDirError, check_fresh_run_dir, check_unlocked
 
     device = apply_runtime_flags(args)
     check_out_dir(args.out)
@@ -297,19 +356,25 @@ def _demo(args) -> int:
         if minutes is not None and not minutes > 0:
             raise UsageError(f"{flag} must be > 0, got {minutes}")
     progress = not args.quiet and sys.stderr.isatty()
-    code = run_demo(args.out, max_minutes=args.max_minutes, device=device, progress=progress)
-    if code != EXIT_OK or args.no_dit:
-        return code
-    return run_dit_demo(
-        args.dit_out, max_minutes=args.dit_max_minutes, device=device, progress=progress
-    )
+    try:  # both folders before the first training, which takes minutes
+        for out in (args.out,) if args.no_dit else (args.out, args.dit_out):
+            check_unlocked(out)
+            check_fresh_run_dir(out, overwrite=True)  # the demo replaces its own runs
+        code = run_demo(args.out, max_minutes=args.max_minutes, device=device, progress=progress)
+        if code != EXIT_OK or args.no_dit:
+            return code
+        return run_dit_demo(
+            args.dit_out, max_minutes=args.dit_max_minutes, device=device, progress=progress
+        )
+    except RunDirError as err:
+        raise UsageError(str(err)) from None
 
 
 def _explain(args) -> int:
     from addnorm.cli.explain import run_explain
 
     check_out_dir(args.out)
-    return run_explain(args.out)
+    return run_explain(args.out, args.name, quick=args.quick, list_only=args.list)
 
 
 COMMANDS: dict[str, Callable[..., int]] = {
@@ -320,4 +385,5 @@ COMMANDS: dict[str, Callable[..., int]] = {
     "info": _info,
     "demo": _demo,
     "explain": _explain,
+    "export": run_export,
 }

@@ -4,8 +4,9 @@
     addnorm translate ["21 Nov 2026" ...] [--checkpoint DIR]   (no text: one per stdin line)
     addnorm generate --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K]
     addnorm info CHECKPOINT
+    addnorm export CHECKPOINT --out MODEL.onnx [--part forward|encoder]
     addnorm demo [--out DIR] [--max-minutes M]
-    addnorm explain [--out DIR]
+    addnorm explain [NAME | all] [--quick] [--list] [--out DIR]
 
 Model flags (``--d-model``, ``--norm-position``, ...) are derived from the fields of
 ``TransformerConfig`` / ``LMConfig``, trainer flags (``--max-steps``, ``--lr``, ...) from
@@ -14,15 +15,18 @@ Model flags (``--d-model``, ``--norm-position``, ...) are derived from the field
 
 ``addnorm train`` refuses a ``--out`` that already holds a run unless ``--resume`` (continue
 it) or ``--overwrite`` (replace it) is given; ``addnorm demo`` replaces its own run directory.
+Either deletes only the files of a run addnorm started there (proven by its
+``addnorm-run.json``) and refuses any other non-empty folder, or one another run is writing.
 ``translate`` and ``generate`` use a checkpoint's EMA weights when it has them (``--weights
 raw`` for the trained ones), the weights a finished run was scored with.
 
 Exit codes: 0 success; 1 a checkpoint is missing, incomplete or corrupt (the message names
 the file), training failed, a file could not be read or written, or (``translate``) some
 answer is not a valid date (flagged on stderr; stdout still has one line per input);
-2 bad arguments (one line on stderr); 130 interrupted by Ctrl-C (a checkpoint was written;
-the message says where); 141 stdout was closed early (``addnorm translate | head``): the rest
-of the output is dropped quietly, the status a tool killed by SIGPIPE reports.
+2 bad arguments or an unusable run folder (one line on stderr); 130 interrupted by Ctrl-C,
+143 stopped by SIGTERM (in training: a checkpoint was written; the message says where);
+141 stdout was closed early (``addnorm translate | head``): the rest of the output is
+dropped quietly, the status a tool killed by SIGPIPE reports.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from addnorm.cli.checks import TASK_OWNED, UsageError
+from addnorm.cli.checks import TASK_OWNED, UsageError, out_dir
 from addnorm.cli.commands import (
     COMMANDS,
     EXIT_BROKEN_PIPE,
@@ -42,6 +46,7 @@ from addnorm.cli.commands import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
 )
+from addnorm.cli.export import add_export_parser
 from addnorm.training.checkpoint import CheckpointError
 from addnorm.training.flags import add_dataclass_flags
 
@@ -112,20 +117,26 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_inference_flags(sample)
 
+    add_export_parser(commands)
+
     info = commands.add_parser("info", help="print a checkpoint's configs, step and metrics")
     info.add_argument("checkpoint", type=Path, help="a checkpoint or run directory")
 
     demo = commands.add_parser(
         "demo", help="train the date translator and the digits DiT, and show them at work"
     )
-    demo.add_argument("--out", type=Path, default=Path("runs/translate"))
+    demo.add_argument(
+        "--out", type=out_dir, default=Path("runs/translate"),
+        help="the translator's run folder (default runs/translate); the demo replaces its own "
+        "previous run there and refuses a folder holding anything else",
+    )
     demo.add_argument(
         "--max-minutes",
         type=float,
         default=None,
         help="the translator's training time budget (default: the task's, 4 minutes)",
     )
-    demo.add_argument("--dit-out", type=Path, default=Path("runs/dit"))
+    demo.add_argument("--dit-out", type=out_dir, default=Path("runs/dit"))
     demo.add_argument(
         "--dit-max-minutes",
         type=float,
@@ -135,8 +146,20 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-dit", action="store_true", help="only the date translator")
     _add_runtime_flags(demo)
 
-    explain = commands.add_parser("explain", help="print the SPEC worked examples, draw figures")
-    explain.add_argument("--out", type=Path, default=Path("runs/explain"))
+    from addnorm.experiments import EXPERIMENTS
+
+    explain = commands.add_parser(
+        "explain", help="run the SPEC claims as experiments: figures, numbers, an HTML page",
+        description="Run one experiment (NAME), or all, writing OUT/NAME/figure.png, "
+        "OUT/NAME/result.json and OUT/index.html. With no NAME: all --quick.",
+    )
+    explain.add_argument("name", nargs="?", choices=[*EXPERIMENTS, "all"], metavar="NAME",
+                         help="an experiment (see --list) or 'all'; default: all --quick")
+    explain.add_argument("--list", action="store_true", help="list the experiments and exit")
+    explain.add_argument("--quick", action="store_true",
+                         help="a reduced run (seconds each; what the tests run)")
+    explain.add_argument("--out", type=Path, default=Path("runs/explain"),
+                         help="output folder (default: runs/explain)")
     return parser
 
 
@@ -167,9 +190,9 @@ def _add_train_parser(commands) -> None:
         )
         sub.add_argument(
             "--out",
-            type=Path,
+            type=out_dir,
             default=Path("runs") / name,
-            help=f"run directory (default runs/{name})",
+            help=f"run directory (default runs/{name}): new, empty, or an addnorm run",
         )
         sub.add_argument(
             "--resume", action="store_true", help="continue the newest checkpoint in --out exactly"
@@ -178,7 +201,9 @@ def _add_train_parser(commands) -> None:
             "--overwrite",
             action="store_true",
             help="replace a previous run in --out (without it, or --resume, a run there is "
-            "refused)",
+            "refused); deletes only that run's own files (checkpoints/, metrics.jsonl, "
+            "metrics.json, loss.png, samples.png, addnorm-run.json), never other files, and "
+            "still refuses a folder addnorm did not start (no addnorm-run.json)",
         )
         _add_runtime_flags(sub)
         sub.set_defaults(

@@ -9,8 +9,9 @@ Shapes legend: B batch, C input channels, C_out output channels (2C with learned
 H = W = input_size, p patch size, g = H / p patches per side, N = g * g tokens, D d_model.
 
 Checked once at this boundary (shapes, dtypes, class ids in range, finite timesteps: one host
-sync, skipped under ``torch.compile``); the parts run inside ``inputs_checked()`` and trust
-what they receive.
+sync; in-graph asserts instead while ``torch.compile`` or ``torch.export`` captures a graph);
+the parts run inside ``inputs_checked()`` and trust what they receive. The forward compiles
+with ``fullgraph=True`` and exports with a dynamic batch (:mod:`addnorm.export`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 from torch import nn
 
 from addnorm._checks import (
+    assert_in_graph,
     check_bool_mask,
     check_float,
     check_tensor,
@@ -241,8 +243,11 @@ class DiT(nn.Module):
                     "force_drop_ids needs the null class, but class_dropout is 0: there is no "
                     f"null row (id {cfg.n_classes}) in the label table"
                 )
-        if batch and not torch.compiler.is_compiling():
-            _check_values(t, y, cfg.n_classes + int(cfg.has_null_class))
+        n_ids = cfg.n_classes + int(cfg.has_null_class)
+        if torch.compiler.is_compiling():
+            _assert_values(t, y, n_ids)
+        elif batch:
+            _check_values(t, y, n_ids)
         return x, t, y
 
     @staticmethod
@@ -255,6 +260,14 @@ class DiT(nn.Module):
                 f"t must have shape ({batch},), one timestep per image, got {tuple(t.shape)}"
             )
         return t
+
+
+def _assert_values(t: torch.Tensor, y: torch.Tensor, n_ids: int) -> None:
+    """:func:`_check_values` as in-graph asserts, while a graph is captured (no host sync)."""
+    in_range = ((y >= 0) & (y < n_ids)).all()
+    assert_in_graph(in_range, f"y contains a class id outside [0, {n_ids - 1}]")
+    if t.is_floating_point():
+        assert_in_graph(torch.isfinite(t).all(), "t must be finite")
 
 
 def _check_values(t: torch.Tensor, y: torch.Tensor, n_ids: int) -> None:

@@ -1,5 +1,5 @@
 """Hooks between the models and :mod:`addnorm.transformer.generation`: the models' generation
-configs, banned ids, cache checks.
+configs, banned ids, cache checks, the compiled step.
 
 Both models run ``generate`` through :func:`generate_without`, which sets the logits of the
 ids a model must never emit (``pad_id``, and ``bos_id`` for the encoder-decoder) to -inf: a
@@ -18,9 +18,11 @@ from addnorm.transformer.generation import GenerationConfig, StepFn, generate_to
 __all__ = [
     "check_generation_config",
     "check_step",
+    "compiled_step",
     "generate_without",
     "model_generation_config",
 ]
+
 
 def model_generation_config(cfg: TransformerConfig | LMConfig) -> GenerationConfig:
     """A model's default :class:`GenerationConfig`: greedy, 64 tokens, the model's eos and pad.
@@ -105,3 +107,24 @@ def check_step(tokens: torch.Tensor, cache: object, *, needs_memory: bool) -> No
             f"tokens must have shape (B, 1) = ({cache.padding_mask.shape[0]}, 1), "
             f"got {tuple(tokens.shape)}"
         )
+
+
+def compiled_step(step: StepFn) -> StepFn:
+    """A model's ``step`` compiled with ``fullgraph=True``, for a cache in the static layout.
+
+    Every step of a static cache has the same shapes and reads no Python count that changes,
+    so the first call compiles one graph and every later step (and every later ``generate``
+    with the same shapes) reuses it. ``torch.compile`` keeps its compiled code with the
+    function, so building this wrapper per call costs nothing. The tokens are made
+    contiguous first: beam search feeds views whose strides change, and a graph is
+    specialised to its inputs' strides.
+
+    Shapes:
+        tokens: (B, 1); returns: logits (B, V)
+    """
+    compiled = torch.compile(step, fullgraph=True)
+
+    def contiguous_step(tokens: torch.Tensor, cache: DecodingCache) -> torch.Tensor:
+        return compiled(tokens.contiguous(), cache)
+
+    return contiguous_step

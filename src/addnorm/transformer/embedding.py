@@ -10,13 +10,20 @@ a matrix tied to ``E`` by default.
 
 Padding masks (True = padding) default to ``ids == cfg.pad_id``. A token's position counts
 the real tokens before it in its row (``cumsum(~padding) - 1``), so left- or right-padded
-rows get the positions they would have alone. When no padding comes before a real token
-(unpadded or right-padded batches, the training case) those positions are ``arange(L)``, and
-the models pass ``positions=None`` so the position modules slice their precomputed tables.
+rows get the positions they would have alone (see :func:`positions_from_padding`). When no
+padding comes before a real token (unpadded or right-padded batches, the training case)
+those positions are ``arange(L)``, and eager models pass ``positions=None`` so the position
+modules slice their precomputed tables.
 
 Host syncs: checking token ids costs one device-to-host sync per ids tensor (its min and max,
 and whether any padding precedes a real token, fetched together): the price of a clear
 out-of-vocabulary error instead of a device-side assert.
+
+Compiled and exported: while ``torch.compile`` or ``torch.export`` captures a graph, nothing
+is read back. The inputs take the general path (per-row positions from the padding, and the
+padding mask, always), which gives the eager results on any batch, and the id range becomes
+an in-graph assert (:func:`~addnorm._checks.assert_in_graph`). ``torch.jit.trace`` (which
+would freeze one batch's choice) is refused.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from addnorm._checks import check_bool_mask, check_tensor
+from addnorm._checks import assert_in_graph, check_bool_mask, check_tensor, refuse_tracing
 from addnorm.encodings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from addnorm.rotary import RotaryEmbedding
 from addnorm.transformer.config import LMConfig, TransformerConfig
@@ -47,11 +54,20 @@ __all__ = [
 def positions_from_padding(padding_mask: torch.Tensor) -> torch.Tensor:
     """Each token's position among its row's real tokens: ``cumsum(~padding) - 1``, >= 0.
 
+    A real token's position counts the real tokens before it; padding before a real token
+    gets the position of the last real token before it (0 for left padding). Padding after a
+    row's last real token keeps counting as if it were real, so a row with no padding before
+    a real token gets exactly ``arange(L)``: the positions eager models use for such batches
+    without computing them (``positions=None``), whatever else the batch holds.
+
     Shapes:
         padding_mask: (B, L) bool, True = padding
         returns: (B, L) long
     """
-    return ((~padding_mask).long().cumsum(dim=1) - 1).clamp(min=0)  # (B, L)
+    seen = (~padding_mask).long().cumsum(dim=1)  # (B, L) real tokens up to each one
+    before_real = padding_mask & (seen < seen[:, -1:])  # (B, L) padding a real token follows
+    index = torch.arange(padding_mask.shape[1], device=padding_mask.device)  # (L,)
+    return (index - before_real.long().cumsum(dim=1)).clamp(min=0)  # (B, L)
 
 
 def id_tensor(name: str, ids: object, max_len: int | None) -> torch.Tensor:
@@ -79,11 +95,23 @@ def check_vocab(name: str, low: int, high: int, vocab_size: int) -> None:
 
 
 def check_ids(name: str, ids: object, vocab_size: int, max_len: int | None) -> torch.Tensor:
-    """Token ids as a long (B, L) tensor, every id in [0, V) (and L <= max_len); one sync."""
+    """Token ids as a long (B, L) tensor, every id in [0, V) (and L <= max_len); one sync
+    (an in-graph assert instead while a graph is captured)."""
     ids = id_tensor(name, ids, max_len)
+    if torch.compiler.is_compiling():
+        assert_in_graph(_in_vocab(ids, vocab_size), _vocab_message(name, vocab_size))
+        return ids
     low, high = torch.stack(torch.aminmax(ids)).tolist()  # one sync
     check_vocab(name, low, high, vocab_size)
     return ids
+
+
+def _in_vocab(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    return ((ids >= 0) & (ids < vocab_size)).all()  # ()
+
+
+def _vocab_message(name: str, vocab_size: int) -> str:
+    return f"{name} contains an id outside the vocabulary [0, {vocab_size})"
 
 
 def padding_from(name: str, padding_mask: object, ids: torch.Tensor, pad_id: int) -> torch.Tensor:
@@ -113,23 +141,47 @@ class Tokens(NamedTuple):
 
 def model_inputs(
     name: str, ids: object, mask_name: str, padding_mask: object, *, vocab_size: int,
-    max_len: int | None, pad_id: int,
+    max_len: int | None, pad_id: int, left_padding_only: bool = False,
 ) -> Tokens:
     """Check ids and their padding mask with one host sync, and derive the positions.
 
-    Positions are ``cumsum(~padding) - 1``; where no padding precedes a real token they equal
-    ``arange(L)`` on every real token, so None is returned instead and the position modules
-    slice their precomputed tables (and skip a range check that would cost another sync). Where no
-    token is padding at all, the mask for attention is None too (see :class:`Tokens`).
+    Positions are :func:`positions_from_padding`; where no padding precedes a real token they
+    equal ``arange(L)``, so None is returned instead and the position modules slice their
+    precomputed tables (and skip a range check that would cost another sync). Where no token
+    is padding at all, the mask for attention is None too (see :class:`Tokens`).
+    ``left_padding_only`` (prompts for generation) refuses padding after a real token, in
+    the same sync.
+
+    While ``torch.compile`` / ``torch.export`` captures a graph nothing is read back: the
+    positions and the mask are always given (the same results: the general path), and the
+    value checks become in-graph asserts. ``torch.jit.trace`` is refused.
     """
+    refuse_tracing("addnorm's Transformer models")
     ids = id_tensor(name, ids, max_len)
     padding = padding_from(mask_name, padding_mask, ids, pad_id)
-    leading = (padding[:, :-1] & ~padding[:, 1:]).any()  # a padding token before a real one
-    facts = torch.stack([*torch.aminmax(ids), leading.long(), padding.any().long()])
-    low, high, leading, any_padding = facts.tolist()  # the one host sync
+    seen = (~padding).long().cumsum(dim=1)  # (B, L) real tokens up to each one
+    trailing = (padding & (seen > 0)).any()  # a padding token after a real one
+    if torch.compiler.is_compiling():
+        assert_in_graph(_in_vocab(ids, vocab_size), _vocab_message(name, vocab_size))
+        if left_padding_only:
+            assert_in_graph(~trailing, _LEFT_PADDING_ONLY)
+        return Tokens(ids, padding, padding, positions_from_padding(padding))
+    leading = (padding & (seen < seen[:, -1:])).any()  # a padding token before a real one
+    facts = torch.stack(
+        [*torch.aminmax(ids), leading.long(), trailing.long(), padding.any().long()]
+    )
+    low, high, leading, trailing, any_padding = facts.tolist()  # the one host sync
     check_vocab(name, low, high, vocab_size)
+    if left_padding_only and trailing:
+        raise ValueError(_LEFT_PADDING_ONLY)
     positions = positions_from_padding(padding) if leading else None  # (B, L) or None
     return Tokens(ids, padding, padding if any_padding else None, positions)
+
+
+_LEFT_PADDING_ONLY = (
+    "padding_mask must be left padding for generation (True only before a row's first real "
+    "token): new tokens are appended on the right"
+)
 
 
 def learned_max_len(cfg: TransformerConfig | LMConfig) -> int | None:

@@ -23,6 +23,7 @@ from addnorm.transformer.config import TransformerConfig
 from addnorm.transformer.decoding import (
     check_generation_config,
     check_step,
+    compiled_step,
     generate_without,
     model_generation_config,
 )
@@ -132,11 +133,14 @@ class Transformer(nn.Module):
         *,
         src_padding_mask: torch.Tensor | None = None,
         max_new_tokens: int,
+        static: bool = False,
     ) -> tuple[DecodingCache, torch.Tensor]:
         """Encode the source once, feed ``bos_id``; return the cache and the first logits.
 
         The cache holds ``max_new_tokens`` target positions and the memory's cross-attention
-        keys/values, computed here once.
+        keys/values, computed here once. ``static``: a cache in the static layout
+        (:mod:`addnorm.cache`), whose steps all have the same shapes, as a compiled
+        :meth:`step` needs.
 
         Shapes:
             src_ids: (B, S); src_padding_mask: (B, S)
@@ -155,30 +159,32 @@ class Transformer(nn.Module):
         cache = DecodingCache.allocate(
             n_layers=cfg.n_decoder_layers, batch_size=batch, n_heads=cfg.n_heads,
             d_head=cfg.d_model // cfg.n_heads, max_len=max_new_tokens, dtype=memory.dtype,
-            device=memory.device, memory=memory, memory_padding_mask=src.padding,
+            device=memory.device, memory=memory, memory_padding_mask=src.padding, static=static,
         )
         bos = torch.full((batch, 1), cfg.bos_id, dtype=torch.long, device=memory.device)
         return cache, self.step(bos, cache)
 
-    @torch.no_grad()
     def step(self, tokens: torch.Tensor, cache: DecodingCache) -> torch.Tensor:
-        """Feed one target token per row; the cache grows by one position.
+        """Feed one target token per row; the cache grows by one position. No gradients.
+
+        With a static cache it compiles with ``fullgraph=True`` into one graph for every step.
 
         Shapes:
             tokens: (B, 1)
             returns: logits (B, V) for the next token
         """
-        tokens = check_ids("tokens", tokens, self.cfg.tgt_vocab_size, None)
-        check_step(tokens, cache, needs_memory=True)
-        new_padding = torch.zeros_like(tokens, dtype=torch.bool)  # (B, 1), generated = real
-        with inputs_checked():  # tokens and cache checked above
-            key_padding, positions = cache.extend(new_padding)  # (B, n + 1), (B, 1)
-            h = self.decoder(
-                self.tgt_embed(tokens, positions), cache.memory, padding_mask=key_padding,
-                memory_padding_mask=cache.memory_padding_mask, causal=True, cache=cache,
-                positions=positions,
-            )  # (B, 1, D)
-            return self.to_logits(h[:, -1])
+        with torch.no_grad():
+            tokens = check_ids("tokens", tokens, self.cfg.tgt_vocab_size, None)
+            check_step(tokens, cache, needs_memory=True)
+            new_padding = torch.zeros_like(tokens, dtype=torch.bool)  # (B, 1), generated = real
+            with inputs_checked():  # tokens and cache checked above
+                key_padding, positions = cache.extend(new_padding)  # (B, S), (B, 1)
+                h = self.decoder(
+                    self.tgt_embed(tokens, positions), cache.memory, padding_mask=key_padding,
+                    memory_padding_mask=cache.memory_padding_mask, causal=True, cache=cache,
+                    positions=positions,
+                )  # (B, 1, D)
+                return self.to_logits(h[:, -1])
 
     @property
     def generation_config(self) -> GenerationConfig:
@@ -211,6 +217,8 @@ class Transformer(nn.Module):
         never_emit = {"pad_id": self.cfg.pad_id, "bos_id": self.cfg.bos_id}
         config = check_generation_config(self.cfg, config, never_emit)
         cache, logits = self.start(
-            src_ids, src_padding_mask=src_padding_mask, max_new_tokens=config.max_new_tokens
+            src_ids, src_padding_mask=src_padding_mask, max_new_tokens=config.max_new_tokens,
+            static=config.compile,
         )
-        return generate_without(self.step, logits, cache, config, never_emit, generator)
+        step = compiled_step(self.step) if config.compile else self.step
+        return generate_without(step, logits, cache, config, never_emit, generator)

@@ -27,7 +27,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from addnorm._checks import check_choice, check_float, check_int, check_tensor
+from addnorm._checks import (
+    assert_in_graph,
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    check_tensor,
+)
 
 __all__ = ["STRATEGIES", "GenerationConfig", "generate_tokens"]
 
@@ -56,6 +63,10 @@ class GenerationConfig:
             plain log-probability; larger values favour longer outputs.
         eos_id: a stop token id, a tuple of them, or None (rows end only at max_new_tokens).
         pad_id: the id written after a row's stop token.
+        compile: run the model's cached ``step`` compiled (``torch.compile(fullgraph=True)``)
+            over a cache in the static layout (see :mod:`addnorm.cache`): the first call
+            pays the compile (seconds), later steps and calls with the same shapes reuse it.
+            The tokens are those of eager decoding (up to floating-point rounding).
     """
 
     max_new_tokens: int = 64
@@ -67,6 +78,7 @@ class GenerationConfig:
     length_penalty: float = 1.0
     eos_id: int | tuple[int, ...] | None = None
     pad_id: int = 0
+    compile: bool = False
 
     def __post_init__(self) -> None:
         check_int("max_new_tokens", self.max_new_tokens, min_value=1)
@@ -84,6 +96,7 @@ class GenerationConfig:
         check_int("num_beams", self.num_beams, min_value=1)
         check_float("length_penalty", self.length_penalty)
         check_int("pad_id", self.pad_id, min_value=0)
+        check_bool("compile", self.compile)
         if isinstance(self.eos_id, list):
             object.__setattr__(self, "eos_id", tuple(self.eos_id))
         _check_eos_id(self.eos_id)
@@ -168,6 +181,9 @@ def _check_logits(name: str, logits: object, shape: tuple[int, int] | None = Non
         raise ValueError(f"{name} must have V >= 1 columns, got shape {tuple(logits.shape)}")
     row_max = logits.amax(dim=-1)  # (B,), NaN and +inf propagate
     bad = ~torch.isfinite(row_max)
+    if torch.compiler.is_compiling():
+        assert_in_graph(~bad.any(), f"{name} has a row with NaN, +inf or only -inf values")
+        return logits
     if bad.any():
         row = int(bad.nonzero()[0, 0])
         raise ValueError(

@@ -17,6 +17,7 @@ from addnorm.transformer.config import LMConfig
 from addnorm.transformer.decoding import (
     check_generation_config,
     check_step,
+    compiled_step,
     generate_without,
     model_generation_config,
 )
@@ -56,11 +57,13 @@ class TransformerLM(nn.Module):
         tied = self.embed.tokens if cfg.tie_output else None
         self.to_logits = output_projection(cfg.d_model, cfg.vocab_size, tied)
 
-    def _inputs(self, name: str, ids: object, padding_mask: object) -> Tokens:
+    def _inputs(
+        self, name: str, ids: object, padding_mask: object, *, left_padding_only: bool = False
+    ) -> Tokens:
         cfg = self.cfg
         return model_inputs(
             name, ids, "padding_mask", padding_mask, vocab_size=cfg.vocab_size,
-            max_len=learned_max_len(cfg), pad_id=cfg.pad_id,
+            max_len=learned_max_len(cfg), pad_id=cfg.pad_id, left_padding_only=left_padding_only,
         )
 
     def forward(
@@ -87,8 +90,12 @@ class TransformerLM(nn.Module):
         *,
         padding_mask: torch.Tensor | None = None,
         max_new_tokens: int,
+        static: bool = False,
     ) -> tuple[DecodingCache, torch.Tensor]:
         """Run the (left-padded) prompt once; return the cache and the next-token logits.
+
+        ``static``: a cache in the static layout (:mod:`addnorm.cache`), whose steps all have
+        the same shapes: what a compiled :meth:`step` needs.
 
         Shapes:
             prompt_ids: (B, L0); padding_mask: (B, L0), True = padding, left padding only
@@ -96,12 +103,9 @@ class TransformerLM(nn.Module):
         """
         cfg = self.cfg
         check_int("max_new_tokens", max_new_tokens, min_value=1)
-        prompt_ids, padding, _, _ = self._inputs("prompt_ids", prompt_ids, padding_mask)
-        if bool((padding[:, 1:] & ~padding[:, :-1]).any()):
-            raise ValueError(
-                "padding_mask must be left padding for generation (True only before a row's "
-                "first real token): new tokens are appended on the right"
-            )
+        prompt_ids, padding, _, _ = self._inputs(
+            "prompt_ids", prompt_ids, padding_mask, left_padding_only=True
+        )
         batch, prompt_len = prompt_ids.shape
         if cfg.position_encoding == "learned" and prompt_len + max_new_tokens - 1 > cfg.max_len:
             raise ValueError(
@@ -111,27 +115,29 @@ class TransformerLM(nn.Module):
         cache = DecodingCache.allocate(
             n_layers=cfg.n_layers, batch_size=batch, n_heads=cfg.n_heads,
             d_head=cfg.d_model // cfg.n_heads, max_len=prompt_len + max_new_tokens,
-            dtype=self.embed.tokens.weight.dtype, device=prompt_ids.device,
+            dtype=self.embed.tokens.weight.dtype, device=prompt_ids.device, static=static,
         )
         return cache, self._run(prompt_ids, padding, cache)
 
-    @torch.no_grad()
     def step(self, tokens: torch.Tensor, cache: DecodingCache) -> torch.Tensor:
-        """Feed one token per row; the cache grows by one position.
+        """Feed one token per row; the cache grows by one position. No gradients.
+
+        With a static cache it compiles with ``fullgraph=True`` into one graph for every step.
 
         Shapes:
             tokens: (B, 1)
             returns: logits (B, V) for the next token
         """
-        tokens = check_ids("tokens", tokens, self.cfg.vocab_size, None)
-        check_step(tokens, cache, needs_memory=False)
-        return self._run(tokens, torch.zeros_like(tokens, dtype=torch.bool), cache)
+        with torch.no_grad():
+            tokens = check_ids("tokens", tokens, self.cfg.vocab_size, None)
+            check_step(tokens, cache, needs_memory=False)
+            return self._run(tokens, torch.zeros_like(tokens, dtype=torch.bool), cache)
 
     def _run(
         self, ids: torch.Tensor, padding: torch.Tensor, cache: DecodingCache
     ) -> torch.Tensor:
         with inputs_checked():  # ids and cache were checked by start / step
-            key_padding, positions = cache.extend(padding)  # (B, n + L), (B, L)
+            key_padding, positions = cache.extend(padding)  # (B, S), (B, L)
             h = self.blocks(
                 self.embed(ids, positions), padding_mask=key_padding, causal=True, cache=cache,
                 positions=positions,
@@ -169,6 +175,8 @@ class TransformerLM(nn.Module):
         never_emit = {"pad_id": self.cfg.pad_id}
         config = check_generation_config(self.cfg, config, never_emit)
         cache, logits = self.start(
-            prompt_ids, padding_mask=padding_mask, max_new_tokens=config.max_new_tokens
+            prompt_ids, padding_mask=padding_mask, max_new_tokens=config.max_new_tokens,
+            static=config.compile,
         )
-        return generate_without(self.step, logits, cache, config, never_emit, generator)
+        step = compiled_step(self.step) if config.compile else self.step
+        return generate_without(step, logits, cache, config, never_emit, generator)

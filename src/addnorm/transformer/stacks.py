@@ -54,8 +54,9 @@ def _layer_caches(cache: object, n_layers: int) -> list[LayerCache] | list[None]
     return cache.layers
 
 
-def _cached_length(cache: DecodingCache | None) -> int:
-    return 0 if cache is None else cache.layers[0].self_attn.length
+def _cached_length(cache: DecodingCache | None, new: int) -> int:
+    """Keys before the ``new`` ones: the cached count (every other slot, for a static cache)."""
+    return 0 if cache is None else cache.layers[0].self_attn.cached_before(new)
 
 
 class Encoder(nn.Module):
@@ -117,7 +118,7 @@ class Encoder(nn.Module):
         caches = _layer_caches(cache, len(self.layers))
         mask = self_attention_mask(
             x, n_heads=self.cfg.n_heads, padding_mask=padding_mask, attend_mask=attend_mask,
-            causal=causal, cached=_cached_length(cache),
+            causal=causal, cached=_cached_length(cache, x.shape[1]),
         )
         with inputs_checked():
             for layer, layer_cache in zip(self.layers, caches, strict=True):
@@ -181,7 +182,7 @@ class Decoder(nn.Module):
         caches = _layer_caches(cache, len(self.layers))
         mask = self_attention_mask(
             x, n_heads=n_heads, padding_mask=padding_mask, attend_mask=attend_mask,
-            causal=causal, cached=_cached_length(cache),
+            causal=causal, cached=_cached_length(cache, x.shape[1]),
         )
         memory_mask = cross_attention_mask(
             x, memory, n_heads=n_heads, padding_mask=memory_padding_mask

@@ -1,0 +1,87 @@
+"""``addnorm export CHECKPOINT --out MODEL.onnx``: a trained run's model as an ONNX file.
+
+    addnorm export runs/lm --out lm.onnx                       # ids, padding_mask -> logits
+    addnorm export runs/translate --out enc.onnx --part encoder  # src_ids, mask -> memory
+    addnorm export runs/dit --out dit.onnx                     # x, t, y -> noise (| variance)
+
+The file is written by :func:`addnorm.export.to_onnx` (batch and lengths dynamic; input names
+in :mod:`addnorm.export`), then run with onnxruntime on fresh left- and right-padded batches
+of other sizes and compared with PyTorch; a difference above ``TOLERANCE`` is a failure
+(exit 1). Without onnxruntime the check is skipped, and said so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+__all__ = ["TOLERANCE", "add_export_parser", "run_export"]
+
+TOLERANCE = 1e-3  # largest |onnxruntime - PyTorch| accepted (float32 kernels differ slightly)
+
+
+def add_export_parser(commands) -> None:
+    """Register ``addnorm export`` on the subcommand parsers ``commands``."""
+    from addnorm.export import PARTS
+
+    export = commands.add_parser(
+        "export",
+        help="write a trained model as ONNX, checked against PyTorch",
+        description="Write a trained model (lm, translate or dit run) as an ONNX file with a "
+        "dynamic batch and sequence lengths, then check it with onnxruntime against PyTorch "
+        "on padded batches of other sizes.",
+    )
+    export.add_argument("checkpoint", type=Path, help="a checkpoint or run directory")
+    export.add_argument("--out", type=Path, required=True, metavar="MODEL.onnx")
+    export.add_argument(
+        "--part", choices=PARTS, default="forward",
+        help="forward (default): the whole forward; encoder: the translator's encoder only",
+    )
+    export.add_argument(
+        "--weights", choices=("ema", "raw"), default="ema",
+        help="ema (default): the checkpoint's moving average of the weights if it has one; "
+        "raw: the trained weights",
+    )
+    export.add_argument(
+        "--no-check", action="store_true", help="skip the onnxruntime comparison"
+    )
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Handle ``addnorm export``; returns the exit code."""
+    from addnorm.cli.checks import UsageError
+    from addnorm.cli.commands import EXIT_FAILED, EXIT_OK
+    from addnorm.export import onnx_max_error, to_onnx
+    from addnorm.tasks.run import load_trained
+    from addnorm.transformer.encoder_decoder import Transformer
+
+    task, model, _ = load_trained(args.checkpoint, device="cpu", weights=args.weights)
+    if args.part == "encoder" and not isinstance(model, Transformer):
+        raise UsageError(f"--part encoder needs a translate run; {args.checkpoint} is {task.name}")
+    try:
+        path = to_onnx(model, args.out, part=args.part)
+    except ImportError as err:
+        print(
+            f"addnorm export: error: {err}; writing ONNX needs the onnx and onnxscript "
+            "packages (pip install 'addnorm[export]')",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    print(f"wrote {path}: the {task.name} model's {args.part}")
+    if args.no_check:
+        return EXIT_OK
+    try:
+        error = onnx_max_error(model, path, part=args.part)
+    except ImportError:
+        print("not checked: onnxruntime is not installed (pip install 'addnorm[export]')")
+        return EXIT_OK
+    print(f"onnxruntime vs PyTorch on padded batches: max |difference| {error:.1e}")
+    if not error <= TOLERANCE:
+        print(
+            f"addnorm export: error: the ONNX model differs from PyTorch by {error:.1e} "
+            f"(more than {TOLERANCE:.0e})",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    return EXIT_OK
