@@ -1,0 +1,181 @@
+"""The attention mask: padding, attend and causal masks combined once, ready for SDPA.
+
+Masks (the convention of the whole package, see ``docs/design.md``); polarity is in the name:
+
+- ``padding_mask``: bool (B, S), **True = padding key** (torch.nn's ``key_padding_mask``).
+- ``attend_mask``: bool (L, S), (B, L, S) or (B, H, L, S) (B and H may be 1),
+  **True = may attend** (``F.scaled_dot_product_attention``'s convention, the *negation* of
+  torch.nn's bool ``attn_mask``).
+- ``causal=True``: bottom-right aligned, query i of L sees key j of S iff
+  ``j <= i + (S - L)``; so one new query after n cached keys sees all n + 1 of them.
+
+The three combine with AND. A query row that can see no key at all (every key padding, say)
+is opened here (so no kernel produces NaN) and marked dead, so attention zeroes its output.
+
+Shapes legend: B batch, L query length, S key length, D d_model, H heads.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from addnorm._checks import check_bool_mask, check_tensor, must_check
+
+__all__ = [
+    "AttentionMask",
+    "build_attention_mask",
+    "causal_attend_mask",
+    "cross_attention_mask",
+    "self_attention_mask",
+]
+
+
+class AttentionMask(NamedTuple):
+    """A validated combination of padding, attend and causal masks, ready for SDPA.
+
+    Built once per stack forward by :func:`self_attention_mask` / :func:`cross_attention_mask`
+    and handed down to every layer as its one ``mask`` argument; an attention module that
+    receives one trusts it and checks nothing again.
+
+    Attributes:
+        allowed: bool (B|1, H|1, L, S), True = may attend, with rows that see no key opened
+            (all True) so no kernel produces NaN; None when nothing is masked (or only
+            ``is_causal``).
+        dead: bool (B|1, H|1, L, 1), True where a row sees no key; its head output is zeroed.
+        dead_rows: bool (B|1, L, 1), True where a row sees no key in any head; the module's
+            output row is zeroed (the out_proj bias is not added to an empty attention).
+        is_causal: use SDPA's ``is_causal`` fast path (plain causal mask with L == S).
+        query_padding: bool (B, L), True = padding query token (the norms of a layer leave it
+            out of their statistics), or None. Self-attention only: the last L keys.
+    """
+
+    allowed: torch.Tensor | None
+    dead: torch.Tensor | None
+    dead_rows: torch.Tensor | None
+    is_causal: bool
+    query_padding: torch.Tensor | None = None
+
+
+def _check_attend_mask(
+    attend_mask: object, batch: int, n_heads: int, query_len: int, key_len: int
+) -> torch.Tensor:
+    """attend_mask as bool (B|1, H|1, L, S), or an error naming the accepted shapes."""
+    mask = check_bool_mask("attend_mask (True = may attend)", attend_mask)
+    shape = tuple(mask.shape)
+    if mask.ndim == 2 and shape == (query_len, key_len):
+        return mask[None, None]  # (1, 1, L, S)
+    fits = shape[-2:] == (query_len, key_len) and shape[0] in (1, batch)
+    if mask.ndim == 3 and fits:
+        return mask[:, None]  # (B, 1, L, S)
+    if mask.ndim == 4 and fits and shape[1] in (1, n_heads):
+        return mask
+    raise ValueError(
+        f"attend_mask must have shape (L, S) = {(query_len, key_len)}, "
+        f"(B, L, S) = {(batch, query_len, key_len)} or "
+        f"(B, H, L, S) = {(batch, n_heads, query_len, key_len)}; got {shape}"
+    )
+
+
+def causal_attend_mask(query_len: int, key_len: int, device: torch.device) -> torch.Tensor:
+    """Bottom-right aligned causal mask, True = may attend: ``j <= i + (S - L)``.
+
+    Shapes:
+        returns: (L, S) bool
+    """
+    full = torch.ones(query_len, key_len, dtype=torch.bool, device=device)
+    return full.tril(key_len - query_len)
+
+
+def build_attention_mask(
+    *,
+    batch: int,
+    n_heads: int,
+    query_len: int,
+    key_len: int,
+    device: torch.device,
+    padding_mask: torch.Tensor | None = None,
+    attend_mask: torch.Tensor | None = None,
+    causal: bool = False,
+    self_attention: bool = True,
+) -> AttentionMask:
+    """Validate and AND together ``padding_mask``, ``attend_mask`` and ``causal``.
+
+    For self-attention the queries are the last L of the S keys, so their padding (for the
+    norms) is the last L columns of ``padding_mask``.
+
+    Shapes:
+        padding_mask: (B, S) bool, True = padding key
+        attend_mask: (L, S), (B, L, S) or (B, H, L, S) bool, True = may attend
+        returns: an :class:`AttentionMask` whose tensors broadcast against (B, H, L, S)
+    """
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__} ({causal!r})")
+    query_padding = None
+    allowed = None
+    if attend_mask is not None:
+        allowed = _check_attend_mask(attend_mask, batch, n_heads, query_len, key_len)
+    if padding_mask is not None:
+        name = "padding_mask (True = padding)"
+        if must_check():  # skipped inside a checked model, whose masks it built itself
+            padding_mask = check_bool_mask(name, padding_mask, (batch, key_len))
+        if self_attention:
+            query_padding = padding_mask[:, key_len - query_len :]  # (B, L): the new keys
+        keep = ~padding_mask[:, None, None, :]  # (B, 1, 1, S)
+        allowed = keep if allowed is None else allowed & keep  # (B, H|1, L|1, S)
+    if causal and not (query_len == 1 and key_len >= 1):  # one last query sees every key
+        if allowed is None and query_len == key_len:
+            return AttentionMask(None, None, None, True, query_padding)
+        tril = causal_attend_mask(query_len, key_len, device)  # (L, S)
+        allowed = tril if allowed is None else allowed & tril
+    if allowed is None:
+        return AttentionMask(None, None, None, False, query_padding)
+    allowed = allowed.reshape((1,) * (4 - allowed.ndim) + allowed.shape)  # (B|1, H|1, L|1, S)
+    dead = ~allowed.any(dim=-1, keepdim=True)  # (B|1, H|1, L|1, 1)
+    return AttentionMask(allowed | dead, dead, dead.all(dim=1), False, query_padding)
+
+
+def self_attention_mask(
+    x: torch.Tensor,
+    *,
+    n_heads: int,
+    padding_mask: torch.Tensor | None = None,
+    attend_mask: torch.Tensor | None = None,
+    causal: bool = False,
+    cached: int = 0,
+) -> AttentionMask:
+    """The mask of a self-attention over ``cached`` earlier keys followed by x's L tokens.
+
+    Shapes:
+        x: (B, L, D); padding_mask: (B, S) with S = cached + L (True = padding)
+        attend_mask: (L, S), (B, L, S) or (B, H, L, S) (True = may attend)
+    """
+    if must_check():  # skipped inside a checked model
+        x = check_tensor("x", x, ndim=3, floating=True)
+    batch, length, _ = x.shape
+    return build_attention_mask(
+        batch=batch, n_heads=n_heads, query_len=length, key_len=cached + length,
+        device=x.device, padding_mask=padding_mask, attend_mask=attend_mask, causal=causal,
+    )
+
+
+def cross_attention_mask(
+    x: torch.Tensor, memory: torch.Tensor, *, n_heads: int, padding_mask: torch.Tensor | None = None
+) -> AttentionMask:
+    """The mask of x's queries over the memory's keys (``padding_mask``: the memory's).
+
+    Shapes:
+        x: (B, L, D); memory: (B, S, D); padding_mask: (B, S) (True = padding)
+    """
+    if must_check():  # skipped inside a checked model
+        x = check_tensor("x", x, ndim=3, floating=True)
+        memory = check_tensor("memory", memory, ndim=3, floating=True)
+        if memory.shape[0] != x.shape[0]:
+            raise ValueError(
+                f"memory batch size ({memory.shape[0]}) must equal x batch size ({x.shape[0]})"
+            )
+    return build_attention_mask(
+        batch=x.shape[0], n_heads=n_heads, query_len=x.shape[1], key_len=memory.shape[1],
+        device=x.device, padding_mask=padding_mask, self_attention=False,
+    )
