@@ -114,3 +114,17 @@ def test_the_export_command_writes_a_checked_onnx_file(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert out.is_file() and "max |difference|" in printed
     assert main(["export", str(run), "--out", str(out), "--part", "encoder"]) == 2
+
+
+def test_a_model_without_a_padding_token_exports_on_masked_batches():
+    """GPT-2's layout (``pad_id=None``): the mask alone marks padding; any id may sit there."""
+    torch.manual_seed(0)
+    cfg = dataclasses.replace(
+        addnorm.PRESETS["lm-tiny"], d_model=32, n_heads=2, n_layers=1, d_ff=64,
+        position_encoding="learned", max_len=32, pad_id=None, embed_scale="none",
+    )
+    model = addnorm.TransformerLM(cfg)
+    program = export_program(model)
+    inputs = sample_inputs(model, batch=3, length=7, seed=1)
+    assert inputs["padding_mask"][1:].any(dim=1).all()
+    torch.testing.assert_close(program.module()(**inputs), eval_output(model, "forward", inputs))

@@ -23,16 +23,20 @@ from addnorm.interop import (
     from_diffusers,
     from_dit_state_dict,
     from_torch,
+    from_transformers,
     to_diffusers,
     to_dit_state_dict,
     to_torch,
+    to_transformers,
 )
 from addnorm.norms import BatchNorm, GroupNorm, LayerNorm, NoNorm, RMSNorm, make_norm
+from addnorm.pretrained import PretrainedMixin, load
 from addnorm.residual import AddNorm
 from addnorm.rotary import RotaryEmbedding
 from addnorm.timestep import TimestepEmbedder, timestep_embedding
 from addnorm.transformer.config import PRESETS, LayerConfig, LMConfig, TransformerConfig
 from addnorm.transformer.encoder_decoder import Transformer
+from addnorm.transformer.encoder_model import EncoderConfig, EncoderModel, mean_pool
 from addnorm.transformer.generation import GenerationConfig, generate_tokens
 from addnorm.transformer.layers import DecoderLayer, EncoderLayer
 from addnorm.transformer.lm import TransformerLM
@@ -53,8 +57,10 @@ __all__ = [
     "DiTConfig",
     "Diffusion",
     "Encoder",
+    "EncoderConfig",
     "EncoderDecoder",
     "EncoderLayer",
+    "EncoderModel",
     "FeedForward",
     "GatedFeedForward",
     "GenerationConfig",
@@ -67,6 +73,7 @@ __all__ = [
     "MultiHeadAttention",
     "NoNorm",
     "PRESETS",
+    "PretrainedMixin",
     "RMSNorm",
     "RotaryEmbedding",
     "SinusoidalPositionalEncoding",
@@ -78,10 +85,13 @@ __all__ = [
     "from_diffusers",
     "from_dit_state_dict",
     "from_torch",
+    "from_transformers",
     "generate_tokens",
     "guided_eps_fn",
+    "load",
     "make_feedforward",
     "make_norm",
+    "mean_pool",
     "relative_shift_matrix",
     "self_attention_mask",
     "sinusoidal_encoding",
@@ -89,4 +99,5 @@ __all__ = [
     "to_diffusers",
     "to_dit_state_dict",
     "to_torch",
+    "to_transformers",
 ]

@@ -126,18 +126,24 @@ def sample_inputs(
 
 
 def _padded_ids(
-    batch: int, length: int, vocab_size: int, pad_id: int, gen: torch.Generator
+    batch: int, length: int, vocab_size: int, pad_id: int | None, gen: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random non-pad ids; row 1 right-padded, row 2 left-padded (a third of L each)."""
-    ids = torch.randint(0, vocab_size - 1, (batch, length), generator=gen)  # (B, L)
-    ids = ids + (ids >= pad_id).long()  # never pad_id
+    """Random non-pad ids; row 1 right-padded, row 2 left-padded (a third of L each).
+
+    A model without a padding token (``pad_id=None``, GPT-2) gets id 0 at the padded
+    places: only the mask says they are padding."""
+    if pad_id is None:
+        ids = torch.randint(0, vocab_size, (batch, length), generator=gen)  # (B, L)
+    else:
+        ids = torch.randint(0, vocab_size - 1, (batch, length), generator=gen)  # (B, L)
+        ids = ids + (ids >= pad_id).long()  # never pad_id
     padding = torch.zeros(batch, length, dtype=torch.bool)  # (B, L)
     n_pad = max(1, length // 3)
     if batch > 1:
         padding[1, length - n_pad :] = True
     if batch > 2:
         padding[2, :n_pad] = True
-    return ids.masked_fill(padding, pad_id), padding
+    return ids.masked_fill(padding, 0 if pad_id is None else pad_id), padding
 
 
 def _names(model: Exportable, part: str) -> tuple[str, ...]:

@@ -26,6 +26,7 @@ from addnorm._checks import (
     check_bool_mask,
     check_float,
     check_tensor,
+    check_weight_dtype,
     inputs_checked,
 )
 from addnorm.dit.block import DiTBlock
@@ -35,12 +36,13 @@ from addnorm.dit.guidance import classifier_free_guidance
 from addnorm.dit.labels import ClassEmbedder, check_class_range, class_id_tensor
 from addnorm.dit.patches import PatchEmbed, unpatchify
 from addnorm.dit.positions import sincos_2d_positions
+from addnorm.pretrained import PretrainedMixin
 from addnorm.timestep import TimestepEmbedder
 
 __all__ = ["DiT"]
 
 
-class DiT(nn.Module):
+class DiT(PretrainedMixin, nn.Module):
     """A DiT built from one :class:`DiTConfig` (formulas in the module docstring).
 
     Submodules: ``patch_embed`` (:class:`PatchEmbed`), ``timestep_embed``
@@ -55,6 +57,7 @@ class DiT(nn.Module):
     """
 
     pos_embed: torch.Tensor
+    config_class = DiTConfig  # save_pretrained / from_pretrained (addnorm.pretrained)
 
     def __init__(self, cfg: DiTConfig) -> None:
         super().__init__()
@@ -217,6 +220,7 @@ class DiT(nn.Module):
         """x, t and y checked against the config (one host sync for the values)."""
         cfg = self.cfg
         x = check_tensor("x", x, ndim=4, floating=True)
+        check_weight_dtype("x", x, self.patch_embed.proj.weight)
         batch, channels, height, width = x.shape
         p = cfg.patch_size
         if height % p or width % p:
@@ -235,7 +239,7 @@ class DiT(nn.Module):
                 f"{cfg.grid_size} x {cfg.grid_size} patch grid"
             )
         t = self._checked_timesteps(t, batch).to(x.device)
-        y = class_id_tensor(y, batch).to(x.device)
+        y = class_id_tensor(y, batch).to(x.device, torch.long)  # (embedding takes long ids)
         if force_drop_ids is not None:
             check_bool_mask("force_drop_ids (True = drop)", force_drop_ids, (batch,))
             if not cfg.has_null_class:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +21,7 @@ from addnorm.data.tokenizers import CharTokenizer
 from addnorm.training.config import TrainConfig
 from addnorm.transformer import TransformerLM
 from addnorm.transformer.config import PRESETS, LMConfig
+from addnorm.transformer.stop_strings import cut_at_stop, stop_at_strings
 
 __all__ = ["LMTask", "lm_loss"]
 
@@ -168,9 +170,14 @@ class LMTask:
         top_k: int | None = None,
         top_p: float | None = None,
         generator: torch.Generator | None = None,
+        stop: Sequence[str] = (),
     ) -> str:
         """``prompt`` continued by sampling (greedy when ``temperature`` is 0, which ignores
-        ``top_k`` and ``top_p``); at most ``cfg.max_len`` characters in all."""
+        ``top_k`` and ``top_p``); at most ``cfg.max_len`` characters in all.
+
+        ``stop``: stop strings. Generation ends once the continuation holds one, and the
+        continuation is cut before the first (a stop string inside the prompt does not count).
+        """
         model.eval()
         device = next(model.parameters()).device
         ids = torch.tensor([self.tokenizer.encode(prompt)], device=device)  # (1, L0)
@@ -184,8 +191,9 @@ class LMTask:
             config = dataclasses.replace(
                 config, strategy="sample", temperature=temperature, top_k=top_k, top_p=top_p
             )
-        new = model.generate(ids, config, generator=generator)  # (1, N)
-        return prompt + self.tokenizer.decode(new[0].tolist())
+        stop_fn = stop_at_strings(self.tokenizer.decode, stop) if stop else None
+        new = model.generate(ids, config, generator=generator, stop_fn=stop_fn)  # (1, N)
+        return prompt + cut_at_stop(self.tokenizer.decode(new[0].tolist()), stop)
 
     def samples(self, model: TransformerLM, prompts=SAMPLE_PROMPTS) -> list[tuple[str, str]]:
         """(prompt, continuation) pairs for display, from a fixed-seed generator."""

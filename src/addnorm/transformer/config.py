@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from addnorm._checks import (
     check_choice,
@@ -23,6 +23,7 @@ from addnorm.norms import NORM_KINDS
 from addnorm.residual import POSITIONS
 
 __all__ = [
+    "EMBED_SCALES",
     "POSITION_ENCODINGS",
     "POSITION_KINDS",
     "PRESETS",
@@ -33,6 +34,10 @@ __all__ = [
 
 POSITION_ENCODINGS = ("sinusoidal", "learned", "rotary", "none")
 POSITION_KINDS = POSITION_ENCODINGS  # its name before position_encoding and norm_position
+# The factor on the token embeddings: the paper's sqrt(d_model) (section 3.4), or none (GPT-2,
+# BERT: their tables are trained at the scale of the position table).
+EMBED_SCALES = ("sqrt_d_model", "none")
+EmbedScale = Literal["sqrt_d_model", "none"]
 
 _C = TypeVar("_C", bound="_ConfigBase")
 
@@ -95,7 +100,7 @@ class LayerConfig(_ConfigBase):
         return self.d_model // self.n_heads
 
 
-def _check_layer(cfg: LayerConfig | TransformerConfig | LMConfig) -> None:
+def _check_layer(cfg: LayerConfig | _ModelConfig) -> None:
     """The per-layer settings every config shares: widths, heads, dropout, choices."""
     check_int("d_model", cfg.d_model, min_value=1)
     check_int("n_heads", cfg.n_heads, min_value=1)
@@ -143,6 +148,7 @@ def _check_body(cfg: TransformerConfig | LMConfig) -> None:
             "addnorm.norms.GroupNorm stays available for non-causal stacks)"
         )
     check_choice("position_encoding", cfg.position_encoding, POSITION_ENCODINGS)
+    check_choice("embed_scale", cfg.embed_scale, EMBED_SCALES)
     check_float("position_base", cfg.position_base, min_value=1.0, min_inclusive=False)
     check_int("max_len", cfg.max_len, min_value=1)
     d_head = cfg.d_model // cfg.n_heads
@@ -204,6 +210,8 @@ class TransformerConfig(_ModelConfig):
             ``"none"``. (Not to be confused with ``norm_position``, post or pre.)
         position_base: base of the sinusoids / rotary frequencies.
         max_len: rows of a learned position table (longer sequences are refused).
+        embed_scale: factor on the token embeddings: ``"sqrt_d_model"`` (the paper's
+            ``E[ids] * sqrt(D)``) or ``"none"``.
         share_embeddings: one embedding table for source and target (equal vocab sizes).
         tie_output: the output projection reuses the target embedding (the paper).
         pad_id, bos_id, eos_id: special token ids; ``pad_id`` in both vocabularies,
@@ -228,6 +236,7 @@ class TransformerConfig(_ModelConfig):
     position_encoding: str = "sinusoidal"
     position_base: float = 10000.0
     max_len: int = 512
+    embed_scale: EmbedScale = "sqrt_d_model"
     share_embeddings: bool = True
     tie_output: bool = True
     pad_id: int = 0
@@ -265,6 +274,10 @@ class LMConfig(_ModelConfig):
     :class:`TransformerConfig`). ``pad_id`` must differ from ``bos_id`` and ``eos_id``;
     ``bos_id == eos_id`` is allowed here (GPT-2's one ``<|endoftext|>`` separator both starts
     and ends documents; generation only refuses to emit ``pad_id``).
+
+    ``pad_id=None`` declares that the vocabulary has no padding token (GPT-2): every id is a
+    real token, and padding is given only through ``padding_mask``. ``embed_scale="none"``
+    with ``position_encoding="learned"`` is GPT-2's input layer, ``E[ids] + P[positions]``.
     """
 
     vocab_size: int = 256
@@ -282,8 +295,9 @@ class LMConfig(_ModelConfig):
     position_encoding: str = "sinusoidal"
     position_base: float = 10000.0
     max_len: int = 512
+    embed_scale: EmbedScale = "sqrt_d_model"
     tie_output: bool = True
-    pad_id: int = 0
+    pad_id: int | None = 0
     bos_id: int = 1
     eos_id: int = 2
 
@@ -291,7 +305,8 @@ class LMConfig(_ModelConfig):
         _check_body(self)
         check_int("vocab_size", self.vocab_size, min_value=1)
         check_int("n_layers", self.n_layers, min_value=1)
-        for name in ("pad_id", "bos_id", "eos_id"):
+        names = ("bos_id", "eos_id") if self.pad_id is None else ("pad_id", "bos_id", "eos_id")
+        for name in names:
             _check_token_id(name, getattr(self, name), "vocab_size", self.vocab_size)
         _check_distinct_ids(self, [("pad_id", "bos_id"), ("pad_id", "eos_id")])
 

@@ -4,16 +4,20 @@ configs, banned ids, cache checks, the compiled step.
 Both models run ``generate`` through :func:`generate_without`, which sets the logits of the
 ids a model must never emit (``pad_id``, and ``bos_id`` for the encoder-decoder) to -inf: a
 generated pad would be masked out when fed back, so cached decoding would no longer match
-recomputation, and "stopped" would be ambiguous.
+recomputation, and "stopped" would be ambiguous. A model whose ``pad_id`` is None (a
+vocabulary without padding, GPT-2's) bans nothing as padding; rows that stopped are then
+filled with the stop id (``GenerationConfig.fill_id``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import torch
 
 from addnorm.cache import DecodingCache
 from addnorm.transformer.config import LMConfig, TransformerConfig
-from addnorm.transformer.generation import GenerationConfig, StepFn, generate_tokens
+from addnorm.transformer.generation import GenerationConfig, StepFn, StopFn, generate_tokens
 
 __all__ = [
     "check_generation_config",
@@ -33,7 +37,7 @@ def model_generation_config(cfg: TransformerConfig | LMConfig) -> GenerationConf
 
 
 def check_generation_config(
-    cfg: TransformerConfig | LMConfig, config: object, never_emit: dict[str, int]
+    cfg: TransformerConfig | LMConfig, config: object, never_emit: Mapping[str, int | None]
 ) -> GenerationConfig:
     """The config of a model's ``generate`` call, checked against the model's special ids.
 
@@ -50,7 +54,7 @@ def check_generation_config(
             "from the model's own: dataclasses.replace(model.generation_config, ...)"
         )
     for name, token in never_emit.items():
-        if token in config.stop_ids:
+        if token is not None and token in config.stop_ids:
             raise ValueError(
                 f"eos_id {config.eos_id!r} includes {name} ({token}), which generation never "
                 "emits, so it could never stop a row"
@@ -63,28 +67,41 @@ def generate_without(
     first_logits: torch.Tensor,
     cache: DecodingCache,
     config: GenerationConfig,
-    never_emit: dict[str, int],
+    never_emit: Mapping[str, int | None],
     generator: torch.Generator | None,
+    *,
+    prompt_ids: torch.Tensor | None = None,
+    padding_mask: torch.Tensor | None = None,
+    stop_fn: StopFn | None = None,
 ) -> torch.Tensor:
     """:func:`generate_tokens`, with the logits of the ``never_emit`` ids set to -inf.
 
     A generated ``pad_id`` would count as padding when fed back (so the cached steps would no
     longer match a recomputation, and "stopped" would be ambiguous); ``bos_id`` is the
-    decoder's start, never a continuation.
+    decoder's start, never a continuation. None (no such id) bans nothing.
+    ``prompt_ids`` (a decoder-only model's checked prompt, its padding ``padding_mask`` or
+    ``ids == config.pad_id``) count as seen for the repetition rules; ``stop_fn`` as in
+    :func:`generate_tokens`.
 
     Shapes:
-        first_logits: (B, V); returns: (B, N) long
+        first_logits: (B, V); prompt_ids, padding_mask: (B, L0); returns: (B, N) long
     """
-    banned = torch.tensor(list(never_emit.values()), device=first_logits.device)  # (n,)
+    ids = [token for token in never_emit.values() if token is not None]
+    banned = torch.tensor(ids, dtype=torch.long, device=first_logits.device)  # (n,)
 
     def allowed(logits: torch.Tensor) -> torch.Tensor:
-        return logits.index_fill(-1, banned, float("-inf"))  # (B', V)
+        return logits.index_fill(-1, banned, float("-inf")) if ids else logits  # (B', V)
 
     def step_allowed(tokens: torch.Tensor, cache: DecodingCache) -> torch.Tensor:
         return allowed(step(tokens, cache))
 
+    if prompt_ids is not None and padding_mask is None and config.pad_id is not None:
+        padding_mask = prompt_ids == config.pad_id  # (B, L0), the models' default
     return generate_tokens(
-        step_allowed, allowed(first_logits), cache, config, generator=generator
+        step_allowed, allowed(first_logits), cache, config, generator=generator,
+        prompt_ids=prompt_ids if config.reshapes_logits else None,
+        prompt_padding_mask=padding_mask if config.reshapes_logits else None,
+        stop_fn=stop_fn,
     )
 
 

@@ -8,7 +8,10 @@ of the paper), add a position code (sinusoidal by default; learned; or none, wit
 embeddings inside attention), apply dropout, and project the last hidden states to logits with
 a matrix tied to ``E`` by default.
 
-Padding masks (True = padding) default to ``ids == cfg.pad_id``. A token's position counts
+The factor is the config's ``embed_scale``: the paper's ``sqrt(D)``, or none (GPT-2, BERT).
+
+Padding masks (True = padding) default to ``ids == cfg.pad_id``, or to no padding when
+``pad_id`` is None (a vocabulary without a padding token, GPT-2's). A token's position counts
 the real tokens before it in its row (``cumsum(~padding) - 1``), so left- or right-padded
 rows get the positions they would have alone (see :func:`positions_from_padding`). When no
 padding comes before a real token (unpadded or right-padded batches, the training case)
@@ -29,7 +32,7 @@ would freeze one batch's choice) is refused.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import torch
 from torch import nn
@@ -37,18 +40,39 @@ from torch import nn
 from addnorm._checks import assert_in_graph, check_bool_mask, check_tensor, refuse_tracing
 from addnorm.encodings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from addnorm.rotary import RotaryEmbedding
-from addnorm.transformer.config import LMConfig, TransformerConfig
 
 __all__ = [
+    "EmbeddingSettings",
     "Embedder",
     "Tokens",
     "check_ids",
     "learned_max_len",
     "model_inputs",
     "output_projection",
+    "position_module",
     "positions_from_padding",
     "rotary_for",
 ]
+
+
+class EmbeddingSettings(Protocol):
+    """The fields of a model config the input layer reads (``TransformerConfig``,
+    ``LMConfig``, ``EncoderConfig``)."""
+
+    @property
+    def d_model(self) -> int: ...
+    @property
+    def n_heads(self) -> int: ...
+    @property
+    def dropout(self) -> float: ...
+    @property
+    def position_encoding(self) -> str: ...
+    @property
+    def position_base(self) -> float: ...
+    @property
+    def max_len(self) -> int: ...
+    @property
+    def embed_scale(self) -> str: ...
 
 
 def positions_from_padding(padding_mask: torch.Tensor) -> torch.Tensor:
@@ -114,10 +138,13 @@ def _vocab_message(name: str, vocab_size: int) -> str:
     return f"{name} contains an id outside the vocabulary [0, {vocab_size})"
 
 
-def padding_from(name: str, padding_mask: object, ids: torch.Tensor, pad_id: int) -> torch.Tensor:
-    """The given padding mask (True = padding), checked against ids, or ``ids == pad_id``."""
+def padding_from(
+    name: str, padding_mask: object, ids: torch.Tensor, pad_id: int | None
+) -> torch.Tensor:
+    """The given padding mask (True = padding), checked against ids, or ``ids == pad_id``
+    (no padding at all when ``pad_id`` is None)."""
     if padding_mask is None:
-        return ids == pad_id
+        return ids == pad_id if pad_id is not None else torch.zeros_like(ids, dtype=torch.bool)
     return check_bool_mask(f"{name} (True = padding)", padding_mask, tuple(ids.shape))
 
 
@@ -141,7 +168,7 @@ class Tokens(NamedTuple):
 
 def model_inputs(
     name: str, ids: object, mask_name: str, padding_mask: object, *, vocab_size: int,
-    max_len: int | None, pad_id: int, left_padding_only: bool = False,
+    max_len: int | None, pad_id: int | None, left_padding_only: bool = False,
 ) -> Tokens:
     """Check ids and their padding mask with one host sync, and derive the positions.
 
@@ -184,19 +211,39 @@ _LEFT_PADDING_ONLY = (
 )
 
 
-def learned_max_len(cfg: TransformerConfig | LMConfig) -> int | None:
+def learned_max_len(cfg: EmbeddingSettings) -> int | None:
     """The learned position table's length, which bounds L; None for the other kinds."""
     return cfg.max_len if cfg.position_encoding == "learned" else None
 
 
+def position_module(cfg: EmbeddingSettings) -> nn.Module | None:
+    """The position code added to the embeddings: sinusoidal, learned, or None (rotary and
+    ``"none"`` add nothing)."""
+    if cfg.position_encoding == "sinusoidal":
+        return SinusoidalPositionalEncoding(
+            cfg.d_model, base=cfg.position_base, max_len=cfg.max_len
+        )
+    if cfg.position_encoding == "learned":
+        return LearnedPositionalEmbedding(cfg.max_len, cfg.d_model)
+    return None
+
+
+def init_token_table_(table: nn.Embedding, embed_scale: str) -> None:
+    """With the paper's ``sqrt(D)`` factor, entries ~ N(0, 1/D), so ``E[ids] * sqrt(D)`` has
+    unit scale next to PE; without it, GPT-2's rule, N(0, 0.02^2)."""
+    std = table.embedding_dim**-0.5 if embed_scale == "sqrt_d_model" else 0.02
+    nn.init.normal_(table.weight, mean=0.0, std=std)
+
+
 class Embedder(nn.Module):
-    """The input layer: ``dropout(E[ids] * sqrt(D) + PE(positions))``.
+    """The input layer: ``dropout(E[ids] * scale + PE(positions))``, scale ``sqrt(D)`` or 1.
 
     Args:
         vocab_size: V, the table has shape (V, D).
-        cfg: the model's config: ``d_model``, ``position_encoding`` (``"sinusoidal"``,
-            ``"learned"``, or ``"rotary"``/``"none"``: no code added), ``max_len`` (rows of the
-            position table), ``position_base`` and ``dropout`` (the paper's P_drop, on the sum).
+        cfg: the model's config: ``d_model``, ``embed_scale`` (``"sqrt_d_model"`` or
+            ``"none"``), ``position_encoding`` (``"sinusoidal"``, ``"learned"``, or
+            ``"rotary"``/``"none"``: no code added), ``max_len`` (rows of the position table),
+            ``position_base`` and ``dropout`` (the paper's P_drop, on the sum).
         tokens: an existing ``nn.Embedding`` to share (tied source / target tables).
 
     Submodules: ``tokens`` (``nn.Embedding``), ``pos_enc`` (or None), ``dropout``.
@@ -205,28 +252,24 @@ class Embedder(nn.Module):
     def __init__(
         self,
         vocab_size: int,
-        cfg: TransformerConfig | LMConfig,
+        cfg: EmbeddingSettings,
         *,
         tokens: nn.Embedding | None = None,
     ) -> None:
         super().__init__()
         self.d_model = d_model = cfg.d_model
-        self.scale = math.sqrt(d_model)
+        self.embed_scale = cfg.embed_scale
+        self.scale = math.sqrt(d_model) if cfg.embed_scale == "sqrt_d_model" else 1.0
         self.tokens = nn.Embedding(vocab_size, d_model) if tokens is None else tokens
-        self.pos_enc: nn.Module | None = None
-        if cfg.position_encoding == "sinusoidal":
-            self.pos_enc = SinusoidalPositionalEncoding(
-                d_model, base=cfg.position_base, max_len=cfg.max_len
-            )
-        elif cfg.position_encoding == "learned":
-            self.pos_enc = LearnedPositionalEmbedding(cfg.max_len, d_model)
+        self.pos_enc = position_module(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
         if tokens is None:
             self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Token table ~ N(0, 1/D), so ``E[ids] * sqrt(D)`` has unit scale next to PE."""
-        nn.init.normal_(self.tokens.weight, mean=0.0, std=self.d_model**-0.5)
+        """Token table ~ N(0, 1/D) with the ``sqrt(D)`` factor, else N(0, 0.02^2)
+        (:func:`init_token_table_`)."""
+        init_token_table_(self.tokens, self.embed_scale)
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
         """Embed ids at the given positions (None: ``arange(L)``, the tables' cached rows).
@@ -241,7 +284,7 @@ class Embedder(nn.Module):
         return self.dropout(x)
 
 
-def rotary_for(cfg: TransformerConfig | LMConfig) -> RotaryEmbedding | None:
+def rotary_for(cfg: EmbeddingSettings) -> RotaryEmbedding | None:
     if cfg.position_encoding != "rotary":
         return None
     d_head = cfg.d_model // cfg.n_heads

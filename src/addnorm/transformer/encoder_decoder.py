@@ -19,6 +19,7 @@ from torch import nn
 
 from addnorm._checks import check_int, inputs_checked
 from addnorm.cache import DecodingCache
+from addnorm.pretrained import PretrainedMixin
 from addnorm.transformer.config import TransformerConfig
 from addnorm.transformer.decoding import (
     check_generation_config,
@@ -42,14 +43,20 @@ from addnorm.transformer.stacks import Decoder, Encoder
 __all__ = ["Transformer"]
 
 
-class Transformer(nn.Module):
+class Transformer(PretrainedMixin, nn.Module):
     """The encoder-decoder Transformer (Vaswani et al., 2017), configured by one config.
 
     Submodules: ``src_embed``, ``tgt_embed`` (:class:`Embedder`, sharing ``tokens`` when
     ``cfg.share_embeddings``), ``encoder`` (:class:`Encoder`), ``decoder``
     (:class:`Decoder`), ``to_logits`` (Linear D -> V_tgt, tied to the target table when
     ``cfg.tie_output``); ``rotary`` (shared by every self-attention) or None.
+
+    Ties are shared modules and Parameters; ``to_empty`` and ``load_state_dict(...,
+    assign=True)`` replace Parameters one by one and so break them: call :meth:`tie_weights`
+    after them.
     """
+
+    config_class = TransformerConfig  # save_pretrained / from_pretrained (addnorm.pretrained)
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
@@ -69,6 +76,15 @@ class Transformer(nn.Module):
         )
         tied = self.tgt_embed.tokens if cfg.tie_output else None
         self.to_logits = output_projection(cfg.d_model, cfg.tgt_vocab_size, tied)
+
+    def tie_weights(self) -> None:
+        """Restore the ties the config asks for: one table for source and target
+        (``share_embeddings``) and the output projection on the target table
+        (``tie_output``); needed after ``to_empty`` or ``load_state_dict(assign=True)``."""
+        if self.cfg.share_embeddings:
+            self.tgt_embed.tokens = self.src_embed.tokens
+        if self.cfg.tie_output:
+            self.to_logits.weight = self.tgt_embed.tokens.weight
 
     def _source(self, src_ids: object, src_padding_mask: object) -> Tokens:
         cfg = self.cfg

@@ -11,10 +11,18 @@ exposes it (``addnorm.Transformer`` and ``addnorm.TransformerLM`` do):
   to B * K beams (row ``b`` holds beams ``b * K .. b * K + K - 1``), then after every step to
   follow each surviving beam's parent.
 
-Stop tokens: a row ends when it emits one of ``eos_id``; the stop token itself is part of the
-output and every later position holds ``pad_id``. Decoding ends when every row has ended, or
-after ``max_new_tokens`` tokens; the result has N <= ``max_new_tokens`` columns (the longest
-row). N tokens take N - 1 calls of ``step_fn``: the last token is never fed back.
+Stop tokens: a row ends when it emits one of ``eos_id`` (or when ``stop_fn`` says so); the
+stop token itself is part of the output and every later position holds ``fill_id`` (``pad_id``,
+or the first stop id when ``pad_id`` is None, Hugging Face's convention). Decoding ends when
+every row has ended, or after ``max_new_tokens`` tokens; the result has N <= ``max_new_tokens``
+columns (the longest row). N tokens take N - 1 calls of ``step_fn``: the last token is never
+fed back.
+
+Before a token is picked, the rules against repetition of :mod:`addnorm.transformer.repetition`
+(``repetition_penalty``, ``no_repeat_ngram_size``; Hugging Face's conventions) reshape the
+logits, given the real (unpadded) tokens of ``prompt_ids`` followed by the tokens generated so
+far. Then come temperature, top-k and top-p (sampling); beam search, as Hugging Face's,
+applies the rules to its log-probs.
 """
 
 from __future__ import annotations
@@ -30,13 +38,16 @@ from torch import Tensor
 from addnorm._checks import (
     assert_in_graph,
     check_bool,
+    check_bool_mask,
     check_choice,
     check_float,
     check_int,
     check_tensor,
 )
+from addnorm.transformer.repetition import apply_repetition_rules
+from addnorm.transformer.stop_strings import StopFn
 
-__all__ = ["STRATEGIES", "GenerationConfig", "generate_tokens"]
+__all__ = ["STRATEGIES", "GenerationConfig", "StopFn", "generate_tokens"]
 
 STRATEGIES = ("greedy", "sample", "beam")
 
@@ -61,8 +72,15 @@ class GenerationConfig:
         length_penalty: beam search only; a hypothesis of n generated tokens (its stop token
             included) scores ``sum of token log-probs / n ** length_penalty``. 0 ranks by the
             plain log-probability; larger values favour longer outputs.
+        repetition_penalty: > 0; every token already seen (prompt or generated) has its logit
+            divided by it when positive and multiplied by it when negative (CTRL's rule, as
+            Hugging Face applies it); 1.0 changes nothing, > 1 discourages repeats.
+        no_repeat_ngram_size: n >= 0; a token that would complete an n-gram already seen is
+            never picked (0 turns the rule off). If it leaves a row no token, greedy and
+            sampling raise ValueError naming the row.
         eos_id: a stop token id, a tuple of them, or None (rows end only at max_new_tokens).
-        pad_id: the id written after a row's stop token.
+        pad_id: the id written after a row's stop token; None (a vocabulary without padding,
+            GPT-2's) writes the first stop id instead (see :attr:`fill_id`).
         compile: run the model's cached ``step`` compiled (``torch.compile(fullgraph=True)``)
             over a cache in the static layout (see :mod:`addnorm.cache`): the first call
             pays the compile (seconds), later steps and calls with the same shapes reuse it.
@@ -76,8 +94,10 @@ class GenerationConfig:
     top_p: float | None = None
     num_beams: int = 4
     length_penalty: float = 1.0
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
     eos_id: int | tuple[int, ...] | None = None
-    pad_id: int = 0
+    pad_id: int | None = 0
     compile: bool = False
 
     def __post_init__(self) -> None:
@@ -95,7 +115,11 @@ class GenerationConfig:
             check_float("top_p", self.top_p, min_value=0.0, min_inclusive=False, max_value=1.0)
         check_int("num_beams", self.num_beams, min_value=1)
         check_float("length_penalty", self.length_penalty)
-        check_int("pad_id", self.pad_id, min_value=0)
+        check_float("repetition_penalty", self.repetition_penalty, min_value=0.0,
+                    min_inclusive=False)
+        check_int("no_repeat_ngram_size", self.no_repeat_ngram_size, min_value=0)
+        if self.pad_id is not None:
+            check_int("pad_id", self.pad_id, min_value=0)
         check_bool("compile", self.compile)
         if isinstance(self.eos_id, list):
             object.__setattr__(self, "eos_id", tuple(self.eos_id))
@@ -114,6 +138,68 @@ class GenerationConfig:
         if self.eos_id is None:
             return ()
         return self.eos_id if isinstance(self.eos_id, tuple) else (self.eos_id,)
+
+    @property
+    def fill_id(self) -> int | None:
+        """The id written after a row ends: ``pad_id``, else the first stop id (Hugging
+        Face's rule when ``pad_token_id`` is None), else None (rows then never end early)."""
+        if self.pad_id is not None:
+            return self.pad_id
+        return self.stop_ids[0] if self.stop_ids else None
+
+    @property
+    def reshapes_logits(self) -> bool:
+        """Whether ``repetition_penalty`` or ``no_repeat_ngram_size`` is in effect."""
+        return self.repetition_penalty != 1.0 or self.no_repeat_ngram_size > 0
+
+    @classmethod
+    def from_transformers(
+        cls,
+        *,
+        do_sample: bool = False,
+        num_beams: int = 1,
+        max_new_tokens: int = 64,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        length_penalty: float = 1.0,
+        repetition_penalty: float = 1.0,
+        no_repeat_ngram_size: int = 0,
+        eos_token_id: int | list[int] | tuple[int, ...] | None = None,
+        pad_token_id: int | None = None,
+        compile: bool = False,
+    ) -> GenerationConfig:
+        """A config from the argument names of Hugging Face's ``generate``.
+
+        The mapping: ``do_sample=False, num_beams=1`` is ``strategy="greedy"``;
+        ``do_sample=True, num_beams=1`` is ``"sample"``; ``do_sample=False, num_beams=K > 1``
+        is ``"beam"`` with ``num_beams=K``. ``eos_token_id`` is ``eos_id``, ``pad_token_id``
+        is ``pad_id``; every other name is the field of the same name, with the same meaning.
+        Two differences: ``top_k`` defaults to None (Hugging Face's ``GenerationConfig``
+        defaults to 50; pass ``top_k=50`` for its sampling), and settings that do not apply
+        to the strategy (``temperature`` without sampling) raise instead of being ignored
+        with a warning. A model's ``generate`` needs its own pad id::
+
+            GenerationConfig.from_transformers(do_sample=True, top_p=0.9,
+                eos_token_id=model.cfg.eos_id, pad_token_id=model.cfg.pad_id)
+        """
+        check_bool("do_sample", do_sample)
+        check_int("num_beams", num_beams, min_value=1)
+        if do_sample and num_beams > 1:
+            raise ValueError(
+                f"do_sample=True with num_beams={num_beams} (beam sampling) is not supported; "
+                "use do_sample=True with num_beams=1, or do_sample=False for beam search"
+            )
+        strategy = "beam" if num_beams > 1 else "sample" if do_sample else "greedy"
+        beams = {"num_beams": num_beams} if strategy == "beam" else {}
+        if isinstance(eos_token_id, list):
+            eos_token_id = tuple(eos_token_id)
+        return cls(
+            max_new_tokens=max_new_tokens, strategy=strategy, temperature=temperature,
+            top_k=top_k, top_p=top_p, length_penalty=length_penalty,
+            repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
+            eos_id=eos_token_id, pad_id=pad_token_id, compile=compile, **beams,
+        )
 
 
 def _check_eos_id(eos_id: object) -> None:
@@ -135,6 +221,9 @@ def generate_tokens(
     config: GenerationConfig,
     *,
     generator: torch.Generator | None = None,
+    prompt_ids: Tensor | None = None,
+    prompt_padding_mask: Tensor | None = None,
+    stop_fn: StopFn | None = None,
 ) -> Tensor:
     """Generate up to ``config.max_new_tokens`` tokens per row with the configured strategy.
 
@@ -142,10 +231,19 @@ def generate_tokens(
     logits' device. Beam search returns, per input row, the best finished hypothesis by
     length-penalised score (see ``GenerationConfig.length_penalty`` and ``_beam_search``).
 
+    ``prompt_ids`` (with ``prompt_padding_mask``, True = padding) are the tokens already seen
+    before the first new one, for ``repetition_penalty`` and ``no_repeat_ngram_size``: a
+    decoder-only model's prompt (Hugging Face's ``input_ids``); None for an encoder-decoder,
+    whose decoder starts from scratch. ``stop_fn`` (greedy and sampling) is called after
+    every step with the tokens generated so far and ends the rows it returns True for, like
+    a stop token (stop strings: :func:`addnorm.transformer.stop_strings.stop_at_strings`).
+
     Shapes:
         first_logits: (B, V), the logits for the first new token.
         step_fn: tokens (B', 1), cache -> logits (B', V); B' = B, or B * num_beams for beam.
-        returns: LongTensor (B, N) with N <= max_new_tokens, ``pad_id`` after a stop token.
+        prompt_ids, prompt_padding_mask: (B, L0)
+        stop_fn: tokens (B, n) -> (B,) bool, True = the row ends with its n-th token
+        returns: LongTensor (B, N) with N <= max_new_tokens, ``fill_id`` after a stop.
     """
     if not isinstance(config, GenerationConfig):
         raise TypeError(f"config must be a GenerationConfig, got {type(config).__name__}")
@@ -153,9 +251,20 @@ def generate_tokens(
         raise TypeError(f"step_fn must be callable, got {type(step_fn).__name__}")
     logits = _check_logits("first_logits", first_logits)
     vocab = logits.shape[1]
-    for name, token in [("pad_id", config.pad_id)] + [("eos_id", s) for s in config.stop_ids]:
-        if token >= vocab:
+    specials = [("pad_id", config.pad_id)] + [("eos_id", s) for s in config.stop_ids]
+    for name, token in specials:
+        if token is not None and token >= vocab:
             raise ValueError(f"{name} ({token}) must be < the vocabulary size V ({vocab})")
+    seen = _prompt_history(prompt_ids, prompt_padding_mask, logits)
+    if stop_fn is not None:
+        if not callable(stop_fn):
+            raise TypeError(f"stop_fn must be callable, got {type(stop_fn).__name__}")
+        if config.strategy == "beam":
+            raise ValueError("stop_fn is not supported by beam search; use greedy or sample")
+        if config.fill_id is None:
+            raise ValueError(
+                "stop_fn needs an id for the positions after a row ends: set pad_id or eos_id"
+            )
     if generator is not None:
         if not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
@@ -168,8 +277,39 @@ def generate_tokens(
             raise TypeError(
                 f"beam search needs cache.reorder(index); {type(cache).__name__} has none"
             )
-        return _beam_search(step_fn, logits, cache, config)
-    return _decode_token_by_token(step_fn, logits, cache, config, generator)
+        return _beam_search(step_fn, logits, cache, config, seen)
+    return _decode_token_by_token(step_fn, logits, cache, config, generator, seen, stop_fn)
+
+
+def _prompt_history(
+    prompt_ids: object, padding_mask: object, logits: Tensor
+) -> tuple[Tensor, Tensor]:
+    """The tokens seen before the first new one and their padding (True = padding), checked.
+
+    Shapes:
+        returns: ids (B, L0) long, padding (B, L0) bool; L0 = 0 without a prompt
+    """
+    batch = logits.shape[0]
+    if prompt_ids is None:
+        if padding_mask is not None:
+            raise ValueError("prompt_padding_mask was given without prompt_ids")
+        empty = torch.zeros(batch, 0, dtype=torch.long, device=logits.device)
+        return empty, empty.bool()
+    ids = check_tensor("prompt_ids", prompt_ids, ndim=2)
+    if ids.dtype != torch.long or ids.shape[0] != batch:
+        raise ValueError(
+            f"prompt_ids must be a long tensor of {batch} rows (first_logits' B), got dtype "
+            f"{ids.dtype} and shape {tuple(ids.shape)}"
+        )
+    if padding_mask is None:
+        padding = torch.zeros_like(ids, dtype=torch.bool)
+    else:
+        padding = check_bool_mask("prompt_padding_mask", padding_mask, ids.shape)
+    real = ids[~padding]
+    if real.numel() and bool((real < 0).any() | (real >= logits.shape[1]).any()):
+        bad = real[(real < 0) | (real >= logits.shape[1])][0].item()
+        raise ValueError(f"prompt_ids holds {bad}, outside the vocabulary [0, {logits.shape[1]})")
+    return ids, padding
 
 
 def _check_logits(name: str, logits: object, shape: tuple[int, int] | None = None) -> Tensor:
@@ -199,6 +339,8 @@ def _decode_token_by_token(
     cache: Any,
     config: GenerationConfig,
     generator: torch.Generator | None,
+    seen: tuple[Tensor, Tensor],
+    stop_fn: StopFn | None,
 ) -> Tensor:
     """Greedy or sampled decoding: one token per row per step, all rows at once."""
     batch, vocab = logits.shape
@@ -209,14 +351,63 @@ def _decode_token_by_token(
         if step > 0:
             logits = step_fn(tokens[-1][:, None], cache)  # (B, 1) -> (B, V)
             logits = _check_logits(f"step_fn output (step {step})", logits, (batch, vocab))
+        if config.reshapes_logits:
+            logits = _reshaped_logits(logits, _history(seen, tokens), config, ended, step)
         next_token = _next_token(logits, config, generator)  # (B,)
-        next_token = next_token.masked_fill(ended, config.pad_id)
+        if config.fill_id is not None:
+            next_token = next_token.masked_fill(ended, config.fill_id)
         tokens.append(next_token)
-        if config.stop_ids:
+        if config.stop_ids or stop_fn is not None:
             ended = ended | torch.isin(next_token, stop_ids)
+            if stop_fn is not None:
+                ended = ended | _check_stops(stop_fn(torch.stack(tokens, dim=1)), batch)
             if bool(ended.all()):
                 break
     return torch.stack(tokens, dim=1)  # (B, N)
+
+
+def _history(seen: tuple[Tensor, Tensor], tokens: list[Tensor]) -> tuple[Tensor, Tensor]:
+    """The prompt followed by the tokens generated so far, with their padding (B, L0 + n)."""
+    ids, padding = seen
+    if not tokens:
+        return ids, padding
+    new = torch.stack(tokens, dim=1)  # (B, n)
+    return torch.cat([ids, new], dim=1), torch.cat([padding, torch.zeros_like(new).bool()], 1)
+
+
+def _check_stops(stops: object, batch: int) -> Tensor:
+    if not isinstance(stops, Tensor) or stops.dtype != torch.bool or stops.shape != (batch,):
+        what = f"{stops.dtype} {tuple(stops.shape)}" if isinstance(stops, Tensor) else stops
+        raise TypeError(f"stop_fn must return a bool tensor of shape ({batch},), got {what}")
+    return stops
+
+
+def _reshaped_logits(
+    logits: Tensor, history: tuple[Tensor, Tensor], config: GenerationConfig, ended: Tensor,
+    step: int,
+) -> Tensor:
+    """The logits after the repetition penalty and the n-gram ban; a live row they leave
+    without a single allowed token is an error (it has nothing left to emit)."""
+    reshaped = _apply_rules(logits, *history, config)
+    logits = torch.where(ended[:, None], logits, reshaped)  # ended rows: only filler follows
+    stuck = ~torch.isfinite(logits.amax(dim=-1))  # (B,)
+    if bool(stuck.any()):
+        row = int(stuck.nonzero()[0, 0])
+        raise ValueError(
+            f"no_repeat_ngram_size={config.no_repeat_ngram_size} leaves row {row} no token to "
+            f"emit at step {step} (every allowed token would repeat an n-gram); use a larger "
+            "size or fewer new tokens"
+        )
+    return logits
+
+
+def _apply_rules(
+    logits: Tensor, history: Tensor, padding_mask: Tensor, config: GenerationConfig
+) -> Tensor:
+    return apply_repetition_rules(
+        logits, history, padding_mask, repetition_penalty=config.repetition_penalty,
+        no_repeat_ngram_size=config.no_repeat_ngram_size,
+    )
 
 
 def _next_token(logits: Tensor, config: GenerationConfig, generator: torch.Generator | None):
@@ -256,14 +447,17 @@ class _Beams:
 
     alive_tokens: Tensor  # (B, K, n) tokens of the beams still growing
     alive_scores: Tensor  # (B, K) sum of log-probs; -inf marks an empty beam
-    fin_tokens: Tensor  # (B, K, max_new_tokens) finished hypotheses, pad_id after the end
+    fin_tokens: Tensor  # (B, K, max_new_tokens) finished hypotheses, fill_id after the end
     fin_scores: Tensor  # (B, K) length-penalised scores, best first; -inf marks an empty slot
     fin_lengths: Tensor  # (B, K)
     done: Tensor  # (B,) the row's finished hypotheses can no longer be beaten
-    pad_id: int
+    fill_id: int
 
 
-def _beam_search(step_fn: StepFn, logits: Tensor, cache: Any, config: GenerationConfig) -> Tensor:
+def _beam_search(
+    step_fn: StepFn, logits: Tensor, cache: Any, config: GenerationConfig,
+    seen: tuple[Tensor, Tensor],
+) -> Tensor:
     """Beam search with K = ``num_beams`` beams per row, vectorised over rows and beams.
 
     At each step every beam is extended by every token. Of the K best extensions of a row,
@@ -278,6 +472,9 @@ def _beam_search(step_fn: StepFn, logits: Tensor, cache: Any, config: Generation
     two ends. A row with fewer than K finished hypotheses goes on while it has a live beam.
     Decoding stops when every row is done or at ``max_new_tokens``; each row returns its best
     finished hypothesis.
+
+    ``repetition_penalty`` and ``no_repeat_ngram_size`` act on each beam's log-probs, its
+    history being the prompt followed by the beam's own tokens (Hugging Face's order).
     """
     batch, vocab = logits.shape
     k, max_new, penalty = config.num_beams, config.max_new_tokens, config.length_penalty
@@ -287,13 +484,18 @@ def _beam_search(step_fn: StepFn, logits: Tensor, cache: Any, config: Generation
     is_stop[list(config.stop_ids)] = True
     cache.reorder(torch.arange(batch, device=device).repeat_interleave(k))  # B -> B * K rows
     logits = logits.repeat_interleave(k, dim=0)  # (B * K, V): beam copies of each row
-    beams = _start_beams(batch, k, max_new, config.pad_id, device, dtype)
+    fill = config.fill_id if config.fill_id is not None else 0  # None: nothing ends early
+    beams = _start_beams(batch, k, max_new, fill, device, dtype)
+    prompt = tuple(t.repeat_interleave(k, dim=0) for t in seen)  # (B * K, L0) each
     for step in range(max_new):
         if step > 0:
             last = beams.alive_tokens[:, :, -1].reshape(batch * k, 1)  # (B * K, 1)
             logits = step_fn(last, cache)  # (B * K, V)
             logits = _check_logits(f"step_fn output (step {step})", logits, (batch * k, vocab))
-        log_probs = F.log_softmax(logits.to(dtype), dim=-1).view(batch, k, vocab)  # (B, K, V)
+        log_probs = F.log_softmax(logits.to(dtype), dim=-1)  # (B * K, V)
+        if config.reshapes_logits:
+            log_probs = _beam_reshape(log_probs, prompt, beams.alive_tokens, config)
+        log_probs = log_probs.view(batch, k, vocab)  # (B, K, V)
         parent = _advance(beams, log_probs, is_stop, penalty)  # (B, K)
         length = step + 1
         if length == max_new:
@@ -310,18 +512,33 @@ def _beam_search(step_fn: StepFn, logits: Tensor, cache: Any, config: Generation
     return beams.fin_tokens[:, 0, :n]  # (B, N): the best hypothesis of each row
 
 
-def _start_beams(batch: int, k: int, max_new: int, pad_id: int, device, dtype) -> _Beams:
+def _beam_reshape(
+    log_probs: Tensor, prompt: tuple[Tensor, ...], alive: Tensor, config: GenerationConfig
+) -> Tensor:
+    """The two logit rules on each beam's log-probs, its history the prompt and its tokens.
+
+    Shapes:
+        log_probs: (B * K, V); prompt: ids and padding (B * K, L0); alive: (B, K, n)
+    """
+    ids, padding = prompt
+    own = alive.reshape(ids.shape[0], -1)  # (B * K, n)
+    history = torch.cat([ids, own], dim=1)  # (B * K, L0 + n)
+    padding = torch.cat([padding, torch.zeros_like(own, dtype=torch.bool)], dim=1)
+    return _apply_rules(log_probs, history, padding, config)
+
+
+def _start_beams(batch: int, k: int, max_new: int, fill_id: int, device, dtype) -> _Beams:
     """K copies of the empty prefix per row; all but the first are empty so none repeats."""
     alive_scores = torch.full((batch, k), float("-inf"), dtype=dtype, device=device)
     alive_scores[:, 0] = 0.0
     return _Beams(
         alive_tokens=torch.empty(batch, k, 0, dtype=torch.long, device=device),
         alive_scores=alive_scores,
-        fin_tokens=torch.full((batch, k, max_new), pad_id, dtype=torch.long, device=device),
+        fin_tokens=torch.full((batch, k, max_new), fill_id, dtype=torch.long, device=device),
         fin_scores=torch.full((batch, k), float("-inf"), dtype=dtype, device=device),
         fin_lengths=torch.zeros(batch, k, dtype=torch.long, device=device),
         done=torch.zeros(batch, dtype=torch.bool, device=device),
-        pad_id=pad_id,
+        fill_id=fill_id,
     )
 
 
@@ -352,7 +569,7 @@ def _add_finished(beams: _Beams, sequences: Tensor, scores: Tensor) -> None:
     """Merge hypotheses (B, K', n) scored (B, K') (-inf = not a hypothesis) into the K best."""
     batch, k, max_new = beams.fin_tokens.shape
     n = sequences.shape[-1]
-    padded = beams.fin_tokens.new_full((batch, sequences.shape[1], max_new), beams.pad_id)
+    padded = beams.fin_tokens.new_full((batch, sequences.shape[1], max_new), beams.fill_id)
     padded[..., :n] = sequences
     all_scores = torch.cat([beams.fin_scores, scores], dim=1)  # (B, K + K')
     all_tokens = torch.cat([beams.fin_tokens, padded], dim=1)  # (B, K + K', max_new)

@@ -13,6 +13,7 @@ from torch import nn
 
 from addnorm._checks import check_int, inputs_checked
 from addnorm.cache import DecodingCache
+from addnorm.pretrained import PretrainedMixin
 from addnorm.transformer.config import LMConfig
 from addnorm.transformer.decoding import (
     check_generation_config,
@@ -30,19 +31,25 @@ from addnorm.transformer.embedding import (
     output_projection,
     rotary_for,
 )
-from addnorm.transformer.generation import GenerationConfig
+from addnorm.transformer.generation import GenerationConfig, StopFn
 from addnorm.transformer.stacks import Encoder
 
 __all__ = ["TransformerLM"]
 
 
-class TransformerLM(nn.Module):
+class TransformerLM(PretrainedMixin, nn.Module):
     """A decoder-only language model: causal :class:`EncoderLayer` blocks (pre-LN default).
 
     Submodules: ``embed`` (:class:`Embedder`), ``blocks`` (:class:`Encoder`, run with
     ``causal=True``), ``to_logits`` (Linear D -> V, tied to ``embed.tokens`` when
     ``cfg.tie_output``); ``rotary`` or None.
+
+    The tie is one shared Parameter. ``to_empty`` (after building on the meta device) and
+    ``load_state_dict(..., assign=True)`` replace Parameters one by one and so break it; call
+    :meth:`tie_weights` after them.
     """
+
+    config_class = LMConfig  # save_pretrained / from_pretrained (addnorm.pretrained)
 
     def __init__(self, cfg: LMConfig) -> None:
         super().__init__()
@@ -56,6 +63,12 @@ class TransformerLM(nn.Module):
         )
         tied = self.embed.tokens if cfg.tie_output else None
         self.to_logits = output_projection(cfg.d_model, cfg.vocab_size, tied)
+
+    def tie_weights(self) -> None:
+        """Share the token table with the output projection again, when ``cfg.tie_output``
+        (after ``to_empty`` or ``load_state_dict(assign=True)``, which untie them)."""
+        if self.cfg.tie_output:
+            self.to_logits.weight = self.embed.tokens.weight
 
     def _inputs(
         self, name: str, ids: object, padding_mask: object, *, left_padding_only: bool = False
@@ -103,7 +116,7 @@ class TransformerLM(nn.Module):
         """
         cfg = self.cfg
         check_int("max_new_tokens", max_new_tokens, min_value=1)
-        prompt_ids, padding, _, _ = self._inputs(
+        prompt_ids, _, padding, _ = self._inputs(  # padding: None when no token is padding
             "prompt_ids", prompt_ids, padding_mask, left_padding_only=True
         )
         batch, prompt_len = prompt_ids.shape
@@ -131,13 +144,13 @@ class TransformerLM(nn.Module):
         with torch.no_grad():
             tokens = check_ids("tokens", tokens, self.cfg.vocab_size, None)
             check_step(tokens, cache, needs_memory=False)
-            return self._run(tokens, torch.zeros_like(tokens, dtype=torch.bool), cache)
+            return self._run(tokens, None, cache)  # None: no new token is padding
 
     def _run(
-        self, ids: torch.Tensor, padding: torch.Tensor, cache: DecodingCache
+        self, ids: torch.Tensor, padding: torch.Tensor | None, cache: DecodingCache
     ) -> torch.Tensor:
         with inputs_checked():  # ids and cache were checked by start / step
-            key_padding, positions = cache.extend(padding)  # (B, S), (B, L)
+            key_padding, positions = cache.extend(padding, ids.shape[1])  # (B, S) | None, (B, L)
             h = self.blocks(
                 self.embed(ids, positions), padding_mask=key_padding, causal=True, cache=cache,
                 positions=positions,
@@ -160,9 +173,14 @@ class TransformerLM(nn.Module):
         *,
         padding_mask: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
+        stop_fn: StopFn | None = None,
     ) -> torch.Tensor:
         """Continue each (left-padded) prompt as ``config`` says (default
         :attr:`generation_config`).
+
+        The prompt counts as seen for ``config.repetition_penalty`` and
+        ``config.no_repeat_ngram_size`` (padding excluded); ``stop_fn`` (greedy and sampling)
+        ends rows early, e.g. at stop strings (``generation.stop_at_strings``).
 
         The output holds the new tokens only; after a row's stop token it holds ``cfg.pad_id``.
         ``pad_id`` is never generated (its logits are set to -inf), so it may not be a stop
@@ -172,11 +190,15 @@ class TransformerLM(nn.Module):
             prompt_ids: (B, L0); padding_mask: (B, L0), True = padding (left)
             returns: (B, N) long, N <= config.max_new_tokens
         """
-        never_emit = {"pad_id": self.cfg.pad_id}
+        pad_id = self.cfg.pad_id
+        never_emit: dict[str, int] = {} if pad_id is None else {"pad_id": pad_id}
         config = check_generation_config(self.cfg, config, never_emit)
         cache, logits = self.start(
             prompt_ids, padding_mask=padding_mask, max_new_tokens=config.max_new_tokens,
             static=config.compile,
         )
         step = compiled_step(self.step) if config.compile else self.step
-        return generate_without(step, logits, cache, config, never_emit, generator)
+        return generate_without(
+            step, logits, cache, config, never_emit, generator, prompt_ids=prompt_ids,
+            padding_mask=padding_mask, stop_fn=stop_fn,
+        )

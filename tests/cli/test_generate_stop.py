@@ -1,0 +1,69 @@
+"""``addnorm generate --stop TEXT``: the output is cut before the first stop string.
+
+Provenance: sampling with a fixed seed draws the same tokens until a row stops, so a run with
+stop strings must print the run without them, cut where ``str.find`` first meets one of them
+in the continuation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from addnorm.cli.parser import main
+from addnorm.tasks.lm import LMTask
+from addnorm.training.checkpoint import save_checkpoint
+
+PROMPT = "def "
+
+
+@pytest.fixture(scope="module")
+def lm_checkpoint(tmp_path_factory):
+    """An lm run's checkpoint with random weights, as the trainer writes one."""
+    run_dir = tmp_path_factory.mktemp("lm-stop")
+    task = LMTask()
+    cfg = dataclasses.replace(
+        task.prepare(task.default_model_config()), d_model=32, n_heads=2, n_layers=1, d_ff=64
+    )
+    torch.manual_seed(0)
+    state = task.build_model(cfg).state_dict()
+    run = {"task": "lm", "model_config": cfg.to_dict(), "task_data": task.to_dict()}
+    save_checkpoint(run_dir, 1, {"model": state}, {"run": run})
+    return run_dir
+
+
+def _generate(capsys, checkpoint, *stops: str) -> tuple[int, str, str]:
+    argv = ["generate", "--prompt", PROMPT, "--max-new-tokens", "30", "--seed", "3",
+            "--checkpoint", str(checkpoint)]
+    for stop in stops:
+        argv += ["--stop", stop]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_output_is_cut_before_the_first_stop_string(lm_checkpoint, capsys):
+    code, full, _ = _generate(capsys, lm_checkpoint)
+    assert code == 0
+    continuation = full.removesuffix("\n").removeprefix(PROMPT)
+    assert len(continuation) >= 24  # 30 tokens; decode drops special ones
+    late, early = continuation[20:23], continuation[6:8]
+    for stops in [(late,), (late, early)]:
+        code, out, _ = _generate(capsys, lm_checkpoint, *stops)
+        cut = min(continuation.find(s) for s in stops)
+        assert code == 0 and 0 < cut < len(continuation)
+        assert out == PROMPT + continuation[:cut] + "\n"
+
+
+def test_a_stop_string_never_produced_changes_nothing(lm_checkpoint, capsys):
+    _, full, _ = _generate(capsys, lm_checkpoint)
+    code, out, _ = _generate(capsys, lm_checkpoint, "\x00never\x00")
+    assert (code, out) == (0, full)
+
+
+def test_an_empty_stop_string_exits_2_with_one_line(lm_checkpoint, capsys):
+    code, out, err = _generate(capsys, lm_checkpoint, "")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "--stop" in err
