@@ -17,7 +17,7 @@ from addnorm.data.digits import load_digits
 from addnorm.data.text import TextCorpus
 from addnorm.data.tokenizers import CharTokenizer
 
-__all__ = ["DateBatches", "DigitBatches", "TextBatches", "encode_date_pairs"]
+__all__ = ["DateBatches", "DigitBatches", "RankShard", "TextBatches", "encode_date_pairs"]
 
 
 def encode_date_pairs(
@@ -146,3 +146,48 @@ class DigitBatches:
     def load_state_dict(self, state: dict) -> None:
         """Continue the data order saved by ``state_dict``."""
         _set_rng_state(self.rng, state["rng"])
+
+
+class RankShard:
+    """One rank's share of another batch source's global batches, for data-parallel training.
+
+    Every rank draws the same global batch (the source's own data order, as one process would)
+    and keeps run number ``rank`` of its rows cut into ``world_size`` consecutive runs whose
+    lengths differ by at most one (``torch.tensor_split``). Padded batches keep the global
+    batch's length, so each row is exactly as one process would see it.
+    The state is the source's, so a checkpoint resumes with any number of ranks.
+
+    Args:
+        source: the global batch source (``next_batch``, ``state_dict``, ``load_state_dict``).
+        rank: this rank, 0 .. world_size - 1.
+        world_size: how many ranks share each batch.
+    """
+
+    def __init__(self, source, *, rank: int, world_size: int) -> None:
+        self.world_size = check_int("world_size", world_size, min_value=1)
+        self.rank = check_int("rank", rank, min_value=0)
+        if rank >= world_size:
+            raise ValueError(f"rank ({rank}) must be < world_size ({world_size})")
+        self.source = source
+
+    def next_batch(self) -> dict[str, torch.Tensor]:
+        """This rank's rows of the next global batch (every tensor cut along its first dim)."""
+        batch = self.source.next_batch()
+        rows = {name: value.shape[0] for name, value in batch.items()}
+        if min(rows.values()) < self.world_size:
+            raise ValueError(
+                f"a global batch of {min(rows.values())} rows cannot be shared by "
+                f"{self.world_size} ranks: use a batch size >= the number of processes"
+            )
+        return {
+            name: torch.tensor_split(value, self.world_size)[self.rank]
+            for name, value in batch.items()
+        }
+
+    def state_dict(self) -> dict:
+        """The global data order (the same on every rank)."""
+        return self.source.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the global data order saved by ``state_dict``."""
+        self.source.load_state_dict(state)

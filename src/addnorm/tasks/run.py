@@ -15,6 +15,10 @@ never write one directory at once, and deletes only files a previous run's marke
 addnorm wrote. The torch thread count and the device are its caller's choice (the
 CLI's ``--threads`` and ``--device``).
 
+Started by ``torchrun`` (a process group exists; see ``addnorm.training.distributed``), every
+rank trains and only rank 0 takes the lock, writes the marker, the loss curve and
+``metrics.json`` and evaluates; the other ranks return a summary without metrics.
+
 ``load_trained`` rebuilds a model from a checkpoint with its EMA weights when the checkpoint
 has them (``weights="ema"``, the default, the weights a finished run was scored with) or its
 raw trained weights (``weights="raw"``).
@@ -22,6 +26,7 @@ raw trained weights (``weights="raw"``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -37,7 +42,13 @@ from addnorm.tasks.dit import DiTTask
 from addnorm.tasks.lm import LMTask
 from addnorm.tasks.task import Task
 from addnorm.tasks.translate import TranslateTask
-from addnorm.training.checkpoint import CheckpointError, LoadedCheckpoint, load_checkpoint
+from addnorm.training import distributed
+from addnorm.training.checkpoint import (
+    CheckpointError,
+    LoadedCheckpoint,
+    load_checkpoint,
+    parse_json,
+)
 from addnorm.training.config import TrainConfig
 from addnorm.training.metrics import plot_loss_curve
 from addnorm.training.run_dir import (
@@ -48,6 +59,7 @@ from addnorm.training.run_dir import (
     write_marker,
 )
 from addnorm.training.schedules import LRSchedule
+from addnorm.training.sizes import SizeError, check_model_fits
 from addnorm.training.state import seed_everything
 from addnorm.training.trainer import STOP_SIGNALS, Trainer, TrainResult
 from addnorm.transformer.config import PRESETS
@@ -74,6 +86,9 @@ RESUMABLE_FIELDS = (
     "keep_checkpoints",
     "log_every",
     "eval_size",
+    "activation_checkpointing",
+    "fsdp",
+    "compile",
 )
 
 
@@ -184,14 +199,15 @@ def train_run(
         _check_same_task(resume, task, task_name)
         schedule = _saved_schedule(resume)
     task.check(model_cfg, train_cfg)
-    with RunLock(run_dir):
-        if resume is None:
+    main = distributed.is_main()
+    with RunLock(run_dir) if main else contextlib.nullcontext():
+        if resume is None and main:
             check_fresh_run_dir(run_dir, overwrite=overwrite)
         seed_everything(train_cfg.seed)
         model = task.build_model(model_cfg).to(device)
-        if resume is None and read_marker(run_dir) is not None:
+        if main and resume is None and read_marker(run_dir) is not None:
             clear_run(run_dir)
-        if read_marker(run_dir) is None:  # a fresh run, or one from before markers
+        if main and read_marker(run_dir) is None:  # a fresh run, or one from before markers
             write_marker(run_dir, task.name)
         run_info = {
             "task": task.name, "model_config": model_cfg.to_dict(), "task_data": task.to_dict()
@@ -209,13 +225,34 @@ def train_run(
         if resume is not None:
             trainer.load(resume)
         result = trainer.fit()
-        return _finish(task, trainer, result, train_cfg, run_dir)
+        weights = _trained_weights(trainer)  # every rank takes part in gathering them
+        if not main:
+            return RunSummary(
+                run_dir, result.checkpoint, result.step, result.stopped_by, result.elapsed_s,
+                {}, None,
+            )
+        model = task.build_model(model_cfg).to(device)
+        model.load_state_dict(weights)
+        return _finish(task, model, trainer, result, train_cfg, run_dir)
+
+
+def _trained_weights(trainer: Trainer) -> dict[str, torch.Tensor]:
+    """The weights a finished run is scored with (the EMA's when it keeps one), whole."""
+    if trainer.ema is not None:
+        return distributed.full_tensors(trainer.ema.state_dict())
+    return distributed.full_model_state(trainer.model)
 
 
 def _finish(
-    task: Task, trainer: Trainer, result: TrainResult, train_cfg: TrainConfig, run_dir: Path
+    task: Task,
+    model: nn.Module,
+    trainer: Trainer,
+    result: TrainResult,
+    train_cfg: TrainConfig,
+    run_dir: Path,
 ) -> RunSummary:
-    """Plot the loss curve and, unless a signal stopped the run, score it into metrics.json."""
+    """Plot the loss curve and, unless a signal stopped the run, score ``model`` (a plain copy
+    of the trained or EMA weights) into metrics.json."""
     png = None
     if (run_dir / "metrics.jsonl").stat().st_size > 0:
         png = plot_loss_curve(
@@ -224,9 +261,6 @@ def _finish(
         )
     metrics: dict = {}
     if result.stopped_by not in STOP_SIGNALS.values():
-        model = trainer.model
-        if trainer.ema is not None:
-            trainer.ema.copy_to(model)
         metrics = {
             "task": task.name,
             "step": result.step,
@@ -234,7 +268,10 @@ def _finish(
             "stopped_by": result.stopped_by,
             "elapsed_s": result.elapsed_s,
             "weights": "raw" if trainer.ema is None else "ema",
+            "world_size": distributed.world_size(),
         }
+        if result.compile_s is not None:
+            metrics["compile_s"] = result.compile_s
         metrics.update(task.evaluate_run(model, train_cfg))
         metrics["samples"] = task.run_samples(model)
         _write_json_atomic(run_dir / "metrics.json", metrics)
@@ -270,12 +307,14 @@ def load_trained(
 
 
 def read_run_metrics(checkpoint: LoadedCheckpoint) -> dict | None:
-    """The ``metrics.json`` of the run a checkpoint belongs to, if there is one."""
+    """The ``metrics.json`` of the run a checkpoint belongs to, if there is one (None also for
+    one that is not a JSON object, or is nested deeper than ``parse_json`` takes)."""
     path = checkpoint.path.parent.parent / "metrics.json"
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        metrics = parse_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         return None
+    return metrics if isinstance(metrics, dict) else None
 
 
 def has_run(run_dir: str | os.PathLike) -> bool:
@@ -300,9 +339,14 @@ def _task_and_config(checkpoint: LoadedCheckpoint) -> tuple[Task, object]:
     try:
         task_cls = TASKS[info["task"]]
         task = task_cls.from_dict(info["task_data"])
-        return task, task_cls.config_from_dict(info["model_config"])
+        cfg = task_cls.config_from_dict(info["model_config"])
     except (KeyError, TypeError, ValueError) as err:
         raise CheckpointError(f"{where} does not describe a trainable model: {err!r}") from None
+    try:  # before anything is allocated: sizes no machine can hold end in a clear error
+        check_model_fits(cfg)
+    except SizeError as err:
+        raise CheckpointError(f"{where}: {err}") from None
+    return task, cfg
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:

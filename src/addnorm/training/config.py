@@ -14,7 +14,10 @@ from addnorm._checks import (
 )
 from addnorm.training.schedules import SCHEDULES, ScheduleKind
 
-__all__ = ["TrainConfig"]
+__all__ = ["MAX_SEED", "TrainConfig"]
+
+# The largest seed every generator takes (torch's are seeded with a uint64).
+MAX_SEED = 2**64 - 1
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,7 @@ class TrainConfig:
         grad_clip: max global gradient norm; 0 disables clipping.
         ema_decay: decay of the exponential moving average of the weights; 0 disables it.
         bf16: run forward and loss under bfloat16 autocast.
-        seed: seeds the weights, dropout and the data order.
+        seed: seeds the weights, dropout and the data order; 0 to 2**64 - 1.
         checkpoint_every: save every this many steps (0 = only at the end).
         keep_checkpoints: how many of the newest checkpoints to keep on disk.
         log_every: write a metrics line every this many steps.
@@ -50,6 +53,11 @@ class TrainConfig:
         eval_size: held-out examples scored at the end: test dates for ``translate`` (plus a
             quarter as many validation dates), at most this many validation windows for
             ``lm``.
+        activation_checkpointing: recompute each layer's activations in the backward pass
+            instead of storing them (less memory, about one more forward of time).
+        fsdp: shard the weights, gradients and optimizer state over the processes of a
+            ``torchrun`` launch (FSDP2) instead of replicating them (DDP).
+        compile: run the model's forward through ``torch.compile``.
     """
 
     max_steps: int = 1000
@@ -73,6 +81,9 @@ class TrainConfig:
     log_every: int = 10
     seq_len: int = 128
     eval_size: int = 2000
+    activation_checkpointing: bool = False
+    fsdp: bool = False
+    compile: bool = False
 
     def __post_init__(self) -> None:
         check_int("max_steps", self.max_steps, min_value=1)
@@ -92,9 +103,13 @@ class TrainConfig:
         check_probability("label_smoothing", self.label_smoothing)
         check_float("grad_clip", self.grad_clip, min_value=0.0)
         check_probability("ema_decay", self.ema_decay)
-        if not isinstance(self.bf16, bool):
-            raise TypeError(f"bf16 must be a bool, got {type(self.bf16).__name__}")
+        for name in ("bf16", "activation_checkpointing", "fsdp", "compile"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
         check_int("seed", self.seed, min_value=0)
+        if self.seed > MAX_SEED:  # torch.manual_seed takes at most a uint64
+            raise ValueError(f"seed must be <= 2**64 - 1 ({MAX_SEED}), got {self.seed}")
         check_int("checkpoint_every", self.checkpoint_every, min_value=0)
         check_int("keep_checkpoints", self.keep_checkpoints, min_value=1)
         check_int("log_every", self.log_every, min_value=1)

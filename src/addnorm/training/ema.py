@@ -2,7 +2,8 @@
 
 After each optimizer step, ``shadow = decay * shadow + (1 - decay) * weight`` for every
 floating-point parameter and buffer; integer buffers (e.g. BatchNorm's step counter) are
-copied. The shadow lives on the model's device in float32 (or the weight's wider dtype).
+copied. The shadow lives on the model's device in float32 (or the weight's wider dtype); for an
+FSDP2-sharded model it holds each rank's shards (``state_dict`` returns them as ``DTensor``s).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class EMA:
         if missing or unexpected:
             raise ValueError(f"EMA state keys differ: missing {missing}, unexpected {unexpected}")
         for name, value in state.items():
-            self.shadow[name].copy_(value)
+            self.shadow[name].copy_(_like(value, self.shadow[name]))
 
     @torch.no_grad()
     def copy_to(self, model: nn.Module) -> None:
@@ -62,6 +63,18 @@ class EMA:
         model.load_state_dict(
             {name: value.to(current[name].dtype) for name, value in self.shadow.items()}
         )
+
+
+def _like(value: torch.Tensor, shadow: torch.Tensor) -> torch.Tensor:
+    """``value`` (a whole tensor) laid out as ``shadow``: this rank's shard of it when the
+    shadow is a sharded ``DTensor`` (an FSDP2 model's), else ``value`` itself."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    if not isinstance(shadow, DTensor):
+        return value
+    return distribute_tensor(
+        value.to(shadow.device, shadow.dtype), shadow.device_mesh, shadow.placements
+    )
 
 
 def _wide(value: torch.Tensor) -> torch.Tensor:

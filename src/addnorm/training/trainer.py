@@ -27,25 +27,37 @@ trainer tracks as a phase:
   interrupt if there is none);
 - ``"idle"`` (between steps, logging, saving): the step is complete, so a checkpoint of it is
   written with the current data and random state.
+
+Several processes (``torchrun``; see ``distributed.py``): each rank trains on its share of the
+global batch, its loss weighted so that DDP's gradient average is the global batch's mean
+gradient; stops are agreed between ranks, and only rank 0 writes checkpoints and metrics and
+shows progress. ``config.fsdp`` shards the model with FSDP2 instead; checkpoints are whole
+state dicts either way. ``config.activation_checkpointing`` recomputes each layer in the
+backward pass; ``config.compile`` runs the forward through ``torch.compile`` (the model object,
+and so its checkpoint keys, stay the same; ``TrainResult.compile_s`` is the first step's time).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
+import random
 import signal
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from addnorm.data.batches import RankShard
+from addnorm.training import distributed
 from addnorm.training.checkpoint import LoadedCheckpoint, list_checkpoints, save_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.ema import EMA
@@ -93,6 +105,8 @@ class TrainResult:
         stopped_by: "max_steps", "max_minutes", "interrupt" (SIGINT, Ctrl-C) or "terminate"
             (SIGTERM).
         elapsed_s: training time of all invocations together, in seconds.
+        compile_s: with ``config.compile``, the first step's time in this invocation (it
+            includes compiling the forward and backward); else None.
     """
 
     step: int
@@ -100,6 +114,7 @@ class TrainResult:
     checkpoint: Path
     stopped_by: str
     elapsed_s: float
+    compile_s: float | None = None
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
@@ -125,7 +140,10 @@ class Trainer:
         run_dir: where checkpoints and ``metrics.jsonl`` go.
         schedule: the learning rate of each step.
         run_info: JSON saved in every checkpoint (what is needed to rebuild the model).
-        progress: show a tqdm progress bar on stderr.
+        progress: show a tqdm progress bar on stderr (rank 0 only).
+
+    With a process group, ``model`` is wrapped for data parallelism (or sharded, with
+    ``config.fsdp``) here, and ``batches`` gives each rank its share of the global batch.
     """
 
     def __init__(
@@ -142,13 +160,24 @@ class Trainer:
     ) -> None:
         if not isinstance(config, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
-        self.model, self.loss_fn, self.batches, self.config = model, loss_fn, batches, config
+        self.model, self.loss_fn, self.config = model, loss_fn, config
+        self.batches: BatchSource = batches
+        if distributed.is_distributed():
+            self.batches = RankShard(
+                batches, rank=distributed.rank(), world_size=distributed.world_size()
+            )
         self.run_dir = Path(run_dir)
         self.schedule = schedule
         self.run_info = run_info or {}
-        self.progress = progress
+        self.progress = progress and distributed.is_main()
         self.device = next(model.parameters()).device
+        self.forward_model = distributed.prepare_model(
+            model, activation_checkpointing=config.activation_checkpointing, fsdp=config.fsdp
+        )
+        if config.compile:  # the module stays the same object: its state dict keys do too
+            self.forward_model = cast(nn.Module, torch.compile(self.forward_model))
         self.optimizer = make_optimizer(model, config)
+        self._optimizer_view = distributed.OptimizerView(model, self.optimizer)
         self.ema = EMA(model, config.ema_decay) if config.ema_decay > 0 else None
         self.step = 0
         self.elapsed_s = 0.0
@@ -158,9 +187,11 @@ class Trainer:
 
     def load(self, checkpoint: LoadedCheckpoint) -> None:
         """Continue from ``checkpoint``: weights, optimizer, EMA, step, RNG and data order."""
-        self.model.load_state_dict(checkpoint.tensors["model"])
+        distributed.load_full_model_state(self.model, checkpoint.tensors["model"])
         optimizer_from_parts(
-            self.optimizer, checkpoint.tensors["optimizer"], checkpoint.state["optimizer"]
+            self._optimizer_view,  # type: ignore[arg-type]  # an optimizer's state interface
+            checkpoint.tensors["optimizer"],
+            checkpoint.state["optimizer"],
         )
         if self.ema is not None:
             if "ema" not in checkpoint.tensors:
@@ -175,7 +206,9 @@ class Trainer:
     def fit(self) -> TrainResult:
         """Train until ``max_steps`` or ``max_minutes`` (whichever ends first), Ctrl-C or
         SIGTERM."""
-        log = MetricsLog(self.run_dir / "metrics.jsonl", resume_from_step=self._resumed_from)
+        log = None
+        if distributed.is_main():
+            log = MetricsLog(self.run_dir / "metrics.jsonl", resume_from_step=self._resumed_from)
         self._stop_requested = None
         previous_handlers = self._catch_stop_signals()
         bar = tqdm(
@@ -187,18 +220,23 @@ class Trainer:
         )
         start, loss, stopped_by = time.monotonic(), None, "max_steps"
         window = {"tokens": 0, "time": time.monotonic()}
+        compile_s = None
         self._phase = "idle"
         try:
             while self.step < self.config.max_steps:
-                if self._stop_requested is not None:
-                    stopped_by = self._stop_requested
-                    break
-                if self._out_of_time(start):
-                    stopped_by = "max_minutes"
+                stop = self._stop_requested
+                if stop is None and self._out_of_time(start):
+                    stop = "max_minutes"
+                stop = distributed.agree_on_stop(stop)
+                if stop is not None:
+                    stopped_by = stop
                     break
                 boundary = self._snapshot()
                 self._phase = "forward"
+                step_start = time.monotonic()
                 loss, tokens = self._train_step()  # sets "update", then "idle"
+                if self.config.compile and compile_s is None:
+                    compile_s = time.monotonic() - step_start
                 window["tokens"] += tokens
                 bar.update(1)
                 if self.step % self.config.log_every == 0 or self.step == self.config.max_steps:
@@ -219,7 +257,7 @@ class Trainer:
             self._phase = "idle"
         self.elapsed_s += time.monotonic() - start
         path = self.save()
-        return TrainResult(self.step, loss, path, stopped_by, self.elapsed_s)
+        return TrainResult(self.step, loss, path, stopped_by, self.elapsed_s, compile_s)
 
     def _abandon_half_step(self, start: float, stopped_by: str) -> TrainResult:
         """After an interrupt inside the optimizer/EMA update: keep the newest checkpoint on
@@ -234,12 +272,22 @@ class Trainer:
         return TrainResult(step, None, saved[-1], stopped_by, self.elapsed_s)
 
     def save(self, *, elapsed_now: float = 0.0) -> Path:
-        """Write a checkpoint of the current step (atomically; see ``checkpoint.py``)."""
-        opt_tensors, opt_skeleton = optimizer_to_parts(self.optimizer)
+        """Write a checkpoint of the current step (atomically; see ``checkpoint.py``). With
+        several processes every rank calls it (a sharded model is gathered) and rank 0 writes;
+        the others return the path rank 0 writes."""
+        opt_tensors, opt_skeleton = optimizer_to_parts(
+            self._optimizer_view  # type: ignore[arg-type]  # an optimizer's state interface
+        )
         rng_tensors, rng_json = capture_rng()
-        tensors = {"model": self.model.state_dict(), "optimizer": opt_tensors, "rng": rng_tensors}
+        tensors = {
+            "model": distributed.full_model_state(self.model),
+            "optimizer": opt_tensors,
+            "rng": rng_tensors,
+        }
         if self.ema is not None:
-            tensors["ema"] = self.ema.state_dict()
+            tensors["ema"] = distributed.full_tensors(self.ema.state_dict())
+        if not distributed.is_main():
+            return self.run_dir / "checkpoints" / f"step-{self.step:08d}"
         state = {
             "step": self.step,
             "elapsed_s": self.elapsed_s + elapsed_now,
@@ -262,15 +310,20 @@ class Trainer:
             group["lr"] = lr
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
+        self._seed_other_ranks()
         total, tokens = 0.0, 0
-        for _ in range(cfg.grad_accum):
+        for i in range(cfg.grad_accum):
             batch = {k: v.to(self.device) for k, v in self.batches.next_batch().items()}
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
-                loss, n_tokens = self.loss_fn(self.model, batch)
-            (loss / cfg.grad_accum).backward()
+            with self._sync_gradients(i == cfg.grad_accum - 1):
+                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+                    loss, n_tokens = self.loss_fn(self.forward_model, batch)
+                    # this rank's share of the global batch's mean (1 with one process)
+                    loss = loss * distributed.global_mean_weight(n_tokens)
+                (loss / cfg.grad_accum).backward()
             total += loss.item()
             tokens += n_tokens
-        mean_loss = total / cfg.grad_accum
+        total, tokens_all = distributed.all_reduce_sum([total, float(tokens)])
+        mean_loss, tokens = total / distributed.world_size() / cfg.grad_accum, int(tokens_all)
         if not math.isfinite(mean_loss):
             raise FloatingPointError(
                 f"training loss is {mean_loss} at step {self.step + 1}; try a lower lr ({lr:.3g})"
@@ -285,7 +338,24 @@ class Trainer:
         self._phase = "idle"
         return mean_loss, tokens
 
-    def _log(self, log: MetricsLog, bar, loss: float, window: dict, start: float) -> None:
+    def _sync_gradients(self, last_micro_batch: bool):
+        """DDP all-reduces gradients only on the last micro-batch of an accumulated step."""
+        no_sync = getattr(self.forward_model, "no_sync", None)
+        if last_micro_batch or no_sync is None:
+            return contextlib.nullcontext()
+        return no_sync()
+
+    def _seed_other_ranks(self) -> None:
+        """Ranks other than 0 draw dropout from a generator seeded by (seed, step, rank): the
+        ranks' draws differ, and a resumed run repeats them (rank 0 keeps the global
+        generator, which checkpoints save)."""
+        if distributed.rank() > 0:
+            draws = random.Random(f"{self.config.seed}/{self.step}/{distributed.rank()}")
+            torch.manual_seed(draws.getrandbits(63))
+
+    def _log(self, log: MetricsLog | None, bar, loss: float, window: dict, start: float) -> None:
+        if log is None:
+            return
         now = time.monotonic()
         tokens_per_s = window["tokens"] / max(now - window["time"], 1e-9)
         lr = self.schedule(self.step)
