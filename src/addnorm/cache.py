@@ -107,11 +107,8 @@ class KVCache:
             returns: keys, values (B, H, length + L, Dh), views of the buffers; (B, H,
             max_len, Dh) for a static cache
         """
-        want = (*self.keys.shape[:2], keys.shape[2], self.keys.shape[3])
-        for name, t in (("keys", keys), ("values", values)):
-            if not isinstance(t, torch.Tensor) or t.ndim != 4 or tuple(t.shape) != want:
-                got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-                raise ValueError(f"{name} must have shape (B, H, L, Dh) = {want}, got {got}")
+        if must_check():  # skipped inside a model, whose attention made keys and values
+            self._check_new(keys, values)
         if self.static:
             return self._shift_in(keys, values)
         end = self.length + keys.shape[2]
@@ -124,6 +121,15 @@ class KVCache:
         self.values[:, :, self.length : end] = values
         self.length = end
         return self.view()
+
+    def _check_new(self, keys: object, values: object) -> None:
+        """keys and values (B, H, L, Dh), with the buffers' B, H and Dh and one L."""
+        length = keys.shape[2] if isinstance(keys, torch.Tensor) and keys.ndim == 4 else "L"
+        want = (*self.keys.shape[:2], length, self.keys.shape[3])
+        for name, t in (("keys", keys), ("values", values)):
+            if not isinstance(t, torch.Tensor) or t.ndim != 4 or tuple(t.shape) != want:
+                got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"{name} must have shape (B, H, L, Dh) = {want}, got {got}")
 
     def _shift_in(
         self, keys: torch.Tensor, values: torch.Tensor
@@ -203,6 +209,7 @@ class DecodingCache:
         if static and not all(layer.self_attn.static for layer in layers):
             raise ValueError("a static DecodingCache needs static self-attention caches")
         self._length = 0
+        self._padded = False  # whether any recorded token was padding (eager: None key padding)
         self._written = torch.zeros((), dtype=torch.long, device=device)  # static: the count
 
     @classmethod
@@ -254,41 +261,63 @@ class DecodingCache:
         """Positions written so far (for a static cache, read from its count: a host sync)."""
         return int(self._written) if self.static else self._length
 
-    def extend(self, padding_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def extend(
+        self, padding_mask: torch.Tensor | None, new: int | None = None
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Record the padding of L new tokens; return the key padding and their positions.
 
         A row's positions count its real tokens only (``cumsum(~padding) - 1`` continued from
         the cached ones, padding clamped to 0), so a left-padded row gets the positions it would
-        have alone.
+        have alone. ``padding_mask=None`` says no new token is padding (then give their count
+        ``new``); an eager cache that has never held padding then returns no key padding
+        (None), so attention needs no mask at all.
 
         Shapes:
-            padding_mask: (B, L) bool, True = padding
-            returns: key padding (B, length + L), or (B, max_len) for a static cache;
+            padding_mask: (B, L) bool, True = padding, or None
+            returns: key padding (B, length + L), (B, max_len) for a static cache, or None;
             positions (B, L) long
         """
         batch = self.padding_mask.shape[0]
-        if must_check():  # skipped when a model extends its own cache with its own padding
+        if padding_mask is not None and must_check():  # skipped for a model's own padding
             check_bool_mask("padding_mask (True = padding)", padding_mask)
             if padding_mask.ndim != 2 or padding_mask.shape[0] != batch:
                 raise ValueError(
                     f"padding_mask must have shape (B, L) with B = {batch}, "
                     f"got {tuple(padding_mask.shape)}"
                 )
-        new = padding_mask.shape[1]
+        if padding_mask is None:
+            new = check_int("new", new, min_value=1)
+        else:
+            new = padding_mask.shape[1]
+            self._padded = True
         if self.static:
             self._count_static(new)
+            if padding_mask is None:
+                padding_mask = self.padding_mask.new_zeros(batch, new)  # (B, L)
             self.padding_mask = torch.cat([self.padding_mask[:, new:], padding_mask], dim=1)
         else:
             end = self._length + new
             if end > self.max_len:
                 raise ValueError(_overflow(self._length, new, self.max_len))
-            self.padding_mask[:, self._length : end] = padding_mask
+            if padding_mask is not None:  # slots not written stay False (no padding)
+                self.padding_mask[:, self._length : end] = padding_mask
             self._length = end
+        positions = self._positions(padding_mask, new)  # (B, L)
+        if self.static:
+            return self.padding_mask, positions
+        return (self.padding_mask[:, : self._length] if self._padded else None), positions
+
+    def _positions(self, padding_mask: torch.Tensor | None, new: int) -> torch.Tensor:
+        """The new tokens' positions, advancing each row's count of real tokens."""
+        if padding_mask is None:
+            steps = torch.arange(new, device=self.n_tokens.device)  # (L,)
+            positions = self.n_tokens[:, None] + steps  # (B, L)
+            self.n_tokens = self.n_tokens + new
+            return positions
         real = (~padding_mask).long()  # (B, L)
         positions = (self.n_tokens[:, None] + real.cumsum(dim=1) - 1).clamp(min=0)  # (B, L)
         self.n_tokens = self.n_tokens + real.sum(dim=1)
-        key_padding = self.padding_mask if self.static else self.padding_mask[:, : self._length]
-        return key_padding, positions
+        return positions
 
     def _count_static(self, new: int) -> None:
         """Advance a static cache's written count, refusing to push written slots out."""

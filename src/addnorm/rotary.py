@@ -175,5 +175,10 @@ class RotaryEmbedding(nn.Module):
         cos, sin = self._cos_sin(length, offset, positions)
         wide = torch.promote_types(x.dtype, cos.dtype)
         x_wide = x.to(wide)
-        return (x_wide * cos.to(wide) + rotate_half(x_wide) * sin.to(wide)).to(x.dtype)
+        # rotate_half(x) * sin == roll(x, Dh/2) * [-sin | sin], exactly: the sign moves to the
+        # small table, so x itself takes one op (roll) instead of three (chunk, neg, cat).
+        half = self.d_head // 2
+        signed_sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1).to(wide)
+        rotated = x_wide * cos.to(wide) + x_wide.roll(half, dims=-1) * signed_sin
+        return rotated.to(x.dtype)
 

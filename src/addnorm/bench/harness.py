@@ -1,0 +1,245 @@
+"""Interleaved timing, the same-run GEMM rate, and the report (table and JSON) of ``addnorm bench``.
+
+Implementations of one case are timed in rounds, A B C A B C ..., so that drift of the machine
+(other processes, clock changes, a warming cache) hits all of them alike; each keeps the
+median of its per-call times. Speed is reported as a rate (tokens/s, steps/s, ...) and as a
+ratio to the fastest *reference* of the same case (> 1: faster than every reference).
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from typing import Any
+
+import torch
+
+from addnorm._checks import check_choice, check_int
+
+__all__ = [
+    "SIZES",
+    "BenchSettings",
+    "Check",
+    "Report",
+    "Row",
+    "cpu_has_bf16",
+    "gemm",
+    "interleaved",
+    "machine_info",
+    "to_json",
+    "format_table",
+]
+
+SIZES = ("full", "quick", "test")  # test: tiny models, for the test suite only
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """What one ``addnorm bench`` run measures and how long it times each case.
+
+    Attributes:
+        size: ``"full"``, ``"quick"`` (fewer cases and rounds) or ``"test"`` (tiny models).
+        rounds: interleaved rounds per case (the median of this many calls is kept).
+        min_seconds: each timed sample repeats a call until it lasts at least this long.
+        compile: add ``torch.compile`` variants (compile time reported).
+        bf16: add bf16-autocast variants to the small-model and DiT cases.
+    """
+
+    size: str = "full"
+    rounds: int = 7
+    min_seconds: float = 0.05
+    compile: bool = False
+    bf16: bool = False
+
+    def __post_init__(self) -> None:
+        check_choice("size", self.size, SIZES)
+        check_int("rounds", self.rounds, min_value=1)
+        if not self.min_seconds >= 0:
+            raise ValueError(f"min_seconds must be >= 0, got {self.min_seconds}")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One implementation's median time on one case.
+
+    ``per_call``: units of work per call (tokens, steps, images), so rate = per_call / seconds.
+    ``flops``: floating-point operations per call, or None; ``gemm_fraction`` is the achieved
+    FLOP rate over the same-run ``torch.mm`` rate.
+    """
+
+    group: str
+    case: str
+    impl: str
+    seconds: float
+    per_call: float
+    unit: str
+    reference: bool
+    flops: float | None = None
+    gemm_fraction: float | None = None
+    note: str = ""
+
+    @property
+    def rate(self) -> float:
+        return self.per_call / self.seconds
+
+
+@dataclass(frozen=True)
+class Check:
+    """A correctness check run next to the timings: addnorm against a reference with the
+    same weights (``max_error`` <= ``tolerance``), or identical tokens (tolerance 0)."""
+
+    group: str
+    name: str
+    max_error: float
+    tolerance: float
+
+    @property
+    def passed(self) -> bool:
+        return self.max_error <= self.tolerance
+
+
+@dataclass
+class Report:
+    """Everything one run measured: timings, correctness checks, notes (skipped references,
+    compile times), and the machine."""
+
+    rows: list[Row] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    machine: dict[str, Any] = field(default_factory=dict)
+
+    def ratio(self, row: Row) -> float | None:
+        """``row``'s rate over the fastest reference of its case, or None without one."""
+        case = (row.group, row.case)
+        refs = [r.rate for r in self.rows if r.reference and (r.group, r.case) == case]
+        return row.rate / max(refs) if refs else None
+
+
+def _timed(fn: Callable[[], object], repeats: int) -> float:
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    return (time.perf_counter() - start) / repeats
+
+
+def interleaved(
+    fns: Mapping[str, Callable[[], object]], *, rounds: int, min_seconds: float, warmup: int = 1
+) -> dict[str, float]:
+    """Median seconds per call of each function, timed in interleaved rounds (A B C A B C).
+
+    Each function is warmed up ``warmup`` times, then its call count per sample is chosen
+    so that one sample lasts at least ``min_seconds``.
+    """
+    repeats = {}
+    for name, fn in fns.items():
+        for _ in range(warmup):
+            fn()
+        once = _timed(fn, 1)
+        repeats[name] = max(1, math.ceil(min_seconds / max(once, 1e-9)))
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples[name].append(_timed(fn, repeats[name]))
+    return {name: statistics.median(times) for name, times in samples.items()}
+
+
+def gemm(m: int, k: int, n: int, *, dtype: torch.dtype) -> tuple[Callable[[], object], float]:
+    """A ``torch.mm`` of (m, k) by (k, n) to time with the others, and its FLOP count."""
+    a = torch.randn(m, k).to(dtype)
+    b = torch.randn(k, n).to(dtype)
+    return (lambda: torch.mm(a, b)), 2.0 * m * k * n
+
+
+def cpu_has_bf16() -> bool:
+    """Whether the CPU has bf16 instructions (AVX-512 BF16 or AMX), as oneDNN sees them."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a build without oneDNN
+        return False
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info(command: str) -> dict[str, Any]:
+    """The machine, library versions and the command that repeats the run."""
+    dists = ("torch", "addnorm", "x-transformers", "timm", "transformers", "diffusers")
+    return {
+        "cpu": _cpu_name(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "bf16_instructions": cpu_has_bf16(),
+        "threads": torch.get_num_threads(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "versions": {dist: _version(dist) for dist in dists},
+        "command": command,
+    }
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    """The report as plain JSON data, each row with its rate and ratio."""
+    rows = [
+        {**asdict(row), "rate": row.rate, "ratio_to_best_reference": report.ratio(row)}
+        for row in report.rows
+    ]
+    checks = [{**asdict(check), "passed": check.passed} for check in report.checks]
+    return {"machine": report.machine, "rows": rows, "checks": checks, "notes": report.notes}
+
+
+def _format_rate(rate: float) -> str:
+    return f"{rate:,.0f}" if rate >= 100 else f"{rate:#.3g}"
+
+
+def format_table(report: Report) -> str:
+    """A Markdown table per group: rate, ratio to the best reference, share of the GEMM rate."""
+    lines: list[str] = []
+    m = report.machine
+    if m:
+        lines.append(f"Machine: {m['cpu']} ({m['cpu_capability']}), {m['threads']} threads, "
+                     f"Python {m['python']}")
+        versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
+        lines += [f"Versions: {versions}", f"Command: {m['command']}", ""]
+    groups = list(dict.fromkeys(row.group for row in report.rows))
+    for group in groups:
+        lines += [f"### {group}", "", "| case | implementation | rate | vs best ref | of GEMM |",
+                  "|---|---|---:|---:|---:|"]
+        for row in (r for r in report.rows if r.group == group):
+            ratio = report.ratio(row)
+            ratio_text = "" if ratio is None else f"{ratio:.2f}x"
+            gemm = "" if row.gemm_fraction is None else f"{100 * row.gemm_fraction:.0f}%"
+            impl = row.impl + (" (ref)" if row.reference else "")
+            impl += f" [{row.note}]" if row.note else ""
+            rate = f"{_format_rate(row.rate)} {row.unit}"
+            lines.append(f"| {row.case} | {impl} | {rate} | {ratio_text} | {gemm} |")
+        lines.append("")
+    if report.checks:
+        lines += ["### correctness (same weights)", ""]
+        for check in report.checks:
+            verdict = "ok" if check.passed else "FAILED"
+            lines.append(f"- {check.group}: {check.name}: max |diff| {check.max_error:.2e} "
+                         f"(tolerance {check.tolerance:.0e}) {verdict}")
+        lines.append("")
+    if report.notes:
+        lines += ["### notes", ""] + [f"- {note}" for note in report.notes] + [""]
+    return "\n".join(lines)

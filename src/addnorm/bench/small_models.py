@@ -1,0 +1,234 @@
+"""Case 2: training steps of small models, where per-op overhead decides.
+
+- The date translator at its default size (``PRESETS["tiny"]``: D 64, 2 + 2 layers, its
+  vocabularies of 132 and 15, batch 64, sources of 26 characters with padding, targets of 11)
+  against the same architecture built from torch.nn (``nn.Transformer`` between embeddings,
+  a sinusoid table and the tied output). nn.Transformer has no rotary positions, so addnorm
+  is timed with sinusoidal positions (same weights: checked) and with the translator's
+  default rotary ones.
+- The digits DiT (``DIT_PRESETS["DiT-digits"]``, batch 64) against diffusers'
+  ``DiTTransformer2DModel`` holding the same weights.
+
+A step is forward, loss, backward and an AdamW update. ``--compile`` adds addnorm's forward
+compiled (compile time reported); ``--bf16`` adds addnorm under bf16 autocast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from addnorm.bench.harness import BenchSettings, Check, Report, Row, cpu_has_bf16, interleaved
+from addnorm.bench.references import optional_module
+from addnorm.dit.config import DIT_PRESETS
+from addnorm.dit.model import DiT
+from addnorm.encodings import sinusoidal_encoding
+from addnorm.transformer.config import PRESETS, TransformerConfig
+from addnorm.transformer.encoder_decoder import Transformer
+from addnorm.transformer.interop import to_torch
+from addnorm.transformer.stacks import EncoderDecoder
+
+__all__ = ["TorchSeq2Seq", "run_small_models"]
+
+GROUP = "small models (training steps)"
+SRC_VOCAB, TGT_VOCAB, SRC_LEN, TGT_LEN = 132, 15, 26, 11  # the date translator's
+
+
+class TorchSeq2Seq(nn.Module):
+    """The translator's architecture from torch.nn: ``E[ids] * sqrt(D) + PE`` on both sides,
+    ``nn.Transformer`` (batch first), logits from the target table (tied)."""
+
+    def __init__(self, ours: Transformer) -> None:
+        super().__init__()
+        cfg = ours.cfg
+        self.scale = math.sqrt(cfg.d_model)
+        weights = ours.state_dict()
+        self.src_embed = nn.Embedding.from_pretrained(weights["src_embed.tokens.weight"].clone(),
+                                                      freeze=False)
+        self.tgt_embed = nn.Embedding.from_pretrained(weights["tgt_embed.tokens.weight"].clone(),
+                                                      freeze=False)
+        self.register_buffer("pe", sinusoidal_encoding(cfg.max_len, cfg.d_model))
+        self.pe: torch.Tensor
+        self.transformer = to_torch(EncoderDecoder(ours.encoder, ours.decoder))
+
+    def forward(
+        self, src: torch.Tensor, tgt: torch.Tensor, src_padding: torch.Tensor
+    ) -> torch.Tensor:
+        """Shapes: src (B, S), tgt (B, L), src_padding (B, S) True = padding -> (B, L, V)."""
+        length = tgt.shape[1]
+        x = self.src_embed(src) * self.scale + self.pe[: src.shape[1]]  # (B, S, D)
+        y = self.tgt_embed(tgt) * self.scale + self.pe[:length]  # (B, L, D)
+        causal = nn.Transformer.generate_square_subsequent_mask(length, device=tgt.device)
+        h = self.transformer(
+            x, y, tgt_mask=causal, tgt_is_causal=True, src_key_padding_mask=src_padding,
+            memory_key_padding_mask=src_padding,
+        )  # (B, L, D)
+        return h @ self.tgt_embed.weight.T  # (B, L, V)
+
+
+@contextlib.contextmanager
+def _bf16(enabled: bool) -> Iterator[None]:
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled):
+        yield
+
+
+def _train_step(
+    model: nn.Module, loss_fn: Callable[[], torch.Tensor], *, bf16: bool = False
+) -> Callable[[], None]:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with _bf16(bf16):
+            loss = loss_fn()
+        loss.backward()
+        optimizer.step()
+    return step
+
+
+def _translator_batch(batch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Source ids right-padded to SRC_LEN (lengths 10 to SRC_LEN), decoder input and target."""
+    src = torch.randint(3, SRC_VOCAB, (batch, SRC_LEN))
+    lengths = torch.randint(10, SRC_LEN + 1, (batch,))
+    padding = torch.arange(SRC_LEN)[None, :] >= lengths[:, None]  # (B, S)
+    src = src.masked_fill(padding, 0)
+    tgt = torch.randint(3, TGT_VOCAB, (batch, TGT_LEN + 1))
+    return src, padding, tgt
+
+
+def _translator(settings: BenchSettings, report: Report, log: Callable[[str], None]) -> None:
+    batch = 4 if settings.size == "test" else 64
+    base = PRESETS["tiny"]
+    assert isinstance(base, TransformerConfig)
+    cfg = dataclasses.replace(base, src_vocab_size=SRC_VOCAB, tgt_vocab_size=TGT_VOCAB,
+                              dropout=0.0, share_embeddings=False, position_encoding="sinusoidal")
+    torch.manual_seed(0)
+    sinusoidal = Transformer(cfg)
+    rotary = Transformer(dataclasses.replace(cfg, position_encoding="rotary"))
+    reference = TorchSeq2Seq(sinusoidal)
+    src, padding, tgt = _translator_batch(batch)
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+
+    def ours_loss(model: Callable[..., torch.Tensor]) -> Callable[[], torch.Tensor]:
+        return lambda: F.cross_entropy(
+            model(src, tgt_in, src_padding_mask=padding).flatten(0, 1), tgt_out.flatten()
+        )
+
+    def torch_loss() -> torch.Tensor:
+        return F.cross_entropy(reference(src, tgt_in, padding).flatten(0, 1), tgt_out.flatten())
+
+    with torch.no_grad():
+        sinusoidal.eval(), reference.eval()
+        error = (sinusoidal(src, tgt_in, src_padding_mask=padding)
+                 - reference(src, tgt_in, padding)).abs().max().item()
+    report.checks.append(Check(GROUP, "translator: addnorm (sinusoidal) vs nn.Transformer, "
+                               "same weights, logits", error, 1e-4))
+    fns: dict[str, Callable[[], object]] = {
+        "addnorm, sinusoidal": _train_step(sinusoidal, ours_loss(sinusoidal)),
+        "addnorm, rotary (default)": _train_step(rotary, ours_loss(rotary)),
+        "torch.nn": _train_step(reference, torch_loss),
+    }
+    if _use_bf16(settings, report):
+        fns["addnorm, rotary, bf16"] = _train_step(rotary, ours_loss(rotary), bf16=True)
+    if settings.compile:
+        compiled = torch.compile(rotary, fullgraph=True)
+        fns["addnorm, rotary, compiled"] = _timed_first(
+            _train_step(rotary, ours_loss(compiled)), report, "translator training step")
+    _time_training(fns, {"torch.nn"}, f"translator B={batch}", batch, settings, report, log,
+                   models=(sinusoidal, rotary, reference))
+
+
+def _use_bf16(settings: BenchSettings, report: Report) -> bool:
+    """``--bf16`` on a CPU with bf16 instructions; without them the variant is left out (its
+    matmuls would be emulated, many times slower than fp32), with a note."""
+    if settings.bf16 and not cpu_has_bf16():
+        note = f"{GROUP}: --bf16 variants left out: this CPU has no bf16 instructions"
+        if note not in report.notes:
+            report.notes.append(note)
+        return False
+    return settings.bf16
+
+
+def _timed_first(step: Callable[[], None], report: Report, what: str) -> Callable[[], None]:
+    """``step``, after running it once and noting how long that first (compiling) call took."""
+    start = time.perf_counter()
+    step()
+    report.notes.append(f"{GROUP}: compiling the {what} took {time.perf_counter() - start:.1f} "
+                        "s (first call)")
+    return step
+
+
+def _time_training(fns: dict, refs: set[str], case: str, batch: int, settings: BenchSettings,
+                   report: Report, log: Callable[[str], None], *, models) -> None:
+    log(f"{GROUP}: {case}")
+    for model in models:
+        model.train()
+    times = interleaved(fns, rounds=settings.rounds, min_seconds=settings.min_seconds)
+    for name, seconds in times.items():
+        report.rows.append(Row(GROUP, case, name, seconds, 1, "steps/s", reference=name in refs))
+    for model in models:
+        model.eval()
+
+
+def randomized_dit(name: str) -> DiT:
+    """A preset DiT in the variant diffusers can express (timestep shift 1), whose every
+    weight is random (a fresh one outputs exactly zero, which would make any comparison
+    pass)."""
+    torch.manual_seed(0)
+    model = DiT(dataclasses.replace(DIT_PRESETS[name], timestep_downscale_freq_shift=1.0))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn_like(p) * 0.02)
+    return model.eval()
+
+
+def _dit(settings: BenchSettings, report: Report, log: Callable[[str], None]) -> None:
+    if optional_module("diffusers", report.notes) is None:
+        report.notes.append(f"{GROUP}: the DiT case is skipped, diffusers is missing")
+        return
+    from addnorm.dit.interop import to_diffusers
+
+    name = "DiT-digits-tiny" if settings.size == "test" else "DiT-digits"
+    batch = 4 if settings.size == "test" else 64
+    ours = randomized_dit(name)
+    theirs = to_diffusers(ours)
+    cfg = ours.cfg
+    x = torch.randn(batch, cfg.in_channels, cfg.input_size, cfg.input_size)
+    t = torch.randint(0, 1000, (batch,))
+    y = torch.randint(0, cfg.n_classes, (batch,))
+    noise = torch.randn_like(x)
+
+    def theirs_out() -> torch.Tensor:
+        return theirs(x, timestep=t, class_labels=y).sample
+
+    with torch.no_grad():
+        error = (ours(x, t, y) - theirs_out()).abs().max().item()
+    report.checks.append(Check(GROUP, f"{name}: addnorm vs diffusers, same weights", error, 1e-4))
+    fns: dict[str, Callable[[], object]] = {
+        "addnorm": _train_step(ours, lambda: F.mse_loss(ours(x, t, y), noise)),
+        "diffusers": _train_step(theirs, lambda: F.mse_loss(theirs_out(), noise)),
+    }
+    if _use_bf16(settings, report):
+        fns["addnorm, bf16"] = _train_step(ours, lambda: F.mse_loss(ours(x, t, y), noise),
+                                           bf16=True)
+    if settings.compile:
+        compiled = torch.compile(ours, fullgraph=True)
+        fns["addnorm, compiled"] = _timed_first(
+            _train_step(ours, lambda: F.mse_loss(compiled(x, t, y), noise)), report,
+            "DiT training step")
+    _time_training(fns, {"diffusers"}, f"{name} B={batch}", batch, settings, report, log,
+                   models=(ours, theirs))
+
+
+def run_small_models(settings: BenchSettings, report: Report, log: Callable[[str], None]) -> None:
+    """Training steps per second: the translator against torch.nn, the DiT against diffusers."""
+    _translator(settings, report, log)
+    _dit(settings, report, log)

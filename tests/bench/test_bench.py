@@ -1,0 +1,121 @@
+"""addnorm.bench: the harness (interleaving, ratios, JSON), its same-weight checks, and the
+``addnorm bench`` command. Tiny sizes, one round: speed itself is never asserted here."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from addnorm.bench import BenchSettings, Check, Report, Row, run_bench, to_json
+from addnorm.bench.harness import format_table, interleaved
+from addnorm.bench.references import optional_module
+from addnorm.cli.parser import main
+
+TINY = BenchSettings(size="test", rounds=1, min_seconds=0.0)
+
+
+def test_interleaved_times_the_implementations_in_alternating_rounds():
+    calls: list[str] = []
+    fns = {name: (lambda name=name: calls.append(name)) for name in "ABC"}
+    times = interleaved(fns, rounds=3, min_seconds=0.0, warmup=1)
+    # Per function: one warm-up and one calibration call, then the rounds A B C A B C A B C.
+    assert calls[6:] == list("ABC") * 3
+    assert set(times) == set("ABC") and all(t >= 0 for t in times.values())
+
+
+def test_ratio_is_the_rate_over_the_fastest_reference_of_the_same_case():
+    rows = [Row("g", "c", "ours", 1.0, 10, "x/s", reference=False),
+            Row("g", "c", "slow ref", 4.0, 10, "x/s", reference=True),
+            Row("g", "c", "fast ref", 2.0, 10, "x/s", reference=True),
+            Row("g", "other", "ours", 1.0, 10, "x/s", reference=False)]
+    report = Report(rows=rows)
+    assert report.ratio(rows[0]) == pytest.approx(2.0)  # 10/s against the best 5/s
+    assert report.ratio(rows[2]) == pytest.approx(1.0)
+    assert report.ratio(rows[3]) is None  # no reference in that case
+    assert "2.00x" in format_table(report)
+
+
+def test_a_missing_reference_is_skipped_with_a_note():
+    notes: list[str] = []
+    assert optional_module("addnorm_no_such_reference", notes) is None
+    assert len(notes) == 1 and "addnorm_no_such_reference skipped" in notes[0]
+
+
+def test_a_group_whose_reference_is_missing_adds_a_note_and_no_rows(monkeypatch):
+    import addnorm.bench.dit as dit
+
+    def missing(name, notes):
+        notes.append(f"{name} skipped: not installed")
+
+    monkeypatch.setattr(dit, "optional_module", missing)
+    report = run_bench(TINY, ["timestep"])
+    assert report.rows == [] and report.checks == []
+    assert any("skipped" in note for note in report.notes)
+
+
+def test_check_passes_only_within_its_tolerance():
+    assert Check("g", "n", 1e-6, 1e-5).passed
+    assert not Check("g", "n", 1.0, 0.0).passed
+
+
+def test_encoder_layer_matches_torch_nn_and_bert_with_the_same_weights_and_not_without():
+    from addnorm.bench.encoder_layer import _checks, _implementations
+
+    report = Report()
+    layers, refs, pairs = _implementations(32, 4, 64, report)
+    x = torch.randn(2, 5, 32)
+    _checks(layers, pairs, x, report)
+    assert {"torch.nn post-LN", "torch.nn pre-LN"} <= refs
+    assert report.checks and all(check.passed for check in report.checks)
+    with torch.no_grad():  # the check can fail: a changed weight is caught
+        layers["addnorm post-LN"].ff.w2.weight[0, 0] += 1.0  # (a shared bias shift the
+        # post-LN norm would remove)
+    failed = Report()
+    _checks(layers, pairs, x, failed)
+    assert not failed.checks[0].passed
+
+
+def test_decoding_gives_gpt2s_tokens_with_its_weights():
+    pytest.importorskip("transformers")
+    from addnorm.bench.decoding import run_decoding
+
+    report = Report()
+    run_decoding(TINY, report, lambda line: None)
+    assert [c.name for c in report.checks if not c.passed] == []
+    assert len(report.checks) == 2  # batch 1 and 2
+    assert {row.impl for row in report.rows} == {"addnorm", "HF GPT-2"}
+
+
+def test_dit_and_timestep_match_diffusers():
+    pytest.importorskip("diffusers")
+    report = run_bench(TINY, ["dit", "timestep"])
+    assert report.checks and all(check.passed for check in report.checks)
+    assert {row.group for row in report.rows} == {"DiT", "timestep embedding"}
+
+
+def test_cli_writes_well_formed_json(tmp_path, capsys):
+    pytest.importorskip("diffusers")
+    out = tmp_path / "bench.json"
+    code = main(["bench", "--only", "timestep", "--rounds", "1", "--json", str(out)])
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert set(data) == {"machine", "rows", "checks", "notes"}
+    assert data["machine"]["command"] == "addnorm bench --only timestep --rounds 1"
+    for row in data["rows"]:
+        assert row["rate"] > 0 and row["unit"] == "calls/s"
+    assert data == json.loads(json.dumps(to_json(Report(**{
+        "rows": [Row(**{k: v for k, v in r.items() if k not in ("rate", "ratio_to_best_reference")})
+                 for r in data["rows"]],
+        "checks": [Check(**{k: v for k, v in c.items() if k != "passed"}) for c in data["checks"]],
+        "notes": data["notes"], "machine": data["machine"]}))))
+    assert "timestep embedding" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["bench", "--only", "nope"], ["bench", "--rounds", "0"],
+                                  ["bench", "--threads", "100000"]])
+def test_cli_refuses_bad_arguments_with_exit_code_2(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("addnorm bench: error:")
