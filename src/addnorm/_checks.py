@@ -29,6 +29,7 @@ __all__ = [
     "check_positions",
     "check_probability",
     "check_tensor",
+    "check_weight_dtype",
     "inputs_checked",
     "must_check",
     "refuse_tracing",
@@ -250,3 +251,20 @@ def refuse_tracing(what: str) -> None:
             "constants and would be wrong on other padding. Use torch.export.export, "
             "torch.onnx.export(..., dynamo=True) or addnorm.export.to_onnx"
         )
+
+
+def check_weight_dtype(
+    name: str, x: torch.Tensor, weight: torch.Tensor | None, *, allow_narrower: bool = False
+) -> None:
+    """Raise TypeError unless ``x`` has the dtype of the module's ``weight`` (torch cannot
+    multiply mixed dtypes; under autocast it casts them itself, so anything goes there).
+    ``allow_narrower`` lets a narrower float through (float16 into float32 weights), for ops
+    that upcast it (``F.layer_norm``)."""
+    if weight is None or x.dtype == weight.dtype or torch.is_autocast_enabled(x.device.type):
+        return
+    if allow_narrower and x.dtype.itemsize < weight.dtype.itemsize:
+        return
+    raise TypeError(
+        f"{name} has dtype {x.dtype} but the module's weights are {weight.dtype}; convert one "
+        f"to the other (module.to({x.dtype}) or {name}.to({weight.dtype}))"
+    )

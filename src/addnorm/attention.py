@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from addnorm._checks import check_int, check_probability, check_tensor
+from addnorm._checks import check_int, check_probability, check_tensor, check_weight_dtype
 from addnorm.attention_mask import (
     AttentionMask,
     build_attention_mask,
@@ -190,6 +190,7 @@ class MultiHeadAttention(nn.Module):
         """Check the arguments of a direct call and build its mask, *before* :meth:`_project`
         appends x's keys to ``cache``, so a bad call raises and leaves the cache as it was."""
         check_tensor("x", x, ndim=3, last_dim=self.d_model, floating=True)
+        check_weight_dtype("x", x, self.in_proj.weight)
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
         cached = 0 if cache is None else cache.cached_before(x.shape[1])
@@ -199,6 +200,7 @@ class MultiHeadAttention(nn.Module):
                 causal=causal, cached=cached,
             )
         check_tensor("memory", memory, ndim=3, last_dim=self.d_model, floating=True)
+        check_weight_dtype("memory", memory, self.in_proj.weight)
         if memory.shape[0] != x.shape[0]:
             raise ValueError(
                 f"memory batch size ({memory.shape[0]}) must equal x batch size ({x.shape[0]})"
@@ -228,14 +230,14 @@ class MultiHeadAttention(nn.Module):
             returns: q (B, H, L, Dh), k (B, H, S, Dh), v (B, H, S, Dh)
         """
         if memory is None:
-            q, k, v = self.in_proj(x).chunk(3, dim=-1)  # (B, L, D) each
-            q, k, v = (split_heads(t, self.n_heads) for t in (q, k, v))  # (B, H, L, Dh)
-            if self.rotary is not None:
+            qkv = split_heads(self.in_proj(x), 3 * self.n_heads)  # (B, 3H, L, Dh)
+            qk, v = qkv.split([2 * self.n_heads, self.n_heads], dim=1)  # (B, 2H | H, L, Dh)
+            if self.rotary is not None:  # queries and keys rotated in one call
                 offset = 0 if cache is None else cache.length
                 if cache is not None and cache.static and positions is None:
                     raise ValueError("a static cache holds no positions: pass positions")
-                q = self.rotary(q, offset=offset, positions=positions)
-                k = self.rotary(k, offset=offset, positions=positions)
+                qk = self.rotary(qk, offset=offset, positions=positions)  # (B, 2H, L, Dh)
+            q, k = qk.split(self.n_heads, dim=1)  # (B, H, L, Dh) each
             if cache is not None:
                 k, v = cache.append(k, v)  # (B, H, S, Dh), S = cached + L
             return q, k, v

@@ -41,6 +41,7 @@ from addnorm._checks import (
     check_float,
     check_int,
     check_tensor,
+    check_weight_dtype,
     must_check,
 )
 
@@ -142,6 +143,7 @@ class LayerNorm(nn.Module):
         """
         if must_check():
             x, _ = _check_norm_input(x, padding_mask, self.d_model)
+            check_weight_dtype("x", x, self.weight, allow_narrower=True)
         return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:

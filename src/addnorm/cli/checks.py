@@ -10,19 +10,24 @@ own errors: one line on stderr, exit code 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
 from pathlib import Path
+
+from addnorm.training.checkpoint import MAX_JSON_BYTES, parse_json
 
 __all__ = [
     "TASK_OWNED",
     "UsageError",
     "apply_runtime_flags",
     "check_out_dir",
+    "check_run_sizes",
     "out_dir",
     "read_config",
     "resolve_device",
+    "seed",
 ]
 
 # --threads above this is refused when os.cpu_count() is unknown.
@@ -92,6 +97,20 @@ def out_dir(text: str) -> Path:
     return Path(text)
 
 
+def seed(text: str) -> int:
+    """The argparse type of a ``--seed`` flag: an integer from 0 to 2**64 - 1, the range every
+    generator it seeds (torch's, NumPy's, Python's) takes."""
+    from addnorm.training.config import MAX_SEED
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 2**64 - 1, got {value}")
+    return value
+
+
 def check_out_dir(out: Path, flag: str = "--out") -> None:
     """``out`` must be a directory, or a path where one can be made."""
     if out.exists() and not out.is_dir():
@@ -109,15 +128,19 @@ def read_config(path: Path, task_name: str) -> tuple[dict, dict]:
     """The "model" and "train" objects of a ``--config`` file, after checking its shape."""
     where = f"--config {path}"
     try:
+        if path.is_file() and path.stat().st_size > MAX_JSON_BYTES:
+            raise UsageError(f"{where}: larger than {MAX_JSON_BYTES} bytes; not a config")
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise UsageError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     except OSError as err:
         raise UsageError(f"{where}: {err.strerror or err}") from None
     try:
-        data = json.loads(text)
+        data = parse_json(text)
     except json.JSONDecodeError as err:
         raise UsageError(f"{where}: not valid JSON: {err}") from None
+    except ValueError as err:  # nested too deeply
+        raise UsageError(f"{where}: {err}") from None
     expected = '{"model": {...}, "train": {...}}'
     if not isinstance(data, dict):
         raise UsageError(f"{where}: expected a JSON object {expected}, got {_json_type(data)}")
@@ -145,3 +168,89 @@ def _json_type(value: object) -> str:
         return "null"
     return names.get(type(value), "a number")
 
+
+
+def check_run_sizes(task_cls, model_cfg, train_cfg, device: str) -> None:
+    """Refuse (``UsageError``, naming the flag, the estimate and the limit) a training run
+    whose model, batches or evaluation cannot fit in the memory ``device`` has now, before
+    anything is allocated; see ``addnorm.training.sizes``."""
+    from addnorm.training.sizes import (
+        MAX_LAYERS,
+        available_memory,
+        format_bytes,
+        inference_bytes,
+        largest_setting,
+        replace_fields,
+        training_bytes,
+    )
+
+    for name in ("n_layers", "n_encoder_layers", "n_decoder_layers"):
+        value = getattr(model_cfg, name, None)
+        if value is not None and value > MAX_LAYERS:
+            raise UsageError(f"{_flag(name)} {value}: at most {MAX_LAYERS} layers per stack")
+    task = task_cls()
+    model_cfg = task.prepare(model_cfg)
+    if task.name == "translate":
+        _check_translate_eval_size(train_cfg.eval_size)
+    length, eval_batch = _sequence_length(task, model_cfg, train_cfg)
+    limit = available_memory(device)
+    if limit is None:
+        return
+    checks = [
+        ("train", lambda s: training_bytes(
+            replace_fields(model_cfg, s), batch_size=s["batch_size"], length=_length(s, length),
+            ema=train_cfg.ema_decay > 0)),
+        ("evaluate", lambda s: inference_bytes(
+            replace_fields(model_cfg, s), batch_size=eval_batch(s), length=_length(s, length))),
+    ]
+    settings = {**dataclasses.asdict(model_cfg), **dataclasses.asdict(train_cfg)}
+    defaults = {
+        **dataclasses.asdict(task.prepare(task_cls.default_model_config())),
+        **dataclasses.asdict(task_cls.default_train_config()),
+    }
+    for what, estimate in checks:
+        needed = estimate(settings)
+        if needed > limit:
+            culprit = largest_setting(estimate, settings, defaults)
+            blame = f"{_flag(culprit)} {settings[culprit]}" if culprit else "these settings"
+            raise UsageError(
+                f"{blame}: to {what} this model needs about {format_bytes(needed)} of memory, "
+                f"more than the {format_bytes(limit)} available on {device}"
+            )
+
+
+def _flag(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def _length(settings: dict, fixed: int | None) -> int:
+    """Tokens per sequence: the task's fixed length, or the lm's ``seq_len``."""
+    return settings["seq_len"] if fixed is None else fixed
+
+
+def _sequence_length(task, model_cfg, train_cfg):
+    """The tokens of one sequence (None: ``seq_len``) and the evaluation batch (a function of
+    the settings) of ``task``."""
+    if task.name == "translate":
+        from addnorm.data.dates import longest_source_length
+        from addnorm.tasks.translate import PREDICT_BATCH_SIZE
+
+        return longest_source_length() + 12, lambda s: min(s["eval_size"], PREDICT_BATCH_SIZE)
+    if task.name == "dit":  # every evaluation sample at once, twice over for guidance
+        patches = (model_cfg.input_size // model_cfg.patch_size) ** 2
+        return patches, lambda s: 2 * s["eval_size"]
+    return None, lambda s: s["batch_size"]
+
+
+def _check_translate_eval_size(eval_size: int) -> None:
+    """The translate task scores ``eval_size`` test examples (a quarter as many validation
+    ones) drawn from the distinct (test date, format) pairs; more would only repeat them."""
+    from addnorm.data.dates import FORMATS, dates_in_split
+
+    distinct = len(dates_in_split("test")) * len(FORMATS)
+    if eval_size > distinct:
+        raise UsageError(
+            f"--eval-size {eval_size}: the translate task has {distinct} distinct test "
+            f"examples ({len(dates_in_split('test'))} dates in {len(FORMATS)} formats); "
+            "ask for at most that many"
+        )

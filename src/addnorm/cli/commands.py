@@ -22,9 +22,18 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from typing import IO
 
 from addnorm._checks import check_known_fields
-from addnorm.cli.checks import UsageError, apply_runtime_flags, check_out_dir, read_config
+from addnorm.cli.bench import run_bench_command
+from addnorm.cli.checks import (
+    UsageError,
+    apply_runtime_flags,
+    check_out_dir,
+    check_run_sizes,
+    read_config,
+)
+from addnorm.cli.embed import run_embed
 from addnorm.cli.export import run_export
 from addnorm.training.config import TrainConfig
 
@@ -79,11 +88,32 @@ def _exit_on_sigterm(handler: Callable[..., int]) -> Callable[..., int]:
 
 @_exit_on_sigterm
 def _train(args) -> int:
+    """Train in this process, or as one rank of a ``torchrun`` launch (its environment names
+    the rank and world size): then the process group lives as long as the command."""
+    import os
+
+    from addnorm.training import distributed
+
+    device = apply_runtime_flags(args)
+    try:
+        world = distributed.world_from_env(os.environ)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if world is None:
+        return _train_here(args, device)
+    device = distributed.init_distributed(world, device)
+    try:
+        return _train_here(args, device)
+    finally:
+        distributed.shutdown()
+
+
+def _train_here(args, device: str) -> int:
     from addnorm.tasks.run import TASKS, has_run, resume_configs, train_run
+    from addnorm.training import distributed
     from addnorm.training.checkpoint import load_checkpoint
     from addnorm.training.run_dir import RunDirError, check_fresh_run_dir, check_unlocked
 
-    device = apply_runtime_flags(args)
     check_out_dir(args.out)
     task_cls = TASKS[args.task]
     model_flags = {k: getattr(args, k) for k in args.model_fields if hasattr(args, k)}
@@ -109,11 +139,19 @@ def _train(args) -> int:
             model_cfg, train_cfg = _fresh_configs(task_cls, args, model_flags, train_flags)
             task = task_cls()
             task.check(task.prepare(model_cfg), train_cfg)
+        check_run_sizes(task_cls, model_cfg, train_cfg, device)
     except (ValueError, TypeError) as err:
         raise UsageError(" ".join(str(err).split())) from None
     except RunDirError as err:
         raise UsageError(str(err)) from None
-    _announce(args, train_cfg, device)
+    if train_cfg.fsdp and not distributed.in_process_group():
+        raise UsageError(
+            "--fsdp shards the model over the processes of a torchrun launch: "
+            f"torchrun --nproc-per-node N -m addnorm train {args.task} --fsdp ..."
+        )
+    distributed.barrier()  # every rank has checked the folder before rank 0 writes it
+    if distributed.is_main():
+        _announce(args, train_cfg, device)
     try:
         summary = train_run(
             args.task,
@@ -127,6 +165,8 @@ def _train(args) -> int:
         )
     except RunDirError as err:  # another writer took the folder since the checks above
         raise UsageError(str(err)) from None
+    if not distributed.is_main():  # rank 0 reports
+        return SIGNAL_STOPS.get(summary.stopped_by, ("", EXIT_OK))[1]
     if summary.stopped_by in SIGNAL_STOPS:
         how, code = SIGNAL_STOPS[summary.stopped_by]
         print(
@@ -135,9 +175,12 @@ def _train(args) -> int:
             file=sys.stderr,
         )
         return code
+    compiled = summary.metrics.get("compile_s")
     print(
         f"trained {summary.step} steps in {summary.elapsed_s:.0f} s "
-        f"(stopped by {summary.stopped_by}); checkpoint: {summary.checkpoint}"
+        f"(stopped by {summary.stopped_by}"
+        + ("" if compiled is None else f"; first step with compiling: {compiled:.1f} s")
+        + f"); checkpoint: {summary.checkpoint}"
     )
     print(
         f"{task_cls.metric}: {summary.metrics[task_cls.metric]:.4f} "
@@ -162,8 +205,13 @@ def _announce(args, train_cfg: TrainConfig, device: str) -> None:
     budget = f"{train_cfg.max_steps} steps"
     if train_cfg.max_minutes is not None:
         budget += f" or {train_cfg.max_minutes:g} minutes"
+    from addnorm.training import distributed
+
+    where = device
+    if distributed.world_size() > 1:
+        where += f" in each of {distributed.world_size()} processes"
     print(
-        f"training {args.task} into {args.out} on {device}: up to {budget}; "
+        f"training {args.task} into {args.out} on {where}: up to {budget}; "
         "Ctrl-C (or SIGTERM) stops and writes a checkpoint",
         file=sys.stderr,
         flush=True,
@@ -207,40 +255,131 @@ def _load(args, task_name: str):
 
 def _translate(args) -> int:
     """Translate in batches of ``PREDICT_BATCH_SIZE`` lines, reading stdin lazily: each batch is
-    printed and flushed before the next is read, so a long input streams its answers and a
-    reader that goes away (``| head -1``) stops the command at the next batch (exit 141)."""
+    printed and flushed before the next is read, so a long input streams its answers in
+    bounded memory and a reader that goes away (``| head -1``) stops the command at the next
+    batch (exit 141).
+
+    An input the model cannot take (not UTF-8, a character outside its vocabulary, longer
+    than its ``max_len``) is refused on its own: an empty output line keeps stdout aligned,
+    stderr names the line (or argument) and why, the other inputs are translated, and the exit
+    status is 1."""
     from addnorm.data.dates import FIRST_YEAR, LAST_YEAR
     from addnorm.tasks.translate import PREDICT_BATCH_SIZE
 
+    stdin = None if args.text else _open_stdin()
     task, model = _load(args, "translate")
-    texts = args.text or _stdin_lines()
-    flagged = 0
-    for batch in _batched(texts, PREDICT_BATCH_SIZE):
-        answers = iter(task.predict(model, [t for t in batch if t.strip()]))
-        for text in batch:  # a blank input line gets a blank answer line
-            answer = next(answers) if text.strip() else ""
+    limit = model.cfg.max_len
+    known = frozenset(task.src_tok.chars)
+    inputs: Iterator[_Input]
+    if stdin is None:
+        inputs = (_Input(f"argument {i}", t, _refusal(t, known, limit))
+                  for i, t in enumerate(args.text, 1))
+    else:
+        inputs = _stdin_inputs(stdin, known, limit)
+    failed = 0
+    for batch in _batched(inputs, PREDICT_BATCH_SIZE):
+        wanted = [item.text for item in batch if item.problem is None and item.text.strip()]
+        answers = iter(task.predict(model, wanted))
+        for item in batch:  # a blank or refused input gets a blank answer line
+            if item.problem is not None:
+                print()
+                print(f"addnorm translate: error: {item.where}: {item.problem}", file=sys.stderr)
+                failed += 1
+                continue
+            answer = next(answers) if item.text.strip() else ""
             print(answer)
-            if text.strip() and not _is_supported_date(answer, FIRST_YEAR, LAST_YEAR):
-                flagged += 1
+            if item.text.strip() and not _is_supported_date(answer, FIRST_YEAR, LAST_YEAR):
+                failed += 1
                 print(
-                    f"addnorm translate: warning: {text!r} -> {answer!r} is not a valid date "
-                    f"from {FIRST_YEAR} to {LAST_YEAR}",
+                    f"addnorm translate: warning: {item.where}: {item.text!r} -> {answer!r} is "
+                    f"not a valid date from {FIRST_YEAR} to {LAST_YEAR}",
                     file=sys.stderr,
                 )
         sys.stdout.flush()
-    return EXIT_FAILED if flagged else EXIT_OK
+    return EXIT_FAILED if failed else EXIT_OK
 
 
-def _stdin_lines() -> Iterator[str]:
-    """The lines of stdin without their line ends, read as they are needed."""
-    try:
-        for line in sys.stdin:
-            yield line.rstrip("\r\n")
-    except UnicodeDecodeError as err:
-        raise UsageError(f"stdin is not UTF-8 text ({err.reason} at byte {err.start})") from None
+@dataclasses.dataclass(frozen=True)
+class _Input:
+    """One input of ``translate``: where it came from (``line 3``, ``argument 2``), its text,
+    and why it is refused (None: it is translated)."""
+
+    where: str
+    text: str
+    problem: str | None = None
 
 
-def _batched(items: Iterable[str], size: int) -> Iterator[list[str]]:
+def _open_stdin() -> IO[bytes] | IO[str]:
+    """Standard input as bytes (as text where it has no byte buffer, e.g. in tests); a closed
+    or missing stdin (``addnorm translate <&-``) is a usage error."""
+    stream = sys.stdin
+    if stream is None or getattr(stream, "closed", False):
+        raise UsageError("no dates given and stdin is closed; pass dates as arguments or lines")
+    return getattr(stream, "buffer", stream)
+
+
+def _stdin_inputs(stream: IO[bytes] | IO[str], known: frozenset[str], limit: int
+                  ) -> Iterator[_Input]:
+    """The lines of ``stream`` without their line ends, read as they are needed, each at most
+    ``limit`` characters: at most ``4 * limit + 2`` bytes of a line are read (a UTF-8
+    character has at most 4), and the rest of a longer line is skipped in blocks, unread."""
+    most = 4 * limit + 2
+    for number in itertools.count(1):
+        try:
+            line = stream.readline(most)
+        except ValueError:  # closed while we read it
+            raise UsageError("stdin was closed while being read") from None
+        if not line:
+            return
+        where = f"line {number}"
+        if len(line) == most and not _ends_line(line):
+            extra = _skip_rest_of_line(stream)
+            yield _Input(where, "", f"over {limit} characters ({len(line) + extra} bytes or "
+                         f"more); the model takes at most {limit} (its max_len)")
+            continue
+        if isinstance(line, bytes):
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                yield _Input(where, "", f"not UTF-8 text ({err.reason} at byte {err.start})")
+                continue
+        else:
+            text = line
+        text = text.removesuffix("\n").removesuffix("\r")
+        yield _Input(where, text, _refusal(text, known, limit))
+
+
+def _ends_line(line: bytes | str) -> bool:
+    return line.endswith(b"\n") if isinstance(line, bytes) else line.endswith("\n")
+
+
+def _skip_rest_of_line(stream: IO[bytes] | IO[str]) -> int:
+    """Read and drop the rest of the current line in 64 KiB blocks; how much was dropped."""
+    skipped = 0
+    while block := stream.readline(1 << 16):
+        skipped += len(block)
+        if _ends_line(block):
+            break
+    return skipped
+
+
+def _refusal(text: str, known: frozenset[str], limit: int) -> str | None:
+    """Why the model cannot take ``text`` (longer than ``limit``, or a character outside its
+    vocabulary ``known``), or None. Blank text (spaces, tabs) gets a blank answer."""
+    if not text.strip():
+        return None
+    if len(text) > limit:
+        return f"{len(text)} characters; the model takes at most {limit} (its max_len)"
+    unknown = next((c for c in text if c not in known), None)
+    if unknown is not None:
+        return (
+            f"the character {unknown!r} (U+{ord(unknown):04X}) at position "
+            f"{text.index(unknown) + 1} is not one the model knows"
+        )
+    return None
+
+
+def _batched(items: Iterable[_Input], size: int) -> Iterator[list[_Input]]:
     """Consecutive lists of ``size`` items (the last may be shorter), taken lazily."""
     iterator = iter(items)
     while batch := list(itertools.islice(iterator, size)):
@@ -261,6 +400,8 @@ def _is_supported_date(answer: str, first_year: int, last_year: int) -> bool:
 def _generate(args) -> int:
     import torch
 
+    if "" in args.stop:
+        raise UsageError("--stop must not be empty")
     task, model = _load(args, "lm")
     device = next(model.parameters()).device
     try:
@@ -272,6 +413,7 @@ def _generate(args) -> int:
             top_k=args.top_k,
             top_p=args.top_p,
             generator=torch.Generator(device=device).manual_seed(args.seed),
+            stop=tuple(args.stop),
         )
     except (ValueError, TypeError) as err:
         raise UsageError(str(err)) from None
@@ -386,4 +528,6 @@ COMMANDS: dict[str, Callable[..., int]] = {
     "demo": _demo,
     "explain": _explain,
     "export": run_export,
+    "embed": run_embed,
+    "bench": run_bench_command,
 }

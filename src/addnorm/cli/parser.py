@@ -3,8 +3,11 @@
     addnorm train translate|lm [--preset NAME] [--config FILE.json] [--out DIR] [flags]
     addnorm translate ["21 Nov 2026" ...] [--checkpoint DIR]   (no text: one per stdin line)
     addnorm generate --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K]
+                     [--stop TEXT ...]
     addnorm info CHECKPOINT
     addnorm export CHECKPOINT --out MODEL.onnx [--part forward|encoder]
+    addnorm embed ["text" ...] [--similarity] [--json]   (no text: one per stdin line)
+    addnorm bench [--quick] [--json FILE] [--only GROUP ...] [--compile] [--bf16]
     addnorm demo [--out DIR] [--max-minutes M]
     addnorm explain [NAME | all] [--quick] [--list] [--out DIR]
 
@@ -21,9 +24,14 @@ Either deletes only the files of a run addnorm started there (proven by its
 raw`` for the trained ones), the weights a finished run was scored with.
 
 Exit codes: 0 success; 1 a checkpoint is missing, incomplete or corrupt (the message names
-the file), training failed, a file could not be read or written, or (``translate``) some
-answer is not a valid date (flagged on stderr; stdout still has one line per input);
-2 bad arguments or an unusable run folder (one line on stderr); 130 interrupted by Ctrl-C,
+the file) or asks for sizes no memory here holds, training failed, a file could not be read
+or written, or (``translate``) some answer is not a valid date or some input was refused (not
+UTF-8, a character outside the model's vocabulary, longer than its ``max_len``; each flagged
+on stderr with its line number, the other inputs translated; stdout still has one line per
+input, empty for a refused one); 2 bad arguments (sizes too large for the memory here among
+them: the message names the flag, the estimate and the limit; seeds outside 0 .. 2**64 - 1)
+or an unusable run folder (one line on stderr), or ``translate`` with no text and a closed
+stdin; 130 interrupted by Ctrl-C,
 143 stopped by SIGTERM (in training: a checkpoint was written; the message says where);
 141 stdout was closed early (``addnorm translate | head``): the rest of the output is
 dropped quietly, the status a tool killed by SIGPIPE reports.
@@ -38,7 +46,8 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from addnorm.cli.checks import TASK_OWNED, UsageError, out_dir
+from addnorm.cli.bench import add_bench_parser
+from addnorm.cli.checks import TASK_OWNED, UsageError, out_dir, seed
 from addnorm.cli.commands import (
     COMMANDS,
     EXIT_BROKEN_PIPE,
@@ -46,6 +55,7 @@ from addnorm.cli.commands import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
 )
+from addnorm.cli.embed import add_embed_parser
 from addnorm.cli.export import add_export_parser
 from addnorm.training.checkpoint import CheckpointError
 from addnorm.training.flags import add_dataclass_flags
@@ -89,7 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
     generate.add_argument("--top-k", type=int, default=None)
     generate.add_argument("--top-p", type=float, default=None)
-    generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument(
+        "--stop", action="append", default=[], metavar="TEXT",
+        help="stop once the continuation holds TEXT and cut the output before it (repeatable)",
+    )
+    generate.add_argument("--seed", type=seed, default=0)
     generate.add_argument("--checkpoint", type=Path, default=Path("runs/lm"))
     _add_inference_flags(generate)
 
@@ -111,13 +125,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--guidance", type=float, default=3.0,
         help="classifier-free guidance scale; 1 = none (default 3.0)",
     )
-    sample.add_argument("--seed", type=int, default=0)
+    sample.add_argument("--seed", type=seed, default=0)
     sample.add_argument("--out", type=Path, required=True, metavar="GRID.png")
     sample.add_argument("--save-array", type=Path, default=None, metavar="SAMPLES.npy")
     sample.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_inference_flags(sample)
 
     add_export_parser(commands)
+    add_embed_parser(commands)
+    add_bench_parser(commands)
 
     info = commands.add_parser("info", help="print a checkpoint's configs, step and metrics")
     info.add_argument("checkpoint", type=Path, help="a checkpoint or run directory")
@@ -254,7 +270,10 @@ def _translate_epilog() -> str:
         "(English, German, French and Spanish ones also in lower or upper case):\n"
         f"{examples}\n"
         "The model always answers; an answer that is not a real date in that range is "
-        "printed anyway, flagged on stderr, and the exit status is 1."
+        "printed anyway, flagged on stderr, and the exit status is 1. An input it cannot "
+        "read (not UTF-8, a character outside its vocabulary, longer than its max_len) gets "
+        "an empty line, an error naming its line on stderr, and exit status 1; the other "
+        "lines are translated."
     )
 
 

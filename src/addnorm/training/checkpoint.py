@@ -20,7 +20,10 @@ pruned manifest first, so a deletion cut short never leaves a listed checkpoint 
 The newest checkpoint of a run is the highest-numbered ``step-*`` directory with a manifest.
 Loading checks the manifest's structure and its sizes and hashes, so a malformed manifest or
 a truncated or altered file raises ``CheckpointError`` naming that file instead of a traceback
-from deep inside a loader.
+from deep inside a loader. The manifest must list ``model.safetensors``, ``state.json`` and
+every other ``.safetensors`` or ``.json`` file in the directory, so no file is read unverified;
+JSON nested deeper than ``MAX_JSON_DEPTH`` or larger than ``MAX_JSON_BYTES`` is refused the
+same way (``parse_json``).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ __all__ = [
     "find_checkpoint",
     "list_checkpoints",
     "load_checkpoint",
+    "parse_json",
     "save_checkpoint",
 ]
 
@@ -57,6 +61,11 @@ MANIFEST = "manifest.json"
 STATE = "state.json"
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
 _LEFTOVER = (".tmp-step-", ".old-step-")
+# Files every checkpoint has (its manifest apart): the weights and the state.
+REQUIRED = ("model.safetensors", STATE)
+# What a state.json, manifest.json or --config may hold: far more than any addnorm writes.
+MAX_JSON_DEPTH = 64
+MAX_JSON_BYTES = 64 * 2**20
 
 
 class CheckpointError(Exception):
@@ -214,8 +223,13 @@ def _check_manifest(where: Path, manifest: dict) -> tuple[int, dict[str, dict]]:
             and isinstance(entry.get("sha256"), str)
         ):
             raise bad(f'files[{name!r}] must be {{"bytes": int, "sha256": str}}, got {entry!r}')
-    if STATE not in files:
-        raise bad(f"files does not list {STATE}")
+    for name in REQUIRED:
+        if name not in files:
+            raise bad(f"files does not list {name}")
+    for child in sorted(where.parent.iterdir()):  # a file a loader would read, unverified
+        unlisted = child.name not in files and child.name != MANIFEST
+        if unlisted and child.suffix in (".safetensors", ".json"):
+            raise bad(f"files does not list {child.name}, which is in the checkpoint")
     return step, files
 
 
@@ -305,13 +319,38 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def parse_json(text: str) -> object:
+    """``json.loads(text)``, refusing nesting deeper than ``MAX_JSON_DEPTH`` with a
+    ``ValueError`` (``json.JSONDecodeError`` for invalid JSON) instead of a RecursionError in
+    the decoder or in whatever walks the result later. Used for every JSON file a user or a
+    checkpoint hands in: ``--config``, ``state.json``, ``manifest.json``."""
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+        children = value.values() if isinstance(value, dict) else value
+        if isinstance(value, (dict, list)):
+            stack.extend((child, depth + 1) for child in children)
+    return data
+
+
 def _read_json(path: Path) -> dict:
     try:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise CheckpointError(
+                f"checkpoint file too large: {path} has {path.stat().st_size} bytes, "
+                f"more than the {MAX_JSON_BYTES} a checkpoint's JSON may have"
+            )
         with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+            data = parse_json(f.read())
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint file missing: {path}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
         raise CheckpointError(f"checkpoint file is not valid JSON: {path} ({err})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"checkpoint file {path} must hold a JSON object")

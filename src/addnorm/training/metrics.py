@@ -42,7 +42,7 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
         for line in f:
             try:
                 records.append(json.loads(line))
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 continue
     return records
 

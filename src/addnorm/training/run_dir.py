@@ -60,7 +60,7 @@ def read_marker(run_dir: str | os.PathLike) -> dict | None:
     none or the file there is not one addnorm wrote."""
     try:
         data = json.loads((Path(run_dir) / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # (RecursionError: nested absurdly deep)
         return None
     ours = isinstance(data, dict) and data.get("format") == _FORMAT
     return data if ours and isinstance(data.get("task"), str) else None
@@ -213,7 +213,7 @@ def _parse_lock(text: str) -> dict | None:
     """The holder a lock file names, or None if it is not a complete lock record."""
     try:
         holder = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if (
         isinstance(holder, dict)

@@ -1,0 +1,104 @@
+"""``addnorm.training.sizes``: estimates from a config, made before anything is allocated.
+
+Provenance: parameter and buffer counts are compared with the models built from the same
+configs (``sum(p.numel())``); the byte estimates with their own definition (four float32
+copies of the weights at least); ``parse_json``'s depth limit with ``json.loads``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import pytest
+
+from addnorm.dit import DIT_PRESETS, DiT
+from addnorm.training.checkpoint import MAX_JSON_DEPTH, parse_json
+from addnorm.training.sizes import (
+    SizeError,
+    available_memory,
+    check_model_fits,
+    count_buffers,
+    count_parameters,
+    format_bytes,
+    largest_setting,
+    training_bytes,
+)
+from addnorm.transformer import Transformer, TransformerLM
+from addnorm.transformer.config import PRESETS
+
+TINY, LM = PRESETS["tiny"], PRESETS["lm-tiny"]
+CONFIGS = [
+    TINY,
+    dataclasses.replace(TINY, share_embeddings=False, src_vocab_size=50, tie_output=False,
+                        position_encoding="learned", activation="swiglu", norm_position="pre"),
+    dataclasses.replace(TINY, position_encoding="rotary"),
+    LM,
+    dataclasses.replace(LM, tie_output=False, position_encoding="learned"),
+    DIT_PRESETS["DiT-digits"],
+    dataclasses.replace(DIT_PRESETS["DiT-digits"], learn_sigma=False, n_layers=1),
+]
+
+
+def build(cfg):
+    if isinstance(cfg, type(TINY)):
+        return Transformer(cfg)
+    return TransformerLM(cfg) if isinstance(cfg, type(LM)) else DiT(cfg)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: type(c).__name__)
+def test_counts_match_the_built_model_within_2_percent(cfg):
+    model = build(cfg)
+    built = sum(p.numel() for p in model.parameters())
+    assert abs(count_parameters(cfg) - built) <= 0.02 * built
+    assert count_buffers(cfg) == sum(b.numel() for b in model.buffers())
+
+
+def test_counts_of_huge_configs_take_no_time():
+    start = time.perf_counter()
+    huge = dataclasses.replace(TINY, d_ff=10**11, n_encoder_layers=10**5)
+    assert count_parameters(huge) > 10**5 * 2 * 64 * 10**11
+    assert time.perf_counter() - start < 0.1  # nothing was built
+
+
+def test_training_needs_at_least_weights_grads_and_two_adam_moments():
+    params = count_parameters(TINY)
+    plain = training_bytes(TINY, batch_size=1, length=1, ema=False)
+    assert plain >= 4 * 4 * params
+    assert training_bytes(TINY, batch_size=1, length=1, ema=True) - plain == 4 * params
+    assert training_bytes(TINY, batch_size=2, length=1, ema=False) > plain
+
+
+def test_largest_setting_blames_the_field_whose_default_shrinks_the_estimate_most():
+    defaults = dataclasses.asdict(TINY)
+
+    def estimate(s):
+        return count_parameters(dataclasses.replace(TINY, **s))
+
+    assert largest_setting(estimate, {**defaults, "d_ff": 10**9, "n_heads": 8}, defaults) == "d_ff"
+    assert largest_setting(estimate, defaults, defaults) is None
+
+
+def test_check_model_fits_refuses_layers_and_sizes_no_machine_holds():
+    with pytest.raises(SizeError, match="n_encoder_layers"):
+        check_model_fits(dataclasses.replace(TINY, n_encoder_layers=100_000))
+    with pytest.raises(SizeError, match="parameters"):
+        check_model_fits(dataclasses.replace(TINY, d_ff=10**15))
+    check_model_fits(TINY)
+
+
+def test_available_memory_is_a_positive_byte_count_on_linux():
+    free = available_memory("cpu")
+    assert free is None or free > 0
+    assert format_bytes(16e9) == "16 GB" and format_bytes(999) == "999 B"
+
+
+def test_parse_json_refuses_nesting_past_the_limit_and_equals_json_loads_below_it():
+    ok = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
+    assert parse_json(ok) == json.loads(ok)
+    for depth in (MAX_JSON_DEPTH + 1, 1_000_000):
+        with pytest.raises(ValueError, match="nested deeper"):
+            parse_json('{"a": ' * depth + "1" + "}" * depth)
+    with pytest.raises(json.JSONDecodeError):
+        parse_json("{")
