@@ -12,14 +12,17 @@ import logging
 import os
 import socket
 import subprocess
+import time
 
 import pytest
 
 from addnorm.training.run_dir import (
+    ABANDONED_EMPTY_LOCK_S,
     LOCK,
     MARKER,
     RunDirError,
     RunLock,
+    _parse_lock,
     check_fresh_run_dir,
     check_unlocked,
     clear_run,
@@ -158,3 +161,16 @@ def test_a_lock_that_cannot_be_judged_stale_is_never_taken_over(tmp_path, record
     with pytest.raises(RunDirError, match=named):
         RunLock(tmp_path).acquire()
     assert (tmp_path / LOCK).read_text() == record
+
+
+def test_an_empty_lock_left_by_a_writer_killed_before_its_record_is_taken_over(tmp_path):
+    # SIGKILL between O_EXCL creation and the write leaves an empty file; a live writer fills
+    # it within microseconds, so one older than the grace period was abandoned.
+    lock = tmp_path / LOCK
+    lock.write_text("")
+    old = time.time() - ABANDONED_EMPTY_LOCK_S - 5
+    os.utime(lock, (old, old))
+    check_unlocked(tmp_path)
+    with RunLock(tmp_path):
+        assert _parse_lock(lock.read_text())["pid"] == os.getpid()
+    assert not lock.exists()

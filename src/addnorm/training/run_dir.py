@@ -14,7 +14,9 @@ While a run writes, ``addnorm-run.lock`` holds the writer's pid, host and proces
 It is created with ``O_CREAT | O_EXCL``, so of two writers exactly one gets it; the other gets
 ``RunDirError`` naming the holder. A lock whose process is gone (its pid no longer runs on
 this host, or now runs a later process) is taken over, with a warning logged (which reaches
-stderr when the application has not configured logging).
+stderr when the application has not configured logging). So is an empty lock file older than
+``ABANDONED_EMPTY_LOCK_S``: a writer killed between creating the file and writing its record
+(microseconds apart) leaves one; a damaged non-empty lock is never taken over.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 from addnorm.training.checkpoint import delete_checkpoints
 
 __all__ = [
+    "ABANDONED_EMPTY_LOCK_S",
     "LOCK",
     "MARKER",
     "RUN_FILES",
@@ -43,6 +46,7 @@ __all__ = [
 
 MARKER = "addnorm-run.json"
 LOCK = "addnorm-run.lock"
+ABANDONED_EMPTY_LOCK_S = 10.0
 # What a run writes besides the marker (samples.png: the dit demo's grid).
 RUN_FILES = ("checkpoints", "metrics.jsonl", "metrics.json", "loss.png", "samples.png")
 _FORMAT = "addnorm-run"
@@ -127,7 +131,7 @@ def check_unlocked(run_dir: str | os.PathLike) -> None:
     except OSError as err:
         raise RunDirError(f"cannot read the lock file {path}: {err.strerror or err}") from None
     holder = _parse_lock(text)
-    if holder is None or not _is_stale(holder):
+    if not _is_taken_over(path, text, holder):
         raise RunDirError(_busy_message(path, holder))
 
 
@@ -183,7 +187,7 @@ class RunLock:
         except FileNotFoundError:  # released meanwhile: try again
             return
         holder = _parse_lock(text)
-        if holder is None or not _is_stale(holder):
+        if not _is_taken_over(self.path, text, holder):
             raise RunDirError(_busy_message(self.path, holder))
         aside = self.path.with_name(f"{LOCK}.stale-{os.getpid()}")
         try:
@@ -194,6 +198,9 @@ class RunLock:
             os.rename(aside, self.path)
             raise RunDirError(_busy_message(self.path, _parse_lock(self.path.read_text())))
         aside.unlink()
+        if holder is None:
+            _log.warning("addnorm: took over the abandoned empty lock %s", self.path)
+            return
         _log.warning(
             "addnorm: took over the stale lock %s (pid %d on %s, since %s, is no longer running)",
             self.path, holder["pid"], holder["host"], holder.get("since", "?"),
@@ -223,6 +230,20 @@ def _parse_lock(text: str) -> dict | None:
     ):
         return holder
     return None
+
+
+def _is_taken_over(path: Path, text: str, holder: dict | None) -> bool:
+    """Whether a lock may be taken over: its holder is gone, or it is an empty file older than
+    ``ABANDONED_EMPTY_LOCK_S`` (its writer died before writing its record)."""
+    if holder is not None:
+        return _is_stale(holder)
+    if text:
+        return False  # damaged, not merely unwritten: someone else's file
+    try:
+        age = dt.datetime.now().timestamp() - path.stat().st_mtime
+    except FileNotFoundError:
+        return False
+    return age > ABANDONED_EMPTY_LOCK_S
 
 
 def _is_stale(holder: dict) -> bool:
