@@ -270,3 +270,21 @@ def test_a_subclass_is_saved_and_loaded_as_itself(tmp_path):
     assert type(loaded) is ShoutingLM
     torch.testing.assert_close(_outputs(loaded), _outputs(model), rtol=0, atol=0)
     assert isinstance(TransformerLM.from_pretrained(tmp_path), ShoutingLM)
+
+
+def test_a_same_named_tracing_proxy_class_does_not_replace_the_registered_class(tmp_path):
+    # torch.fx's _ModuleStackTracer (used by torch.export and the ONNX exporter) makes, per
+    # module, type(base.__name__, (AttrProxy, base), {}): a subclass under the same name. One
+    # once replaced TransformerLM in the registry, and every later from_pretrained in the
+    # process failed inside the proxy's __init__.
+    class AttrProxy:
+        def __init__(self, base, path):  # the proxy's signature: not a model constructor
+            raise AssertionError("the proxy class was instantiated")
+
+    type(TransformerLM.__name__, (AttrProxy, TransformerLM), {})
+    model = TransformerLM(dataclasses.replace(LM_CFG, n_layers=1)).eval()
+    model.save_pretrained(tmp_path)
+    loaded = TransformerLM.from_pretrained(tmp_path)
+    assert type(loaded) is TransformerLM
+    ids = torch.randint(3, LM_CFG.vocab_size, (2, 5))
+    assert torch.equal(loaded(ids), model(ids))

@@ -63,8 +63,14 @@ class PretrainedMixin:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if getattr(cls, "config_class", None) is not None:  # a subclass inherits its parent's
-            _REGISTRY[cls.__name__] = cls
+        if getattr(cls, "config_class", None) is None:
+            return
+        registered = _REGISTRY.get(cls.__name__)
+        if registered is not None and issubclass(cls, registered):
+            # A same-named subclass is a proxy that tracing makes (torch.export's module-stack
+            # tracer subclasses each module's class under its name): keep the real class.
+            return
+        _REGISTRY[cls.__name__] = cls  # a subclass inherits its parent's config_class
 
     def save_pretrained(self, path: str | os.PathLike) -> Path:
         """Write ``config.json`` and ``model.safetensors`` into the directory ``path``.
