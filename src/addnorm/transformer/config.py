@@ -139,7 +139,7 @@ class _ModelConfig(_ConfigBase):
 
 
 def _check_body(cfg: TransformerConfig | LMConfig) -> None:
-    """Checks shared by both model configs: the layer settings, causality, positions."""
+    """Checks shared by both generating configs: the layer settings, causality, positions."""
     _check_layer(cfg)
     if cfg.norm == "group":
         raise ValueError(
@@ -147,6 +147,14 @@ def _check_body(cfg: TransformerConfig | LMConfig) -> None:
             "positions, so a causal decoder would see the future (use 'layer' or 'rms'; "
             "addnorm.norms.GroupNorm stays available for non-causal stacks)"
         )
+    _check_input_layer(cfg)
+    if not isinstance(cfg.tie_output, bool):
+        raise TypeError(f"tie_output must be a bool, got {cfg.tie_output!r}")
+
+
+def _check_input_layer(cfg: Any) -> None:
+    """Checks every whole-model config shares (``EncoderConfig`` too): the position code and
+    its table, the embedding scale, the final norm."""
     check_choice("position_encoding", cfg.position_encoding, POSITION_ENCODINGS)
     check_choice("embed_scale", cfg.embed_scale, EMBED_SCALES)
     check_float("position_base", cfg.position_base, min_value=1.0, min_inclusive=False)
@@ -157,8 +165,6 @@ def _check_body(cfg: TransformerConfig | LMConfig) -> None:
             f"position_encoding='rotary' needs an even d_head; d_model ({cfg.d_model}) / n_heads "
             f"({cfg.n_heads}) = {d_head}"
         )
-    if not isinstance(cfg.tie_output, bool):
-        raise TypeError(f"tie_output must be a bool, got {cfg.tie_output!r}")
     if cfg.final_norm is not None and not isinstance(cfg.final_norm, bool):
         raise TypeError(f"final_norm must be a bool or None, got {cfg.final_norm!r}")
 

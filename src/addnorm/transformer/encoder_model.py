@@ -30,8 +30,6 @@ from torch import nn
 from addnorm._checks import (
     check_bool,
     check_bool_mask,
-    check_choice,
-    check_float,
     check_int,
     check_tensor,
     inputs_checked,
@@ -39,10 +37,10 @@ from addnorm._checks import (
 from addnorm.norms import NoNorm
 from addnorm.pretrained import PretrainedMixin
 from addnorm.transformer.config import (
-    EMBED_SCALES,
-    POSITION_ENCODINGS,
     EmbedScale,
+    _check_input_layer,
     _check_layer,
+    _check_token_id,
     _ModelConfig,
 )
 from addnorm.transformer.embedding import (
@@ -107,24 +105,12 @@ class EncoderConfig(_ModelConfig):
         _check_layer(self)
         check_int("vocab_size", self.vocab_size, min_value=1)
         check_int("n_layers", self.n_layers, min_value=1)
-        check_choice("position_encoding", self.position_encoding, POSITION_ENCODINGS)
-        check_float("position_base", self.position_base, min_value=1.0, min_inclusive=False)
-        check_int("max_len", self.max_len, min_value=1)
-        check_choice("embed_scale", self.embed_scale, EMBED_SCALES)
+        _check_input_layer(self)
         check_int("n_token_types", self.n_token_types, min_value=0)
         check_bool("embed_norm", self.embed_norm)
         check_bool("pooler", self.pooler)
-        if self.final_norm is not None and not isinstance(self.final_norm, bool):
-            raise TypeError(f"final_norm must be a bool or None, got {self.final_norm!r}")
-        if self.position_encoding == "rotary" and self.d_head % 2:
-            raise ValueError(
-                f"position_encoding='rotary' needs an even d_head; d_model ({self.d_model}) / "
-                f"n_heads ({self.n_heads}) = {self.d_head}"
-            )
         if self.pad_id is not None:
-            check_int("pad_id", self.pad_id, min_value=0)
-            if self.pad_id >= self.vocab_size:
-                raise ValueError(f"pad_id ({self.pad_id}) must be < vocab_size ({self.vocab_size})")
+            _check_token_id("pad_id", self.pad_id, "vocab_size", self.vocab_size)
 
     @property
     def d_head(self) -> int:
