@@ -24,8 +24,8 @@ import sys
 import pytest
 import torch
 
-from addnorm.cli.commands import _stdin_inputs
 from addnorm.cli.parser import main
+from addnorm.cli.translate_input import stdin_inputs
 from addnorm.tasks.run import load_trained
 from addnorm.training import sizes
 from addnorm.training.checkpoint import MAX_JSON_DEPTH, find_checkpoint
@@ -115,7 +115,7 @@ class _Recording(io.BytesIO):
 
 def test_a_line_of_ten_million_bytes_is_skipped_in_blocks_never_read_whole():
     stream = _Recording(b"x" * 10_000_000 + b"\n21 Nov 2026\n")
-    items = list(_stdin_inputs(stream, frozenset("x0123456789 Nov"), 256))
+    items = list(stdin_inputs(stream, frozenset("x0123456789 Nov"), 256))
     assert [item.problem is None for item in items] == [False, True]
     assert items[1].text == "21 Nov 2026" and items[1].where == "line 2"
     assert "10000001 bytes" in items[0].problem  # the whole line was skipped, and counted

@@ -15,14 +15,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
-import itertools
 import json
 import re
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from typing import IO
+from collections.abc import Callable, Iterator
 
 from addnorm._checks import check_known_fields
 from addnorm.cli.bench import run_bench_command
@@ -35,6 +33,7 @@ from addnorm.cli.checks import (
 )
 from addnorm.cli.embed import run_embed
 from addnorm.cli.export import run_export
+from addnorm.cli.translate_input import Input, batched, open_stdin, refusal, stdin_inputs
 from addnorm.training.config import TrainConfig
 
 __all__ = [
@@ -266,18 +265,18 @@ def _translate(args) -> int:
     from addnorm.data.dates import FIRST_YEAR, LAST_YEAR
     from addnorm.tasks.translate import PREDICT_BATCH_SIZE
 
-    stdin = None if args.text else _open_stdin()
+    stdin = None if args.text else open_stdin()
     task, model = _load(args, "translate")
     limit = model.cfg.max_len
     known = frozenset(task.src_tok.chars)
-    inputs: Iterator[_Input]
+    inputs: Iterator[Input]
     if stdin is None:
-        inputs = (_Input(f"argument {i}", t, _refusal(t, known, limit))
+        inputs = (Input(f"argument {i}", t, refusal(t, known, limit))
                   for i, t in enumerate(args.text, 1))
     else:
-        inputs = _stdin_inputs(stdin, known, limit)
+        inputs = stdin_inputs(stdin, known, limit)
     failed = 0
-    for batch in _batched(inputs, PREDICT_BATCH_SIZE):
+    for batch in batched(inputs, PREDICT_BATCH_SIZE):
         wanted = [item.text for item in batch if item.problem is None and item.text.strip()]
         answers = iter(task.predict(model, wanted))
         for item in batch:  # a blank or refused input gets a blank answer line
@@ -297,93 +296,6 @@ def _translate(args) -> int:
                 )
         sys.stdout.flush()
     return EXIT_FAILED if failed else EXIT_OK
-
-
-@dataclasses.dataclass(frozen=True)
-class _Input:
-    """One input of ``translate``: where it came from (``line 3``, ``argument 2``), its text,
-    and why it is refused (None: it is translated)."""
-
-    where: str
-    text: str
-    problem: str | None = None
-
-
-def _open_stdin() -> IO[bytes] | IO[str]:
-    """Standard input as bytes (as text where it has no byte buffer, e.g. in tests); a closed
-    or missing stdin (``addnorm translate <&-``) is a usage error."""
-    stream = sys.stdin
-    if stream is None or getattr(stream, "closed", False):
-        raise UsageError("no dates given and stdin is closed; pass dates as arguments or lines")
-    return getattr(stream, "buffer", stream)
-
-
-def _stdin_inputs(stream: IO[bytes] | IO[str], known: frozenset[str], limit: int
-                  ) -> Iterator[_Input]:
-    """The lines of ``stream`` without their line ends, read as they are needed, each at most
-    ``limit`` characters: at most ``4 * limit + 2`` bytes of a line are read (a UTF-8
-    character has at most 4), and the rest of a longer line is skipped in blocks, unread."""
-    most = 4 * limit + 2
-    for number in itertools.count(1):
-        try:
-            line = stream.readline(most)
-        except ValueError:  # closed while we read it
-            raise UsageError("stdin was closed while being read") from None
-        if not line:
-            return
-        where = f"line {number}"
-        if len(line) == most and not _ends_line(line):
-            extra = _skip_rest_of_line(stream)
-            yield _Input(where, "", f"over {limit} characters ({len(line) + extra} bytes or "
-                         f"more); the model takes at most {limit} (its max_len)")
-            continue
-        if isinstance(line, bytes):
-            try:
-                text = line.decode("utf-8")
-            except UnicodeDecodeError as err:
-                yield _Input(where, "", f"not UTF-8 text ({err.reason} at byte {err.start})")
-                continue
-        else:
-            text = line
-        text = text.removesuffix("\n").removesuffix("\r")
-        yield _Input(where, text, _refusal(text, known, limit))
-
-
-def _ends_line(line: bytes | str) -> bool:
-    return line.endswith(b"\n") if isinstance(line, bytes) else line.endswith("\n")
-
-
-def _skip_rest_of_line(stream: IO[bytes] | IO[str]) -> int:
-    """Read and drop the rest of the current line in 64 KiB blocks; how much was dropped."""
-    skipped = 0
-    while block := stream.readline(1 << 16):
-        skipped += len(block)
-        if _ends_line(block):
-            break
-    return skipped
-
-
-def _refusal(text: str, known: frozenset[str], limit: int) -> str | None:
-    """Why the model cannot take ``text`` (longer than ``limit``, or a character outside its
-    vocabulary ``known``), or None. Blank text (spaces, tabs) gets a blank answer."""
-    if not text.strip():
-        return None
-    if len(text) > limit:
-        return f"{len(text)} characters; the model takes at most {limit} (its max_len)"
-    unknown = next((c for c in text if c not in known), None)
-    if unknown is not None:
-        return (
-            f"the character {unknown!r} (U+{ord(unknown):04X}) at position "
-            f"{text.index(unknown) + 1} is not one the model knows"
-        )
-    return None
-
-
-def _batched(items: Iterable[_Input], size: int) -> Iterator[list[_Input]]:
-    """Consecutive lists of ``size`` items (the last may be shorter), taken lazily."""
-    iterator = iter(items)
-    while batch := list(itertools.islice(iterator, size)):
-        yield batch
 
 
 def _is_supported_date(answer: str, first_year: int, last_year: int) -> bool:
