@@ -1,0 +1,169 @@
+"""Beam search over the decoding interface of :mod:`addnorm.transformer.generation`.
+
+B input rows become B * K beams (row ``b`` holds beams ``b * K .. b * K + K - 1``; the cache
+follows through ``cache.reorder``). Each step extends every live beam by every token, keeps
+the K best by summed log-probability, and moves those that emit a stop token to the row's
+finished hypotheses, scored with the length penalty. A row is done when no live beam can beat
+its K-th finished one. The rules against repetition apply to the log-probs, as in Hugging
+Face's beam search.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from addnorm.transformer.generation import GenerationConfig, StepFn, _apply_rules, _check_logits
+
+__all__ = ["beam_search"]
+
+
+@dataclass
+class _Beams:
+    """Beam-search state for B rows of K beams; ``fin_*`` keep each row's K best endings."""
+
+    alive_tokens: Tensor  # (B, K, n) tokens of the beams still growing
+    alive_scores: Tensor  # (B, K) sum of log-probs; -inf marks an empty beam
+    fin_tokens: Tensor  # (B, K, max_new_tokens) finished hypotheses, fill_id after the end
+    fin_scores: Tensor  # (B, K) length-penalised scores, best first; -inf marks an empty slot
+    fin_lengths: Tensor  # (B, K)
+    done: Tensor  # (B,) the row's finished hypotheses can no longer be beaten
+    fill_id: int
+
+
+def beam_search(
+    step_fn: StepFn, logits: Tensor, cache: Any, config: GenerationConfig,
+    seen: tuple[Tensor, Tensor],
+) -> Tensor:
+    """Beam search with K = ``num_beams`` beams per row, vectorised over rows and beams.
+
+    At each step every beam is extended by every token. Of the K best extensions of a row,
+    those ending in a stop token leave the beam as finished hypotheses; the K best extensions
+    that do not end in a stop token form the next beams. At ``max_new_tokens`` the remaining
+    beams finish too. Score: ``sum log p / n ** length_penalty`` (n generated tokens).
+
+    Stopping rule (exact, not a heuristic): a row is done once its K-th best finished
+    hypothesis scores >= the best score any live beam could still reach. Log-probs are <= 0,
+    so a beam's sum s can only fall; its best reachable score is s / n ** length_penalty at
+    the most favourable final length n in [current + 1, max_new_tokens], which is one of the
+    two ends. A row with fewer than K finished hypotheses goes on while it has a live beam.
+    Decoding stops when every row is done or at ``max_new_tokens``; each row returns its best
+    finished hypothesis.
+
+    ``repetition_penalty`` and ``no_repeat_ngram_size`` act on each beam's log-probs, its
+    history being the prompt followed by the beam's own tokens (Hugging Face's order).
+    """
+    batch, vocab = logits.shape
+    k, max_new, penalty = config.num_beams, config.max_new_tokens, config.length_penalty
+    device = logits.device
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    is_stop = torch.zeros(vocab, dtype=torch.bool, device=device)
+    is_stop[list(config.stop_ids)] = True
+    cache.reorder(torch.arange(batch, device=device).repeat_interleave(k))  # B -> B * K rows
+    logits = logits.repeat_interleave(k, dim=0)  # (B * K, V): beam copies of each row
+    fill = config.fill_id if config.fill_id is not None else 0  # None: nothing ends early
+    beams = _start_beams(batch, k, max_new, fill, device, dtype)
+    prompt = tuple(t.repeat_interleave(k, dim=0) for t in seen)  # (B * K, L0) each
+    for step in range(max_new):
+        if step > 0:
+            last = beams.alive_tokens[:, :, -1].reshape(batch * k, 1)  # (B * K, 1)
+            logits = step_fn(last, cache)  # (B * K, V)
+            logits = _check_logits(f"step_fn output (step {step})", logits, (batch * k, vocab))
+        log_probs = F.log_softmax(logits.to(dtype), dim=-1)  # (B * K, V)
+        if config.reshapes_logits:
+            log_probs = _beam_reshape(log_probs, prompt, beams.alive_tokens, config)
+        log_probs = log_probs.view(batch, k, vocab)  # (B, K, V)
+        parent = _advance(beams, log_probs, is_stop, penalty)  # (B, K)
+        length = step + 1
+        if length == max_new:
+            ending = torch.isfinite(beams.alive_scores) & ~beams.done[:, None]
+            scores = beams.alive_scores / float(length) ** penalty
+            _add_finished(beams, beams.alive_tokens, scores.masked_fill(~ending, float("-inf")))
+            break
+        _update_done(beams, length, max_new, penalty)
+        if bool(beams.done.all()):
+            break
+        rows = torch.arange(batch, device=device)[:, None] * k  # (B, 1)
+        cache.reorder((rows + parent).reshape(-1))  # (B * K,) follow each beam's parent
+    n = int(beams.fin_lengths[:, 0].max())
+    return beams.fin_tokens[:, 0, :n]  # (B, N): the best hypothesis of each row
+
+
+def _beam_reshape(
+    log_probs: Tensor, prompt: tuple[Tensor, ...], alive: Tensor, config: GenerationConfig
+) -> Tensor:
+    """The two logit rules on each beam's log-probs, its history the prompt and its tokens.
+
+    Shapes:
+        log_probs: (B * K, V); prompt: ids and padding (B * K, L0); alive: (B, K, n)
+    """
+    ids, padding = prompt
+    own = alive.reshape(ids.shape[0], -1)  # (B * K, n)
+    history = torch.cat([ids, own], dim=1)  # (B * K, L0 + n)
+    padding = torch.cat([padding, torch.zeros_like(own, dtype=torch.bool)], dim=1)
+    return _apply_rules(log_probs, history, padding, config)
+
+
+def _start_beams(batch: int, k: int, max_new: int, fill_id: int, device, dtype) -> _Beams:
+    """K copies of the empty prefix per row; all but the first are empty so none repeats."""
+    alive_scores = torch.full((batch, k), float("-inf"), dtype=dtype, device=device)
+    alive_scores[:, 0] = 0.0
+    return _Beams(
+        alive_tokens=torch.empty(batch, k, 0, dtype=torch.long, device=device),
+        alive_scores=alive_scores,
+        fin_tokens=torch.full((batch, k, max_new), fill_id, dtype=torch.long, device=device),
+        fin_scores=torch.full((batch, k), float("-inf"), dtype=dtype, device=device),
+        fin_lengths=torch.zeros(batch, k, dtype=torch.long, device=device),
+        done=torch.zeros(batch, dtype=torch.bool, device=device),
+        fill_id=fill_id,
+    )
+
+
+def _advance(beams: _Beams, log_probs: Tensor, is_stop: Tensor, penalty: float) -> Tensor:
+    """Extend every beam by every token; move stop endings out, keep the K best others."""
+    batch, k, vocab = log_probs.shape
+    length = beams.alive_tokens.shape[-1] + 1
+    candidates = (beams.alive_scores[..., None] + log_probs).view(batch, k * vocab)  # (B, K*V)
+    top_scores, top_index = candidates.topk(k, dim=-1)  # (B, K)
+    ending = is_stop[top_index % vocab] & torch.isfinite(top_scores) & ~beams.done[:, None]
+    scores = (top_scores / float(length) ** penalty).masked_fill(~ending, float("-inf"))
+    _add_finished(beams, _extend(beams.alive_tokens, top_index, vocab), scores)
+    growing = candidates.masked_fill(is_stop.repeat(k), float("-inf"))  # (B, K*V)
+    alive_scores, alive_index = growing.topk(k, dim=-1)  # (B, K)
+    beams.alive_tokens = _extend(beams.alive_tokens, alive_index, vocab)  # (B, K, n + 1)
+    beams.alive_scores = alive_scores
+    return alive_index // vocab
+
+
+def _extend(tokens: Tensor, index: Tensor, vocab: int) -> Tensor:
+    """Sequences for flat candidate ``index`` (beam * V + token) of shape (B, K')."""
+    parent, token = index // vocab, index % vocab  # (B, K')
+    prefix = tokens.gather(1, parent[..., None].expand(-1, -1, tokens.shape[-1]))  # (B, K', n)
+    return torch.cat([prefix, token[..., None]], dim=-1)  # (B, K', n + 1)
+
+
+def _add_finished(beams: _Beams, sequences: Tensor, scores: Tensor) -> None:
+    """Merge hypotheses (B, K', n) scored (B, K') (-inf = not a hypothesis) into the K best."""
+    batch, k, max_new = beams.fin_tokens.shape
+    n = sequences.shape[-1]
+    padded = beams.fin_tokens.new_full((batch, sequences.shape[1], max_new), beams.fill_id)
+    padded[..., :n] = sequences
+    all_scores = torch.cat([beams.fin_scores, scores], dim=1)  # (B, K + K')
+    all_tokens = torch.cat([beams.fin_tokens, padded], dim=1)  # (B, K + K', max_new)
+    all_lengths = torch.cat([beams.fin_lengths, torch.full_like(scores, n, dtype=torch.long)], 1)
+    beams.fin_scores, best = all_scores.topk(k, dim=-1)  # (B, K), best first
+    beams.fin_tokens = all_tokens.gather(1, best[..., None].expand(-1, -1, max_new))
+    beams.fin_lengths = all_lengths.gather(1, best)
+
+
+def _update_done(beams: _Beams, length: int, max_new: int, penalty: float) -> None:
+    """Mark rows whose K finished hypotheses no live beam can beat (see ``_beam_search``)."""
+    best_sum = beams.alive_scores.amax(dim=-1)  # (B,), <= 0 or -inf
+    reachable = torch.maximum(
+        best_sum / float(length + 1) ** penalty, best_sum / float(max_new) ** penalty
+    )
+    beams.done |= beams.fin_scores[:, -1] >= reachable
