@@ -9,17 +9,12 @@ prefix); a trainer's checkpoint with the switch on loads into a plain model.
 from __future__ import annotations
 
 import dataclasses
-import random
 
 import pytest
 import torch
 
 import addnorm
-from addnorm.training.checkpoint import load_checkpoint
-from addnorm.training.config import TrainConfig
 from addnorm.training.distributed import checkpoint_layers, layer_classes
-from addnorm.training.schedules import LRSchedule
-from addnorm.training.trainer import Trainer
 
 WRAPPED = "_checkpoint_wrapped_module."
 
@@ -90,46 +85,15 @@ def test_checkpointed_model_keeps_the_state_dict_keys_both_ways(kind):
         torch.testing.assert_close(value, plain.state_dict()[name], rtol=0, atol=0)
 
 
-class _IdBatches:
-    """Random token batches for the LM from a seeded ``random.Random``."""
-
-    def __init__(self) -> None:
-        self.rng = random.Random(0)
-
-    def next_batch(self):
-        ids = torch.tensor([[self.rng.randrange(3, 128) for _ in range(9)] for _ in range(4)])
-        return {"ids": ids[:, :-1], "targets": ids[:, 1:]}
-
-    def state_dict(self):
-        version, internal, gauss = self.rng.getstate()
-        return {"rng": [version, list(internal), gauss]}
-
-    def load_state_dict(self, state):
-        version, internal, gauss = state["rng"]
-        self.rng.setstate((version, tuple(internal), gauss))
-
-
-def _lm_loss(model, batch):
-    logits = model(batch["ids"])  # (B, L, V)
-    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten())
-    return loss, batch["targets"].numel()
-
-
-def test_a_trainer_with_checkpointing_saves_plain_keys_and_trains_the_same(tmp_path):
+def test_a_trainer_with_checkpointing_saves_plain_keys_and_trains_the_same(train_tiny_lm):
     """Three steps with the switch on and off: the same checkpoint keys and weights (dropout
     0.1 included: the recomputation replays the RNG)."""
-    saved = {}
-    for switch in (False, True):
-        cfg = TrainConfig(max_steps=3, lr=1e-2, warmup=1, checkpoint_every=0, ema_decay=0.5,
-                          activation_checkpointing=switch)
-        torch.manual_seed(0)
-        model = addnorm.TransformerLM(
-            dataclasses.replace(addnorm.PRESETS["lm-tiny"], dropout=0.1)
-        )
-        trainer = Trainer(model, _lm_loss, _IdBatches(), cfg, run_dir=tmp_path / str(switch),
-                          schedule=LRSchedule("constant", cfg.lr, cfg.warmup, total_steps=3))
-        trainer.fit()
-        saved[switch] = load_checkpoint(tmp_path / str(switch))
+    cfg = dataclasses.replace(addnorm.PRESETS["lm-tiny"], dropout=0.1)
+    saved = {
+        switch: train_tiny_lm(cfg, str(switch), steps=3, ema_decay=0.5,
+                              activation_checkpointing=switch)[3]
+        for switch in (False, True)
+    }
     for part in ("model", "ema"):
         plain, wrapped = saved[False].tensors[part], saved[True].tensors[part]
         assert list(wrapped) == list(plain)

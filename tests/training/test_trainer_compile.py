@@ -8,44 +8,14 @@ object, and so the checkpoint's keys, are the same with and without compiling.
 from __future__ import annotations
 
 import dataclasses
-import random
 
 import pytest
 import torch
 
 import addnorm
-from addnorm.training.checkpoint import load_checkpoint
-from addnorm.training.config import TrainConfig
-from addnorm.training.schedules import LRSchedule
-from addnorm.training.trainer import Trainer
 
 
-class _IdBatches:
-    """Random token batches from a seeded ``random.Random``."""
-
-    def __init__(self) -> None:
-        self.rng = random.Random(0)
-
-    def next_batch(self):
-        ids = torch.tensor([[self.rng.randrange(3, 64) for _ in range(9)] for _ in range(4)])
-        return {"ids": ids[:, :-1], "targets": ids[:, 1:]}
-
-    def state_dict(self):
-        version, internal, gauss = self.rng.getstate()
-        return {"rng": [version, list(internal), gauss]}
-
-    def load_state_dict(self, state):
-        version, internal, gauss = state["rng"]
-        self.rng.setstate((version, tuple(internal), gauss))
-
-
-def _lm_loss(model, batch):
-    logits = model(batch["ids"])  # (B, L, V)
-    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten())
-    return loss, batch["targets"].numel()
-
-
-def _train_twice(tmp_path):
+def _train_twice(train_tiny_lm):
     """Two steps of a tiny LM, eager and with ``compile=True``: (results, checkpoints)."""
     cfg = dataclasses.replace(
         addnorm.PRESETS["lm-tiny"], vocab_size=64, d_model=32, n_heads=2, d_ff=64, n_layers=1,
@@ -53,16 +23,10 @@ def _train_twice(tmp_path):
     )
     results, saved = {}, {}
     for switch in (False, True):
-        train_cfg = TrainConfig(max_steps=2, lr=1e-2, warmup=1, checkpoint_every=0,
-                                compile=switch)
-        torch.manual_seed(0)
-        model = addnorm.TransformerLM(cfg)
-        trainer = Trainer(model, _lm_loss, _IdBatches(), train_cfg,
-                          run_dir=tmp_path / str(switch),
-                          schedule=LRSchedule("constant", 1e-2, 1, total_steps=2))
-        results[switch] = trainer.fit()
+        model, trainer, results[switch], saved[switch] = train_tiny_lm(
+            cfg, str(switch), steps=2, compile=switch
+        )
         assert trainer.model is model
-        saved[switch] = load_checkpoint(tmp_path / str(switch))
     return results, saved
 
 
@@ -80,7 +44,7 @@ def _check_same_training(results, saved, *, check_weights: bool) -> None:
     assert float((x - y).norm() / x.norm()) < 1e-5
 
 
-def test_compiled_training_plumbing_matches_eager(tmp_path, monkeypatch):
+def test_compiled_training_plumbing_matches_eager(train_tiny_lm, monkeypatch):
     """The fast variant: dynamo captures the forward (``eager`` backend, no code generation);
     the trainer trains through the compiled callable."""
     calls = []
@@ -91,14 +55,14 @@ def test_compiled_training_plumbing_matches_eager(tmp_path, monkeypatch):
         return compile_fn(model, backend="eager", **kwargs)
 
     monkeypatch.setattr(torch, "compile", traced)
-    _check_same_training(*_train_twice(tmp_path), check_weights=True)
+    _check_same_training(*_train_twice(train_tiny_lm), check_weights=True)
     assert len(calls) == 1
 
 
 @pytest.mark.slow
-def test_one_compiled_step_gives_the_eager_loss_and_checkpoint_keys(tmp_path):
+def test_one_compiled_step_gives_the_eager_loss_and_checkpoint_keys(train_tiny_lm):
     """With inductor, torch.compile's default (30-70 s on 2 CPU cores). Its fused kernels
     round differently, and the attention's key bias, whose true gradient is zero, then moves
     by Adam-scaled rounding noise, so the weights are compared through the second step's
     loss, which they produce."""
-    _check_same_training(*_train_twice(tmp_path), check_weights=False)
+    _check_same_training(*_train_twice(train_tiny_lm), check_weights=False)
