@@ -28,7 +28,12 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from addnorm._checks import check_choice
-from addnorm.training.checkpoint import MANIFEST, CheckpointError, list_checkpoints
+from addnorm.training.checkpoint import (
+    MANIFEST,
+    CheckpointError,
+    list_checkpoints,
+    write_file_atomic,
+)
 
 __all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "PretrainedMixin", "load", "state_dict_without_aliases"]
 
@@ -98,9 +103,9 @@ class PretrainedMixin:
         }
         directory.mkdir(parents=True, exist_ok=True)
         metadata = {"format": "pt"}  # what Hugging Face's loaders expect to find
-        _write_atomic(directory / WEIGHTS_FILE, lambda tmp: save_file(tensors, tmp, metadata))
+        write_file_atomic(directory / WEIGHTS_FILE, lambda tmp: save_file(tensors, tmp, metadata))
         text = json.dumps(config, indent=1, sort_keys=True) + "\n"
-        _write_atomic(directory / CONFIG_FILE, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        write_file_atomic(directory / CONFIG_FILE, lambda tmp: tmp.write_text(text, "utf-8"))
         return directory
 
     @classmethod
@@ -329,13 +334,3 @@ def _check_device(device: object) -> torch.device | None:
         return torch.device(device)
     except RuntimeError as err:
         raise ValueError(f"device {device!r} is not a torch device: {err}") from None
-
-
-def _write_atomic(path: Path, write: Any) -> None:
-    """``write(tmp)`` to a temporary name next to ``path``, then rename it onto ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)

@@ -48,6 +48,7 @@ from addnorm.training.checkpoint import (
     LoadedCheckpoint,
     load_checkpoint,
     parse_json,
+    write_file_atomic,
 )
 from addnorm.training.config import TrainConfig
 from addnorm.training.metrics import plot_loss_curve
@@ -274,7 +275,8 @@ def _finish(
             metrics["compile_s"] = result.compile_s
         metrics.update(task.evaluate_run(model, train_cfg))
         metrics["samples"] = task.run_samples(model)
-        _write_json_atomic(run_dir / "metrics.json", metrics)
+        text = json.dumps(metrics, indent=1)
+        write_file_atomic(run_dir / "metrics.json", lambda tmp: tmp.write_text(text, "utf-8"))
     return RunSummary(
         run_dir, result.checkpoint, result.step, result.stopped_by, result.elapsed_s, metrics, png
     )
@@ -347,12 +349,3 @@ def _task_and_config(checkpoint: LoadedCheckpoint) -> tuple[Task, object]:
     except SizeError as err:
         raise CheckpointError(f"{where}: {err}") from None
     return task, cfg
-
-
-def _write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

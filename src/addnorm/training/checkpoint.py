@@ -35,7 +35,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +53,7 @@ __all__ = [
     "load_checkpoint",
     "parse_json",
     "save_checkpoint",
+    "write_file_atomic",
 ]
 
 FORMAT = "addnorm-checkpoint"
@@ -355,6 +356,19 @@ def _read_json(path: Path) -> dict:
     if not isinstance(data, dict):
         raise CheckpointError(f"checkpoint file {path} must hold a JSON object")
     return data
+
+
+def write_file_atomic(path: Path, write: Callable[[Path], object]) -> None:
+    """``write(tmp)`` to a temporary name beside ``path``, fsync it, then rename it onto
+    ``path``: a reader sees the old file or the new one, never a torn one."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -28,7 +28,7 @@ import os
 import socket
 from pathlib import Path
 
-from addnorm.training.checkpoint import delete_checkpoints
+from addnorm.training.checkpoint import delete_checkpoints, write_file_atomic
 
 __all__ = [
     "ABANDONED_EMPTY_LOCK_S",
@@ -72,10 +72,8 @@ def read_marker(run_dir: str | os.PathLike) -> dict | None:
 
 def write_marker(run_dir: str | os.PathLike, task: str) -> None:
     """Mark ``run_dir`` as holding a run of ``task`` (written atomically)."""
-    path = Path(run_dir) / MARKER
-    tmp = path.with_name(f".{MARKER}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps({"format": _FORMAT, "version": _VERSION, "task": task}) + "\n")
-    os.replace(tmp, path)
+    text = json.dumps({"format": _FORMAT, "version": _VERSION, "task": task}) + "\n"
+    write_file_atomic(Path(run_dir) / MARKER, lambda tmp: tmp.write_text(text))
 
 
 def check_fresh_run_dir(run_dir: str | os.PathLike, *, overwrite: bool) -> None:
