@@ -86,6 +86,6 @@ class DiTBlock(nn.Module):
         modulation = self.adaLN_modulation(c).chunk(6, dim=-1)  # 6 x (B, D)
         shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = modulation
         h = modulate(self.attn_norm(x), shift_msa, scale_msa)  # (B, L, D)
-        x = x + gate_msa[:, None] * self.attn(h, mask=_UNMASKED)
+        x = torch.addcmul(x, gate_msa[:, None], self.attn(h, mask=_UNMASKED))  # x + g * attn
         h = modulate(self.ff_norm(x), shift_mlp, scale_mlp)  # (B, L, D)
-        return x + gate_mlp[:, None] * self.ff(h)
+        return torch.addcmul(x, gate_mlp[:, None], self.ff(h))  # x + g * ff(h), one pass

@@ -17,11 +17,13 @@ __all__ = ["adaln_modulation", "modulate"]
 def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """``x * (1 + scale) + shift``, one shift and scale per sample broadcast over its tokens.
 
+    One fused ``addcmul``: one pass over the (B, L, D) stream and one new tensor, not two.
+
     Shapes:
         x: (B, L, D); shift, scale: (B, D)
         returns: (B, L, D)
     """
-    return x * (1 + scale[:, None]) + shift[:, None]  # (B, L, D)
+    return torch.addcmul(shift[:, None], x, 1 + scale[:, None])  # (B, L, D)
 
 
 def adaln_modulation(d_model: int, n_chunks: int) -> nn.Sequential:
