@@ -207,3 +207,17 @@ def test_inductor_compiled_generation_gives_the_eager_tokens(fresh_dynamo):
     compiled = model.generate(prompt, replace(config, compile=True))
     assert torch.equal(compiled, model.generate(prompt, config))
     assert counters["stats"]["unique_graphs"] == 1
+
+
+@torch.no_grad()
+def test_inductor_compiled_batch_one_generation_gives_the_eager_tokens(fresh_dynamo):
+    # Batch 1 is where the CPU options act: each one-row projection becomes a multiply-and-sum
+    # kernel (decompose_mm_pass). Its rounding differs from the eager matmul's, the tokens
+    # may not; a second call reuses the graph, skipping the shared guards after its first step.
+    model = language_model("rotary").float()
+    prompt = torch.tensor([[5, 6, 7, 8, 9]])
+    config = replace(model.generation_config, max_new_tokens=12)
+    expected = model.generate(prompt, config)
+    for _ in range(2):
+        assert torch.equal(model.generate(prompt, replace(config, compile=True)), expected)
+    assert counters["stats"]["unique_graphs"] == 1
