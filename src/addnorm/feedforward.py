@@ -37,7 +37,10 @@ __all__ = [
 ]
 
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
-    "relu": nn.ReLU,  # max(0, h), the paper's
+    # max(0, h), the paper's; in place: h is w1's output, a tensor only the FFN holds (ReLU's
+    # backward reads its output, so autograd allows it), and a new (B, L, F) tensor per call
+    # cost 6% of an inference layer at D 512 (torch.nn's fast path is in place too)
+    "relu": lambda: nn.ReLU(inplace=True),
     "gelu": lambda: nn.GELU(approximate="none"),  # h * Phi(h), exact erf
     "gelu_tanh": lambda: nn.GELU(approximate="tanh"),  # GPT-2 / BERT's tanh approximation
     "swiglu": nn.SiLU,  # silu(x W1) * (x W3): W1 is the gate, W3 the value
