@@ -18,7 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addnorm.feedforward import FeedForward, GatedFeedForward, make_feedforward
+from addnorm.feedforward import GELU, FeedForward, GatedFeedForward, make_feedforward
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 F64 = torch.float64
@@ -200,3 +200,38 @@ def test_a_deep_copy_computes_with_its_own_weights(activation):
     x = torch.randn(3, 8, dtype=F64)
     torch.testing.assert_close(twin(x), by_hand(twin, x))
     torch.testing.assert_close(ffn(x), by_hand(ffn, x))
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_without_gradients_overwrites_its_input_with_torch_gelu(approximate):
+    torch.manual_seed(0)
+    h = torch.randn(4, 7, 16)
+    want = torch.nn.functional.gelu(h, approximate=approximate)  # torch's own, out of place
+    with torch.no_grad():
+        out = GELU(approximate=approximate)(h)
+    assert torch.equal(out, want) and out.data_ptr() == h.data_ptr()
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_with_gradients_keeps_its_input_and_torch_gradients(approximate):
+    torch.manual_seed(0)
+    h = torch.randn(4, 7, 16, requires_grad=True)
+    before = h.detach().clone()
+    out = GELU(approximate=approximate)(h)
+    want = torch.nn.functional.gelu(h, approximate=approximate)
+    assert torch.equal(out, want) and torch.equal(h.detach(), before)
+    assert torch.equal(*(torch.autograd.grad(y.sum(), h)[0] for y in (out, want)))
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh"])
+def test_in_place_activations_leave_the_ffn_input_and_gradients_intact(activation):
+    torch.manual_seed(0)
+    ff = make_feedforward(16, 32, activation=activation)
+    x = torch.randn(3, 5, 16, requires_grad=True)
+    before = x.detach().clone()
+    out = ff(x)
+    with torch.no_grad():
+        assert torch.equal(ff(x), out.detach())  # the in-place no-grad path: same values
+    assert torch.equal(x.detach(), before)
+    out.square().sum().backward()  # autograd accepts the in-place ReLU (its output is saved)
+    assert x.grad is not None and torch.isfinite(x.grad).all()

@@ -67,3 +67,24 @@ def test_an_empty_stop_string_exits_2_with_one_line(lm_checkpoint, capsys):
     code, out, err = _generate(capsys, lm_checkpoint, "")
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "--stop" in err
+
+
+def test_compile_prints_the_eager_text_and_the_compile_time(lm_checkpoint, capsys, monkeypatch):
+    # dynamo captures the step and runs it uncompiled (backend "eager"): the same tokens as
+    # eager decoding by construction of the static cache (tests/transformer/test_compile.py
+    # checks inductor's); here: the flag reaches generate, and the time goes to stderr.
+    import functools
+
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+    argv = ["generate", "--prompt", PROMPT, "--max-new-tokens", "20", "--temperature", "0",
+            "--checkpoint", str(lm_checkpoint)]
+    assert main(argv) == 0
+    eager = capsys.readouterr()
+    assert main([*argv, "--compile"]) == 0
+    compiled = capsys.readouterr()
+    assert compiled.out == eager.out and eager.err == ""
+    assert compiled.err.startswith("compiling the decode step and generating took ")
+    torch._dynamo.reset()

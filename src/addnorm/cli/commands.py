@@ -20,6 +20,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 from addnorm._checks import check_known_fields
@@ -316,6 +317,7 @@ def _generate(args) -> int:
         raise UsageError("--stop must not be empty")
     task, model = _load(args, "lm")
     device = next(model.parameters()).device
+    start = time.perf_counter()
     try:
         text = task.sample(
             model,
@@ -326,9 +328,13 @@ def _generate(args) -> int:
             top_p=args.top_p,
             generator=torch.Generator(device=device).manual_seed(args.seed),
             stop=tuple(args.stop),
+            compile=args.compile,
         )
     except (ValueError, TypeError) as err:
         raise UsageError(str(err)) from None
+    if args.compile:
+        seconds = time.perf_counter() - start
+        print(f"compiling the decode step and generating took {seconds:.1f} s", file=sys.stderr)
     print(text)
     return EXIT_OK
 

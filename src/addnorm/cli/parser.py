@@ -2,7 +2,7 @@
 
     addnorm train translate|lm [--preset NAME] [--config FILE.json] [--out DIR] [flags]
     addnorm translate ["21 Nov 2026" ...] [--checkpoint DIR]   (no text: one per stdin line)
-    addnorm generate --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K]
+    addnorm generate --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--compile]
                      [--stop TEXT ...]
     addnorm info CHECKPOINT
     addnorm export CHECKPOINT --out MODEL.onnx [--part forward|encoder]
@@ -104,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop once the continuation holds TEXT and cut the output before it (repeatable)",
     )
     generate.add_argument("--seed", type=seed, default=0)
+    generate.add_argument(
+        "--compile", action="store_true",
+        help="run the decode step compiled (torch.compile): the first call compiles for "
+        "seconds (time printed to stderr), each token after is faster; pays off for long "
+        "outputs at batch 1",
+    )
     generate.add_argument("--checkpoint", type=Path, default=Path("runs/lm"))
     _add_inference_flags(generate)
 

@@ -171,9 +171,12 @@ class LMTask:
         top_p: float | None = None,
         generator: torch.Generator | None = None,
         stop: Sequence[str] = (),
+        compile: bool = False,
     ) -> str:
         """``prompt`` continued by sampling (greedy when ``temperature`` is 0, which ignores
         ``top_k`` and ``top_p``); at most ``cfg.max_len`` characters in all.
+
+        ``compile``: the compiled decode step (``GenerationConfig.compile``).
 
         ``stop``: stop strings. Generation ends once the continuation holds one, and the
         continuation is cut before the first (a stop string inside the prompt does not count).
@@ -186,7 +189,7 @@ class LMTask:
         if ids.shape[1] + max_new_tokens > model.cfg.max_len:
             max_new_tokens = max(model.cfg.max_len - ids.shape[1], 1)
         config = dataclasses.replace(model.generation_config, max_new_tokens=max_new_tokens,
-                                     eos_id=None)
+                                     eos_id=None, compile=compile)
         if temperature != 0:  # 0 is greedy decoding, which ignores top_k and top_p
             config = dataclasses.replace(
                 config, strategy="sample", temperature=temperature, top_k=top_k, top_p=top_p
