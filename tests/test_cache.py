@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 from addnorm.cache import DecodingCache
 
@@ -42,3 +43,146 @@ def test_after_padding_the_eager_cache_returns_its_key_padding_even_for_none():
 def test_none_needs_the_count_of_new_tokens():
     with pytest.raises(TypeError, match="new must be an int"):
         allocate(False).extend(None)
+
+
+# ------------------------------------------------------------------ static layout
+
+
+def two_caches(batch: int = 3, max_len: int = 7) -> tuple[DecodingCache, DecodingCache]:
+    """A dynamic and a static cache of the same shape: 2 layers, 2 heads, Dh 4."""
+    return tuple(
+        DecodingCache.allocate(
+            n_layers=2, batch_size=batch, n_heads=2, d_head=4, max_len=max_len,
+            dtype=torch.float64, device=torch.device("cpu"), static=static,
+        )
+        for static in (False, True)
+    )
+
+
+def write(cache: DecodingCache, padding: torch.Tensor | None, keys: torch.Tensor):
+    """One model step's writes: extend, then every layer's append (values = -keys)."""
+    key_padding, positions = cache.extend(padding, keys.shape[2])
+    cached = cache.layers[0].self_attn.cached_before(keys.shape[2])
+    views = [layer.self_attn.append(keys, -keys) for layer in cache.layers]
+    return key_padding, positions, cached, views
+
+
+def new_keys(batch: int, new: int, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, 2, new, 4, generator=generator, dtype=torch.float64)  # (B, H, L, Dh)
+
+
+def test_eager_static_cache_returns_what_the_dynamic_cache_returns():
+    # Oracle: the dynamic layout. Eager, a static cache fills its slots from the front and
+    # returns the written prefix, so every view, key padding and position must be equal.
+    dynamic, static = two_caches()
+    prompt_padding = torch.tensor([[False] * 3, [True, False, False], [True, True, False]])
+    steps = [(prompt_padding, 3), (None, 1), (torch.tensor([[False], [True], [False]]), 1),
+             (None, 1)]
+    for seed, (padding, new) in enumerate(steps):
+        keys = new_keys(3, new, seed)
+        got, expected = write(static, padding, keys), write(dynamic, padding, keys)
+        static_padding, static_positions, static_cached, static_views = got
+        dynamic_padding, dynamic_positions, dynamic_cached, dynamic_views = expected
+        assert static_padding is not None and dynamic_padding is not None  # padding was given
+        assert torch.equal(static_padding, dynamic_padding)
+        assert torch.equal(static_positions, dynamic_positions)
+        assert static_cached == dynamic_cached
+        for (k, v), (k_ref, v_ref) in zip(static_views, dynamic_views, strict=True):
+            assert torch.equal(k, k_ref) and torch.equal(v, v_ref)
+    assert static.length == dynamic.length == 6
+    assert all(layer.self_attn.length == 6 for layer in static.layers)
+    assert static.padding_mask[:, 6:].all()  # the slot not yet written is padding
+
+
+def test_eager_static_cache_refuses_overflow_as_the_dynamic_cache_does():
+    for cache in two_caches(max_len=4):
+        write(cache, None, new_keys(3, 3, 0))
+        with pytest.raises(ValueError, match=r"cache overflow: length \(3\) \+ new tokens \(2\)"):
+            cache.extend(None, 2)
+        assert cache.length == 3  # a refused write leaves the cache as it was
+        kv = cache.layers[0].self_attn
+        with pytest.raises(ValueError, match=r"KV cache overflow: length \(3\) \+ new positions"):
+            kv.append(new_keys(3, 2, 1), new_keys(3, 2, 1))
+        assert kv.length == 3
+
+
+def test_static_cache_reorder_follows_the_dynamic_cache():
+    # Oracle: the dynamic layout, reordered by the same index (beam search's expand, then a
+    # parent choice); the static count is shared by all rows and stays.
+    dynamic, static = two_caches()
+    index = torch.tensor([2, 2, 0, 1])
+    for cache in (dynamic, static):
+        write(cache, torch.tensor([[False, False], [True, False], [False, False]]),
+              new_keys(3, 2, 0))
+        cache.reorder(index)
+    got, expected = write(static, None, new_keys(4, 1, 1)), write(dynamic, None, new_keys(4, 1, 1))
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    for (k, v), (k_ref, v_ref) in zip(got[3], expected[3], strict=True):
+        assert torch.equal(k, k_ref) and torch.equal(v, v_ref)
+    assert static.length == 3
+
+
+def compiled_write(cache: DecodingCache, keys: torch.Tensor):
+    return torch.compile(write, fullgraph=True, backend="eager")(cache, None, keys)
+
+
+@pytest.fixture
+def fresh_dynamo():
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+@torch.no_grad()
+def test_compiled_static_steps_write_in_place_with_one_graph(fresh_dynamo):
+    # Oracle: the dynamic layout. Compiled, a static cache writes the new token at slot
+    # `written` of the same buffers and returns them whole: the written prefix equals the
+    # dynamic cache's, the rest is padding, and the new query sees every slot.
+    dynamic, static = two_caches()
+    prompt_padding = torch.tensor([[False] * 3, [True, False, False], [True, True, False]])
+    write(static, prompt_padding, new_keys(3, 3, 0))  # the prompt, eager
+    write(dynamic, prompt_padding, new_keys(3, 3, 0))
+    buffers = [layer.self_attn.keys for layer in static.layers]
+    for step in range(1, 4):
+        keys = new_keys(3, 1, step)
+        key_padding, positions, cached, views = compiled_write(static, keys)
+        _, dynamic_positions, _, dynamic_views = write(dynamic, None, keys)
+        end = 3 + step
+        assert cached == static.max_len - 1  # bottom-right causal: every slot visible
+        assert torch.equal(positions, dynamic_positions)
+        assert torch.equal(key_padding[:, :end], dynamic.padding_mask[:, :end])
+        assert key_padding[:, end:].all()
+        for (k, v), (k_ref, v_ref) in zip(views, dynamic_views, strict=True):
+            assert k.shape[2] == static.max_len
+            assert torch.equal(k[:, :, :end], k_ref) and torch.equal(v[:, :, :end], v_ref)
+    for layer, buffer in zip(static.layers, buffers, strict=True):
+        assert layer.self_attn.keys is buffer  # written in place, never reallocated
+    assert static.length == 6 and static.layers[1].self_attn.length == 6
+    assert counters["stats"]["unique_graphs"] == 1  # one graph for every step
+
+
+@torch.no_grad()
+def test_a_compiled_static_write_of_several_tokens_is_refused_while_tracing(fresh_dynamo):
+    # With L > 1 the bottom-right causal rule over every slot would let a new token see the
+    # later ones of its block. Dynamo reports the ValueError raised while tracing as an
+    # Unsupported error (a RuntimeError) that carries its message.
+    _, static = two_caches()
+    with pytest.raises(RuntimeError, match=r"one new token per row \(L = 1\), got L = 3"):
+        compiled_write(static, new_keys(3, 3, 0))
+    kv = static.layers[0].self_attn
+    append = torch.compile(kv.append, fullgraph=True, backend="eager")
+    with pytest.raises(RuntimeError, match=r"one new token per row \(L = 1\), got L = 2"):
+        append(new_keys(3, 2, 0), new_keys(3, 2, 0))
+    assert static.length == 0 and kv.length == 0
+
+
+@torch.no_grad()
+def test_a_compiled_static_step_past_max_len_fails_inside_the_graph(fresh_dynamo):
+    # A graph cannot read the count back to raise a ValueError; it asserts in graph instead.
+    _, static = two_caches(max_len=4)
+    write(static, None, new_keys(3, 3, 0))
+    compiled_write(static, new_keys(3, 1, 1))  # the last slot
+    with pytest.raises(RuntimeError, match=r"cache overflow: more tokens than max_len \(4\)"):
+        compiled_write(static, new_keys(3, 1, 2))

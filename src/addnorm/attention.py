@@ -233,9 +233,9 @@ class MultiHeadAttention(nn.Module):
             qkv = split_heads(self.in_proj(x), 3 * self.n_heads)  # (B, 3H, L, Dh)
             qk, v = qkv.split([2 * self.n_heads, self.n_heads], dim=1)  # (B, 2H | H, L, Dh)
             if self.rotary is not None:  # queries and keys rotated in one call
-                offset = 0 if cache is None else cache.length
                 if cache is not None and cache.static and positions is None:
                     raise ValueError("a static cache holds no positions: pass positions")
+                offset = 0 if cache is None or cache.static else cache.length  # static: positions
                 qk = self.rotary(qk, offset=offset, positions=positions)  # (B, 2H, L, Dh)
             q, k = qk.split(self.n_heads, dim=1)  # (B, H, L, Dh) each
             if cache is not None:

@@ -18,12 +18,23 @@ replaces the batch dimension of every stored tensor by ``tensor.index_select(0, 
 (beam search uses it to expand B rows to B * K beams and to follow each beam's parent).
 
 Static layout (``static=True``), for compiled decoding: every step sees the same shapes, so
-one compiled graph serves every step. Attention always reads all ``max_len`` slots; each
-write shifts the slots left by L and puts the L new positions last, and the slots not yet
-written count as padding, at the front. To the layers this is a left-padded batch with the
-new tokens last, the case the eager layout already decodes exactly, so the two layouts give
-the same results; the static one pays a copy of the cache per step and attends over empty
-slots, and holds no Python count that changes per step (its written count is a tensor).
+one compiled graph serves every step. Slots fill from the front in order (the i-th position
+ever written goes to slot i); each cache keeps its written count as a 0-d long tensor, and
+the slots not yet written are padding (``DecodingCache.padding_mask`` True there).
+
+- Eager, a static cache behaves exactly like the dynamic one: it reads its count back (a host
+  sync), refuses overflow with the same ``ValueError``, writes ``[w, w + L)`` by slice
+  assignment and returns the written prefix ``[:w + L]``, so both layouts give the same
+  results.
+- Being compiled (``torch.compiler.is_compiling()``), it writes in place with ``index_copy_``
+  at slots ``written + arange(L)`` (a tensor index: no Python count that changes per step, so
+  no graph break and no recompilation), and returns all ``max_len`` slots, whose padding
+  hides the ones not yet written; ``cached_before(new)`` is then ``max_len - new``, so the
+  bottom-right causal rule lets the new query see every slot. That is exact for one new
+  token per row only (with L > 1 a new token would see the later ones of its block), so a
+  compiled static write of L > 1 positions raises a ``ValueError`` while tracing (which a
+  ``fullgraph`` compile reports as dynamo's ``Unsupported`` error, carrying its message),
+  and overflow becomes an in-graph assert.
 """
 
 from __future__ import annotations
@@ -57,10 +68,10 @@ class KVCache:
     Args:
         batch_size, n_heads, max_len, d_head: the buffer shape (B, H, max_len, Dh).
         dtype, device: of the buffers (those of the keys written into them).
-        static: the static layout (see the module docstring): ``length`` is ``max_len``
-            from the start, and :meth:`append` shifts the slots and writes the new positions
-            last; a window of the newest ``max_len`` positions, whose key padding the owner
-            (a :class:`DecodingCache`) keeps.
+        static: the static layout (see the module docstring): the written count is a 0-d
+            tensor, and while compiled :meth:`append` writes at a tensor index and returns
+            all ``max_len`` slots, whose key padding the owner (a :class:`DecodingCache`)
+            keeps. Eager, it behaves as the dynamic cache.
     """
 
     def __init__(
@@ -83,44 +94,57 @@ class KVCache:
         self.keys = torch.zeros(shape, dtype=dtype, device=device)  # (B, H, max_len, Dh)
         self.values = torch.zeros(shape, dtype=dtype, device=device)  # (B, H, max_len, Dh)
         self.static = check_bool("static", static)
-        self.length = self.max_len if static else 0
+        self._length = 0  # the dynamic layout's count
+        self._written = torch.zeros((), dtype=torch.long, device=self.keys.device)  # static's
 
     @property
     def max_len(self) -> int:
         """Number of positions the buffers hold."""
         return self.keys.shape[2]
 
+    @property
+    def length(self) -> int:
+        """Positions written so far (for a static cache, read from its count: a host sync)."""
+        return int(self._written) if self.static else self._length
+
     def cached_before(self, new: int) -> int:
         """How many key positions attention sees before ``new`` appended ones: ``length``, or
-        every other slot of a static cache."""
-        return self.max_len - new if self.static else self.length
+        every other slot of a static cache being compiled (``max_len - new``)."""
+        if self.static and torch.compiler.is_compiling():
+            return self.max_len - new
+        return self.length
 
     def append(
         self, keys: torch.Tensor, values: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Write L new positions in place after the cached ones; return all valid positions.
 
-        A static cache instead shifts its slots left by L and writes the new ones last.
+        A static cache being compiled writes them at its count's slots (L = 1 only) and
+        returns every slot (see the module docstring).
 
         Shapes:
             keys, values: (B, H, L, Dh)
             returns: keys, values (B, H, length + L, Dh), views of the buffers; (B, H,
-            max_len, Dh) for a static cache
+            max_len, Dh), the buffers, for a static cache being compiled
         """
         if must_check():  # skipped inside a model, whose attention made keys and values
             self._check_new(keys, values)
-        if self.static:
-            return self._shift_in(keys, values)
-        end = self.length + keys.shape[2]
+        if self.static and torch.compiler.is_compiling():
+            return self._write_in_graph(keys, values)
+        start = self.length
+        end = start + keys.shape[2]
         if end > self.max_len:
             raise ValueError(
-                f"KV cache overflow: length ({self.length}) + new positions ({keys.shape[2]}) "
+                f"KV cache overflow: length ({start}) + new positions ({keys.shape[2]}) "
                 f"exceeds max_len ({self.max_len})"
             )
-        self.keys[:, :, self.length : end] = keys
-        self.values[:, :, self.length : end] = values
-        self.length = end
-        return self.view()
+        self.keys[:, :, start:end] = keys
+        self.values[:, :, start:end] = values
+        if self.static:
+            self._written = self._written + keys.shape[2]
+        else:
+            self._length = end
+        return self.keys[:, :, :end], self.values[:, :, :end]
 
     def _check_new(self, keys: object, values: object) -> None:
         """keys and values (B, H, L, Dh), with the buffers' B, H and Dh and one L."""
@@ -131,31 +155,49 @@ class KVCache:
                 got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
                 raise ValueError(f"{name} must have shape (B, H, L, Dh) = {want}, got {got}")
 
-    def _shift_in(
+    def _write_in_graph(
         self, keys: torch.Tensor, values: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        new = keys.shape[2]
-        if new > self.max_len:
-            raise ValueError(
-                f"KV cache overflow: {new} new positions exceed max_len ({self.max_len})"
-            )
-        self.keys = torch.cat([self.keys[:, :, new:], keys], dim=2)  # (B, H, max_len, Dh)
-        self.values = torch.cat([self.values[:, :, new:], values], dim=2)  # (B, H, max_len, Dh)
+        """A compiled static append: one position written in place at slot ``written``."""
+        slots = _static_slots(self._written, keys.shape[2], self.max_len)  # (L,)
+        self.keys.index_copy_(2, slots, keys)  # (B, H, max_len, Dh)
+        self.values.index_copy_(2, slots, values)  # (B, H, max_len, Dh)
+        self._written = self._written + keys.shape[2]
         return self.keys, self.values
 
     def view(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The valid prefix of the buffers.
+        """The valid prefix of the buffers (all of them for a static cache being compiled).
 
         Shapes:
             returns: keys, values (B, H, length, Dh)
         """
+        if self.static and torch.compiler.is_compiling():
+            return self.keys, self.values
         return self.keys[:, :, : self.length], self.values[:, :, : self.length]
 
     def reorder(self, index: torch.Tensor) -> None:
-        """Replace the batch dimension by ``index_select(0, index)`` (B -> B')."""
+        """Replace the batch dimension by ``index_select(0, index)`` (B -> B'); a static
+        cache's count is shared by all rows and stays."""
         index = _check_index(index)
         self.keys = self.keys.index_select(0, index)
         self.values = self.values.index_select(0, index)
+
+
+def _static_slots(written: torch.Tensor, new: int, max_len: int) -> torch.Tensor:
+    """The slots of a compiled static write, ``written + arange(new)``, after refusing L > 1
+    (while tracing, L is static) and asserting in graph that they fit.
+
+    Shapes:
+        written: () long; returns: (L,) long
+    """
+    if new != 1:
+        raise ValueError(
+            "a compiled step over a static cache takes one new token per row (L = 1), "
+            f"got L = {new}"
+        )
+    message = f"cache overflow: more tokens than max_len ({max_len})"
+    assert_in_graph(written + new <= max_len, message)
+    return written + torch.arange(new, device=written.device)  # (L,)
 
 
 @dataclass
@@ -183,8 +225,8 @@ class DecodingCache:
 
     Attributes:
         layers: one :class:`LayerCache` per layer.
-        padding_mask: (B, max_len) bool buffer, True = padding; valid up to ``length`` (all
-            of it for a static cache, whose slots not yet written are True).
+        padding_mask: (B, max_len) bool buffer, True = padding; valid up to ``length`` (a
+            static cache's slots not yet written are True).
         n_tokens: (B,) long, real (non-padding) tokens seen per row, i.e. the next position.
         memory: (B, S, D) encoder output for an encoder-decoder model, else None.
         memory_padding_mask: (B, S) bool, True = padding source token, or None.
@@ -208,7 +250,7 @@ class DecodingCache:
         self.static = check_bool("static", static)
         if static and not all(layer.self_attn.static for layer in layers):
             raise ValueError("a static DecodingCache needs static self-attention caches")
-        self._length = 0
+        self._length = 0  # the dynamic layout's count
         self._padded = False  # whether any recorded token was padding (eager: None key padding)
         self._written = torch.zeros((), dtype=torch.long, device=device)  # static: the count
 
@@ -269,13 +311,14 @@ class DecodingCache:
         A row's positions count its real tokens only (``cumsum(~padding) - 1`` continued from
         the cached ones, padding clamped to 0), so a left-padded row gets the positions it would
         have alone. ``padding_mask=None`` says no new token is padding (then give their count
-        ``new``); an eager cache that has never held padding then returns no key padding
-        (None), so attention needs no mask at all.
+        ``new``); a dynamic cache that has never held padding then returns no key padding
+        (None), so attention needs no mask at all. A static cache being compiled records one
+        token per row (L = 1) in place and returns its whole padding buffer.
 
         Shapes:
             padding_mask: (B, L) bool, True = padding, or None
-            returns: key padding (B, length + L), (B, max_len) for a static cache, or None;
-            positions (B, L) long
+            returns: key padding (B, length + L), (B, max_len) for a static cache being
+            compiled, or None; positions (B, L) long
         """
         batch = self.padding_mask.shape[0]
         if padding_mask is not None and must_check():  # skipped for a model's own padding
@@ -290,22 +333,36 @@ class DecodingCache:
         else:
             new = padding_mask.shape[1]
             self._padded = True
+        if self.static and torch.compiler.is_compiling():
+            return self._extend_in_graph(padding_mask, new)
+        start = self.length  # a static cache's count read back: a host sync
+        end = start + new
+        if end > self.max_len:
+            raise ValueError(_overflow(start, new, self.max_len))
+        if padding_mask is not None:  # a dynamic cache's slots not written stay False
+            self.padding_mask[:, start:end] = padding_mask
+        elif self.static:  # a static cache's slots not written are True (padding)
+            self.padding_mask[:, start:end] = False
         if self.static:
-            self._count_static(new)
-            if padding_mask is None:
-                padding_mask = self.padding_mask.new_zeros(batch, new)  # (B, L)
-            self.padding_mask = torch.cat([self.padding_mask[:, new:], padding_mask], dim=1)
+            self._written = self._written + new
         else:
-            end = self._length + new
-            if end > self.max_len:
-                raise ValueError(_overflow(self._length, new, self.max_len))
-            if padding_mask is not None:  # slots not written stay False (no padding)
-                self.padding_mask[:, self._length : end] = padding_mask
             self._length = end
         positions = self._positions(padding_mask, new)  # (B, L)
-        if self.static:
-            return self.padding_mask, positions
-        return (self.padding_mask[:, : self._length] if self._padded else None), positions
+        if self.static or self._padded:
+            return self.padding_mask[:, :end], positions
+        return None, positions
+
+    def _extend_in_graph(
+        self, padding_mask: torch.Tensor | None, new: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A compiled static extend: the new token's padding written at slot ``written``."""
+        slots = _static_slots(self._written, new, self.max_len)  # (L,)
+        new_padding = padding_mask
+        if new_padding is None:  # no new token is padding
+            new_padding = self.padding_mask.new_zeros(self.padding_mask.shape[0], new)  # (B, L)
+        self.padding_mask.index_copy_(1, slots, new_padding)  # (B, max_len)
+        self._written = self._written + new
+        return self.padding_mask, self._positions(padding_mask, new)
 
     def _positions(self, padding_mask: torch.Tensor | None, new: int) -> torch.Tensor:
         """The new tokens' positions, advancing each row's count of real tokens."""
@@ -318,16 +375,6 @@ class DecodingCache:
         positions = (self.n_tokens[:, None] + real.cumsum(dim=1) - 1).clamp(min=0)  # (B, L)
         self.n_tokens = self.n_tokens + real.sum(dim=1)
         return positions
-
-    def _count_static(self, new: int) -> None:
-        """Advance a static cache's written count, refusing to push written slots out."""
-        written = self._written + new
-        if torch.compiler.is_compiling():
-            message = f"cache overflow: more tokens than max_len ({self.max_len})"
-            assert_in_graph(written <= self.max_len, message)
-        elif int(written) > self.max_len:  # a host sync: eager use of a static cache only
-            raise ValueError(_overflow(int(self._written), new, self.max_len))
-        self._written = written
 
     def reorder(self, index: torch.Tensor) -> None:
         """Replace the batch dimension of every stored tensor by ``index_select(0, index)``."""

@@ -138,25 +138,31 @@ def test_tracing_is_refused_rather_than_freezing_one_batchs_padding():
 
 @pytest.mark.parametrize("positions", ["learned", "rotary"])
 @torch.no_grad()
-def test_static_cache_steps_give_the_logits_of_the_growing_cache(positions):
-    # Oracle: the eager cache; the static one attends over empty slots marked as padding.
+def test_static_cache_steps_give_the_logits_of_the_growing_cache(positions, fresh_dynamo):
+    # Oracle: the eager growing cache. Eager, the static layout writes and reads as it does
+    # (the same logits to the bit); compiled, it writes each token in place and attends over
+    # every slot, the ones not yet written marked as padding.
     for model in (language_model(positions), transformer(positions)):
         prompt = padded(3, 5)[:, :4] if isinstance(model, TransformerLM) else padded(3, 6)
         prompt[1] = prompt[0]  # an LM prompt must not be right-padded
         tokens = torch.randint(3, V, (3, 4), generator=torch.Generator().manual_seed(2))
         growing, first = model.start(prompt, max_new_tokens=5)
         static, first_static = model.start(prompt, max_new_tokens=5, static=True)
-        torch.testing.assert_close(first_static, first, rtol=0, atol=1e-12)
+        in_graph, _ = model.start(prompt, max_new_tokens=5, static=True)
+        compiled_step = torch.compile(model.step, fullgraph=True, backend="eager")
+        torch.testing.assert_close(first_static, first, rtol=0, atol=0)
         for i in range(4):
             step = tokens[:, i : i + 1]
+            expected = model.step(step, growing)
+            torch.testing.assert_close(model.step(step, static), expected, rtol=0, atol=0)
             torch.testing.assert_close(
-                model.step(step, static), model.step(step, growing), rtol=0, atol=1e-12
+                compiled_step(step, in_graph), expected, rtol=0, atol=1e-12
             )
-        assert static.length == growing.length
+        assert static.length == in_graph.length == growing.length
 
 
 @torch.no_grad()
-def test_a_static_cache_refuses_to_push_written_positions_out():
+def test_a_static_cache_refuses_a_step_past_max_len():
     model = language_model()
     cache, _ = model.start(padded(3, 5)[:, :3], max_new_tokens=2, static=True)  # 5 slots
     token = torch.full((3, 1), 4)

@@ -11,8 +11,9 @@
 
 A step is forward, loss, backward and an AdamW update: torch's fused AdamW for every
 implementation, the fastest torch has on CPU and the one ``addnorm train`` uses, so that the
-update (the same work for the same parameters) is no larger a share of the step than it must be. ``--compile`` adds addnorm's forward
-compiled (compile time reported); ``--bf16`` adds addnorm under bf16 autocast.
+update (the same work for the same parameters) is no larger a share of the step than it must
+be. ``--compile`` adds addnorm's forward compiled (compile time reported); ``--bf16`` adds
+addnorm under bf16 autocast.
 """
 
 from __future__ import annotations

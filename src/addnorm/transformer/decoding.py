@@ -12,6 +12,7 @@ filled with the stop id (``GenerationConfig.fill_id``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 
@@ -132,7 +133,7 @@ def check_step(tokens: torch.Tensor, cache: object, *, needs_memory: bool) -> No
 #   about 5x slower at these sizes (17 projections of a 4-layer, D 256 model: 1.7 ms -> 0.36
 #   ms on a 2-core AVX2 machine).
 # - cpp_wrapper: the code that calls the step's kernels is C++ rather than Python.
-CPU_STEP_OPTIONS: dict[str, object] = {
+CPU_STEP_OPTIONS: dict[str, Any] = {
     "post_grad_fusion_options": {"decompose_mm_pass": {}},
     "cpp_wrapper": True,
 }

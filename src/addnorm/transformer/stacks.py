@@ -55,7 +55,8 @@ def _layer_caches(cache: object, n_layers: int) -> list[LayerCache] | list[None]
 
 
 def _cached_length(cache: DecodingCache | None, new: int) -> int:
-    """Keys before the ``new`` ones: the cached count (every other slot, for a static cache)."""
+    """Keys before the ``new`` ones: the cached count (every other slot, for a static cache
+    being compiled)."""
     return 0 if cache is None else cache.layers[0].self_attn.cached_before(new)
 
 
