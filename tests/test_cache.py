@@ -127,14 +127,6 @@ def compiled_write(cache: DecodingCache, keys: torch.Tensor):
     return torch.compile(write, fullgraph=True, backend="eager")(cache, None, keys)
 
 
-@pytest.fixture
-def fresh_dynamo():
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
-
-
 @torch.no_grad()
 def test_compiled_static_steps_write_in_place_with_one_graph(fresh_dynamo):
     # Oracle: the dynamic layout. Compiled, a static cache writes the new token at slot

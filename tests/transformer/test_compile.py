@@ -57,14 +57,6 @@ def run(model, ids: torch.Tensor, seq2seq: bool) -> torch.Tensor:
     return model(ids)
 
 
-@pytest.fixture
-def fresh_dynamo():
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
-
-
 def test_positions_count_real_tokens_and_continue_after_the_last_one():
     # Definition: a real token's position counts the real tokens before it; padding before
     # a real token repeats the last one (0 at the left edge); padding after the last keeps
