@@ -22,7 +22,7 @@ from addnorm.training.config import TrainConfig
 from addnorm.training.ema import EMA
 from addnorm.training.metrics import plot_loss_curve, read_metrics
 from addnorm.training.schedules import SCHEDULES, LRSchedule, noam_lr, warmup_cosine_lr
-from addnorm.training.trainer import Trainer
+from addnorm.training.trainer import Trainer, make_optimizer
 
 
 class SumBatches:
@@ -384,3 +384,27 @@ def test_a_second_signal_stops_at_once_and_the_first_names_the_stop(tmp_path):
     result = make_trainer(tmp_path, loss_fn=loss).fit()
     assert (result.stopped_by, result.step) == ("terminate", 4)
     assert load_checkpoint(tmp_path).step == 4
+
+
+def test_optimizer_is_torchs_fused_adamw_with_decay_on_matrices_only():
+    # Provenance: torch's own AdamW (fused=False) from the same state takes the same step.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.LayerNorm(3))
+    config = TrainConfig(lr=0.01, weight_decay=0.1)
+    optimizer = make_optimizer(model, config)
+    assert optimizer.defaults["fused"] is True
+    decays = [(group["weight_decay"], [p.ndim for p in group["params"]])
+              for group in optimizer.param_groups]
+    assert decays == [(0.1, [2]), (0.0, [1, 1, 1])]
+    twin = [p.detach().clone().requires_grad_() for p in model.parameters()]
+    loop = torch.optim.AdamW(
+        [{"params": twin[:1], "weight_decay": 0.1}, {"params": twin[1:], "weight_decay": 0.0}],
+        lr=0.01, betas=(config.beta1, config.beta2), foreach=False,
+    )
+    for p, q in zip(model.parameters(), twin, strict=True):
+        p.grad = torch.randn_like(p)
+        q.grad = p.grad.clone()
+    optimizer.step()
+    loop.step()
+    for p, q in zip(model.parameters(), twin, strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
