@@ -208,8 +208,17 @@ def test_gelu_without_gradients_overwrites_its_input_with_torch_gelu(approximate
     h = torch.randn(4, 7, 16)
     want = torch.nn.functional.gelu(h, approximate=approximate)  # torch's own, out of place
     with torch.no_grad():
-        out = GELU(approximate=approximate)(h)
+        out = GELU(approximate, inplace=True)(h)
     assert torch.equal(out, want) and out.data_ptr() == h.data_ptr()
+
+
+def test_gelu_is_out_of_place_by_default_like_nn_gelu():
+    h = torch.randn(5, 3)
+    before = h.clone()
+    with torch.no_grad():
+        out = GELU("tanh")(h)
+    assert torch.equal(h, before)
+    assert torch.equal(out, torch.nn.functional.gelu(h, approximate="tanh"))
 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
@@ -217,7 +226,7 @@ def test_gelu_with_gradients_keeps_its_input_and_torch_gradients(approximate):
     torch.manual_seed(0)
     h = torch.randn(4, 7, 16, requires_grad=True)
     before = h.detach().clone()
-    out = GELU(approximate=approximate)(h)
+    out = GELU(approximate, inplace=True)(h)
     want = torch.nn.functional.gelu(h, approximate=approximate)
     assert torch.equal(out, want) and torch.equal(h.detach(), before)
     assert torch.equal(*(torch.autograd.grad(y.sum(), h)[0] for y in (out, want)))

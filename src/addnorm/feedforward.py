@@ -40,20 +40,27 @@ __all__ = [
 
 
 class GELU(nn.GELU):
-    """``nn.GELU`` that, like ``nn.ReLU(inplace=True)``, overwrites its input when no gradient
-    is wanted: the FFN hands it w1's output, a tensor only the FFN holds. A new (B, L, F)
-    tensor per call was a tenth of a DiT-digits forward. With gradients (GELU's backward
-    reads its input) it is ``F.gelu``.
+    """``nn.GELU`` with ``nn.ReLU``'s ``inplace`` option: with ``inplace=True`` it overwrites
+    its input when no gradient is wanted (GELU's backward reads its input, so with gradients
+    it stays ``F.gelu``). The FFN builds it in place on w1's output, a tensor only the FFN
+    holds: a new (B, L, F) tensor per call was a tenth of a DiT-digits forward.
     """
+
+    def __init__(self, approximate: str = "none", *, inplace: bool = False) -> None:
+        super().__init__(approximate=approximate)
+        self.inplace = check_bool("inplace", inplace)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """``h * Phi(h)`` (exact erf) or its tanh approximation, per ``approximate``.
 
         Shapes: h: any; returns: the same (h itself when it was overwritten).
         """
-        if torch.is_grad_enabled() and h.requires_grad:
+        if not self.inplace or (torch.is_grad_enabled() and h.requires_grad):
             return F.gelu(h, approximate=self.approximate)
         return torch.ops.aten.gelu_(h, approximate=self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}, inplace={self.inplace}"
 
 
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
@@ -61,8 +68,8 @@ ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
     # backward reads its output, so autograd allows it), and a new (B, L, F) tensor per call
     # cost 6% of an inference layer at D 512 (torch.nn's fast path is in place too)
     "relu": lambda: nn.ReLU(inplace=True),
-    "gelu": lambda: GELU(approximate="none"),  # h * Phi(h), exact erf
-    "gelu_tanh": lambda: GELU(approximate="tanh"),  # GPT-2 / BERT's tanh approximation
+    "gelu": lambda: GELU("none", inplace=True),  # h * Phi(h), exact erf
+    "gelu_tanh": lambda: GELU("tanh", inplace=True),  # GPT-2 / BERT's tanh approximation
     "swiglu": nn.SiLU,  # silu(x W1) * (x W3): W1 is the gate, W3 the value
 }
 GATED_ACTIVATIONS = ("swiglu",)  # built as GatedFeedForward
