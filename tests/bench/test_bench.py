@@ -95,6 +95,9 @@ def test_dit_and_timestep_match_diffusers():
     assert {row.group for row in report.rows} == {"DiT", "timestep embedding"}
 
 
+DERIVED = ("rate", "ratio_to_best_reference", "ratio_to_twin")  # JSON row fields a Row computes
+
+
 def test_cli_writes_well_formed_json(tmp_path, capsys):
     pytest.importorskip("diffusers")
     out = tmp_path / "bench.json"
@@ -106,8 +109,7 @@ def test_cli_writes_well_formed_json(tmp_path, capsys):
     for row in data["rows"]:
         assert row["rate"] > 0 and row["unit"] == "calls/s"
     assert data == json.loads(json.dumps(to_json(Report(**{
-        "rows": [Row(**{k: v for k, v in r.items() if k not in ("rate", "ratio_to_best_reference")})
-                 for r in data["rows"]],
+        "rows": [Row(**{k: v for k, v in r.items() if k not in DERIVED}) for r in data["rows"]],
         "checks": [Check(**{k: v for k, v in c.items() if k != "passed"}) for c in data["checks"]],
         "notes": data["notes"], "machine": data["machine"]}))))
     assert "timestep embedding" in capsys.readouterr().out
@@ -119,3 +121,20 @@ def test_cli_refuses_bad_arguments_with_exit_code_2(argv, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("addnorm bench: error:")
+
+
+def test_twin_ratio_is_against_the_same_weights_reference_shown_with_several_references():
+    rows = [Row("g", "c", "ours pre", 1.0, 9, "x/s", reference=False, twin="pre ref"),
+            Row("g", "c", "pre ref", 1.0, 10, "x/s", reference=True),
+            Row("g", "c", "post ref", 1.0, 12, "x/s", reference=True),
+            Row("h", "c", "ours", 1.0, 9, "x/s", reference=False, twin="ref"),
+            Row("h", "c", "ref", 1.0, 10, "x/s", reference=True)]
+    report = Report(rows=rows)
+    assert report.ratio(rows[0]) == pytest.approx(0.75)  # 9 against the fastest, 12
+    assert report.twin_ratio(rows[0]) == pytest.approx(0.9)  # 9 against its twin, 10
+    assert report.twin_ratio(rows[1]) is None
+    table = format_table(report)
+    group_g, group_h = table.split("### h")
+    assert "vs twin" in group_g and "| 0.75x | 0.90x |" in group_g
+    assert "vs twin" not in group_h  # one reference: its twin is the best reference
+    assert to_json(report)["rows"][0]["ratio_to_twin"] == pytest.approx(0.9)

@@ -225,11 +225,12 @@ def run_encoder_layer(settings: BenchSettings, report: Report, log: Callable[[st
             times = interleaved(fns, rounds=settings.rounds, min_seconds=settings.min_seconds)
             gemm_rate = gemm_flops / times.pop("torch.mm")
             flops = _layer_flops(batch, length, d_model, d_ff) * (3 if train else 1)
+            twins = {ours: theirs for ours, theirs, _, _ in pairs}  # the same weights
             for name, seconds in times.items():
                 report.rows.append(Row(
                     GROUP, case, name, seconds, batch * length, "tokens/s",
                     reference=name in refs, flops=flops,
-                    gemm_fraction=flops / seconds / gemm_rate,
+                    gemm_fraction=flops / seconds / gemm_rate, twin=twins.get(name),
                 ))
     for layer in layers.values():
         layer.eval()

@@ -70,7 +70,10 @@ class Row:
 
     ``per_call``: units of work per call (tokens, steps, images), so rate = per_call / seconds.
     ``flops``: floating-point operations per call, or None; ``gemm_fraction`` is the achieved
-    FLOP rate over the same-run ``torch.mm`` rate.
+    FLOP rate over the same-run ``torch.mm`` rate. ``twin``: the reference of the same case
+    that holds this row's weights (the same architecture), or None; where a case has several
+    references the table shows the ratio to it too (a pre-LN layer against torch.nn's pre-LN
+    as well as against the fastest reference, which may be post-LN).
     """
 
     group: str
@@ -83,6 +86,7 @@ class Row:
     flops: float | None = None
     gemm_fraction: float | None = None
     note: str = ""
+    twin: str | None = None
 
     @property
     def rate(self) -> float:
@@ -119,6 +123,12 @@ class Report:
         case = (row.group, row.case)
         refs = [r.rate for r in self.rows if r.reference and (r.group, r.case) == case]
         return row.rate / max(refs) if refs else None
+
+    def twin_ratio(self, row: Row) -> float | None:
+        """``row``'s rate over its twin's (the same-weights reference), or None without one."""
+        case = (row.group, row.case, row.twin)
+        twins = [r.rate for r in self.rows if (r.group, r.case, r.impl) == case]
+        return row.rate / twins[0] if twins else None
 
 
 def _timed(fn: Callable[[], object], repeats: int) -> float:
@@ -200,7 +210,8 @@ def machine_info(command: str) -> dict[str, Any]:
 def to_json(report: Report) -> dict[str, Any]:
     """The report as plain JSON data, each row with its rate and ratio."""
     rows = [
-        {**asdict(row), "rate": row.rate, "ratio_to_best_reference": report.ratio(row)}
+        {**asdict(row), "rate": row.rate, "ratio_to_best_reference": report.ratio(row),
+         "ratio_to_twin": report.twin_ratio(row)}
         for row in report.rows
     ]
     checks = [{**asdict(check), "passed": check.passed} for check in report.checks]
@@ -211,8 +222,19 @@ def _format_rate(rate: float) -> str:
     return f"{rate:,.0f}" if rate >= 100 else f"{rate:#.3g}"
 
 
+def _format_ratio(ratio: float | None) -> str:
+    return "" if ratio is None else f"{ratio:.2f}x"
+
+
+def _several_references(rows: list[Row]) -> bool:
+    """Whether some case of these rows has more than one reference."""
+    cases = [r.case for r in rows if r.reference]
+    return len(cases) != len(set(cases))
+
+
 def format_table(report: Report) -> str:
-    """A Markdown table per group: rate, ratio to the best reference, share of the GEMM rate."""
+    """A Markdown table per group: rate, ratio to the best reference (and to the twin where a
+    case has several references), share of the GEMM rate."""
     lines: list[str] = []
     m = report.machine
     if m:
@@ -222,16 +244,20 @@ def format_table(report: Report) -> str:
         lines += [f"Versions: {versions}", f"Command: {m['command']}", ""]
     groups = list(dict.fromkeys(row.group for row in report.rows))
     for group in groups:
-        lines += [f"### {group}", "", "| case | implementation | rate | vs best ref | of GEMM |",
-                  "|---|---|---:|---:|---:|"]
-        for row in (r for r in report.rows if r.group == group):
-            ratio = report.ratio(row)
-            ratio_text = "" if ratio is None else f"{ratio:.2f}x"
+        rows = [r for r in report.rows if r.group == group]
+        twins = any(r.twin is not None for r in rows) and _several_references(rows)
+        twin_head, twin_rule = (" vs twin |", "---:|") if twins else ("", "")
+        lines += [f"### {group}", "",
+                  f"| case | implementation | rate | vs best ref |{twin_head} of GEMM |",
+                  f"|---|---|---:|---:|{twin_rule}---:|"]
+        for row in rows:
             gemm = "" if row.gemm_fraction is None else f"{100 * row.gemm_fraction:.0f}%"
             impl = row.impl + (" (ref)" if row.reference else "")
             impl += f" [{row.note}]" if row.note else ""
             rate = f"{_format_rate(row.rate)} {row.unit}"
-            lines.append(f"| {row.case} | {impl} | {rate} | {ratio_text} | {gemm} |")
+            twin = f" {_format_ratio(report.twin_ratio(row))} |" if twins else ""
+            lines.append(f"| {row.case} | {impl} | {rate} | {_format_ratio(report.ratio(row))} "
+                         f"|{twin} {gemm} |")
         lines.append("")
     if report.checks:
         lines += ["### correctness (same weights)", ""]
