@@ -55,7 +55,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
 
     from addnorm.bench import BenchSettings, format_table, run_bench, to_json
     from addnorm.cli.checks import UsageError
-    from addnorm.cli.commands import EXIT_FAILED, EXIT_OK
+    from addnorm.cli.exits import EXIT_FAILED, EXIT_OK
 
     limit = os.cpu_count() or 1
     if not 0 <= args.threads <= limit:

@@ -4,241 +4,33 @@ returns the exit code (``addnorm.cli.parser`` documents them). A bad argument va
 ``UsageError``; ``addnorm.cli.parser.main`` turns it and the other failures into messages and
 codes.
 
-``train`` and ``demo`` refuse a run folder addnorm cannot use (``RunDirError``: files it did
-not write, a run without ``--overwrite``, another writer's lock) with exit code 2, and stop
-on SIGTERM with exit code 143: inside the trainer's loop after a checkpoint of the current
-step, elsewhere at once (leaving the run's lock and files in order).
+``train`` (:mod:`addnorm.cli.train_command`) and ``demo`` refuse a run folder addnorm cannot
+use (``RunDirError``: files it did not write, a run without ``--overwrite``, another writer's
+lock) with exit code 2, and stop on SIGTERM with exit code 143 (:mod:`addnorm.cli.exits`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
-import functools
 import json
 import re
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 
-from addnorm._checks import check_known_fields
 from addnorm.cli.bench import run_bench_command
 from addnorm.cli.checks import (
     UsageError,
     apply_runtime_flags,
     check_out_dir,
-    check_run_sizes,
-    read_config,
 )
 from addnorm.cli.embed import run_embed
+from addnorm.cli.exits import EXIT_FAILED, EXIT_OK, exit_on_sigterm
 from addnorm.cli.export import run_export
+from addnorm.cli.train_command import run_train
 from addnorm.cli.translate_input import Input, batched, open_stdin, refusal, stdin_inputs
-from addnorm.training.config import TrainConfig
 
-__all__ = [
-    "COMMANDS",
-    "SIGNAL_STOPS",
-    "EXIT_BROKEN_PIPE",
-    "EXIT_FAILED",
-    "EXIT_INTERRUPTED",
-    "EXIT_OK",
-    "EXIT_TERMINATED",
-    "EXIT_USAGE",
-]
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 0, 1, 2, 130, 141
-EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process SIGTERM ended
-# How a run stopped by a signal ends (a checkpoint was written): by its stopped_by, a word for
-# the message and the exit code.
-SIGNAL_STOPS = {
-    "interrupt": ("interrupted", EXIT_INTERRUPTED),
-    "terminate": ("terminated", EXIT_TERMINATED),
-}
-
-
-class _Terminated(BaseException):
-    """SIGTERM outside the trainer's loop (which handles it itself); a BaseException, so that
-    only ``finally`` and ``with`` blocks (the run lock's among them) see it on its way out."""
-
-
-def _exit_on_sigterm(handler: Callable[..., int]) -> Callable[..., int]:
-    """Run ``handler`` with SIGTERM raising ``_Terminated``, reported as exit code 143."""
-
-    @functools.wraps(handler)
-    def run(args) -> int:
-        if threading.current_thread() is not threading.main_thread():
-            return handler(args)
-
-        def terminate(signum, frame):
-            raise _Terminated
-
-        previous = signal.signal(signal.SIGTERM, terminate)
-        try:
-            return handler(args)
-        except _Terminated:
-            print(f"addnorm {args.command}: terminated", file=sys.stderr)
-            return EXIT_TERMINATED
-        finally:
-            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
-
-    return run
-
-
-@_exit_on_sigterm
-def _train(args) -> int:
-    """Train in this process, or as one rank of a ``torchrun`` launch (its environment names
-    the rank and world size): then the process group lives as long as the command."""
-    import os
-
-    from addnorm.training import distributed
-
-    device = apply_runtime_flags(args)
-    try:
-        world = distributed.world_from_env(os.environ)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-    if world is None:
-        return _train_here(args, device)
-    device = distributed.init_distributed(world, device)
-    try:
-        return _train_here(args, device)
-    finally:
-        distributed.shutdown()
-
-
-def _train_here(args, device: str) -> int:
-    from addnorm.tasks.run import TASKS, has_run, resume_configs, train_run
-    from addnorm.training import distributed
-    from addnorm.training.checkpoint import load_checkpoint
-    from addnorm.training.run_dir import RunDirError, check_fresh_run_dir, check_unlocked
-
-    check_out_dir(args.out)
-    task_cls = TASKS[args.task]
-    model_flags = {k: getattr(args, k) for k in args.model_fields if hasattr(args, k)}
-    train_flags = {k: getattr(args, k) for k in args.train_fields if hasattr(args, k)}
-    resume = None
-    try:
-        check_unlocked(args.out)
-        if args.resume:
-            if model_flags or args.preset or args.config or args.overwrite:
-                raise UsageError(
-                    "--resume takes the model settings from the checkpoint; "
-                    "drop --preset, --config, --overwrite and model flags"
-                )
-            resume = load_checkpoint(args.out)
-            model_cfg, train_cfg = resume_configs(resume, train_flags, task_name=args.task)
-        else:
-            if has_run(args.out) and not args.overwrite:
-                raise UsageError(
-                    f"--out {args.out} already holds a run; add --resume to continue it or "
-                    "--overwrite to replace it"
-                )
-            check_fresh_run_dir(args.out, overwrite=args.overwrite)
-            model_cfg, train_cfg = _fresh_configs(task_cls, args, model_flags, train_flags)
-            task = task_cls()
-            task.check(task.prepare(model_cfg), train_cfg)
-        check_run_sizes(task_cls, model_cfg, train_cfg, device)
-    except (ValueError, TypeError) as err:
-        raise UsageError(" ".join(str(err).split())) from None
-    except RunDirError as err:
-        raise UsageError(str(err)) from None
-    if train_cfg.fsdp and not distributed.in_process_group():
-        raise UsageError(
-            "--fsdp shards the model over the processes of a torchrun launch: "
-            f"torchrun --nproc-per-node N -m addnorm train {args.task} --fsdp ..."
-        )
-    distributed.barrier()  # every rank has checked the folder before rank 0 writes it
-    if distributed.is_main():
-        _announce(args, train_cfg, device)
-    try:
-        summary = train_run(
-            args.task,
-            model_cfg,
-            train_cfg,
-            args.out,
-            resume=resume,
-            overwrite=args.overwrite,
-            device=device,
-            progress=not args.quiet and sys.stderr.isatty(),
-        )
-    except RunDirError as err:  # another writer took the folder since the checks above
-        raise UsageError(str(err)) from None
-    if not distributed.is_main():  # rank 0 reports
-        return SIGNAL_STOPS.get(summary.stopped_by, ("", EXIT_OK))[1]
-    if summary.stopped_by in SIGNAL_STOPS:
-        how, code = SIGNAL_STOPS[summary.stopped_by]
-        print(
-            f"{how} at step {summary.step}; checkpoint written to {summary.checkpoint}"
-            f" (continue with: addnorm train {args.task} --out {args.out} --resume)",
-            file=sys.stderr,
-        )
-        return code
-    compiled = summary.metrics.get("compile_s")
-    print(
-        f"trained {summary.step} steps in {summary.elapsed_s:.0f} s "
-        f"(stopped by {summary.stopped_by}"
-        + ("" if compiled is None else f"; first step with compiling: {compiled:.1f} s")
-        + f"); checkpoint: {summary.checkpoint}"
-    )
-    print(
-        f"{task_cls.metric}: {summary.metrics[task_cls.metric]:.4f} "
-        f"({summary.metrics['weights']} weights); "
-        f"metrics: {summary.run_dir / 'metrics.json'}; loss curve: {summary.loss_png}"
-    )
-    if args.task == "lm":
-        for sample in summary.metrics["samples"]:
-            print(f"\nsample (prompt {sample['prompt']!r}):\n{sample['text']}")
-    return EXIT_OK
-
-
-def _announce(args, train_cfg: TrainConfig, device: str) -> None:
-    """One line on stderr saying what is about to happen (training can be long and quiet)."""
-    from addnorm.tasks.run import has_run
-
-    if args.overwrite and has_run(args.out):
-        print(
-            f"replacing the previous run in {args.out} (its own files only)",
-            file=sys.stderr,
-        )
-    budget = f"{train_cfg.max_steps} steps"
-    if train_cfg.max_minutes is not None:
-        budget += f" or {train_cfg.max_minutes:g} minutes"
-    from addnorm.training import distributed
-
-    where = device
-    if distributed.world_size() > 1:
-        where += f" in each of {distributed.world_size()} processes"
-    print(
-        f"training {args.task} into {args.out} on {where}: up to {budget}; "
-        "Ctrl-C (or SIGTERM) stops and writes a checkpoint",
-        file=sys.stderr,
-        flush=True,
-    )
-
-
-def _fresh_configs(task_cls, args, model_flags: dict, train_flags: dict):
-    """Task defaults (or the preset), then the JSON file, then flags. A field the JSON file
-    names that the config lacks raises ValueError (the caller reports it as a usage error)."""
-    from addnorm.tasks.run import presets_for
-
-    default = task_cls.default_model_config()
-    model_cfg = presets_for(task_cls)[args.preset] if args.preset else default
-    train_cfg = task_cls.default_train_config()
-    if args.config is not None:
-        model_values, train_values = read_config(args.config, args.task)
-        where = f"--config {args.config}"
-        model_cfg = dataclasses.replace(
-            model_cfg, **check_known_fields(type(model_cfg), model_values, where)
-        )
-        train_cfg = dataclasses.replace(
-            train_cfg, **check_known_fields(type(train_cfg), train_values, where)
-        )
-    return (
-        dataclasses.replace(model_cfg, **model_flags),
-        dataclasses.replace(train_cfg, **train_flags),
-    )
+__all__ = ["COMMANDS"]
 
 
 def _load(args, task_name: str):
@@ -403,7 +195,7 @@ def _info(args) -> int:
     return EXIT_OK
 
 
-@_exit_on_sigterm
+@exit_on_sigterm
 def _demo(args) -> int:
     from addnorm.cli.demo import run_demo, run_dit_demo
     from addnorm.training.run_dir import RunDirError, check_fresh_run_dir, check_unlocked
@@ -438,7 +230,7 @@ def _explain(args) -> int:
 
 
 COMMANDS: dict[str, Callable[..., int]] = {
-    "train": _train,
+    "train": run_train,
     "translate": _translate,
     "generate": _generate,
     "sample": _sample,

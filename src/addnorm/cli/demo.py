@@ -25,7 +25,7 @@ from typing import cast
 
 import torch
 
-from addnorm.cli.commands import SIGNAL_STOPS
+from addnorm.cli.exits import SIGNAL_STOPS
 from addnorm.data.dates import dates_in_split, format_date
 from addnorm.tasks.run import load_trained, train_run
 from addnorm.tasks.translate import TranslateTask

@@ -53,7 +53,7 @@ def add_embed_parser(commands) -> None:
 def run_embed(args: argparse.Namespace) -> int:
     """Handle ``addnorm embed``; returns the exit code."""
     from addnorm.cli.checks import UsageError
-    from addnorm.cli.commands import EXIT_FAILED, EXIT_OK
+    from addnorm.cli.exits import EXIT_FAILED, EXIT_OK
 
     texts = list(args.text) or [line.rstrip("\r\n") for line in sys.stdin if line.strip()]
     if not texts:

@@ -51,7 +51,7 @@ def add_export_parser(commands) -> None:
 def run_export(args: argparse.Namespace) -> int:
     """Handle ``addnorm export``; returns the exit code."""
     from addnorm.cli.checks import UsageError
-    from addnorm.cli.commands import EXIT_FAILED, EXIT_OK
+    from addnorm.cli.exits import EXIT_FAILED, EXIT_OK
     from addnorm.export import onnx_max_error, to_onnx
     from addnorm.tasks.run import load_trained
     from addnorm.transformer.encoder_decoder import Transformer

@@ -48,14 +48,9 @@ from typing import NoReturn
 
 from addnorm.cli.bench import add_bench_parser
 from addnorm.cli.checks import TASK_OWNED, UsageError, out_dir, seed
-from addnorm.cli.commands import (
-    COMMANDS,
-    EXIT_BROKEN_PIPE,
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_USAGE,
-)
+from addnorm.cli.commands import COMMANDS
 from addnorm.cli.embed import add_embed_parser
+from addnorm.cli.exits import EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from addnorm.cli.export import add_export_parser
 from addnorm.training.checkpoint import CheckpointError
 from addnorm.training.flags import add_dataclass_flags

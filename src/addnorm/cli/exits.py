@@ -1,0 +1,62 @@
+"""Exit codes of the ``addnorm`` command, and SIGTERM turned into one (143).
+
+``train`` and ``demo`` stop on SIGTERM: inside the trainer's loop after a checkpoint of the
+current step (the trainer handles it), elsewhere at once through :func:`exit_on_sigterm`,
+leaving the run's lock and files in order.
+"""
+
+from __future__ import annotations
+
+import functools
+import signal
+import sys
+import threading
+from collections.abc import Callable
+
+__all__ = [
+    "SIGNAL_STOPS",
+    "EXIT_BROKEN_PIPE",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_TERMINATED",
+    "EXIT_USAGE",
+    "exit_on_sigterm",
+]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 0, 1, 2, 130, 141
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process SIGTERM ended
+# How a run stopped by a signal ends (a checkpoint was written): by its stopped_by, a word for
+# the message and the exit code.
+SIGNAL_STOPS = {
+    "interrupt": ("interrupted", EXIT_INTERRUPTED),
+    "terminate": ("terminated", EXIT_TERMINATED),
+}
+
+
+class _Terminated(BaseException):
+    """SIGTERM outside the trainer's loop (which handles it itself); a BaseException, so that
+    only ``finally`` and ``with`` blocks (the run lock's among them) see it on its way out."""
+
+
+def exit_on_sigterm(handler: Callable[..., int]) -> Callable[..., int]:
+    """Run ``handler`` with SIGTERM raising ``_Terminated``, reported as exit code 143."""
+
+    @functools.wraps(handler)
+    def run(args) -> int:
+        if threading.current_thread() is not threading.main_thread():
+            return handler(args)
+
+        def terminate(signum, frame):
+            raise _Terminated
+
+        previous = signal.signal(signal.SIGTERM, terminate)
+        try:
+            return handler(args)
+        except _Terminated:
+            print(f"addnorm {args.command}: terminated", file=sys.stderr)
+            return EXIT_TERMINATED
+        finally:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+    return run
