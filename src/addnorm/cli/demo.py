@@ -19,13 +19,12 @@ import dataclasses
 import math
 import os
 import random
-import sys
 from pathlib import Path
 from typing import cast
 
 import torch
 
-from addnorm.cli.exits import SIGNAL_STOPS
+from addnorm.cli.exits import SIGNAL_STOPS, report_signal_stop
 from addnorm.data.dates import dates_in_split, format_date
 from addnorm.tasks.run import load_trained, train_run
 from addnorm.tasks.translate import TranslateTask
@@ -94,7 +93,7 @@ def run_demo(
         progress=progress,
     )
     if summary.stopped_by in SIGNAL_STOPS:
-        return _report_stop(summary, "translate")
+        return report_signal_stop(summary, "translate")
     floor = smoothed_loss_floor(train_cfg.label_smoothing, task.tgt_tok.vocab_size)
     print(
         f"  trained {summary.step} steps in {summary.elapsed_s:.0f} s "
@@ -157,7 +156,7 @@ def run_dit_demo(
         "dit", model_cfg, train_cfg, run_dir, overwrite=True, device=device, progress=progress
     )
     if summary.stopped_by in SIGNAL_STOPS:
-        return _report_stop(summary, "dit")
+        return report_signal_stop(summary, "dit")
     m = summary.metrics
     print(
         f"  trained {summary.step} steps in {summary.elapsed_s:.0f} s (stopped by "
@@ -190,17 +189,6 @@ def run_dit_demo(
     )
     print(f"  try: addnorm sample --class 7 --n 10 --checkpoint {run_dir} --out sevens.png")
     return 0
-
-
-def _report_stop(summary, task_name: str) -> int:
-    """Say where the checkpoint of a run stopped by a signal is; its exit code."""
-    how, code = SIGNAL_STOPS[summary.stopped_by]
-    print(
-        f"{how} at step {summary.step}; checkpoint written to {summary.checkpoint} "
-        f"(continue with: addnorm train {task_name} --out {summary.run_dir} --resume)",
-        file=sys.stderr,
-    )
-    return code
 
 
 def _with_overrides(train_cfg, max_minutes, max_steps, eval_size):

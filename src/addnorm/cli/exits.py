@@ -22,6 +22,7 @@ __all__ = [
     "EXIT_TERMINATED",
     "EXIT_USAGE",
     "exit_on_sigterm",
+    "report_signal_stop",
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 0, 1, 2, 130, 141
@@ -60,3 +61,15 @@ def exit_on_sigterm(handler: Callable[..., int]) -> Callable[..., int]:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
     return run
+
+
+def report_signal_stop(summary, task_name: str) -> int:
+    """Say on stderr where the checkpoint of a run stopped by a signal is and how to resume
+    it; return the signal's exit code. ``summary``: the run's ``RunSummary``."""
+    how, code = SIGNAL_STOPS[summary.stopped_by]
+    print(
+        f"{how} at step {summary.step}; checkpoint written to {summary.checkpoint} "
+        f"(continue with: addnorm train {task_name} --out {summary.run_dir} --resume)",
+        file=sys.stderr,
+    )
+    return code

@@ -18,7 +18,7 @@ from addnorm.cli.checks import (
     check_run_sizes,
     read_config,
 )
-from addnorm.cli.exits import EXIT_OK, SIGNAL_STOPS, exit_on_sigterm
+from addnorm.cli.exits import EXIT_OK, SIGNAL_STOPS, exit_on_sigterm, report_signal_stop
 from addnorm.training.config import TrainConfig
 
 __all__ = ["run_train"]
@@ -106,13 +106,7 @@ def _train_here(args, device: str) -> int:
     if not distributed.is_main():  # rank 0 reports
         return SIGNAL_STOPS.get(summary.stopped_by, ("", EXIT_OK))[1]
     if summary.stopped_by in SIGNAL_STOPS:
-        how, code = SIGNAL_STOPS[summary.stopped_by]
-        print(
-            f"{how} at step {summary.step}; checkpoint written to {summary.checkpoint}"
-            f" (continue with: addnorm train {args.task} --out {args.out} --resume)",
-            file=sys.stderr,
-        )
-        return code
+        return report_signal_stop(summary, args.task)
     compiled = summary.metrics.get("compile_s")
     print(
         f"trained {summary.step} steps in {summary.elapsed_s:.0f} s "
