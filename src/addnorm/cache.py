@@ -110,7 +110,7 @@ class KVCache:
     def cached_before(self, new: int) -> int:
         """How many key positions attention sees before ``new`` appended ones: ``length``, or
         every other slot of a static cache being compiled (``max_len - new``)."""
-        if self.static and torch.compiler.is_compiling():
+        if _in_graph(self.static):
             return self.max_len - new
         return self.length
 
@@ -129,7 +129,7 @@ class KVCache:
         """
         if must_check():  # skipped inside a model, whose attention made keys and values
             self._check_new(keys, values)
-        if self.static and torch.compiler.is_compiling():
+        if _in_graph(self.static):
             return self._write_in_graph(keys, values)
         start = self.length
         end = start + keys.shape[2]
@@ -171,7 +171,7 @@ class KVCache:
         Shapes:
             returns: keys, values (B, H, length, Dh)
         """
-        if self.static and torch.compiler.is_compiling():
+        if _in_graph(self.static):
             return self.keys, self.values
         return self.keys[:, :, : self.length], self.values[:, :, : self.length]
 
@@ -181,6 +181,12 @@ class KVCache:
         index = _check_index(index)
         self.keys = self.keys.index_select(0, index)
         self.values = self.values.index_select(0, index)
+
+
+def _in_graph(static: bool) -> bool:
+    """Whether a cache of this layout is being compiled into a graph: a static one then writes
+    at its count's slots and shows every slot (the module docstring)."""
+    return static and torch.compiler.is_compiling()
 
 
 def _static_slots(written: torch.Tensor, new: int, max_len: int) -> torch.Tensor:
@@ -333,7 +339,7 @@ class DecodingCache:
         else:
             new = padding_mask.shape[1]
             self._padded = True
-        if self.static and torch.compiler.is_compiling():
+        if _in_graph(self.static):
             return self._extend_in_graph(padding_mask, new)
         start = self.length  # a static cache's count read back: a host sync
         end = start + new

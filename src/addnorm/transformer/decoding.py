@@ -158,19 +158,16 @@ def compiled_step(step: StepFn) -> StepFn:
     Shapes:
         tokens: (B, 1); returns: logits (B, V)
     """
-    compiled: dict[str, Callable[..., torch.Tensor]] = {}  # by device type
-    calls = 0
+    compiled: Callable[..., torch.Tensor] | None = None  # built at the first call
 
     def contiguous_step(tokens: torch.Tensor, cache: DecodingCache) -> torch.Tensor:
-        nonlocal calls
-        device = tokens.device.type
-        if device not in compiled:
-            options = CPU_STEP_OPTIONS if device == "cpu" else None
-            compiled[device] = torch.compile(step, fullgraph=True, options=options)
-        calls += 1
-        if calls == 1:
-            return compiled[device](tokens.contiguous(), cache)
+        nonlocal compiled
+        tokens = tokens.contiguous()
+        if compiled is None:  # the first step: every guard checked, compiling on a miss
+            options = CPU_STEP_OPTIONS if tokens.device.type == "cpu" else None
+            compiled = torch.compile(step, fullgraph=True, options=options)
+            return compiled(tokens, cache)
         with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
-            return compiled[device](tokens.contiguous(), cache)
+            return compiled(tokens, cache)
 
     return contiguous_step
