@@ -18,7 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addnorm.feedforward import GELU, FeedForward, GatedFeedForward, make_feedforward
+from addnorm.feedforward import GELU, FeedForward, GatedFeedForward, ReLU, make_feedforward
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 F64 = torch.float64
@@ -244,3 +244,25 @@ def test_in_place_activations_leave_the_ffn_input_and_gradients_intact(activatio
     assert torch.equal(x.detach(), before)
     out.square().sum().backward()  # autograd accepts the in-place ReLU (its output is saved)
     assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+def test_relu_writes_in_place_only_without_gradients():
+    """In training, an in-place ReLU on w1's output (a view of the matrix product's result)
+    made autograd copy the whole base back in the backward pass (CopySlices)."""
+    torch.manual_seed(0)
+    h = torch.randn(4, 7, 16)
+    want = torch.nn.functional.relu(h)
+    with torch.no_grad():
+        out = ReLU(inplace=True)(h)
+    assert torch.equal(out, want) and out.data_ptr() == h.data_ptr()
+    h = torch.randn(4, 7, 16, requires_grad=True)
+    before = h.detach().clone()
+    out = ReLU(inplace=True)(h)
+    assert torch.equal(h.detach(), before) and out.data_ptr() != h.data_ptr()
+    assert torch.equal(torch.autograd.grad(out.sum(), h)[0], (before > 0).float())
+
+
+def test_a_training_ffn_leaves_no_in_place_copy_in_the_graph():
+    ff = make_feedforward(16, 32, activation="relu")
+    out = ff.act(ff.w1(torch.randn(3, 5, 16)))
+    assert type(out.grad_fn).__name__ == "ReluBackward0"

@@ -35,15 +35,32 @@ __all__ = [
     "GELU",
     "FeedForward",
     "GatedFeedForward",
+    "ReLU",
     "make_feedforward",
 ]
 
 
+class ReLU(nn.ReLU):
+    """``nn.ReLU`` whose ``inplace=True`` overwrites its input only when no gradient is wanted.
+
+    In training, w1's output is a view of the matrix product's result, and an in-place op on a
+    view makes autograd copy the whole base back in the backward pass (``CopySlices``): that
+    cost 7% of a translator training step, more than the allocation it saves. Without
+    gradients (inference) it writes in place, as ``nn.ReLU(inplace=True)`` does.
+    """
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """``max(0, h)``. Shapes: h: any; returns: the same (h itself when overwritten)."""
+        if not self.inplace or (torch.is_grad_enabled() and h.requires_grad):
+            return F.relu(h)
+        return F.relu_(h)
+
+
 class GELU(nn.GELU):
     """``nn.GELU`` with ``nn.ReLU``'s ``inplace`` option: with ``inplace=True`` it overwrites
-    its input when no gradient is wanted (GELU's backward reads its input, so with gradients
-    it stays ``F.gelu``). The FFN builds it in place on w1's output, a tensor only the FFN
-    holds: a new (B, L, F) tensor per call was a tenth of a DiT-digits forward.
+    its input when no gradient is wanted (with gradients it stays ``F.gelu``, see
+    :class:`ReLU`). The FFN builds it in place on w1's output, a tensor only the FFN holds: a
+    new (B, L, F) tensor per call was a tenth of a DiT-digits forward.
     """
 
     def __init__(self, approximate: str = "none", *, inplace: bool = False) -> None:
@@ -64,10 +81,10 @@ class GELU(nn.GELU):
 
 
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
-    # max(0, h), the paper's; in place: h is w1's output, a tensor only the FFN holds (ReLU's
-    # backward reads its output, so autograd allows it), and a new (B, L, F) tensor per call
-    # cost 6% of an inference layer at D 512 (torch.nn's fast path is in place too)
-    "relu": lambda: nn.ReLU(inplace=True),
+    # max(0, h), the paper's; in place without gradients: h is w1's output, a tensor only the
+    # FFN holds, and a new (B, L, F) tensor per call cost 6% of an inference layer at D 512
+    # (torch.nn's fast path is in place too)
+    "relu": lambda: ReLU(inplace=True),
     "gelu": lambda: GELU("none", inplace=True),  # h * Phi(h), exact erf
     "gelu_tanh": lambda: GELU("tanh", inplace=True),  # GPT-2 / BERT's tanh approximation
     "swiglu": nn.SiLU,  # silu(x W1) * (x W3): W1 is the gate, W3 the value
