@@ -32,6 +32,7 @@ from addnorm.attention_mask import (
     self_attention_mask,
 )
 from addnorm.cache import KVCache
+from addnorm.packing import Packing
 from addnorm.rotary import RotaryEmbedding
 
 __all__ = [
@@ -151,7 +152,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 "pass either a prebuilt mask or padding_mask / attend_mask / causal, not both"
             )
-        q, k, v = self._project(x, memory, cache, positions)
+        q, k, v = self._project(x, memory, cache, positions, mask.packing)
         return self._attend(q, k, v, mask)
 
     def forward_with_weights(
@@ -219,18 +220,25 @@ class MultiHeadAttention(nn.Module):
         memory: torch.Tensor | None,
         cache: KVCache | None,
         positions: torch.Tensor | None,
+        packing: Packing | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per-head queries, keys and values (keys/values include the cached ones).
 
         Self-attention uses the fused ``in_proj``; cross-attention its q rows on x and its
-        k, v rows on ``memory`` (skipped once a cross-attention cache holds them).
+        k, v rows on ``memory`` (skipped once a cross-attention cache holds them). With a
+        ``packing``, x is packed (1, N, D) and its projections are unpacked for the kernel.
 
         Shapes:
             x: (B, L, D); memory: (B, S, D); positions: (L,) or (B, L)
             returns: q (B, H, L, Dh), k (B, H, S, Dh), v (B, H, S, Dh)
         """
+        if packing is not None and (memory is not None or cache is not None):
+            raise ValueError("a packed mask is for uncached self-attention only")
         if memory is None:
-            qkv = split_heads(self.in_proj(x), 3 * self.n_heads)  # (B, 3H, L, Dh)
+            qkv = self.in_proj(x)  # (B, L, 3D), or packed (1, N, 3D)
+            if packing is not None:
+                qkv = packing.unpack(qkv)  # (B, L, 3D), zeros at padding
+            qkv = split_heads(qkv, 3 * self.n_heads)  # (B, 3H, L, Dh)
             qk, v = qkv.split([2 * self.n_heads, self.n_heads], dim=1)  # (B, 2H | H, L, Dh)
             if self.rotary is not None:  # queries and keys rotated in one call
                 if cache is not None and cache.static and positions is None:
@@ -293,7 +301,10 @@ class MultiHeadAttention(nn.Module):
     def _output(self, heads: torch.Tensor, mask: AttentionMask) -> torch.Tensor:
         if mask.dead is not None:
             heads = heads.masked_fill(mask.dead, 0.0)
-        out = self.out_proj(merge_heads(heads))  # (B, L, D)
+        merged = merge_heads(heads)  # (B, L, D)
+        if mask.packing is not None:
+            merged = mask.packing.pack(merged)  # (1, N, D)
+        out = self.out_proj(merged)  # (B, L, D), or packed (1, N, D)
         if mask.dead_rows is not None:
             out = out.masked_fill(mask.dead_rows, 0.0)
         return out

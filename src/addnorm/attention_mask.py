@@ -22,12 +22,14 @@ from typing import NamedTuple
 import torch
 
 from addnorm._checks import check_bool_mask, check_tensor, must_check
+from addnorm.packing import Packing
 
 __all__ = [
     "AttentionMask",
     "build_attention_mask",
     "causal_attend_mask",
     "cross_attention_mask",
+    "packed_mask",
     "self_attention_mask",
 ]
 
@@ -49,6 +51,9 @@ class AttentionMask(NamedTuple):
         is_causal: use SDPA's ``is_causal`` fast path (plain causal mask with L == S).
         query_padding: bool (B, L), True = padding query token (the norms of a layer leave it
             out of their statistics), or None. Self-attention only: the last L keys.
+        packing: set when the queries arrive packed, (1, N, D) (see :mod:`addnorm.packing`):
+            the attention unpacks its projections for the kernel and packs its output back;
+            ``dead_rows`` is then packed too, (1, N, 1), and ``query_padding`` is None.
     """
 
     allowed: torch.Tensor | None
@@ -56,6 +61,7 @@ class AttentionMask(NamedTuple):
     dead_rows: torch.Tensor | None
     is_causal: bool
     query_padding: torch.Tensor | None = None
+    packing: Packing | None = None
 
 
 def _check_attend_mask(
@@ -189,3 +195,15 @@ def cross_attention_mask(
         batch=x.shape[0], n_heads=n_heads, query_len=x.shape[1], key_len=memory.shape[1],
         device=x.device, padding_mask=padding_mask, self_attention=False,
     )
+
+
+def packed_mask(mask: AttentionMask, packing: Packing) -> AttentionMask:
+    """``mask`` for a self-attention whose queries arrive packed by ``packing``.
+
+    The kernel still sees the padded layout, so ``allowed`` and ``dead`` are unchanged; the
+    output rows are packed, and so is ``dead_rows``. No packed token is padding.
+    """
+    dead_rows = mask.dead_rows
+    if dead_rows is not None:  # (B|1, L, 1) -> (1, N, 1)
+        dead_rows = packing.pack(dead_rows.expand(packing.batch, packing.length, 1))
+    return mask._replace(dead_rows=dead_rows, query_padding=None, packing=packing)

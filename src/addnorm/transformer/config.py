@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from addnorm._checks import (
+    check_bool,
     check_choice,
     check_float,
     check_int,
@@ -223,6 +224,9 @@ class TransformerConfig(_ModelConfig):
         pad_id, bos_id, eos_id: special token ids; ``pad_id`` in both vocabularies,
             ``bos_id``/``eos_id`` in the target one. All three must differ: padding is
             masked out, and generation never emits ``pad_id`` or ``bos_id``.
+        unpad: the encoder runs on the real source tokens only (see
+            :class:`~addnorm.transformer.stacks.Encoder`); its output is zero at padding, which
+            the decoder never reads. The date translator turns it on.
     """
 
     src_vocab_size: int = 37000
@@ -248,9 +252,11 @@ class TransformerConfig(_ModelConfig):
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
+    unpad: bool = False
 
     def __post_init__(self) -> None:
         _check_body(self)
+        check_bool("unpad", self.unpad)
         check_int("src_vocab_size", self.src_vocab_size, min_value=1)
         check_int("tgt_vocab_size", self.tgt_vocab_size, min_value=1)
         check_int("n_encoder_layers", self.n_encoder_layers, min_value=1)

@@ -69,7 +69,8 @@ class Transformer(PretrainedMixin, nn.Module):
         self.tgt_embed = Embedder(cfg.tgt_vocab_size, cfg, tokens=shared)
         layer_cfg = cfg.layer_config()
         self.encoder = Encoder(
-            layer_cfg, cfg.n_encoder_layers, rotary=self.rotary, final_norm=cfg.final_norm
+            layer_cfg, cfg.n_encoder_layers, rotary=self.rotary, final_norm=cfg.final_norm,
+            unpad=cfg.unpad,
         )
         self.decoder = Decoder(
             layer_cfg, cfg.n_decoder_layers, rotary=self.rotary, final_norm=cfg.final_norm

@@ -78,6 +78,9 @@ class EncoderConfig(_ModelConfig):
         embed_norm: a norm (the config's kind and eps) on the summed embeddings (BERT).
         pooler: BERT's pooler, ``tanh(W h[:, 0] + b)``, as the ``pooler`` submodule.
         pad_id: the padding token (default padding mask ``ids == pad_id``), or None.
+        unpad: the layers run on the real tokens only (see
+            :class:`~addnorm.transformer.stacks.Encoder`); the hidden states are then zero at
+            padding. Not with ``norm="group"``.
     """
 
     vocab_size: int = 256
@@ -100,9 +103,16 @@ class EncoderConfig(_ModelConfig):
     embed_norm: bool = True
     pooler: bool = False
     pad_id: int | None = 0
+    unpad: bool = False
 
     def __post_init__(self) -> None:
         _check_layer(self)
+        check_bool("unpad", self.unpad)
+        if self.unpad and self.norm == "group":
+            raise ValueError(
+                "unpad=True cannot be used with norm='group': GroupNorm's statistics span each "
+                "sequence's positions, which packing merges into one row"
+            )
         check_int("vocab_size", self.vocab_size, min_value=1)
         check_int("n_layers", self.n_layers, min_value=1)
         _check_input_layer(self)
@@ -204,7 +214,8 @@ class EncoderModel(PretrainedMixin, nn.Module):
         self.rotary = rotary_for(cfg)
         self.embed = EncoderEmbedder(cfg)
         self.encoder = Encoder(
-            cfg.layer_config(), cfg.n_layers, rotary=self.rotary, final_norm=cfg.final_norm
+            cfg.layer_config(), cfg.n_layers, rotary=self.rotary, final_norm=cfg.final_norm,
+            unpad=cfg.unpad,
         )
         self.pooler = ClsPooler(cfg.d_model) if cfg.pooler else None
 

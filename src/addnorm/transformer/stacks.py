@@ -23,10 +23,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from addnorm._checks import check_int, check_tensor, inputs_checked, must_check
+from addnorm._checks import check_bool, check_int, check_tensor, inputs_checked, must_check
 from addnorm.attention import cross_attention_mask, self_attention_mask
+from addnorm.attention_mask import packed_mask
 from addnorm.cache import DecodingCache, LayerCache
 from addnorm.norms import NoNorm
+from addnorm.packing import Packing
 from addnorm.rotary import RotaryEmbedding
 from addnorm.transformer.config import LayerConfig
 from addnorm.transformer.layers import DecoderLayer, EncoderLayer, layer_norm_module
@@ -69,6 +71,12 @@ class Encoder(nn.Module):
         rotary: a :class:`RotaryEmbedding` shared by every layer's self-attention, or None.
         final_norm: norm after the last layer; None = only for pre-LN. True with post-LN
             mirrors ``nn.Transformer`` (two norms in a row).
+        unpad: with a ``padding_mask`` (and no ``causal`` or ``cache``), run the layers on the
+            real tokens only, packed into one row (see :mod:`addnorm.packing`); the output is
+            zero at padding positions, and every layer and hook sees (1, N, D). Padding
+            outputs are zeroed on every path, compiled ones included (which do not pack: the
+            packed shape depends on the data). Not with ``norm="group"``, whose statistics
+            span each sequence's positions.
 
     Submodules: ``layers`` (``nn.ModuleList``), ``norm`` (a norm, or
     :class:`~addnorm.norms.NoNorm` when there is none).
@@ -81,9 +89,16 @@ class Encoder(nn.Module):
         *,
         rotary: RotaryEmbedding | None = None,
         final_norm: bool | None = None,
+        unpad: bool = False,
     ) -> None:
         super().__init__()
         n_layers = check_int("n_layers", n_layers, min_value=1)
+        self.unpad = check_bool("unpad", unpad)
+        if unpad and cfg.norm == "group":
+            raise ValueError(
+                "unpad=True cannot be used with norm='group': GroupNorm's statistics span each "
+                "sequence's positions, which packing merges into one row"
+            )
         self.layers = nn.ModuleList(EncoderLayer(cfg, rotary=rotary) for _ in range(n_layers))
         self.cfg = cfg
         self.norm = _final_norm(final_norm, cfg)
@@ -121,10 +136,23 @@ class Encoder(nn.Module):
             x, n_heads=self.cfg.n_heads, padding_mask=padding_mask, attend_mask=attend_mask,
             causal=causal, cached=_cached_length(cache, x.shape[1]),
         )
+        unpadding = self.unpad and padding_mask is not None and not causal and cache is None
+        packing = None
+        if unpadding and not torch.compiler.is_compiling():
+            packing = Packing.from_padding(mask.query_padding)  # type: ignore[arg-type]
+        if packing is not None and packing.has_padding:
+            x, mask = packing.pack(x), packed_mask(mask, packing)  # (1, N, D)
+        else:
+            packing = None
         with inputs_checked():
             for layer, layer_cache in zip(self.layers, caches, strict=True):
                 x = layer(x, mask, cache=layer_cache, positions=positions)
-            return self.norm(x, padding_mask=mask.query_padding)
+            x = self.norm(x, padding_mask=mask.query_padding)
+        if packing is not None:
+            return packing.unpack(x)  # (B, L, D), zeros at padding
+        if unpadding:  # compiled: the padded path, with the packed path's zeros
+            return x.masked_fill(mask.query_padding[..., None], 0.0)  # type: ignore[index]
+        return x
 
 
 class Decoder(nn.Module):
