@@ -234,11 +234,10 @@ class MultiHeadAttention(nn.Module):
         """
         if packing is not None and (memory is not None or cache is not None):
             raise ValueError("a packed mask is for uncached self-attention only")
+        if memory is None and packing is not None:  # x packed: (1, N, D)
+            return self._unpacked_heads(self.in_proj(x), packing, positions)
         if memory is None:
-            qkv = self.in_proj(x)  # (B, L, 3D), or packed (1, N, 3D)
-            if packing is not None:
-                qkv = packing.unpack(qkv)  # (B, L, 3D), zeros at padding
-            qkv = split_heads(qkv, 3 * self.n_heads)  # (B, 3H, L, Dh)
+            qkv = split_heads(self.in_proj(x), 3 * self.n_heads)  # (B, 3H, L, Dh)
             qk, v = qkv.split([2 * self.n_heads, self.n_heads], dim=1)  # (B, 2H | H, L, Dh)
             if self.rotary is not None:  # queries and keys rotated in one call
                 if cache is not None and cache.static and positions is None:
@@ -260,6 +259,24 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:
             k, v = cache.append(k, v)
         return q, k, v
+
+    def _unpacked_heads(
+        self, qkv: torch.Tensor, packing: Packing, positions: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-head q, k, v in the padded layout from packed projections; rotary positions
+        are applied to the packed rows, so padding is not rotated either.
+
+        Shapes:
+            qkv: (1, N, 3D); positions: (L,) or (B, L)
+            returns: q, k, v (B, H, L, Dh), zeros at padding
+        """
+        qk, v = qkv.split([2 * self.d_model, self.d_model], dim=-1)  # (1, N, 2D), (1, N, D)
+        if self.rotary is not None:
+            packed_positions = packing.positions(positions)  # (1, N)
+            heads = split_heads(qk, 2 * self.n_heads)  # (1, 2H, N, Dh)
+            qk = merge_heads(self.rotary(heads, positions=packed_positions))  # (1, N, 2D)
+        q, k = split_heads(packing.unpack(qk), 2 * self.n_heads).split(self.n_heads, dim=1)
+        return q, k, split_heads(packing.unpack(v), self.n_heads)  # (B, H, L, Dh) each
 
     def _attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AttentionMask

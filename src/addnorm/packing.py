@@ -55,6 +55,17 @@ class Packing:
         """Whether any token is padding (with none, packing would only copy)."""
         return self.index.numel() < self.batch * self.length
 
+    def positions(self, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """The positions of the packed tokens: ``positions`` (shared or per row) packed, or by
+        default each token's index in its padded row.
+
+        Shapes: positions: (L,) or (B, L) -> (1, N)
+        """
+        if positions is None:
+            return (self.index % self.length)[None]  # (1, N)
+        grid = positions.to(self.index.device).expand(self.batch, self.length)  # (B, L)
+        return grid.reshape(-1).index_select(0, self.index)[None]  # (1, N)
+
     def pack(self, x: torch.Tensor) -> torch.Tensor:
         """The real tokens of ``x`` as one row.
 

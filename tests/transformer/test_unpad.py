@@ -154,3 +154,19 @@ def test_unpadded_encoder_model_gives_the_same_sentence_embeddings():
     with torch.no_grad():
         embeddings = [mean_pool(model(ids), PADDING) for model in (padded, unpadded)]
     torch.testing.assert_close(embeddings[1], embeddings[0])
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_explicit_rotary_positions_are_packed_with_their_tokens(shared):
+    padded, unpadded = twins(LayerConfig(D, H, FF))
+    x = torch.randn(3, 7, D, dtype=F64)
+    # not arange plus a shift, which rotary would not see (it depends on offsets only)
+    gen = torch.Generator().manual_seed(0)
+    positions = torch.randint(0, 20, (7,) if shared else (3, 7), generator=gen)
+    real = ~PADDING[..., None]
+    with torch.no_grad():
+        want = padded(x, padding_mask=PADDING, positions=positions)
+        got = unpadded(x, padding_mask=PADDING, positions=positions)
+        default = unpadded(x, padding_mask=PADDING)
+    torch.testing.assert_close(got * real, want * real)
+    assert not torch.allclose(got * real, default * real)  # the positions did matter
