@@ -106,7 +106,7 @@ def sentence_embeddings(texts: list[str], directory: Path) -> torch.Tensor:
     from addnorm.transformer.transformers_interop import load_bert
 
     tokenizer = PretrainedTokenizer.from_dir(directory, max_len=MAX_LEN)
-    model = load_bert(directory)
+    model = load_bert(directory, unpad=True)  # texts differ in length: skip their padding
     out = []
     for start in range(0, len(texts), BATCH):
         batch = tokenizer.encode_batch(texts[start : start + BATCH])

@@ -44,6 +44,7 @@ anything the target architecture cannot express (rotary or sinusoidal positions,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -266,8 +267,11 @@ _BERT_DEFAULTS = {
 }
 
 
-def load_bert(directory: str | Path) -> EncoderModel:
+def load_bert(directory: str | Path, *, unpad: bool = False) -> EncoderModel:
     """A BERT checkpoint directory as an :class:`EncoderModel` in eval mode, float32, CPU.
+
+    ``unpad=True`` builds it with :attr:`EncoderConfig.unpad` (faster on padded batches; the
+    hidden states are then zero at padding).
 
     Reads ``config.json`` (``model_type`` "bert") and ``model.safetensors`` (keys as in
     ``BertModel``, or under ``bert.``; heads such as ``cls.*`` are left out) with safetensors
@@ -289,6 +293,7 @@ def load_bert(directory: str | Path) -> EncoderModel:
     tensors = {k.removeprefix("bert."): v for k, v in load_file(weights).items()}
     pooler = "pooler.dense.weight" in tensors
     cfg = _bert_config(SimpleNamespace(**(_BERT_DEFAULTS | config)), pooler, str(directory))
+    cfg = dataclasses.replace(cfg, unpad=unpad)
     rules = _bert_rules(cfg.n_layers, pooler)
     absent = sorted({name for _, names, _ in rules for name in names} - set(tensors))
     if absent:
