@@ -138,3 +138,15 @@ def test_twin_ratio_is_against_the_same_weights_reference_shown_with_several_ref
     assert "vs twin" in group_g and "| 0.75x | 0.90x |" in group_g
     assert "vs twin" not in group_h  # one reference: its twin is the best reference
     assert to_json(report)["rows"][0]["ratio_to_twin"] == pytest.approx(0.9)
+
+
+def test_translator_training_rows_run_on_the_tasks_batch_with_same_weight_checks():
+    from addnorm.bench.small_models import _translator
+
+    report = Report()
+    _translator(TINY, report, lambda line: None)
+    assert [c.name for c in report.checks if not c.passed] == []
+    assert len(report.checks) == 2  # torch.nn twin, unpadded twin
+    assert {row.impl for row in report.rows} == {
+        "addnorm, sinusoidal", "addnorm, sinusoidal, unpadded",
+        "addnorm, default (rotary, unpadded)", "torch.nn"}

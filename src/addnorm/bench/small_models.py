@@ -1,11 +1,12 @@
 """Case 2: training steps of small models, where per-op overhead decides.
 
 - The date translator at its default size (``PRESETS["tiny"]``: D 64, 2 + 2 layers, its
-  vocabularies of 132 and 15, batch 64, sources of 26 characters with padding, targets of 11)
-  against the same architecture built from torch.nn (``nn.Transformer`` between embeddings,
-  a sinusoid table and the tied output). nn.Transformer has no rotary positions, so addnorm
-  is timed with sinusoidal positions (same weights: checked) and with the translator's
-  default rotary ones.
+  vocabularies of 132 and 15) on one batch of its own training data (64 dates, sources padded
+  to the longest, about half of their tokens padding; targets of 11) against the same
+  architecture built from torch.nn (``nn.Transformer`` between embeddings, a sinusoid table
+  and the tied output). nn.Transformer has no rotary positions, so addnorm is timed with
+  sinusoidal positions (same weights: checked), padded and unpadded, and with the
+  translator's default config (rotary positions, unpadded encoder).
 - The digits DiT (``DIT_PRESETS["DiT-digits"]``, batch 64) against diffusers'
   ``DiTTransformer2DModel`` holding the same weights.
 
@@ -33,7 +34,9 @@ from addnorm.bench.references import optional_module
 from addnorm.dit.config import DIT_PRESETS
 from addnorm.dit.model import DiT
 from addnorm.encodings import sinusoidal_encoding
-from addnorm.transformer.config import PRESETS, TransformerConfig
+from addnorm.tasks.translate import TranslateTask
+from addnorm.training.config import TrainConfig
+from addnorm.transformer.config import TransformerConfig
 from addnorm.transformer.encoder_decoder import Transformer
 from addnorm.transformer.interop import to_torch
 from addnorm.transformer.stacks import EncoderDecoder
@@ -41,7 +44,6 @@ from addnorm.transformer.stacks import EncoderDecoder
 __all__ = ["TorchSeq2Seq", "run_small_models"]
 
 GROUP = "small models (training steps)"
-SRC_VOCAB, TGT_VOCAB, SRC_LEN, TGT_LEN = 132, 15, 26, 11  # the date translator's
 
 
 class TorchSeq2Seq(nn.Module):
@@ -96,28 +98,29 @@ def _train_step(
     return step
 
 
-def _translator_batch(batch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Source ids right-padded to SRC_LEN (lengths 10 to SRC_LEN), decoder input and target."""
-    src = torch.randint(3, SRC_VOCAB, (batch, SRC_LEN))
-    lengths = torch.randint(10, SRC_LEN + 1, (batch,))
-    padding = torch.arange(SRC_LEN)[None, :] >= lengths[:, None]  # (B, S)
-    src = src.masked_fill(padding, 0)
-    tgt = torch.randint(3, TGT_VOCAB, (batch, TGT_LEN + 1))
-    return src, padding, tgt
+def _translator_batch(
+    task: TranslateTask, cfg: TransformerConfig, batch: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The first training batch of the date task (seed 0): source ids padded to the longest,
+    their padding mask, decoder input and target."""
+    batches = task.batches(dataclasses.replace(TrainConfig(), batch_size=batch, seed=0), cfg)
+    data = batches.next_batch()
+    src = data["src"]  # (B, S)
+    return src, src == cfg.pad_id, data["tgt_in"], data["tgt_out"]
 
 
 def _translator(settings: BenchSettings, report: Report, log: Callable[[str], None]) -> None:
     batch = 4 if settings.size == "test" else 64
-    base = PRESETS["tiny"]
-    assert isinstance(base, TransformerConfig)
-    cfg = dataclasses.replace(base, src_vocab_size=SRC_VOCAB, tgt_vocab_size=TGT_VOCAB,
-                              dropout=0.0, share_embeddings=False, position_encoding="sinusoidal")
+    task = TranslateTask()
+    default = task.prepare(TranslateTask.default_model_config())  # rotary, unpadded
+    cfg = dataclasses.replace(default, position_encoding="sinusoidal", unpad=False)
     torch.manual_seed(0)
     sinusoidal = Transformer(cfg)
-    rotary = Transformer(dataclasses.replace(cfg, position_encoding="rotary"))
+    unpadded = Transformer(dataclasses.replace(cfg, unpad=True))
+    unpadded.load_state_dict(sinusoidal.state_dict())
+    rotary = Transformer(default)
     reference = TorchSeq2Seq(sinusoidal)
-    src, padding, tgt = _translator_batch(batch)
-    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+    src, padding, tgt_in, tgt_out = _translator_batch(task, cfg, batch)
 
     def ours_loss(model: Callable[..., torch.Tensor]) -> Callable[[], torch.Tensor]:
         return lambda: F.cross_entropy(
@@ -133,19 +136,26 @@ def _translator(settings: BenchSettings, report: Report, log: Callable[[str], No
                  - reference(src, tgt_in, padding)).abs().max().item()
     report.checks.append(Check(GROUP, "translator: addnorm (sinusoidal) vs nn.Transformer, "
                                "same weights, logits", error, 1e-4))
+    with torch.no_grad():
+        unpadded.eval()
+        error = (unpadded(src, tgt_in, src_padding_mask=padding)
+                 - sinusoidal(src, tgt_in, src_padding_mask=padding)).abs().max().item()
+    report.checks.append(Check(GROUP, "translator: addnorm unpadded vs padded, same weights, "
+                               "logits", error, 1e-5))
     fns: dict[str, Callable[[], object]] = {
         "addnorm, sinusoidal": _train_step(sinusoidal, ours_loss(sinusoidal)),
-        "addnorm, rotary (default)": _train_step(rotary, ours_loss(rotary)),
+        "addnorm, sinusoidal, unpadded": _train_step(unpadded, ours_loss(unpadded)),
+        "addnorm, default (rotary, unpadded)": _train_step(rotary, ours_loss(rotary)),
         "torch.nn": _train_step(reference, torch_loss),
     }
     if _use_bf16(settings, report):
-        fns["addnorm, rotary, bf16"] = _train_step(rotary, ours_loss(rotary), bf16=True)
-    if settings.compile:
+        fns["addnorm, default, bf16"] = _train_step(rotary, ours_loss(rotary), bf16=True)
+    if settings.compile:  # compiled, the encoder keeps the padded layout (the shapes are fixed)
         compiled = torch.compile(rotary, fullgraph=True)
-        fns["addnorm, rotary, compiled"] = _timed_first(
+        fns["addnorm, default, compiled"] = _timed_first(
             _train_step(rotary, ours_loss(compiled)), report, "translator training step")
     _time_training(fns, {"torch.nn"}, f"translator B={batch}", batch, settings, report, log,
-                   models=(sinusoidal, rotary, reference))
+                   models=(sinusoidal, unpadded, rotary, reference))
 
 
 def _use_bf16(settings: BenchSettings, report: Report) -> bool:
