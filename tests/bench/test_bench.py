@@ -150,3 +150,14 @@ def test_translator_training_rows_run_on_the_tasks_batch_with_same_weight_checks
     assert {row.impl for row in report.rows} == {
         "addnorm, sinusoidal", "addnorm, sinusoidal, unpadded",
         "addnorm, default (rotary, unpadded)", "torch.nn"}
+
+
+def test_padded_batch_embeddings_match_bert_padded_and_unpadded():
+    pytest.importorskip("transformers")
+    from addnorm.bench.padded_batch import run_padded_batch
+
+    report = Report()
+    run_padded_batch(TINY, report, lambda line: None)
+    assert len(report.checks) == 2 and all(check.passed for check in report.checks)
+    assert {row.impl for row in report.rows} == {
+        "addnorm, unpadded", "addnorm, padded", "HF BertModel"}

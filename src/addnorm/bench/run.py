@@ -9,6 +9,7 @@ from addnorm.bench.decoding import run_decoding
 from addnorm.bench.dit import run_dit, run_timestep
 from addnorm.bench.encoder_layer import run_encoder_layer
 from addnorm.bench.harness import BenchSettings, Report, machine_info
+from addnorm.bench.padded_batch import run_padded_batch
 from addnorm.bench.small_models import run_small_models
 
 __all__ = ["GROUPS", "run_bench"]
@@ -17,6 +18,7 @@ Group = Callable[[BenchSettings, Report, Callable[[str], None]], None]
 
 GROUPS: dict[str, Group] = {
     "encoder": run_encoder_layer,
+    "padded": run_padded_batch,
     "small": run_small_models,
     "decoding": run_decoding,
     "dit": run_dit,
