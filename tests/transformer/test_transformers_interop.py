@@ -264,9 +264,11 @@ def sentence_embeddings(hidden: torch.Tensor, padding: torch.Tensor) -> torch.Te
     return F.normalize(mean_pool(hidden, padding), dim=-1)  # (N, D)
 
 
-def test_minilm_sentence_embeddings_match_transformers(minilm):
+@pytest.mark.parametrize("unpad", [False, True])  # addnorm embed runs unpadded
+def test_minilm_sentence_embeddings_match_transformers(minilm, unpad):
     directory, reference, tokenizer = minilm
-    model = load_bert(directory)
+    model = load_bert(directory, unpad=unpad)
+    assert model.cfg.unpad is unpad
     ids, padding, types = tokenizer.encode_batch(SENTENCES)
     with torch.no_grad():
         hidden = reference(input_ids=ids, attention_mask=(~padding).long(),
