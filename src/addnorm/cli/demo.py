@@ -79,8 +79,8 @@ def run_demo(
     print(
         f"  model: d_model {model_cfg.d_model}, {model_cfg.n_heads} heads, "
         f"{model_cfg.n_encoder_layers}+{model_cfg.n_decoder_layers} layers, d_ff "
-        f"{model_cfg.d_ff}, {model_cfg.norm_position}-LN, {model_cfg.position_encoding} positions; "
-        "character vocabularies"
+        f"{model_cfg.d_ff}, {model_cfg.norm_position}-LN, {model_cfg.position_encoding} positions"
+        f"{', unpadded encoder' if model_cfg.unpad else ''}; character vocabularies"
     )
     print(
         f"  training: up to {train_cfg.max_steps} steps or {train_cfg.max_minutes:g} minutes "
