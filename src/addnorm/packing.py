@@ -11,8 +11,8 @@ packs the heads' output back before ``out_proj``.
     packed = pack(x)           (B, L, D) -> (1, N, D)
     x      = unpack(packed)    (1, N, D) -> (B, L, D), zeros at padding
 
-With sources of 10 to 26 characters padded to 26 (the date translator's batches), about 30%
-of the encoder's tokens are padding.
+In the date translator's batches (dates padded to the longest of 64) about half of the
+source tokens are padding.
 """
 
 from __future__ import annotations

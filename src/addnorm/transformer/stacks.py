@@ -25,7 +25,7 @@ from torch import nn
 
 from addnorm._checks import check_bool, check_int, check_tensor, inputs_checked, must_check
 from addnorm.attention import cross_attention_mask, self_attention_mask
-from addnorm.attention_mask import packed_mask
+from addnorm.attention_mask import AttentionMask, packed_mask
 from addnorm.cache import DecodingCache, LayerCache
 from addnorm.norms import NoNorm
 from addnorm.packing import Packing
@@ -60,6 +60,15 @@ def _cached_length(cache: DecodingCache | None, new: int) -> int:
     """Keys before the ``new`` ones: the cached count (every other slot, for a static cache
     being compiled)."""
     return 0 if cache is None else cache.layers[0].self_attn.cached_before(new)
+
+
+def _packing(mask: AttentionMask) -> Packing | None:
+    """The packing of an unpadded call, or None where it would not pack: compiled (the packed
+    shape depends on the data) or with no padding to leave out."""
+    if torch.compiler.is_compiling() or mask.query_padding is None:
+        return None
+    packing = Packing.from_padding(mask.query_padding)
+    return packing if packing.has_padding else None
 
 
 class Encoder(nn.Module):
@@ -137,13 +146,9 @@ class Encoder(nn.Module):
             causal=causal, cached=_cached_length(cache, x.shape[1]),
         )
         unpadding = self.unpad and padding_mask is not None and not causal and cache is None
-        packing = None
-        if unpadding and not torch.compiler.is_compiling():
-            packing = Packing.from_padding(mask.query_padding)  # type: ignore[arg-type]
-        if packing is not None and packing.has_padding:
+        packing = _packing(mask) if unpadding else None
+        if packing is not None:
             x, mask = packing.pack(x), packed_mask(mask, packing)  # (1, N, D)
-        else:
-            packing = None
         with inputs_checked():
             for layer, layer_cache in zip(self.layers, caches, strict=True):
                 x = layer(x, mask, cache=layer_cache, positions=positions)
