@@ -170,3 +170,16 @@ def test_explicit_rotary_positions_are_packed_with_their_tokens(shared):
         default = unpadded(x, padding_mask=PADDING)
     torch.testing.assert_close(got * real, want * real)
     assert not torch.allclose(got * real, default * real)  # the positions did matter
+
+
+def test_an_unpadded_transformer_exports_with_the_eager_outputs():
+    """Export traces the padded path (the packed shape depends on the data), which zeroes the
+    encoder's padding positions as the packed path does."""
+    cfg = dataclasses.replace(PRESETS["tiny"], dropout=0.0, position_encoding="rotary",
+                              unpad=True)
+    torch.manual_seed(0)
+    model = Transformer(cfg).eval()
+    src = torch.randint(3, 128, (3, 7)).masked_fill(PADDING, 0)
+    tgt = torch.randint(3, 128, (3, 5))
+    program = torch.export.export(model, (src, tgt))
+    torch.testing.assert_close(program.module()(src, tgt), model(src, tgt))
