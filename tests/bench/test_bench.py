@@ -22,19 +22,36 @@ def test_interleaved_times_the_implementations_in_alternating_rounds():
     times = interleaved(fns, rounds=3, min_seconds=0.0, warmup=1)
     # Per function: one warm-up and one calibration call, then the rounds A B C A B C A B C.
     assert calls[6:] == list("ABC") * 3
-    assert set(times) == set("ABC") and all(t >= 0 for t in times.values())
+    assert set(times) == set("ABC")
+    assert all(len(t) == 3 and min(t) >= 0 for t in times.values())  # one sample per round
 
 
 def test_ratio_is_the_rate_over_the_fastest_reference_of_the_same_case():
-    rows = [Row("g", "c", "ours", 1.0, 10, "x/s", reference=False),
-            Row("g", "c", "slow ref", 4.0, 10, "x/s", reference=True),
-            Row("g", "c", "fast ref", 2.0, 10, "x/s", reference=True),
-            Row("g", "other", "ours", 1.0, 10, "x/s", reference=False)]
+    rows = [Row("g", "c", "ours", (1.0,), 10, "x/s", reference=False),
+            Row("g", "c", "slow ref", (4.0,), 10, "x/s", reference=True),
+            Row("g", "c", "fast ref", (2.0,), 10, "x/s", reference=True),
+            Row("g", "other", "ours", (1.0,), 10, "x/s", reference=False)]
     report = Report(rows=rows)
     assert report.ratio(rows[0]) == pytest.approx(2.0)  # 10/s against the best 5/s
     assert report.ratio(rows[2]) == pytest.approx(1.0)
     assert report.ratio(rows[3]) is None  # no reference in that case
     assert "2.00x" in format_table(report)
+
+
+def test_ratio_and_its_range_are_the_median_and_quartiles_of_the_per_round_ratios():
+    rows = [Row("g", "c", "ours", (1.0, 1.0, 1.0, 2.0), 10, "x/s", reference=False),
+            Row("g", "c", "ref", (2.0, 2.0, 3.0, 3.0), 10, "x/s", reference=True),
+            Row("g", "d", "ours", (1.0,), 10, "x/s", reference=False),
+            Row("g", "d", "ref", (2.0,), 10, "x/s", reference=True)]
+    report = Report(rows=rows)
+    # per-round ratios 2, 2, 3, 1.5: median 2 (the ratio of the medians would be 2.5 / 1),
+    # quartiles (inclusive) 1.875 and 2.25
+    assert report.ratio(rows[0]) == pytest.approx(2.0)
+    assert report.ratio_range(rows[0]) == pytest.approx((1.875, 2.25))
+    assert report.ratio_range(rows[1]) is None  # the reference itself
+    assert report.ratio(rows[2]) == pytest.approx(2.0) and report.ratio_range(rows[2]) is None
+    assert "| 2.00x (1.88-2.25) |" in format_table(report)
+    assert to_json(report)["rows"][0]["ratio_range"] == pytest.approx([1.875, 2.25])
 
 
 def test_a_missing_reference_is_skipped_with_a_note():
@@ -95,7 +112,8 @@ def test_dit_and_timestep_match_diffusers():
     assert {row.group for row in report.rows} == {"DiT", "timestep embedding"}
 
 
-DERIVED = ("rate", "ratio_to_best_reference", "ratio_to_twin")  # JSON row fields a Row computes
+# JSON row fields a Row computes
+DERIVED = ("seconds", "rate", "ratio_to_best_reference", "ratio_range", "ratio_to_twin")
 
 
 def test_cli_writes_well_formed_json(tmp_path, capsys):
@@ -124,11 +142,11 @@ def test_cli_refuses_bad_arguments_with_exit_code_2(argv, capsys):
 
 
 def test_twin_ratio_is_against_the_same_weights_reference_shown_with_several_references():
-    rows = [Row("g", "c", "ours pre", 1.0, 9, "x/s", reference=False, twin="pre ref"),
-            Row("g", "c", "pre ref", 1.0, 10, "x/s", reference=True),
-            Row("g", "c", "post ref", 1.0, 12, "x/s", reference=True),
-            Row("h", "c", "ours", 1.0, 9, "x/s", reference=False, twin="ref"),
-            Row("h", "c", "ref", 1.0, 10, "x/s", reference=True)]
+    rows = [Row("g", "c", "ours pre", (1.0,), 9, "x/s", reference=False, twin="pre ref"),
+            Row("g", "c", "pre ref", (1.0,), 10, "x/s", reference=True),
+            Row("g", "c", "post ref", (1.0,), 12, "x/s", reference=True),
+            Row("h", "c", "ours", (1.0,), 9, "x/s", reference=False, twin="ref"),
+            Row("h", "c", "ref", (1.0,), 10, "x/s", reference=True)]
     report = Report(rows=rows)
     assert report.ratio(rows[0]) == pytest.approx(0.75)  # 9 against the fastest, 12
     assert report.twin_ratio(rows[0]) == pytest.approx(0.9)  # 9 against its twin, 10

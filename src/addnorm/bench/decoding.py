@@ -11,6 +11,7 @@ Shapes legend: B batch, L0 prompt length, N new tokens, D d_model, V vocab.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -102,7 +103,7 @@ def run_decoding(settings: BenchSettings, report: Report, log: Callable[[str], N
                                            "differ", float(differ), 0.0))
         times = interleaved(fns, rounds=settings.rounds, min_seconds=settings.min_seconds)
         if settings.compile:
-            warm = times["addnorm compiled"]
+            warm = statistics.median(times["addnorm compiled"])
             report.notes.append(f"{GROUP} {case}: compiling the decode step took "
                                 f"{first - warm:.1f} s (first call minus a warm one)")
         for name, seconds in times.items():

@@ -66,7 +66,8 @@ class BenchSettings:
 
 @dataclass(frozen=True)
 class Row:
-    """One implementation's median time on one case.
+    """One implementation's times on one case: ``samples``, seconds per call, one per
+    interleaved round; ``seconds`` is their median.
 
     ``per_call``: units of work per call (tokens, steps, images), so rate = per_call / seconds.
     ``flops``: floating-point operations per call, or None; ``gemm_fraction`` is the achieved
@@ -79,7 +80,7 @@ class Row:
     group: str
     case: str
     impl: str
-    seconds: float
+    samples: tuple[float, ...]
     per_call: float
     unit: str
     reference: bool
@@ -87,6 +88,10 @@ class Row:
     gemm_fraction: float | None = None
     note: str = ""
     twin: str | None = None
+
+    @property
+    def seconds(self) -> float:
+        return statistics.median(self.samples)
 
     @property
     def rate(self) -> float:
@@ -118,17 +123,46 @@ class Report:
     notes: list[str] = field(default_factory=list)
     machine: dict[str, Any] = field(default_factory=dict)
 
-    def ratio(self, row: Row) -> float | None:
-        """``row``'s rate over the fastest reference of its case, or None without one."""
+    def _best_reference(self, row: Row) -> Row | None:
+        """The fastest reference of ``row``'s case (by median), or None without one."""
         case = (row.group, row.case)
-        refs = [r.rate for r in self.rows if r.reference and (r.group, r.case) == case]
-        return row.rate / max(refs) if refs else None
+        refs = [r for r in self.rows if r.reference and (r.group, r.case) == case]
+        return max(refs, key=lambda r: r.rate) if refs else None
+
+    def _round_ratios(self, row: Row, best: Row) -> list[float]:
+        """``row``'s rate over ``best``'s in each interleaved round (both timed in the same
+        rounds), or over the medians when their rounds do not pair up."""
+        if len(row.samples) != len(best.samples):
+            return [row.rate / best.rate]
+        return [(row.per_call / mine) / (best.per_call / theirs)
+                for mine, theirs in zip(row.samples, best.samples, strict=True)]
+
+    def ratio(self, row: Row) -> float | None:
+        """``row``'s rate over the fastest reference of its case, the median of the per-round
+        ratios (a drift between rounds hits both sides of a round alike), or None without a
+        reference."""
+        best = self._best_reference(row)
+        return None if best is None else statistics.median(self._round_ratios(row, best))
+
+    def ratio_range(self, row: Row) -> tuple[float, float] | None:
+        """The 25th and 75th percentiles of ``row``'s per-round ratios to the fastest
+        reference of its case: how much the ratio moved within the run. None for that
+        reference itself, or with fewer than two rounds."""
+        best = self._best_reference(row)
+        if best is None or best is row:
+            return None
+        ratios = self._round_ratios(row, best)
+        if len(ratios) < 2:
+            return None
+        low, _, high = statistics.quantiles(ratios, n=4, method="inclusive")
+        return low, high
 
     def twin_ratio(self, row: Row) -> float | None:
-        """``row``'s rate over its twin's (the same-weights reference), or None without one."""
+        """``row``'s rate over its twin's (the same-weights reference), the median of the
+        per-round ratios, or None without one."""
         case = (row.group, row.case, row.twin)
-        twins = [r.rate for r in self.rows if (r.group, r.case, r.impl) == case]
-        return row.rate / twins[0] if twins else None
+        twins = [r for r in self.rows if (r.group, r.case, r.impl) == case]
+        return statistics.median(self._round_ratios(row, twins[0])) if twins else None
 
 
 def _timed(fn: Callable[[], object], repeats: int) -> float:
@@ -140,8 +174,8 @@ def _timed(fn: Callable[[], object], repeats: int) -> float:
 
 def interleaved(
     fns: Mapping[str, Callable[[], object]], *, rounds: int, min_seconds: float, warmup: int = 1
-) -> dict[str, float]:
-    """Median seconds per call of each function, timed in interleaved rounds (A B C A B C).
+) -> dict[str, tuple[float, ...]]:
+    """Seconds per call of each function, one sample per interleaved round (A B C A B C).
 
     Each function is warmed up ``warmup`` times, then its call count per sample is chosen
     so that one sample lasts at least ``min_seconds``.
@@ -156,7 +190,7 @@ def interleaved(
     for _ in range(rounds):
         for name, fn in fns.items():
             samples[name].append(_timed(fn, repeats[name]))
-    return {name: statistics.median(times) for name, times in samples.items()}
+    return {name: tuple(times) for name, times in samples.items()}
 
 
 def gemm(m: int, k: int, n: int, *, dtype: torch.dtype) -> tuple[Callable[[], object], float]:
@@ -210,8 +244,9 @@ def machine_info(command: str) -> dict[str, Any]:
 def to_json(report: Report) -> dict[str, Any]:
     """The report as plain JSON data, each row with its rate and ratio."""
     rows = [
-        {**asdict(row), "rate": row.rate, "ratio_to_best_reference": report.ratio(row),
-         "ratio_to_twin": report.twin_ratio(row)}
+        {**asdict(row), "seconds": row.seconds, "rate": row.rate,
+         "ratio_to_best_reference": report.ratio(row),
+         "ratio_range": report.ratio_range(row), "ratio_to_twin": report.twin_ratio(row)}
         for row in report.rows
     ]
     checks = [{**asdict(check), "passed": check.passed} for check in report.checks]
@@ -222,8 +257,10 @@ def _format_rate(rate: float) -> str:
     return f"{rate:,.0f}" if rate >= 100 else f"{rate:#.3g}"
 
 
-def _format_ratio(ratio: float | None) -> str:
-    return "" if ratio is None else f"{ratio:.2f}x"
+def _format_ratio(ratio: float | None, spread: tuple[float, float] | None = None) -> str:
+    if ratio is None:
+        return ""
+    return f"{ratio:.2f}x" + ("" if spread is None else f" ({spread[0]:.2f}-{spread[1]:.2f})")
 
 
 def _several_references(rows: list[Row]) -> bool:
@@ -233,8 +270,9 @@ def _several_references(rows: list[Row]) -> bool:
 
 
 def format_table(report: Report) -> str:
-    """A Markdown table per group: rate, ratio to the best reference (and to the twin where a
-    case has several references), share of the GEMM rate."""
+    """A Markdown table per group: rate, ratio to the best reference with the 25-75% range
+    of its per-round ratios (and the ratio to the twin where a case has several
+    references), share of the GEMM rate."""
     lines: list[str] = []
     m = report.machine
     if m:
@@ -256,8 +294,8 @@ def format_table(report: Report) -> str:
             impl += f" [{row.note}]" if row.note else ""
             rate = f"{_format_rate(row.rate)} {row.unit}"
             twin = f" {_format_ratio(report.twin_ratio(row))} |" if twins else ""
-            lines.append(f"| {row.case} | {impl} | {rate} | {_format_ratio(report.ratio(row))} "
-                         f"|{twin} {gemm} |")
+            ratio = _format_ratio(report.ratio(row), report.ratio_range(row))
+            lines.append(f"| {row.case} | {impl} | {rate} | {ratio} |{twin} {gemm} |")
         lines.append("")
     if report.checks:
         lines += ["### correctness (same weights)", ""]
