@@ -13,7 +13,6 @@ Shapes legend: B batch, L length, D d_model, F d_ff.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import statistics
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -225,13 +224,17 @@ def run_encoder_layer(settings: BenchSettings, report: Report, log: Callable[[st
             dtype = torch.bfloat16 if bf16 else torch.float32
             fns["torch.mm"], gemm_flops = gemm(batch * length, d_model, d_ff, dtype=dtype)
             times = interleaved(fns, rounds=settings.rounds, min_seconds=settings.min_seconds)
-            gemm_rate = gemm_flops / statistics.median(times.pop("torch.mm"))
+            gemm_times = times.pop("torch.mm")
             flops = _layer_flops(batch, length, d_model, d_ff) * (3 if train else 1)
             twins = {ours: theirs for ours, theirs, _, _ in pairs}  # the same weights
             for name, samples in times.items():
-                row = Row(GROUP, case, name, samples, batch * length, "tokens/s",
-                          reference=name in refs, flops=flops, twin=twins.get(name))
-                report.rows.append(dataclasses.replace(
-                    row, gemm_fraction=flops / row.seconds / gemm_rate))
+                # per round, the layer's FLOP rate over the GEMM's in the same round
+                fractions = [(flops / mine) / (gemm_flops / gemm)
+                             for mine, gemm in zip(samples, gemm_times, strict=True)]
+                report.rows.append(Row(
+                    GROUP, case, name, samples, batch * length, "tokens/s",
+                    reference=name in refs, flops=flops,
+                    gemm_fraction=statistics.median(fractions), twin=twins.get(name),
+                ))
     for layer in layers.values():
         layer.eval()
