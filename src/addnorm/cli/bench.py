@@ -31,8 +31,9 @@ def add_bench_parser(commands) -> None:
         "bench",
         help="time addnorm against torch.nn, x-transformers, timm, transformers, diffusers",
         description="Time addnorm side by side with the reference implementations in one "
-        "run, interleaved, and print each rate with its ratio to the fastest reference "
-        "(and, for the encoder layer, its share of a same-run torch.mm rate).",
+        "run, interleaved, and print each rate with its ratio to the fastest reference (the "
+        "median of the per-round ratios, with their 25-75% range) and, for the encoder "
+        "layer, its share of a same-run torch.mm rate.",
     )
     bench.add_argument("--quick", action="store_true", help="fewer cases and rounds (1-2 min)")
     bench.add_argument("--json", type=Path, default=None, metavar="FILE",
