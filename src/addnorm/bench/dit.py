@@ -15,7 +15,14 @@ from collections.abc import Callable
 
 import torch
 
-from addnorm.bench.harness import BenchSettings, Check, Report, Row, interleaved
+from addnorm.bench.harness import (
+    BenchSettings,
+    Check,
+    Report,
+    Row,
+    compiled_first_call,
+    interleaved,
+)
 from addnorm.bench.references import optional_module
 from addnorm.bench.small_models import randomized_dit
 from addnorm.diffusion.gaussian import Diffusion
@@ -51,9 +58,20 @@ def _forward(name: str, batch: int, settings: BenchSettings, report: Report,
         with torch.no_grad():
             return theirs(x, timestep=t, class_labels=y).sample
 
-    error = (ours_fn() - theirs_fn()).abs().max().item()
-    report.checks.append(Check(GROUP, f"{case}: addnorm vs diffusers, same weights", error, 1e-4))
     fns = {"addnorm": ours_fn, "diffusers": theirs_fn}
+    if settings.compile:
+        compiled = torch.compile(ours, fullgraph=True)
+
+        def compiled_fn() -> torch.Tensor:
+            with torch.no_grad():
+                return compiled(x, t, y)
+
+        fns["addnorm, compiled"] = compiled_first_call(compiled_fn, report, f"{GROUP}: {case}")
+    want = theirs_fn()
+    for impl in [name for name in fns if name != "diffusers"]:
+        error = (fns[impl]() - want).abs().max().item()
+        report.checks.append(Check(GROUP, f"{case}: {impl} vs diffusers, same weights", error,
+                                   1e-4))
     times = interleaved(fns, rounds=settings.rounds, min_seconds=settings.min_seconds)
     for impl, seconds in times.items():
         report.rows.append(Row(GROUP, case, impl, seconds, batch, "images/s",
@@ -81,8 +99,14 @@ def _sampling(name: str, batch: int, steps: int, settings: BenchSettings, report
         return lambda: diffusion.sample(eps_fn, noise, steps=steps, method="ddim")
 
     fns = {"addnorm": sample(ours_eps), "diffusers": sample(theirs_eps)}
-    error = (fns["addnorm"]() - fns["diffusers"]()).abs().max().item()
-    report.checks.append(Check(GROUP, f"{case}: addnorm vs diffusers samples", error, 1e-3))
+    if settings.compile:  # one graph: every step has the same shapes
+        compiled = torch.compile(ours, fullgraph=True)
+        fns["addnorm, compiled"] = compiled_first_call(
+            sample(lambda x_t, t: compiled(x_t, t, y)), report, f"{GROUP}: {case}")
+    want = fns["diffusers"]()
+    for impl in [name for name in fns if name != "diffusers"]:
+        error = (fns[impl]() - want).abs().max().item()
+        report.checks.append(Check(GROUP, f"{case}: {impl} vs diffusers samples", error, 1e-3))
     times = interleaved(fns, rounds=settings.rounds, min_seconds=settings.min_seconds)
     for impl, seconds in times.items():
         report.rows.append(Row(GROUP, case, impl, seconds, batch, "images/s",

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -191,6 +191,17 @@ def interleaved(
         for name, fn in fns.items():
             samples[name].append(_timed(fn, repeats[name]))
     return {name: tuple(times) for name, times in samples.items()}
+
+
+Call = TypeVar("Call", bound=Callable[[], object])
+
+
+def compiled_first_call(fn: Call, report: Report, what: str) -> Call:
+    """``fn``, after calling it once and noting how long that first (compiling) call took."""
+    start = time.perf_counter()
+    fn()
+    report.notes.append(f"{what}: compiling took {time.perf_counter() - start:.1f} s (first call)")
+    return fn
 
 
 def gemm(m: int, k: int, n: int, *, dtype: torch.dtype) -> tuple[Callable[[], object], float]:

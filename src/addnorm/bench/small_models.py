@@ -22,14 +22,21 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import time
 from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from addnorm.bench.harness import BenchSettings, Check, Report, Row, cpu_has_bf16, interleaved
+from addnorm.bench.harness import (
+    BenchSettings,
+    Check,
+    Report,
+    Row,
+    compiled_first_call,
+    cpu_has_bf16,
+    interleaved,
+)
 from addnorm.bench.references import optional_module
 from addnorm.dit.config import DIT_PRESETS
 from addnorm.dit.model import DiT
@@ -152,8 +159,9 @@ def _translator(settings: BenchSettings, report: Report, log: Callable[[str], No
         fns["addnorm, default, bf16"] = _train_step(rotary, ours_loss(rotary), bf16=True)
     if settings.compile:  # compiled, the encoder keeps the padded layout (the shapes are fixed)
         compiled = torch.compile(rotary, fullgraph=True)
-        fns["addnorm, default, compiled"] = _timed_first(
-            _train_step(rotary, ours_loss(compiled)), report, "translator training step")
+        fns["addnorm, default, compiled"] = compiled_first_call(
+            _train_step(rotary, ours_loss(compiled)), report,
+            f"{GROUP}: the translator training step")
     _time_training(fns, {"torch.nn"}, f"translator B={batch}", batch, settings, report, log,
                    models=(sinusoidal, unpadded, rotary, reference))
 
@@ -167,15 +175,6 @@ def _use_bf16(settings: BenchSettings, report: Report) -> bool:
             report.notes.append(note)
         return False
     return settings.bf16
-
-
-def _timed_first(step: Callable[[], None], report: Report, what: str) -> Callable[[], None]:
-    """``step``, after running it once and noting how long that first (compiling) call took."""
-    start = time.perf_counter()
-    step()
-    report.notes.append(f"{GROUP}: compiling the {what} took {time.perf_counter() - start:.1f} "
-                        "s (first call)")
-    return step
 
 
 def _time_training(fns: dict, refs: set[str], case: str, batch: int, settings: BenchSettings,
@@ -234,9 +233,9 @@ def _dit(settings: BenchSettings, report: Report, log: Callable[[str], None]) ->
                                            bf16=True)
     if settings.compile:
         compiled = torch.compile(ours, fullgraph=True)
-        fns["addnorm, compiled"] = _timed_first(
+        fns["addnorm, compiled"] = compiled_first_call(
             _train_step(ours, lambda: F.mse_loss(compiled(x, t, y), noise)), report,
-            "DiT training step")
+            f"{GROUP}: the DiT training step")
     _time_training(fns, {"diffusers"}, f"{name} B={batch}", batch, settings, report, log,
                    models=(ours, theirs))
 
