@@ -40,6 +40,12 @@ __all__ = [
 ]
 
 
+def _overwrites(inplace: bool, h: torch.Tensor) -> bool:
+    """Whether an activation built ``inplace`` overwrites ``h``: only when no gradient is
+    wanted (see :class:`ReLU`)."""
+    return inplace and not (torch.is_grad_enabled() and h.requires_grad)
+
+
 class ReLU(nn.ReLU):
     """``nn.ReLU`` whose ``inplace=True`` overwrites its input only when no gradient is wanted.
 
@@ -51,9 +57,7 @@ class ReLU(nn.ReLU):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """``max(0, h)``. Shapes: h: any; returns: the same (h itself when overwritten)."""
-        if not self.inplace or (torch.is_grad_enabled() and h.requires_grad):
-            return F.relu(h)
-        return F.relu_(h)
+        return F.relu_(h) if _overwrites(self.inplace, h) else F.relu(h)
 
 
 class GELU(nn.GELU):
@@ -72,9 +76,9 @@ class GELU(nn.GELU):
 
         Shapes: h: any; returns: the same (h itself when it was overwritten).
         """
-        if not self.inplace or (torch.is_grad_enabled() and h.requires_grad):
-            return F.gelu(h, approximate=self.approximate)
-        return torch.ops.aten.gelu_(h, approximate=self.approximate)
+        if _overwrites(self.inplace, h):
+            return torch.ops.aten.gelu_(h, approximate=self.approximate)
+        return F.gelu(h, approximate=self.approximate)
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}, inplace={self.inplace}"
