@@ -21,7 +21,20 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Packing"]
+from addnorm._checks import check_bool
+
+__all__ = ["Packing", "check_unpad"]
+
+
+def check_unpad(unpad: object, norm: str) -> bool:
+    """``unpad`` as a bool, refused with ``norm="group"``: GroupNorm's statistics span each
+    sequence's positions, which packing merges into one row."""
+    if check_bool("unpad", unpad) and norm == "group":
+        raise ValueError(
+            "unpad=True cannot be used with norm='group': GroupNorm's statistics span each "
+            "sequence's positions, which packing merges into one row"
+        )
+    return bool(unpad)
 
 
 @dataclass(frozen=True, eq=False)

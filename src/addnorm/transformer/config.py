@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from addnorm._checks import (
-    check_bool,
     check_choice,
     check_float,
     check_int,
@@ -21,6 +20,7 @@ from addnorm._checks import (
 )
 from addnorm.feedforward import ACTIVATIONS
 from addnorm.norms import NORM_KINDS
+from addnorm.packing import check_unpad
 from addnorm.residual import POSITIONS
 
 __all__ = [
@@ -256,7 +256,7 @@ class TransformerConfig(_ModelConfig):
 
     def __post_init__(self) -> None:
         _check_body(self)
-        check_bool("unpad", self.unpad)
+        check_unpad(self.unpad, self.norm)  # group norm is refused above anyway
         check_int("src_vocab_size", self.src_vocab_size, min_value=1)
         check_int("tgt_vocab_size", self.tgt_vocab_size, min_value=1)
         check_int("n_encoder_layers", self.n_encoder_layers, min_value=1)

@@ -35,6 +35,7 @@ from addnorm._checks import (
     inputs_checked,
 )
 from addnorm.norms import NoNorm
+from addnorm.packing import check_unpad
 from addnorm.pretrained import PretrainedMixin
 from addnorm.transformer.config import (
     EmbedScale,
@@ -107,12 +108,7 @@ class EncoderConfig(_ModelConfig):
 
     def __post_init__(self) -> None:
         _check_layer(self)
-        check_bool("unpad", self.unpad)
-        if self.unpad and self.norm == "group":
-            raise ValueError(
-                "unpad=True cannot be used with norm='group': GroupNorm's statistics span each "
-                "sequence's positions, which packing merges into one row"
-            )
+        check_unpad(self.unpad, self.norm)
         check_int("vocab_size", self.vocab_size, min_value=1)
         check_int("n_layers", self.n_layers, min_value=1)
         _check_input_layer(self)

@@ -23,12 +23,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from addnorm._checks import check_bool, check_int, check_tensor, inputs_checked, must_check
+from addnorm._checks import check_int, check_tensor, inputs_checked, must_check
 from addnorm.attention import cross_attention_mask, self_attention_mask
 from addnorm.attention_mask import AttentionMask, packed_mask
 from addnorm.cache import DecodingCache, LayerCache
 from addnorm.norms import NoNorm
-from addnorm.packing import Packing
+from addnorm.packing import Packing, check_unpad
 from addnorm.rotary import RotaryEmbedding
 from addnorm.transformer.config import LayerConfig
 from addnorm.transformer.layers import DecoderLayer, EncoderLayer, layer_norm_module
@@ -102,12 +102,7 @@ class Encoder(nn.Module):
     ) -> None:
         super().__init__()
         n_layers = check_int("n_layers", n_layers, min_value=1)
-        self.unpad = check_bool("unpad", unpad)
-        if unpad and cfg.norm == "group":
-            raise ValueError(
-                "unpad=True cannot be used with norm='group': GroupNorm's statistics span each "
-                "sequence's positions, which packing merges into one row"
-            )
+        self.unpad = check_unpad(unpad, cfg.norm)
         self.layers = nn.ModuleList(EncoderLayer(cfg, rotary=rotary) for _ in range(n_layers))
         self.cfg = cfg
         self.norm = _final_norm(final_norm, cfg)
