@@ -232,9 +232,9 @@ class MultiHeadAttention(nn.Module):
             x: (B, L, D); memory: (B, S, D); positions: (L,) or (B, L)
             returns: q (B, H, L, Dh), k (B, H, S, Dh), v (B, H, S, Dh)
         """
-        if packing is not None and (memory is not None or cache is not None):
-            raise ValueError("a packed mask is for uncached self-attention only")
-        if memory is None and packing is not None:  # x packed: (1, N, D)
+        if packing is not None:  # x packed: (1, N, D)
+            if memory is not None or cache is not None:
+                raise ValueError("a packed mask is for uncached self-attention only")
             return self._unpacked_heads(self.in_proj(x), packing, positions)
         if memory is None:
             qkv = split_heads(self.in_proj(x), 3 * self.n_heads)  # (B, 3H, L, Dh)
