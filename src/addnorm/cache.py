@@ -94,8 +94,7 @@ class KVCache:
         self.keys = torch.zeros(shape, dtype=dtype, device=device)  # (B, H, max_len, Dh)
         self.values = torch.zeros(shape, dtype=dtype, device=device)  # (B, H, max_len, Dh)
         self.static = check_bool("static", static)
-        self._length = 0  # the dynamic layout's count
-        self._written = torch.zeros((), dtype=torch.long, device=self.keys.device)  # static's
+        self._count = _Count(self.static, self.keys.device)
 
     @property
     def max_len(self) -> int:
@@ -105,7 +104,7 @@ class KVCache:
     @property
     def length(self) -> int:
         """Positions written so far (for a static cache, read from its count: a host sync)."""
-        return int(self._written) if self.static else self._length
+        return self._count.value
 
     def cached_before(self, new: int) -> int:
         """How many key positions attention sees before ``new`` appended ones: ``length``, or
@@ -140,10 +139,7 @@ class KVCache:
             )
         self.keys[:, :, start:end] = keys
         self.values[:, :, start:end] = values
-        if self.static:
-            self._written = self._written + keys.shape[2]
-        else:
-            self._length = end
+        self._count.advance(keys.shape[2])
         return self.keys[:, :, :end], self.values[:, :, :end]
 
     def _check_new(self, keys: object, values: object) -> None:
@@ -159,10 +155,9 @@ class KVCache:
         self, keys: torch.Tensor, values: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """A compiled static append: one position written in place at slot ``written``."""
-        slots = _static_slots(self._written, keys.shape[2], self.max_len)  # (L,)
+        slots = self._count.claim_slots(keys.shape[2], self.max_len)  # (L,)
         self.keys.index_copy_(2, slots, keys)  # (B, H, max_len, Dh)
         self.values.index_copy_(2, slots, values)  # (B, H, max_len, Dh)
-        self._written = self._written + keys.shape[2]
         return self.keys, self.values
 
     def view(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -189,21 +184,44 @@ def _in_graph(static: bool) -> bool:
     return static and torch.compiler.is_compiling()
 
 
-def _static_slots(written: torch.Tensor, new: int, max_len: int) -> torch.Tensor:
-    """The slots of a compiled static write, ``written + arange(new)``, after refusing L > 1
-    (while tracing, L is static) and asserting in graph that they fit.
+class _Count:
+    """Positions a cache has written: a Python int in the dynamic layout, a 0-d long tensor in
+    the static one (a compiled graph holds no Python value that changes per step)."""
 
-    Shapes:
-        written: () long; returns: (L,) long
-    """
-    if new != 1:
-        raise ValueError(
-            "a compiled step over a static cache takes one new token per row (L = 1), "
-            f"got L = {new}"
-        )
-    message = f"cache overflow: more tokens than max_len ({max_len})"
-    assert_in_graph(written + new <= max_len, message)
-    return written + torch.arange(new, device=written.device)  # (L,)
+    def __init__(self, static: bool, device: torch.device | str | None) -> None:
+        self.static = static
+        self._int = 0
+        self.tensor = torch.zeros((), dtype=torch.long, device=device)  # (), static's
+
+    @property
+    def value(self) -> int:
+        """The count (a static one read back: a host sync)."""
+        return int(self.tensor) if self.static else self._int
+
+    def advance(self, new: int) -> None:
+        if self.static:
+            self.tensor = self.tensor + new
+        else:
+            self._int += new
+
+    def claim_slots(self, new: int, max_len: int) -> torch.Tensor:
+        """The slots of a compiled static write, ``count + arange(new)``, and the count
+        advanced past them, after refusing L > 1 (while tracing, L is static) and asserting
+        in graph that they fit.
+
+        Shapes:
+            returns: (L,) long
+        """
+        if new != 1:
+            raise ValueError(
+                "a compiled step over a static cache takes one new token per row (L = 1), "
+                f"got L = {new}"
+            )
+        assert_in_graph(self.tensor + new <= max_len,
+                        f"cache overflow: more tokens than max_len ({max_len})")
+        slots = self.tensor + torch.arange(new, device=self.tensor.device)  # (L,)
+        self.advance(new)
+        return slots
 
 
 @dataclass
@@ -256,9 +274,8 @@ class DecodingCache:
         self.static = check_bool("static", static)
         if static and not all(layer.self_attn.static for layer in layers):
             raise ValueError("a static DecodingCache needs static self-attention caches")
-        self._length = 0  # the dynamic layout's count
+        self._count = _Count(self.static, device)
         self._padded = False  # whether any recorded token was padding (eager: None key padding)
-        self._written = torch.zeros((), dtype=torch.long, device=device)  # static: the count
 
     @classmethod
     def allocate(
@@ -307,7 +324,7 @@ class DecodingCache:
     @property
     def length(self) -> int:
         """Positions written so far (for a static cache, read from its count: a host sync)."""
-        return int(self._written) if self.static else self._length
+        return self._count.value
 
     def extend(
         self, padding_mask: torch.Tensor | None, new: int | None = None
@@ -349,10 +366,7 @@ class DecodingCache:
             self.padding_mask[:, start:end] = padding_mask
         elif self.static:  # a static cache's slots not written are True (padding)
             self.padding_mask[:, start:end] = False
-        if self.static:
-            self._written = self._written + new
-        else:
-            self._length = end
+        self._count.advance(new)
         positions = self._positions(padding_mask, new)  # (B, L)
         if self.static or self._padded:
             return self.padding_mask[:, :end], positions
@@ -362,12 +376,11 @@ class DecodingCache:
         self, padding_mask: torch.Tensor | None, new: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """A compiled static extend: the new token's padding written at slot ``written``."""
-        slots = _static_slots(self._written, new, self.max_len)  # (L,)
+        slots = self._count.claim_slots(new, self.max_len)  # (L,)
         new_padding = padding_mask
         if new_padding is None:  # no new token is padding
             new_padding = self.padding_mask.new_zeros(self.padding_mask.shape[0], new)  # (B, L)
         self.padding_mask.index_copy_(1, slots, new_padding)  # (B, max_len)
-        self._written = self._written + new
         return self.padding_mask, self._positions(padding_mask, new)
 
     def _positions(self, padding_mask: torch.Tensor | None, new: int) -> torch.Tensor:
