@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from addnorm.bench.harness import BenchSettings, Check, Report, Row, interleaved
+from addnorm.bench.harness import BenchSettings, Check, Report, interleaved
 from addnorm.bench.references import optional_module
 from addnorm.transformer.lm import TransformerLM
 from addnorm.transformer.transformers_interop import from_transformers
@@ -106,6 +106,5 @@ def run_decoding(settings: BenchSettings, report: Report, log: Callable[[str], N
             warm = statistics.median(times["addnorm compiled"])
             report.notes.append(f"{GROUP} {case}: compiling the decode step took "
                                 f"{first - warm:.1f} s (first call minus a warm one)")
-        for name, seconds in times.items():
-            report.rows.append(Row(GROUP, case, name, seconds, batch * new, "tokens/s",
-                                   reference=name == "HF GPT-2"))
+        report.add_rows(GROUP, case, times, per_call=batch * new, unit="tokens/s",
+                        references={"HF GPT-2"})

@@ -19,7 +19,6 @@ from addnorm.bench.harness import (
     BenchSettings,
     Check,
     Report,
-    Row,
     compiled_first_call,
     interleaved,
 )
@@ -38,6 +37,20 @@ def _inputs(cfg, batch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     t = torch.randint(0, 1000, (batch,))
     y = torch.randint(0, cfg.n_classes, (batch,))
     return x, t, y
+
+
+def _check_against_diffusers(
+    fns: dict[str, Callable[[], torch.Tensor]], case: str, what: str, tolerance: float,
+    report: Report,
+) -> None:
+    """One check per addnorm variant in ``fns``: its output against the ``"diffusers"`` one,
+    named ``"{case}: {variant} vs diffusers{what}"``."""
+    want = fns["diffusers"]()
+    for impl, fn in fns.items():
+        if impl != "diffusers":
+            error = (fn() - want).abs().max().item()
+            report.checks.append(Check(GROUP, f"{case}: {impl} vs diffusers{what}", error,
+                                       tolerance))
 
 
 def _forward(name: str, batch: int, settings: BenchSettings, report: Report,
@@ -67,15 +80,10 @@ def _forward(name: str, batch: int, settings: BenchSettings, report: Report,
                 return compiled(x, t, y)
 
         fns["addnorm, compiled"] = compiled_first_call(compiled_fn, report, f"{GROUP}: {case}")
-    want = theirs_fn()
-    for impl in [name for name in fns if name != "diffusers"]:
-        error = (fns[impl]() - want).abs().max().item()
-        report.checks.append(Check(GROUP, f"{case}: {impl} vs diffusers, same weights", error,
-                                   1e-4))
+    _check_against_diffusers(fns, case, ", same weights", 1e-4, report)
     times = interleaved(fns, rounds=settings.rounds, min_seconds=settings.min_seconds)
-    for impl, seconds in times.items():
-        report.rows.append(Row(GROUP, case, impl, seconds, batch, "images/s",
-                               reference=impl == "diffusers"))
+    report.add_rows(GROUP, case, times, per_call=batch, unit="images/s",
+                    references={"diffusers"})
 
 
 def _sampling(name: str, batch: int, steps: int, settings: BenchSettings, report: Report,
@@ -103,14 +111,10 @@ def _sampling(name: str, batch: int, steps: int, settings: BenchSettings, report
         compiled = torch.compile(ours, fullgraph=True)
         fns["addnorm, compiled"] = compiled_first_call(
             sample(lambda x_t, t: compiled(x_t, t, y)), report, f"{GROUP}: {case}")
-    want = fns["diffusers"]()
-    for impl in [name for name in fns if name != "diffusers"]:
-        error = (fns[impl]() - want).abs().max().item()
-        report.checks.append(Check(GROUP, f"{case}: {impl} vs diffusers samples", error, 1e-3))
+    _check_against_diffusers(fns, case, " samples", 1e-3, report)
     times = interleaved(fns, rounds=settings.rounds, min_seconds=settings.min_seconds)
-    for impl, seconds in times.items():
-        report.rows.append(Row(GROUP, case, impl, seconds, batch, "images/s",
-                               reference=impl == "diffusers"))
+    report.add_rows(GROUP, case, times, per_call=batch, unit="images/s",
+                    references={"diffusers"})
 
 
 def run_dit(settings: BenchSettings, report: Report, log: Callable[[str], None]) -> None:
@@ -150,6 +154,5 @@ def run_timestep(settings: BenchSettings, report: Report, log: Callable[[str], N
     report.checks.append(Check("timestep embedding", f"{case}: addnorm vs diffusers", error, 1e-5))
     times = interleaved({"addnorm": ours, "diffusers": theirs}, rounds=settings.rounds,
                         min_seconds=settings.min_seconds)
-    for impl, seconds in times.items():
-        report.rows.append(Row("timestep embedding", case, impl, seconds, 1, "calls/s",
-                               reference=impl == "diffusers"))
+    report.add_rows("timestep embedding", case, times, per_call=1, unit="calls/s",
+                    references={"diffusers"})

@@ -13,7 +13,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from typing import Any, TypeVar
@@ -136,6 +136,14 @@ class Report:
             return [row.rate / best.rate]
         return [(row.per_call / mine) / (best.per_call / theirs)
                 for mine, theirs in zip(row.samples, best.samples, strict=True)]
+
+    def add_rows(self, group: str, case: str, times: Mapping[str, tuple[float, ...]], *,
+                 per_call: float, unit: str, references: Collection[str]) -> None:
+        """One row per implementation timed by :func:`interleaved` (``times``);
+        ``references`` names the reference implementations among them."""
+        for impl, samples in times.items():
+            self.rows.append(Row(group, case, impl, samples, per_call, unit,
+                                 reference=impl in references))
 
     def ratio(self, row: Row) -> float | None:
         """``row``'s rate over the fastest reference of its case, the median of the per-round

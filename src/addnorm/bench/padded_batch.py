@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from addnorm.bench.harness import BenchSettings, Check, Report, Row, interleaved
+from addnorm.bench.harness import BenchSettings, Check, Report, interleaved
 from addnorm.bench.references import optional_module
 from addnorm.transformer.encoder_model import EncoderConfig, EncoderModel, mean_pool
 
@@ -77,6 +77,5 @@ def run_padded_batch(settings: BenchSettings, report: Report, log: Callable[[str
         "HF BertModel": embed_bert,
     }
     times = interleaved(fns, rounds=settings.rounds, min_seconds=settings.min_seconds)
-    for impl, seconds in times.items():
-        report.rows.append(Row(GROUP, case, impl, seconds, texts, "texts/s",
-                               reference=impl == "HF BertModel"))
+    report.add_rows(GROUP, case, times, per_call=texts, unit="texts/s",
+                    references={"HF BertModel"})

@@ -32,7 +32,6 @@ from addnorm.bench.harness import (
     BenchSettings,
     Check,
     Report,
-    Row,
     compiled_first_call,
     cpu_has_bf16,
     interleaved,
@@ -183,8 +182,7 @@ def _time_training(fns: dict, refs: set[str], case: str, batch: int, settings: B
     for model in models:
         model.train()
     times = interleaved(fns, rounds=settings.rounds, min_seconds=settings.min_seconds)
-    for name, seconds in times.items():
-        report.rows.append(Row(GROUP, case, name, seconds, 1, "steps/s", reference=name in refs))
+    report.add_rows(GROUP, case, times, per_call=1, unit="steps/s", references=refs)
     for model in models:
         model.eval()
 
