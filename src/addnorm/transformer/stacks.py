@@ -150,9 +150,9 @@ class Encoder(nn.Module):
             x = self.norm(x, padding_mask=mask.query_padding)
         if packing is not None:
             return packing.unpack(x)  # (B, L, D), zeros at padding
-        if unpadding:  # compiled: the padded path, with the packed path's zeros
+        if unpadding and torch.compiler.is_compiling():  # padded path, the packed path's zeros
             return x.masked_fill(mask.query_padding[..., None], 0.0)  # type: ignore[index]
-        return x
+        return x  # not unpadding, or eager with no padding to zero
 
 
 class Decoder(nn.Module):
