@@ -161,7 +161,7 @@ def _translator(settings: BenchSettings, report: Report, log: Callable[[str], No
         fns["addnorm, default, compiled"] = compiled_first_call(
             _train_step(rotary, ours_loss(compiled)), report,
             f"{GROUP}: the translator training step")
-    _time_training(fns, {"torch.nn"}, f"translator B={batch}", batch, settings, report, log,
+    _time_training(fns, {"torch.nn"}, f"translator B={batch}", settings, report, log,
                    models=(sinusoidal, unpadded, rotary, reference))
 
 
@@ -176,7 +176,7 @@ def _use_bf16(settings: BenchSettings, report: Report) -> bool:
     return settings.bf16
 
 
-def _time_training(fns: dict, refs: set[str], case: str, batch: int, settings: BenchSettings,
+def _time_training(fns: dict, refs: set[str], case: str, settings: BenchSettings,
                    report: Report, log: Callable[[str], None], *, models) -> None:
     log(f"{GROUP}: {case}")
     for model in models:
@@ -234,7 +234,7 @@ def _dit(settings: BenchSettings, report: Report, log: Callable[[str], None]) ->
         fns["addnorm, compiled"] = compiled_first_call(
             _train_step(ours, lambda: F.mse_loss(compiled(x, t, y), noise)), report,
             f"{GROUP}: the DiT training step")
-    _time_training(fns, {"diffusers"}, f"{name} B={batch}", batch, settings, report, log,
+    _time_training(fns, {"diffusers"}, f"{name} B={batch}", settings, report, log,
                    models=(ours, theirs))
 
 
