@@ -27,6 +27,7 @@ from addnorm.tasks.translate import TranslateTask
 from addnorm.training import distributed
 from addnorm.training.checkpoint import load_checkpoint
 from addnorm.training.config import TrainConfig
+from addnorm.training.metrics import read_metrics
 from addnorm.training.schedules import LRSchedule
 from addnorm.training.state import seed_everything
 from addnorm.training.trainer import Trainer
@@ -239,8 +240,10 @@ def _train_cli(out: Path, task: str, *args: str, nproc: int) -> subprocess.Compl
 @pytest.mark.parametrize(
     ("task", "flags"),
     [
-        ("translate", ["--max-steps", "12", "--eval-size", "8", "--batch-size", "16"]),
-        ("lm", ["--max-steps", "12", "--eval-size", "2", "--batch-size", "8", "--seq-len", "32"]),
+        ("translate", ["--max-steps", "12", "--eval-size", "8", "--batch-size", "16",
+                       "--log-every", "1"]),
+        ("lm", ["--max-steps", "12", "--eval-size", "2", "--batch-size", "8", "--seq-len", "32",
+                "--log-every", "1"]),
     ],
 )
 def test_torchrun_cli_run_equals_the_one_process_run_and_resumes_with_one(tmp_path, task, flags):
@@ -251,8 +254,17 @@ def test_torchrun_cli_run_equals_the_one_process_run_and_resumes_with_one(tmp_pa
     assert one.returncode == 0, one.stderr[-2000:]
     assert two.returncode == 0, two.stderr[-2000:]
     assert two.stdout.count("trained 12 steps") == 1
-    a, b = load_checkpoint(tmp_path / "one"), load_checkpoint(tmp_path / "two")
-    assert _relative_difference(a.tensors["model"], b.tensors["model"]) < 1e-4
+    # The CLI trains in float32, where Adam turns rounding noise on zero-gradient weights
+    # into lr-sized steps (see TRAJECTORY_RTOL), so the weights are no measure here. The
+    # losses are: those weights do not change the function. Each logged loss is a mean over
+    # about 1e3 float32 terms summed in another order (sum_bound: 1e3 * 2**-24, 6e-5 at worst,
+    # near sqrt(1e3) * 2**-24 = 2e-6 for blocked sums), plus the effect of the other weights'
+    # rounding differences; 1e-4 bounds both (measured on AVX-512: at most 1.9e-7).
+    losses = [[r["loss"] for r in read_metrics(tmp_path / run / "metrics.jsonl")]
+              for run in ("one", "two")]
+    assert len(losses[0]) == len(losses[1]) == 12
+    for x, y in zip(*losses, strict=True):
+        assert abs(x - y) <= 1e-4 * abs(x), losses
     metrics = json.loads((tmp_path / "two" / "metrics.json").read_text())
     assert metrics["world_size"] == 2
     resumed = _train_cli(tmp_path / "two", task, "--resume", "--max-steps", "14", nproc=1)
