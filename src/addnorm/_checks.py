@@ -33,6 +33,7 @@ __all__ = [
     "inputs_checked",
     "must_check",
     "refuse_tracing",
+    "same_shape",
 ]
 
 
@@ -160,6 +161,19 @@ def check_tensor(
     return x
 
 
+def same_shape(shape: Sequence[int], want: Sequence[int]) -> bool:
+    """Whether ``shape`` equals ``want``: the ranks first, then dimension by dimension.
+
+    Python's ``tuple(shape) == tuple(want)`` compares elements before lengths, so while
+    ``torch.export`` traces (it runs the forward as plain Python over symbolic sizes) a
+    (B, L) against an (L,) asks whether B == L and keeps the answer as a guard: a program
+    captured at B != L then refuses every batch whose size equals its length, and one
+    captured at B == L every other. Comparing ranks first asks only what must hold: each
+    dim of ``shape`` equal to the same dim of ``want``.
+    """
+    return len(shape) == len(want) and all(a == b for a, b in zip(shape, want, strict=True))
+
+
 def check_bool_mask(name: str, mask: object, shape: Sequence[int] | None = None) -> torch.Tensor:
     """A boolean mask whose shape equals ``shape`` exactly (when given).
 
@@ -170,7 +184,7 @@ def check_bool_mask(name: str, mask: object, shape: Sequence[int] | None = None)
         raise TypeError(f"{name} must be a bool torch.Tensor, got {type(mask).__name__}")
     if mask.dtype != torch.bool:
         raise TypeError(f"{name} must have dtype torch.bool, got {mask.dtype}")
-    if shape is not None and tuple(mask.shape) != tuple(shape):
+    if shape is not None and not same_shape(mask.shape, shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(mask.shape)}")
     return mask
 
@@ -180,7 +194,8 @@ def check_positions(positions: object, batch: int, length: int) -> torch.Tensor:
     pos = check_tensor("positions", positions, ndim=(1, 2))
     if pos.dtype == torch.bool or pos.is_complex():
         raise TypeError(f"positions must be an integer or float tensor, got dtype {pos.dtype}")
-    if tuple(pos.shape) not in ((length,), (batch, length)):
+    # Rank first, then each dim against the one it must equal (see ``same_shape``).
+    if not (pos.shape[-1] == length and (pos.ndim == 1 or pos.shape[0] == batch)):
         raise ValueError(
             f"positions must have shape ({length},) or ({batch}, {length}) to match x, "
             f"got {tuple(pos.shape)}"

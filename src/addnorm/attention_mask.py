@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import torch
 
-from addnorm._checks import check_bool_mask, check_tensor, must_check
+from addnorm._checks import check_bool_mask, check_tensor, must_check, same_shape
 from addnorm.packing import Packing
 
 __all__ = [
@@ -70,9 +70,12 @@ def _check_attend_mask(
     """attend_mask as bool (B|1, H|1, L, S), or an error naming the accepted shapes."""
     mask = check_bool_mask("attend_mask (True = may attend)", attend_mask)
     shape = tuple(mask.shape)
-    if mask.ndim == 2 and shape == (query_len, key_len):
+    # Each dim is compared only with the dim it must equal, once the rank is known: a traced
+    # shape compared across ranks would keep an accidental equality (L == B) as a guard.
+    if mask.ndim == 2 and same_shape(shape, (query_len, key_len)):
         return mask[None, None]  # (1, 1, L, S)
-    fits = shape[-2:] == (query_len, key_len) and shape[0] in (1, batch)
+    fits = mask.ndim in (3, 4) and same_shape(shape[-2:], (query_len, key_len))
+    fits = fits and shape[0] in (1, batch)
     if mask.ndim == 3 and fits:
         return mask[:, None]  # (B, 1, L, S)
     if mask.ndim == 4 and fits and shape[1] in (1, n_heads):
