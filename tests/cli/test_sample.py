@@ -35,7 +35,7 @@ def test_a_dit_run_scores_its_samples_into_metrics_json(dit_run):
     assert metrics["task"] == "dit" and metrics["step"] == 3
     for key in ("class_agreement", "frechet_distance", "nearest_train_distance"):
         assert np.isfinite(metrics[key]), key
-    assert metrics["judge_test_accuracy"] >= 0.95
+    assert metrics["judge_test_accuracy"] >= 0.95  # a fixed judge: measured 0.989
     assert [s["class"] for s in metrics["samples"]] == list(range(10))
     assert (dit_run / "loss.png").exists()
 
@@ -44,14 +44,15 @@ def test_sample_writes_the_grid_and_the_array_the_task_draws(dit_run, tmp_path, 
     grid, array = tmp_path / "grid.png", tmp_path / "s.npy"
     args = ["sample", "--checkpoint", str(dit_run), "--class", "3", "--n", "12", "--steps",
             "5", "--guidance", "1.5", "--seed", "4", "--out", str(grid), "--save-array",
-            str(array), "--quiet"]
+            str(array), "--quiet", "--device", "cpu"]  # auto would take a GPU's generator
     assert main(args) == 0
     saved = np.load(array)
     assert saved.shape == (12, 8, 8) and saved.min() >= 0 and saved.max() <= 16
     task, model, _ = load_trained(dit_run)
     expected = task.sample(model, torch.full((12,), 3), SampleSettings(5, "ddim", 1.5),
                            generator=torch.Generator().manual_seed(4))
-    np.testing.assert_allclose(saved, expected.numpy(), rtol=0, atol=1e-5)
+    # The same sampler, seed, batch and device in this process: the same ops, so bitwise.
+    np.testing.assert_allclose(saved, expected.numpy(), rtol=0, atol=0)
     from matplotlib.image import imread
 
     height, width = imread(grid).shape[:2]

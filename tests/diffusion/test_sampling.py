@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from tolerances import FLOAT64_EXACT
 
 from addnorm.diffusion import Diffusion
 
@@ -43,7 +44,8 @@ def test_v_model_samples_as_the_eps_model_it_implies(method):
     if method == "ddpm":
         kwargs["generator"] = torch.Generator().manual_seed(1)
     v_samples = Diffusion(prediction="v").sample(v_fn, x_T, **kwargs)
-    torch.testing.assert_close(v_samples, eps_samples, rtol=1e-9, atol=1e-9)
+    # float64, 20 steps; v -> eps costs a few roundings of unit-scale values: FLOAT64_EXACT.
+    torch.testing.assert_close(v_samples, eps_samples, **FLOAT64_EXACT)
 
 
 def test_ddpm_is_reproducible_with_a_generator_and_ddim_needs_none():
@@ -89,7 +91,8 @@ def test_ddim_eta_one_over_all_steps_is_ddpm_with_the_posterior_variance():
     ddpm = Diffusion().sample(
         small_variance, x_T, steps=25, generator=torch.Generator().manual_seed(5)
     )
-    torch.testing.assert_close(ddim, ddpm, rtol=1e-10, atol=1e-10)
+    # float64, 25 steps, sigma by two formulas (one through exp(log)): FLOAT64_EXACT.
+    torch.testing.assert_close(ddim, ddpm, **FLOAT64_EXACT)
 
 
 def test_progress_bar_only_when_asked(capsys):
@@ -119,12 +122,6 @@ def test_progress_bar_only_when_asked(capsys):
         ),
         ((eps_fn, start()), dict(steps=0), ValueError, "steps must be >= 1, got 0"),
         ((eps_fn, start()), dict(spacing="uniform"), ValueError, "spacing must be one of"),
-        (
-            (eps_fn, start()),
-            dict(steps=333, method="ddim"),
-            ValueError,
-            "no integer stride giving exactly 333 of 1000 steps",
-        ),
         ((eps_fn, start()), dict(eta=0.5), ValueError, "eta applies to method='ddim' only"),
         ((eps_fn, start()), dict(eta=-1.0, method="ddim"), ValueError, "eta must be >= 0.0"),
         (

@@ -132,7 +132,13 @@ def _generate(args) -> int:
 
 
 def _sample(args) -> int:
-    """Draw digits from a dit run: a PNG grid, and the raw array with --save-array."""
+    """Draw digits from a dit run: a PNG grid, and the raw array with --save-array.
+
+    Accepted: ``--steps`` 1 .. the run's diffusion steps with either method (every count has
+    its steps, :mod:`addnorm.diffusion.spacing`), ``--guidance`` finite and >= 0; anything
+    else exits 2 before the checkpoint is read (the steps' upper bound: once it is). Samples
+    that come out non-finite (a guidance scale far past any useful one) exit 1 with one line
+    and nothing written."""
     import numpy as np
     import torch
 
@@ -162,10 +168,18 @@ def _sample(args) -> int:
         labels = torch.full((args.n,), args.digit)
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(args.seed)
-    pixels = task.sample(
-        model, labels, settings, generator=generator,
-        progress=not args.quiet and sys.stderr.isatty(),
-    )  # (N, 8, 8), 0..16
+    try:
+        pixels = task.sample(
+            model, labels, settings, generator=generator,
+            progress=not args.quiet and sys.stderr.isatty(),
+        )  # (N, 8, 8), 0..16
+    except FloatingPointError:  # the parser's main: one line, exit 1
+        raise FloatingPointError(
+            f"--guidance {settings.guidance:g} (--method {settings.method}, --steps "
+            f"{settings.steps}) gave non-finite samples, nothing written: the model's guided "
+            "predictions overflowed or were not finite; use a smaller --guidance (DiT uses "
+            "1.5 to 4)"
+        ) from None
     title = f"{settings.method} {settings.steps} steps, guidance {settings.guidance:g}"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     print(f"grid: {save_digit_grid(pixels, labels, args.out, title=title)}")

@@ -25,9 +25,10 @@ raw`` for the trained ones), the weights a finished run was scored with.
 
 Exit codes: 0 success; 1 a checkpoint is missing, incomplete or corrupt (the message names
 the file) or asks for sizes no memory here holds, training failed, a file could not be read
-or written, or (``translate``) some answer is not a valid date or some input was refused (not
-UTF-8, a character outside the model's vocabulary, longer than its ``max_len``; each flagged
-on stderr with its line number, the other inputs translated; stdout still has one line per
+or written, ``sample``'s digits came out non-finite (nothing is written), or (``translate``)
+some answer is not a valid date or some input was refused (not UTF-8, a character outside
+the model's vocabulary, longer than its ``max_len``; each flagged on stderr with its line
+number, the other inputs translated; stdout still has one line per
 input, empty for a refused one); 2 bad arguments (sizes too large for the memory here among
 them: the message names the flag, the estimate and the limit; seeds outside 0 .. 2**64 - 1)
 or an unusable run folder (one line on stderr), or ``translate`` with no text and a closed
@@ -120,11 +121,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="the digit to draw, 0-9 (default: every class in turn)",
     )
     sample.add_argument("--n", type=int, default=20, help="how many samples (default 20)")
-    sample.add_argument("--steps", type=int, default=50, help="sampling steps (default 50)")
+    sample.add_argument(
+        "--steps", type=int, default=50,
+        help="sampling steps, 1 to the run's diffusion steps (default 50)",
+    )
     sample.add_argument("--method", choices=("ddim", "ddpm"), default="ddim")
     sample.add_argument(
         "--guidance", type=float, default=3.0,
-        help="classifier-free guidance scale; 1 = none (default 3.0)",
+        help="classifier-free guidance scale, finite and >= 0; 1 = none (default 3.0)",
     )
     sample.add_argument("--seed", type=seed, default=0)
     sample.add_argument("--out", type=Path, required=True, metavar="GRID.png")

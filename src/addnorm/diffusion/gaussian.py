@@ -154,8 +154,9 @@ class Diffusion:
                 tensor of original step numbers (0 .. n_steps - 1) whatever ``steps``. Any
                 callable works: a model in a lambda, :func:`.guided_eps_fn`, an analytic
                 denoiser.
-            noise: the starting x_T (B, C, ...); it fixes the output's shape, dtype, device.
-            steps: number of steps, 1 .. n_steps (default: all).
+            noise: the starting x_T (B, C, ...), finite; it fixes the output's shape, dtype,
+                device.
+            steps: number of steps, any of 1 .. n_steps with any spacing (default: all).
             method: ``"ddpm"`` (ancestral sampling) or ``"ddim"``.
             eta: DDIM's noise scale in [0, 1] (0: deterministic; 1: DDPM's posterior
                 variance). DDIM only.
@@ -164,6 +165,15 @@ class Diffusion:
             clip_denoised: clamp each predicted x_0 to [-1, 1] (pixel-space data).
             generator: the source of DDPM's (and DDIM's eta > 0) noise.
             progress: show a tqdm bar (stderr); nothing is printed otherwise.
+
+        Raises:
+            FloatingPointError: the sample is not finite. With finite noise this means
+                ``eps_fn``'s outputs grew past the dtype's range: typically a classifier-free
+                guidance scale so large that ``s * (cond - uncond)`` sends x_t, and with it
+                the model's activations, to overflow. Where that happens depends on the
+                model (how far its conditional and unconditional predictions differ), not on
+                the scale alone, so it is caught here, on the result, rather than guessed
+                from the arguments. Costs one host sync per call.
 
         Shapes: noise (B, C, ...) -> (B, C, ...). Runs under ``torch.no_grad``.
         """
@@ -184,8 +194,9 @@ class Diffusion:
         check_choice("spacing", spacing, SPACINGS)
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+        _check_finite_noise(noise)
         timesteps = sampling_timesteps(self.n_steps, steps, spacing)
-        return run_sampler(
+        sample = run_sampler(
             self.noise_schedule.respaced(timesteps),
             eps_fn,
             noise,
@@ -196,6 +207,8 @@ class Diffusion:
             clip_denoised=check_bool("clip_denoised", clip_denoised),
             progress=check_bool("progress", progress),
         )
+        _check_finite_sample(sample, f"{method}, {steps} of {self.n_steps} steps, {spacing}")
+        return sample
 
     # ----------------------------------------------------------------- unchecked internals
 
@@ -260,3 +273,21 @@ class Diffusion:
 def _mean_flat(x: Tensor) -> Tensor:
     """Mean over every dim but the batch: (B, ...) -> (B,)."""
     return x.mean(dim=tuple(range(1, x.ndim)))
+
+
+def _check_finite_noise(noise: Tensor) -> None:
+    """ValueError unless every value of the starting noise is finite (one host sync)."""
+    bad = int((~torch.isfinite(noise)).sum()) if noise.numel() else 0
+    if bad:
+        raise ValueError(f"noise must be finite, got {bad} non-finite of {noise.numel()} values")
+
+
+def _check_finite_sample(sample: Tensor, run: str) -> None:
+    """FloatingPointError if sampling from finite noise ended in non-finite values."""
+    bad = int((~torch.isfinite(sample)).sum()) if sample.numel() else 0
+    if bad:
+        raise FloatingPointError(
+            f"sampling ({run}) ended with {bad} non-finite of {sample.numel()} values in "
+            f"{sample.dtype}: eps_fn's outputs overflowed it or were not finite (under "
+            "classifier-free guidance, a smaller guidance scale keeps the samples finite)"
+        )

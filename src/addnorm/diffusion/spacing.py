@@ -10,13 +10,29 @@ and sample steps are flawed"):
 |--------------|-----------------------------------------------------|--------------------|
 | ``strided``  | ``range(0, n, s)`` with the smallest integer stride | 0, 20, ..., 980    |
 |              | ``s`` giving exactly K steps (DiT's ``"ddimK"``);   |                    |
-|              | an error where no stride does                       |                    |
+|              | where none does, ``i * (n // K)`` (see below)       |                    |
 | ``sections`` | ``round(i * (n - 1) / (K - 1))``, the fraction      | 0, 20, 41, ..., 999|
 |              | summed step by step, Python's round half to even    |                    |
 |              | (DiT's plain ``"K"``, one section)                  |                    |
 | ``leading``  | ``i * (n // K)`` (diffusers, ``steps_offset=0``)    | 0, 20, ..., 980    |
 | ``trailing`` | ``round(n - i * n / K) - 1``                        | 19, 39, ..., 999   |
 | ``linspace`` | ``round(linspace(0, n - 1, K))``                    | 0, 20, 41, ..., 999|
+
+Every ``K`` in ``1 .. n`` works with every spacing. DiT's ``"ddimK"`` (``space_timesteps``
+in ``respace.py``, improved-diffusion's too) raises "cannot create exactly K steps with an
+integer stride" for most counts: ``range(0, n, s)`` has ``ceil(n / s)`` steps, so a stride
+exists only where ``ceil(n / ceil(n / K)) == K`` and ``ceil(n / K) < n`` (its loop stops at
+stride n - 1, so K = 1 never has one); for n = 1000, 938 of the counts 1 .. 1000 have none
+(1, 37, 41, 43, ..., 333, ..., 999). ``strided`` keeps DiT's steps wherever DiT has them,
+and elsewhere takes the first K multiples of the stride ``n // K``: diffusers'
+``DDIMScheduler`` with ``timestep_spacing="leading"`` and ``steps_offset=0``, the other
+reference's strided DDIM. The two rules agree where K divides n (stride ``n / K``); either
+way the steps are ``0, s, 2s, ..., (K - 1) s`` with an integer stride ``s``, ``ceil(n / K)``
+(DiT's) or ``n // K`` (diffusers').
+
+``trailing`` is diffusers' formula taken for ``i = 0 .. K - 1``: diffusers builds it with
+``np.arange(n, 0, -n / K)``, whose float step yields K + 1 steps for some counts, the last
+one -1 (diffusers 0.42.1, n = 1000: 62 counts, K = 61 the first).
 
 The sampler's default (``spacing=None``) is the reference's convention: ``strided`` for DDIM
 (DiT's ``create_diffusion("ddim50")``), ``sections`` for DDPM (DiT's ``sample.py``, which
@@ -53,13 +69,12 @@ def sampling_timesteps(n_steps: int, steps: int, spacing: str) -> list[int]:
 
 
 def _strided(n: int, k: int) -> list[int]:
-    for stride in range(1, n):
-        if len(range(0, n, stride)) == k:
-            return list(range(0, n, stride))
-    raise ValueError(
-        f"spacing 'strided' has no integer stride giving exactly {k} of {n} steps; "
-        "use spacing 'leading', 'trailing', 'linspace' or 'sections'"
-    )
+    # DiT's loop returns the smallest stride with exactly k steps. Strides below ceil(n / k)
+    # give more than k steps, so that stride is ceil(n / k) (stride < n, as DiT's loop), if any.
+    stride = -(-n // k)
+    if stride < n and len(range(0, n, stride)) == k:
+        return list(range(0, n, stride))
+    return [i * (n // k) for i in range(k)]  # diffusers' "leading"
 
 
 def _one_section(n: int, k: int) -> list[int]:

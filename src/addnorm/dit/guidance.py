@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from addnorm._checks import check_float
+
 __all__ = ["classifier_free_guidance"]
 
 
@@ -21,10 +23,15 @@ def classifier_free_guidance(
 ) -> torch.Tensor:
     """Guide the first ``n_guided`` channels; pass the others through from each half.
 
+    ``guidance_scale`` may be any finite number (NaN and infinities are refused); whether the
+    samples a sampler builds on it stay finite depends on the model, see
+    :func:`addnorm.diffusion.guided_eps_fn`.
+
     Shapes:
         out: (2B, C_out, H, W), rows [conditional; unconditional]
         returns: (2B, C_out, H, W), guided channels equal in both halves
     """
+    guidance_scale = check_float("guidance_scale", guidance_scale)
     guided, rest = out[:, :n_guided], out[:, n_guided:]  # (2B, n, H, W), (2B, C_out - n, H, W)
     cond, uncond = guided.chunk(2, dim=0)  # (B, n, H, W) each
     half = uncond + guidance_scale * (cond - uncond)  # (B, n, H, W)

@@ -35,7 +35,14 @@ class SampleSettings:
     ``"ddpm"``), classifier-free guidance of scale ``guidance`` (1 = none). Guidance trades
     diversity for fidelity: on a default run, scale 2 gave class agreement 0.91-0.99 and a
     Fréchet distance of 0.26-0.28, scale 3 gave 0.98-1.00 and 0.57-0.60 (DiT's paper uses
-    1.5 for FID and 4 for its figures)."""
+    1.5 for FID and 4 for its figures).
+
+    Accepted: ``steps >= 1`` (and at most the task's ``n_steps``, checked by
+    :meth:`DiTTask.sample`), any finite ``guidance >= 0``. Every step count works with both
+    methods (:mod:`addnorm.diffusion.spacing`). A guidance scale whose samples overflow
+    float32 (far beyond any useful one: measured where ``guidance * |cond - uncond|`` passes
+    about 1e19) raises FloatingPointError from the sampler instead of returning NaN; see
+    :func:`addnorm.diffusion.guided_eps_fn` for why no fixed bound would be honest."""
 
     steps: int = 50
     method: str = "ddim"
