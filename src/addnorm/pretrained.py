@@ -13,12 +13,32 @@ A pretrained directory holds two files, the layout Hugging Face users know:
 ``addnorm train``, and returns the model in eval mode. Every failure to read a directory raises
 :class:`~addnorm.training.checkpoint.CheckpointError` naming the file and what is wrong with it
 (the CLI turns it into exit status 1); bad arguments raise ``TypeError`` / ``ValueError``.
+
+Loading trusts neither file, and refuses a tampered directory before it allocates the model:
+
+- both files must be regular files (or symlinks to one): a directory, FIFO or device is
+  refused without being opened (:mod:`addnorm.safe_files`);
+- ``config.json`` may have at most ``MAX_JSON_BYTES`` bytes and ``MAX_JSON_DEPTH`` levels of nesting
+  (``parse_json``, as the run format); its fields are checked by the config's ``from_dict``;
+- the weights' safetensors header is read first (names, dtypes, shapes; no data). Before the
+  model is built, its size is estimated from the config (``training.sizes``; for other
+  families, a build on the ``meta`` device, which allocates nothing) and refused when the
+  model would hold more numbers than the weights file (a config edited to a larger model;
+  twice as many for the estimate, which may be off by that much), compute tables (position
+  codes) larger than both the weights file and ``MAX_COMPUTED_NUMBERS``, have more than
+  ``MAX_LAYERS`` layers per stack, or need more than the memory available; the message names
+  the setting that makes it large;
+- then every tensor's name, shape and dtype is checked against the built model, still before
+  any data is read: a floating parameter takes any floating dtype (converted on loading),
+  never an integer or bool one; other tensors take their own dtype only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -28,17 +48,32 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from addnorm._checks import check_choice
+from addnorm.safe_files import TensorInfo, UnsafeFileError, read_safetensors_header, read_text
 from addnorm.training.checkpoint import (
     MANIFEST,
+    MAX_JSON_BYTES,
     CheckpointError,
     list_checkpoints,
+    parse_json,
     write_file_atomic,
 )
 
-__all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "PretrainedMixin", "load", "state_dict_without_aliases"]
+__all__ = [
+    "CONFIG_FILE",
+    "MAX_COMPUTED_NUMBERS",
+    "WEIGHTS_FILE",
+    "PretrainedMixin",
+    "load",
+    "state_dict_without_aliases",
+]
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+# Numbers a model may compute when built (position tables, absent from the weights file)
+# beyond the numbers its weights file holds: 2**25 float32 numbers are 128 MiB, more than the
+# tables of any model of this package (a sinusoid of 32768 rows x 1024 wide).
+MAX_COMPUTED_NUMBERS = 2**25
+_BEYOND_TORCH = 2**63  # a tensor of more elements than an int64 counts cannot be built
 _REGISTRY: dict[str, type[PretrainedMixin]] = {}
 
 _M = TypeVar("_M", bound="PretrainedMixin")
@@ -126,7 +161,11 @@ class PretrainedMixin:
         Raises:
             CheckpointError: the directory or a file is missing, ``config.json`` is not valid
                 JSON or names another class or a bad config, or the weights do not fit the
-                model (naming the missing and unexpected keys and the mismatched shapes).
+                model (naming the missing and unexpected keys, the mismatched shapes and the
+                dtypes that cannot load), or the config describes a model larger than its
+                weights file or than memory (naming the setting). Problems of the files and
+                the config are found before the model is built, and problems of the tensors
+                before their data is read.
         """
         dtype = _check_dtype(dtype)
         device = _check_device(device)
@@ -147,8 +186,12 @@ class PretrainedMixin:
             cfg = target.config_class.from_dict(config)
         except (TypeError, ValueError) as err:
             raise CheckpointError(f"{directory / CONFIG_FILE}: bad {name} config: {err}") from None
+        weights = directory / WEIGHTS_FILE
+        saved = _read_header(weights)
+        _check_size(target, cfg, saved, directory)  # before anything is allocated
         model: Any = target(cfg)  # type: ignore[call-arg]
-        saved_dtype = _load_weights(model, directory / WEIGHTS_FILE)
+        _check_fits(model, saved, weights)  # before any data is read
+        saved_dtype = _load_weights(model, weights, saved)
         return _ready(model, dtype=dtype or saved_dtype, device=device)
 
 
@@ -179,7 +222,7 @@ def load(
     if not directory.is_dir():
         what = "does not exist" if not directory.exists() else "is a file, not a directory"
         raise CheckpointError(f"cannot load {directory}: it {what}")
-    if (directory / CONFIG_FILE).exists():
+    if os.path.lexists(directory / CONFIG_FILE):  # a dangling symlink is named, not skipped
         model: Any = PretrainedMixin.from_pretrained(directory, dtype=dtype, device=device)
         return model
     if not (directory / MANIFEST).exists() and not list_checkpoints(directory):
@@ -222,37 +265,166 @@ def _identity(tensor: torch.Tensor) -> tuple:
     )
 
 
-def _load_weights(model: nn.Module, path: Path) -> torch.dtype | None:
-    """Load ``path`` into ``model`` after checking its keys and shapes; return the saved
-    floating dtype (None when the saved floating tensors have several)."""
-    if not path.is_file():
-        raise CheckpointError(f"pretrained weights missing: {path}")
+def _read_header(path: Path) -> dict[str, TensorInfo]:
+    """The weights file's tensors (names, dtypes, shapes) from its header; no data is read."""
     try:
-        saved = load_file(path, device="cpu")
-    except (SafetensorError, OSError, ValueError) as err:
-        raise CheckpointError(f"cannot read {path}: {err}") from None
+        return read_safetensors_header(path, what="pretrained weights")
+    except FileNotFoundError:
+        raise CheckpointError(f"pretrained weights missing: {path}") from None
+    except UnsafeFileError as err:
+        raise CheckpointError(f"cannot read {err}") from None
+
+
+def _check_size(
+    target: type, cfg: Any, saved: dict[str, TensorInfo], directory: Path
+) -> None:
+    """Refuse, before anything is allocated, a config whose model would hold more numbers
+    than the weights file (a config edited to a larger model), compute tables far larger than
+    it, have more than ``MAX_LAYERS`` layers per stack, or not fit in memory."""
+    # training.sizes imports the model configs, whose modules import this one: import late.
+    from addnorm.training.sizes import MAX_LAYERS, available_memory, format_bytes
+
+    where = directory / CONFIG_FILE
+    for field in _fields(cfg):
+        value = getattr(cfg, field.name)
+        if field.name.endswith("layers") and isinstance(value, int) and value > MAX_LAYERS:
+            raise CheckpointError(
+                f"{where}: {field.name} ({value}) is more than {MAX_LAYERS} layers per stack"
+            )
+    stored = sum(info.numel for info in saved.values())
+    estimate, exact = _size_estimate(target, cfg)
+    slack = 1 if exact else 2
+    params, computed = estimate(cfg)
+    if params > slack * stored:
+        margin = "" if exact else " times 2 (the estimate's margin)"
+        raise CheckpointError(
+            f"{where}: its {target.__name__} would hold {_numbers(params)}, more than the "
+            f"{_numbers(stored)} of {directory / WEIGHTS_FILE}{margin}: the config was "
+            f"edited or belongs to other weights{_blame(cfg, lambda c: estimate(c)[0])}"
+        )
+    if computed > max(stored, MAX_COMPUTED_NUMBERS):
+        raise CheckpointError(
+            f"{where}: its {target.__name__} would compute tables (position codes) of "
+            f"{_numbers(computed)}, more than its stored numbers and than "
+            f"{MAX_COMPUTED_NUMBERS}{_blame(cfg, lambda c: estimate(c)[1])}"
+        )
+    limit = available_memory("cpu")
+    if limit is not None and 4 * (params + computed) > limit:
+        raise CheckpointError(
+            f"{where}: its {target.__name__} would hold {_numbers(params + computed)}, more "
+            f"than the {format_bytes(limit)} of memory available"
+            f"{_blame(cfg, lambda c: sum(estimate(c)))}"
+        )
+
+
+def _numbers(n: int) -> str:
+    """``"1.2e+07 numbers (48 MB in float32)"``; sizes beyond int64 are not spelled out."""
+    from addnorm.training.sizes import format_bytes
+
+    if n >= _BEYOND_TORCH:
+        return f"more than {_BEYOND_TORCH:.3g} numbers (beyond torch's int64 sizes)"
+    return f"{n:.3g} numbers ({format_bytes(4 * n)} in float32)"
+
+
+_Estimate = Callable[[Any], tuple[int, int]]
+
+
+def _size_estimate(target: type, cfg: Any) -> tuple[_Estimate, bool]:
+    """``(estimate, exact)``: ``estimate(cfg)`` is ``(stored numbers, computed numbers)`` of
+    ``target(cfg)``: its parameters and persistent buffers (what its weights file holds),
+    and its other buffers (position tables, computed when it is built).
+
+    ``training.sizes`` counts from the config alone, in microseconds, within a factor of 2
+    of the exact count (``exact`` False): it counts every bias and norm vector whether the
+    config has them or not and leaves out a gated feed-forward's second bias, at most one
+    number per weight either way (a bias of D per D x D or D x F matrix, 2 D per norm of D).
+    A family it does not know is built on the ``meta`` device (no memory is allocated) and
+    counted exactly.
+    """
+    from addnorm.training.sizes import count_buffers, count_parameters
+
+    try:
+        count_parameters(cfg)
+    except TypeError:
+        return _meta_count(target), True
+
+    def estimate(cfg: Any) -> tuple[int, int]:
+        # DiT's fixed 2-D position code is stored as well: counting it as computed only
+        # makes the first number smaller (the second is bounded by the file's size anyway).
+        return count_parameters(cfg), count_buffers(cfg)
+
+    return estimate, False
+
+
+def _meta_count(target: type) -> _Estimate:
+    def estimate(cfg: Any) -> tuple[int, int]:
+        try:
+            with torch.device("meta"):
+                model = target(cfg)
+        except (RuntimeError, OverflowError, TypeError):  # a size beyond int64: no file has it
+            return _BEYOND_TORCH, 0
+        stored = sum(t.numel() for t in _unique(model.state_dict(keep_vars=True)).values())
+        every = {id(t): t.numel() for t in [*model.parameters(), *model.buffers()]}
+        return stored, sum(every.values()) - stored
+
+    return estimate
+
+
+def _unique(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The entries of a ``state_dict(keep_vars=True)``, each tensor object once."""
+    kept: dict[int, tuple[str, torch.Tensor]] = {}
+    for key, tensor in state.items():
+        kept.setdefault(id(tensor), (key, tensor))
+    return dict(kept.values())
+
+
+def _blame(cfg: Any, estimate: Callable[[Any], int]) -> str:
+    """``"; the setting that makes it large: d_ff (10**11)"``: the int field whose default
+    value shrinks ``estimate`` the most ("" if none does)."""
+    best, best_value = None, estimate(cfg)
+    for field in _fields(cfg):
+        value = getattr(cfg, field.name)
+        if not isinstance(value, int) or isinstance(value, bool) or value == field.default:
+            continue
+        try:
+            smaller = estimate(dataclasses.replace(cfg, **{field.name: field.default}))
+        except (TypeError, ValueError):  # the default breaks another field's constraint
+            continue
+        if smaller < best_value:
+            best, best_value = field.name, smaller
+    if best is None:
+        return ""
+    return f"; the setting that makes it large: {best} ({getattr(cfg, best)})"
+
+
+def _fields(cfg: Any) -> tuple[dataclasses.Field, ...]:
+    """The fields of a config dataclass (none for a config of another kind)."""
+    return dataclasses.fields(cfg) if dataclasses.is_dataclass(cfg) else ()
+
+
+def _check_fits(model: nn.Module, saved: dict[str, TensorInfo], path: Path) -> None:
+    """Check the saved tensors' names, shapes and dtypes against ``model`` (built from the
+    config), naming every problem; tied parameters may be saved under any of their names."""
     expected = model.state_dict()
-    groups: dict[tuple, list[str]] = {}
-    for key, tensor in expected.items():
-        groups.setdefault(_identity(tensor), []).append(key)
-    full, missing = {}, []
-    for names in groups.values():
-        found = [name for name in names if name in saved]
-        if not found:
-            missing.append(names[0])
-        for name in names:
-            full[name] = saved[found[0]] if found else expected[name]
+    groups = _alias_groups(expected)
+    missing = [names[0] for names in groups if not any(n in saved for n in names)]
     unexpected = sorted(set(saved) - set(expected))
+    common = sorted(saved.keys() & expected.keys())
     shapes = [
-        f"{key}: saved {tuple(saved[key].shape)}, model {tuple(expected[key].shape)}"
-        for key in saved.keys() & expected.keys()
-        if saved[key].shape != expected[key].shape
+        f"{key}: saved {saved[key].shape}, model {tuple(expected[key].shape)}"
+        for key in common
+        if saved[key].shape != tuple(expected[key].shape)
+    ]
+    dtypes = [
+        f"{key}: saved {saved[key].dtype}, model {expected[key].dtype}"
+        for key in common
+        if not _loadable(saved[key].dtype, expected[key].dtype)
     ]
     problems = [
-        f"{label} {items}"
+        f"{label} {_listed(items)}"
         for label, items in [
             ("missing keys", missing), ("unexpected keys", unexpected),
-            ("mismatched shapes", sorted(shapes)),
+            ("mismatched shapes", shapes), ("dtypes that cannot load", dtypes),
         ]
         if items
     ]
@@ -261,12 +433,56 @@ def _load_weights(model: nn.Module, path: Path) -> torch.dtype | None:
             f"{path} does not fit the {type(model).__name__} of its config.json: "
             + "; ".join(problems)
         )
+
+
+def _loadable(saved: torch.dtype, model: torch.dtype) -> bool:
+    """A floating parameter or buffer takes any floating dtype (converted on loading, as
+    ``from_pretrained(dtype=...)`` documents); anything else only its own dtype."""
+    if model.is_floating_point:
+        return saved.is_floating_point
+    return saved == model
+
+
+def _listed(items: list[str], limit: int = 20) -> str:
+    """``items`` as a list, cut after ``limit`` entries (a config edited to 1000 layers would
+    otherwise list thousands of keys)."""
+    if len(items) <= limit:
+        return str(items)
+    return f"{items[:limit]} and {len(items) - limit} more"
+
+
+def _load_weights(
+    model: nn.Module, path: Path, header: dict[str, TensorInfo]
+) -> torch.dtype | None:
+    """Load ``path`` (its header already checked by ``_check_fits``) into ``model``; return
+    the saved floating dtype (None when the saved floating tensors have several)."""
+    try:
+        saved = load_file(path, device="cpu")
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"cannot read {path}: {err}") from None
+    found = {key: TensorInfo(t.dtype, tuple(t.shape)) for key, t in saved.items()}
+    if found != header:
+        raise CheckpointError(f"{path} changed while it was read: load it again")
+    expected = model.state_dict()
+    full = {}
+    for names in _alias_groups(expected):
+        present = [name for name in names if name in saved]
+        for name in names:
+            full[name] = saved[present[0]]
     model.load_state_dict(full)
     tie = getattr(model, "tie_weights", None)
     if callable(tie):
         tie()
     dtypes = {t.dtype for t in saved.values() if t.is_floating_point()}
     return dtypes.pop() if len(dtypes) == 1 else None
+
+
+def _alias_groups(state: dict[str, torch.Tensor]) -> list[list[str]]:
+    """The names of ``state``, grouped by the tensor they name (a tied weight's names)."""
+    groups: dict[tuple, list[str]] = {}
+    for key, tensor in state.items():
+        groups.setdefault(_identity(tensor), []).append(key)
+    return list(groups.values())
 
 
 def _ready(
@@ -288,11 +504,15 @@ def _read_config(directory: Path) -> tuple[str, dict]:
         raise CheckpointError(f"pretrained path must be a directory, got the file {directory}")
     path = directory / CONFIG_FILE
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = parse_json(read_text(path, max_bytes=MAX_JSON_BYTES, what="pretrained config"))
     except FileNotFoundError:
         raise CheckpointError(f"pretrained config missing: {path}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except UnsafeFileError as err:  # not a regular file, too large, not UTF-8
+        raise CheckpointError(f"cannot read {err}") from None
+    except json.JSONDecodeError as err:
         raise CheckpointError(f"{path} is not valid JSON: {err}") from None
+    except ValueError as err:  # nested too deeply, an int of too many digits
+        raise CheckpointError(f"{path} is refused: {err}") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} must hold a JSON object, got {type(data).__name__}")
     name, config = data.get("addnorm_class"), data.get("config")

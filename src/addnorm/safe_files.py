@@ -1,0 +1,261 @@
+"""Files handed in from outside, read without trusting them: regular files only, sizes bounded,
+a safetensors header read and checked before any tensor data.
+
+A path named ``config.json`` may be a directory, a FIFO (opening it for reading blocks until
+a writer comes), a device (``/dev/zero`` never ends) or a symlink to one of those; a
+``model.safetensors`` may have a header that claims terabytes. The readers here refuse such
+files with :class:`UnsafeFileError` naming the file and what is wrong, before reading more
+than they must:
+
+- :func:`regular_file_size`: ``stat`` (symlinks followed) and refuse anything but a regular
+  file; nothing is opened.
+- :func:`read_text`: a regular file of at most ``max_bytes``, decoded as UTF-8.
+- :func:`read_safetensors_header`: the 8-byte length and the JSON header of a safetensors file
+  (the format: https://github.com/huggingface/safetensors), checked as the format requires
+  (known dtypes, whole shapes, data offsets that tile the data exactly), as a dict of
+  :class:`TensorInfo`. No tensor data is read.
+
+Files are opened with ``O_NONBLOCK`` and checked again on the open descriptor, so a path
+swapped for a FIFO between the check and the open cannot block the reader.
+
+This module imports nothing from the rest of addnorm: it sits below the models and training.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+__all__ = [
+    "MAX_SAFETENSORS_HEADER_BYTES",
+    "SAFETENSORS_DTYPES",
+    "TensorInfo",
+    "UnsafeFileError",
+    "read_safetensors_header",
+    "read_text",
+    "regular_file_size",
+]
+
+# The safetensors library refuses larger headers (its MAX_HEADER_SIZE).
+MAX_SAFETENSORS_HEADER_BYTES = 100_000_000
+# The format's dtype names and the torch dtypes they hold.
+SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
+    "BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16,
+    "U16": torch.uint16, "I32": torch.int32, "U32": torch.uint32, "I64": torch.int64,
+    "U64": torch.uint64, "F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32,
+    "F64": torch.float64, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+    "C64": torch.complex64,
+}
+_KINDS = {  # stat.S_IFMT -> words for the message
+    stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+class UnsafeFileError(ValueError):
+    """A file is not what it must be (not a regular file, too large, a malformed header); the
+    message names the file."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor of a safetensors header: its dtype and shape (its data is not read)."""
+
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+def regular_file_size(path: str | os.PathLike, *, what: str = "file") -> int:
+    """The size in bytes of ``path``, a regular file or a symlink to one; nothing is opened.
+
+    Raises:
+        FileNotFoundError: nothing is there (the caller words "missing").
+        UnsafeFileError: a directory, FIFO, device or socket (or a symlink to one), a dangling
+            symlink, or a path that cannot be examined.
+    """
+    path = Path(path)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise UnsafeFileError(
+                f"{what} {path}: a symlink to {os.readlink(path)}, which does not exist"
+            ) from None
+        raise
+    except OSError as err:  # a symlink loop, a name too long, no permission
+        raise UnsafeFileError(f"{what} {path}: cannot examine it ({err.strerror or err})") from None
+    _check_regular(path, info, what)
+    return info.st_size
+
+
+def _check_regular(path: Path, info: os.stat_result, what: str) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        kind = _KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file")
+        via = f" (a symlink to {os.path.realpath(path)})" if os.path.islink(path) else ""
+        raise UnsafeFileError(f"{what} {path}: must be a regular file, but it is {kind}{via}")
+
+
+def _open_regular(path: Path, what: str) -> tuple[int, int]:
+    """``(fd, size)`` of ``path`` opened for reading, checked to be a regular file both before
+    opening (a device is never opened) and on the descriptor (a swap in between is caught)."""
+    regular_file_size(path, what=what)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        raise UnsafeFileError(f"{what} {path}: cannot open it ({err.strerror or err})") from None
+    try:
+        info = os.fstat(fd)
+        _check_regular(path, info, what)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info.st_size
+
+
+def _read_exactly(fd: int, n: int, path: Path, what: str) -> bytes:
+    chunks, left = [], n
+    while left:
+        chunk = os.read(fd, min(left, 1 << 24))
+        if not chunk:
+            raise UnsafeFileError(f"{what} {path}: ended early, after {n - left} of {n} bytes")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_text(path: str | os.PathLike, *, max_bytes: int, what: str = "file") -> str:
+    """The UTF-8 text of the regular file ``path``, refused unread when over ``max_bytes``.
+
+    Raises:
+        FileNotFoundError: nothing is there.
+        UnsafeFileError: not a regular file, larger than ``max_bytes``, or not UTF-8.
+    """
+    path = Path(path)
+    fd, size = _open_regular(path, what)
+    try:
+        if size > max_bytes:
+            raise UnsafeFileError(
+                f"{what} {path}: has {size} bytes, more than the {max_bytes} it may have"
+            )
+        data = _read_exactly(fd, size, path, what)
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise UnsafeFileError(f"{what} {path}: not UTF-8 text ({err})") from None
+
+
+def read_safetensors_header(
+    path: str | os.PathLike, *, what: str = "safetensors file"
+) -> dict[str, TensorInfo]:
+    """Every tensor of the safetensors file ``path``: name -> dtype and shape, from its
+    header alone (``__metadata__`` left out). The header is checked as the format requires,
+    so a file this accepts holds exactly the bytes its tensors need.
+
+    Raises:
+        FileNotFoundError: nothing is there.
+        UnsafeFileError: not a regular file, or a header that is not a valid safetensors one
+            (the message says what is wrong).
+    """
+    path = Path(path)
+    fd, size = _open_regular(path, what)
+    try:
+        if size < 8:
+            raise UnsafeFileError(f"{what} {path}: has {size} bytes, too few for a header")
+        length = int.from_bytes(_read_exactly(fd, 8, path, what), "little")
+        if length > min(size - 8, MAX_SAFETENSORS_HEADER_BYTES):
+            raise UnsafeFileError(
+                f"{what} {path}: claims a {length}-byte header, but the file has {size} bytes "
+                f"(and a header may have at most {MAX_SAFETENSORS_HEADER_BYTES})"
+            )
+        raw = _read_exactly(fd, length, path, what)
+    finally:
+        os.close(fd)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        reason = "nested too deeply" if isinstance(err, RecursionError) else str(err)
+        raise UnsafeFileError(f"{what} {path}: its header is not JSON ({reason})") from None
+    return _parse_header(header, size - 8 - length, f"{what} {path}")
+
+
+def _parse_header(header: object, data_bytes: int, where: str) -> dict[str, TensorInfo]:
+    """The tensors of a decoded header, after checking each entry and that their data
+    offsets tile the ``data_bytes`` after the header exactly, in order."""
+    if not isinstance(header, dict):
+        raise UnsafeFileError(f"{where}: its header is not a JSON object")
+    metadata = header.get("__metadata__", {})
+    if not isinstance(metadata, dict) or not all(
+        isinstance(v, str) for v in metadata.values()
+    ):
+        raise UnsafeFileError(f"{where}: __metadata__ must map strings to strings")
+    tensors, spans = {}, []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        info, span = _parse_entry(name, entry, where)
+        tensors[name] = info
+        spans.append((span, name))
+    end = 0
+    for (begin, stop), name in sorted(spans):
+        if begin != end:
+            raise UnsafeFileError(
+                f"{where}: tensor {name!r} starts at byte {begin} of the data, expected {end} "
+                "(the tensors' data must follow each other without gaps or overlaps)"
+            )
+        end = stop
+    if end != data_bytes:
+        raise UnsafeFileError(
+            f"{where}: the tensors' data ends at byte {end}, but the file holds {data_bytes} "
+            "bytes of data after the header (a truncated or padded file)"
+        )
+    return tensors
+
+
+def _parse_entry(name: str, entry: object, where: str) -> tuple[TensorInfo, tuple[int, int]]:
+    """One header entry ``{"dtype", "shape", "data_offsets"}`` as (info, (begin, end))."""
+
+    def bad(why: str) -> UnsafeFileError:
+        return UnsafeFileError(f"{where}: tensor {name!r} {why}")
+
+    if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
+        raise bad(f'must be {{"dtype", "shape", "data_offsets"}}, got {_short(entry)}')
+    dtype = SAFETENSORS_DTYPES.get(entry["dtype"]) if isinstance(entry["dtype"], str) else None
+    if dtype is None:
+        known = list(SAFETENSORS_DTYPES)
+        raise bad(f"has an unknown dtype {_short(entry['dtype'])}; known: {known}")
+    shape, offsets = entry["shape"], entry["data_offsets"]
+    if not isinstance(shape, list) or not all(_is_count(n) for n in shape):
+        raise bad(f"has a shape that is not a list of ints >= 0: {_short(shape)}")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_is_count, offsets))):
+        raise bad(f"has data_offsets that are not [begin, end]: {_short(offsets)}")
+    info = TensorInfo(dtype=dtype, shape=tuple(shape))
+    begin, end = offsets
+    if end - begin != info.numel * dtype.itemsize:
+        raise bad(
+            f"has shape {list(shape)} of {entry['dtype']} ({info.numel * dtype.itemsize} "
+            f"bytes), but data_offsets {offsets} span {end - begin} bytes"
+        )
+    return info, (begin, end)
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _short(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
