@@ -293,23 +293,25 @@ def test_a_full_disk_keeps_the_previous_checkpoints(small_tmpfs):
     assert torch.equal(loaded.tensors["model"]["w"], torch.full((20_000,), 2.0))
 
 
-def test_pruning_removes_the_manifest_first_so_no_listed_checkpoint_is_incomplete(
+def test_pruning_sets_the_checkpoint_aside_first_so_no_listed_checkpoint_is_incomplete(
     tmp_path, monkeypatch
 ):
     write(tmp_path, 10, keep=1)
 
-    def killed_after_the_first_file(path, *args, **kwargs):
-        # Stands in for a kill during the deletion: the manifest (removed first) is gone,
-        # the rest is still there.
-        assert not (path / checkpoint_module.MANIFEST).exists()
+    def killed_before_the_first_file(path):
+        # Stands in for a kill during the deletion: the checkpoint (renamed first) is a hidden
+        # leftover, its files all still there.
+        assert path.name.startswith(".old-step-00000010-")
+        assert (path / checkpoint_module.MANIFEST).exists()
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(checkpoint_module.shutil, "rmtree", killed_after_the_first_file)
+        patch.setattr(checkpoint_module, "_remove_checkpoint_files", killed_before_the_first_file)
         with pytest.raises(KeyboardInterrupt):
             write(tmp_path, 20, keep=1)
     root = tmp_path / "checkpoints"
-    assert (root / "step-00000010" / "model.safetensors").exists()  # left over, unlisted
+    leftovers = [p for p in root.iterdir() if p.name.startswith(".old-step-00000010-")]
+    assert len(leftovers) == 1 and (leftovers[0] / "model.safetensors").exists()  # unlisted
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000020"]
     write(tmp_path, 30, keep=2)  # the next save removes the leftover
     assert sorted(p.name for p in root.iterdir()) == ["step-00000020", "step-00000030"]

@@ -15,7 +15,9 @@ import subprocess
 import time
 
 import pytest
+import torch
 
+from addnorm.training.checkpoint import save_checkpoint
 from addnorm.training.run_dir import (
     ABANDONED_EMPTY_LOCK_S,
     LOCK,
@@ -42,10 +44,7 @@ def tree(folder) -> dict[str, bytes | None]:
 def fake_run(folder, task="translate"):
     """What a finished run leaves: marker, checkpoints, metrics, plots."""
     write_marker(folder, task)
-    step = folder / "checkpoints" / "step-00000002"
-    step.mkdir(parents=True)
-    (step / "manifest.json").write_text("{}")
-    (step / "model.safetensors").write_bytes(b"weights")
+    save_checkpoint(folder, 2, {"model": {"w": torch.zeros(2)}}, {"note": "weights"})
     (folder / "checkpoints" / ".tmp-step-00000003-x").mkdir()
     for name in ("metrics.jsonl", "metrics.json", "loss.png", "samples.png"):
         (folder / name).write_text(name)

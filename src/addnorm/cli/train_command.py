@@ -7,6 +7,7 @@ current step, with exit code 130 or 143 and the command that resumes it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 
@@ -50,7 +51,12 @@ def _train_here(args, device: str) -> int:
     from addnorm.tasks.run import TASKS, has_run, resume_configs, train_run
     from addnorm.training import distributed
     from addnorm.training.checkpoint import load_checkpoint
-    from addnorm.training.run_dir import RunDirError, check_fresh_run_dir, check_unlocked
+    from addnorm.training.run_dir import (
+        RunDirError,
+        RunLock,
+        check_fresh_run_dir,
+        check_unlocked,
+    )
 
     check_out_dir(args.out)
     task_cls = TASKS[args.task]
@@ -67,6 +73,7 @@ def _train_here(args, device: str) -> int:
                 )
             resume = load_checkpoint(args.out)
             model_cfg, train_cfg = resume_configs(resume, train_flags, task_name=args.task)
+            _check_resume_fits(task_cls, model_cfg, train_cfg, resume)
         else:
             if has_run(args.out) and not args.overwrite:
                 raise UsageError(
@@ -88,19 +95,24 @@ def _train_here(args, device: str) -> int:
             f"torchrun --nproc-per-node N -m addnorm train {args.task} --fsdp ..."
         )
     distributed.barrier()  # every rank has checked the folder before rank 0 writes it
-    if distributed.is_main():
-        _announce(args, train_cfg, device)
+    main = distributed.is_main()
     try:
-        summary = train_run(
-            args.task,
-            model_cfg,
-            train_cfg,
-            args.out,
-            resume=resume,
-            overwrite=args.overwrite,
-            device=device,
-            progress=not args.quiet and sys.stderr.isatty(),
-        )
+        # Rank 0 takes the folder's lock before saying anything, so a writer that loses a race
+        # for it prints one line (the error); train_run's own lock passes through this one.
+        with RunLock(args.out, reentrant=True) if main else contextlib.nullcontext():
+            if main:
+                _check_again_under_lock(args, resume)
+                _announce(args, train_cfg, device)
+            summary = train_run(
+                args.task,
+                model_cfg,
+                train_cfg,
+                args.out,
+                resume=resume,
+                overwrite=args.overwrite,
+                device=device,
+                progress=not args.quiet and sys.stderr.isatty(),
+            )
     except RunDirError as err:  # another writer took the folder since the checks above
         raise UsageError(str(err)) from None
     if not distributed.is_main():  # rank 0 reports
@@ -123,6 +135,46 @@ def _train_here(args, device: str) -> int:
         for sample in summary.metrics["samples"]:
             print(f"\nsample (prompt {sample['prompt']!r}):\n{sample['text']}")
     return EXIT_OK
+
+
+def _check_resume_fits(task_cls, model_cfg, train_cfg: TrainConfig, resume) -> None:
+    """Refuse (``CheckpointError``, exit 1, naming the file and tensor) a checkpoint whose
+    weights or optimizer state do not fit its own model config, before anything is built:
+    the model is made on the meta device, shapes without memory."""
+    import torch
+
+    from addnorm.training.trainer import check_checkpoint_fits
+
+    with torch.device("meta"):
+        model = task_cls().build_model(model_cfg)
+    check_checkpoint_fits(model, train_cfg, resume)
+
+
+def _check_again_under_lock(args, resume) -> None:
+    """The folder checks of ``_train_here`` again, now that the lock keeps other writers out:
+    between the first checks and the lock another run may have started, ended or moved on
+    there. Raises ``UsageError`` (or ``RunDirError``) saying so."""
+    from addnorm.tasks.run import has_run
+    from addnorm.training.checkpoint import CheckpointError, find_checkpoint
+    from addnorm.training.run_dir import check_fresh_run_dir
+
+    if resume is None:
+        if has_run(args.out) and not args.overwrite:
+            raise UsageError(
+                f"--out {args.out} now holds a run (another addnorm train wrote it meanwhile); "
+                "add --resume to continue it or --overwrite to replace it"
+            )
+        check_fresh_run_dir(args.out, overwrite=args.overwrite)
+        return
+    try:
+        newest = find_checkpoint(args.out)
+    except CheckpointError as err:
+        raise UsageError(f"--out {args.out} changed meanwhile: {err}") from None
+    if newest != resume.path:
+        raise UsageError(
+            f"--out {args.out} changed meanwhile (another run wrote {newest.name}); run the "
+            "command again to resume from the newest checkpoint"
+        )
 
 
 def _announce(args, train_cfg: TrainConfig, device: str) -> None:

@@ -1,10 +1,11 @@
-"""The inputs of ``addnorm translate``: its arguments, or standard input read lazily as
-bytes, line by line, each line checked before the model sees it.
+"""The inputs of ``addnorm translate`` and ``addnorm embed``: their arguments, or standard
+input read lazily as bytes, line by line, each line checked before the model sees it.
 
 A line the model cannot take is refused on its own (an ``Input`` with a ``problem``): not
-UTF-8, longer than the model's ``max_len`` (at most ``4 * max_len + 2`` bytes of it are read;
-the rest is skipped unread, so a line of millions of characters costs no memory), or holding a
-character outside the model's vocabulary. A closed standard input is a usage error.
+UTF-8, longer than the command's limit (at most ``4 * limit + 2`` bytes of it are read; the
+rest is skipped unread, so a line of millions of characters costs no memory), or holding a
+character outside the model's vocabulary (``translate``; ``embed``'s tokenizer takes any
+text). A closed standard input is a usage error.
 """
 
 from __future__ import annotations
@@ -30,16 +31,17 @@ class Input:
     problem: str | None = None
 
 
-def open_stdin() -> IO[bytes] | IO[str]:
+def open_stdin(what: str = "dates") -> IO[bytes] | IO[str]:
     """Standard input as bytes (as text where it has no byte buffer, e.g. in tests); a closed
-    or missing stdin (``addnorm translate <&-``) is a usage error."""
+    or missing stdin (``addnorm translate <&-``) is a usage error naming ``what`` was
+    expected."""
     stream = sys.stdin
     if stream is None or getattr(stream, "closed", False):
-        raise UsageError("no dates given and stdin is closed; pass dates as arguments or lines")
+        raise UsageError(f"no {what} given and stdin is closed; pass {what} as arguments or lines")
     return getattr(stream, "buffer", stream)
 
 
-def stdin_inputs(stream: IO[bytes] | IO[str], known: frozenset[str], limit: int
+def stdin_inputs(stream: IO[bytes] | IO[str], known: frozenset[str] | None, limit: int
                   ) -> Iterator[Input]:
     """The lines of ``stream`` without their line ends, read as they are needed, each at most
     ``limit`` characters: at most ``4 * limit + 2`` bytes of a line are read (a UTF-8
@@ -56,7 +58,7 @@ def stdin_inputs(stream: IO[bytes] | IO[str], known: frozenset[str], limit: int
         if len(line) == most and not _ends_line(line):
             extra = _skip_rest_of_line(stream)
             yield Input(where, "", f"over {limit} characters ({len(line) + extra} bytes or "
-                         f"more); the model takes at most {limit} (its max_len)")
+                         f"more); {_takes_at_most(known, limit)}")
             continue
         if isinstance(line, bytes):
             try:
@@ -84,13 +86,21 @@ def _skip_rest_of_line(stream: IO[bytes] | IO[str]) -> int:
     return skipped
 
 
-def refusal(text: str, known: frozenset[str], limit: int) -> str | None:
-    """Why the model cannot take ``text`` (longer than ``limit``, or a character outside its
-    vocabulary ``known``), or None. Blank text (spaces, tabs) gets a blank answer."""
+def refusal(text: str, known: frozenset[str] | None, limit: int) -> str | None:
+    """Why the model cannot take ``text`` (longer than ``limit``, a character outside its
+    vocabulary ``known``, or with ``known`` None, text that is not UTF-8: an argument's
+    undecodable bytes arrive as lone surrogates), or None. Blank text (spaces, tabs) gets a
+    blank answer."""
     if not text.strip():
         return None
     if len(text) > limit:
-        return f"{len(text)} characters; the model takes at most {limit} (its max_len)"
+        return f"{len(text)} characters; {_takes_at_most(known, limit)}"
+    if known is None:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            return f"not UTF-8 text (undecodable byte at position {err.start + 1})"
+        return None
     unknown = next((c for c in text if c not in known), None)
     if unknown is not None:
         return (
@@ -98,6 +108,12 @@ def refusal(text: str, known: frozenset[str], limit: int) -> str | None:
             f"{text.index(unknown) + 1} is not one the model knows"
         )
     return None
+
+
+def _takes_at_most(known: frozenset[str] | None, limit: int) -> str:
+    if known is None:  # embed: no vocabulary of characters, a limit of its own
+        return f"at most {limit} are taken"
+    return f"the model takes at most {limit} (its max_len)"
 
 
 def batched(items: Iterable[Input], size: int) -> Iterator[list[Input]]:

@@ -12,11 +12,18 @@ directory next to it (each file fsynced, the manifest last), which is then renam
 ``step-NNNNNNNN`` (a rename within one directory is atomic on POSIX). A write killed halfway
 leaves only the hidden temporary directory, which loading ignores, so the previous checkpoint
 stays the newest one; the next ``save_checkpoint`` of that run removes such leftovers
-(``.tmp-step-*``, ``.old-step-*``, and ``step-*`` directories without a manifest; one process
-writes a run's checkpoints at a time, see ``run_dir.RunLock``). A write that fails (a full
-disk, a read-only folder) removes its temporary directory and raises
-``CheckpointWriteError`` naming the checkpoint and the space it needs. Old checkpoints are
-pruned manifest first, so a deletion cut short never leaves a listed checkpoint incomplete.
+(``.tmp-step-*`` and ``.old-step-*``; one process writes a run's checkpoints at a time, see
+``run_dir.RunLock``). A write that fails (a full disk, a read-only folder) removes its
+temporary directory and raises ``CheckpointWriteError`` naming the checkpoint and the space it
+needs. Old checkpoints are pruned by renaming each to a hidden ``.old-step-*`` name first (from
+then on it is not listed, so a deletion cut short never leaves a listed checkpoint incomplete)
+and then deleting its files.
+
+Only what addnorm wrote is deleted: a ``step-*`` directory only when its manifest is an addnorm
+checkpoint manifest of that step (a user's folder of that name is left alone, and never
+pruned), and in it, or in a leftover, only checkpoint files (``*.safetensors``, ``state.json``,
+``manifest.json``; never through a symbolic link). A directory that still holds anything else
+is left in place, with a warning logged.
 The newest checkpoint of a run is the highest-numbered ``step-*`` directory with a manifest.
 Loading checks the manifest's structure and its sizes and hashes, so a malformed manifest or
 a truncated or altered file raises ``CheckpointError`` naming that file instead of a traceback
@@ -29,11 +36,15 @@ same way (``parse_json``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
+import logging
 import os
 import re
+import secrets
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -47,11 +58,13 @@ __all__ = [
     "CheckpointError",
     "CheckpointWriteError",
     "LoadedCheckpoint",
+    "NotARegularFile",
     "delete_checkpoints",
     "find_checkpoint",
     "list_checkpoints",
     "load_checkpoint",
     "parse_json",
+    "read_regular_file",
     "save_checkpoint",
     "write_file_atomic",
 ]
@@ -61,12 +74,14 @@ VERSION = 1
 MANIFEST = "manifest.json"
 STATE = "state.json"
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
-_LEFTOVER = (".tmp-step-", ".old-step-")
+# What killed writes and prunings leave: ".tmp-step-N-<mkdtemp's suffix>", ".old-step-N-<id>".
+_LEFTOVER = re.compile(r"^\.(?:tmp|old)-step-\d{8,}-[A-Za-z0-9_]+(?:-[0-9a-f]+)?$")
 # Files every checkpoint has (its manifest apart): the weights and the state.
 REQUIRED = ("model.safetensors", STATE)
 # What a state.json, manifest.json or --config may hold: far more than any addnorm writes.
 MAX_JSON_DEPTH = 64
 MAX_JSON_BYTES = 64 * 2**20
+_log = logging.getLogger(__name__)
 
 
 class CheckpointError(Exception):
@@ -131,15 +146,16 @@ def save_checkpoint(
         if isinstance(err, (OSError, SafetensorError)):
             raise _write_error(final, err, tensors) from err
         raise
-    for old in list_checkpoints(run_dir)[:-keep]:
+    for old in [p for p in list_checkpoints(run_dir) if _is_ours(p)][:-keep]:
         with contextlib.suppress(OSError):  # the new one is written; the next save retries
             _delete_checkpoint(old)
     return final
 
 
 def delete_checkpoints(run_dir: str | os.PathLike) -> None:
-    """Delete every checkpoint of ``run_dir`` (each manifest first) and the leftovers of killed
-    writes, then ``checkpoints/`` itself if nothing else is in it."""
+    """Delete every checkpoint of ``run_dir`` that addnorm wrote and the leftovers of killed
+    writes, then ``checkpoints/`` itself if nothing else is in it (other files and folders
+    stay; see the module docstring)."""
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return
@@ -273,25 +289,75 @@ def _megabytes(n_bytes: int) -> str:
     return f"{n_bytes / 1e6:.1f} MB"
 
 
+def _is_ours(path: Path) -> bool:
+    """Whether ``path`` is a checkpoint directory addnorm wrote: a real directory (not a link)
+    named ``step-N`` whose manifest is an addnorm checkpoint manifest of step N."""
+    match = _STEP_DIR.match(path.name)
+    if match is None or path.is_symlink() or not path.is_dir():
+        return False
+    try:
+        manifest = _read_json(path / MANIFEST)
+    except (CheckpointError, OSError):
+        return False
+    step = manifest.get("step")
+    return (
+        manifest.get("format") == FORMAT
+        and isinstance(step, int) and not isinstance(step, bool)
+        and step == int(match.group(1))
+        and isinstance(manifest.get("files"), dict)
+    )
+
+
 def _delete_checkpoint(path: Path) -> None:
-    """Delete a checkpoint directory, its manifest first: from then on it is not listed, so a
-    deletion cut short leaves an unlisted leftover (removed by the next save), never a listed
-    checkpoint missing files."""
-    (path / MANIFEST).unlink(missing_ok=True)
-    _fsync_dir_entry(path)
-    shutil.rmtree(path)
+    """Delete a checkpoint directory addnorm wrote (any other is left alone): renamed first to
+    a hidden leftover name, so from then on it is not listed and a deletion cut short leaves
+    an unlisted leftover (removed by the next save), never a listed checkpoint missing files.
+    One that also holds other files (put there by someone else) loses only its checkpoint
+    files, manifest first, where it is."""
+    if not _is_ours(path):
+        _log.warning("addnorm: left %s in place: it is not a checkpoint addnorm wrote", path)
+        return
+    if any(not _is_checkpoint_file(child.name) for child in path.iterdir()):
+        _remove_checkpoint_files(path)  # in place: what else is there stays where it was put
+        return
+    aside = path.with_name(f".old-{path.name}-{os.getpid()}-{secrets.token_hex(4)}")
+    os.rename(path, aside)
+    _fsync_dir_entry(path.parent)
+    _remove_checkpoint_files(aside)
 
 
 def _remove_leftovers(root: Path) -> None:
-    """Delete what killed writes and prunings left: temporary and set-aside directories, and
-    ``step-*`` directories without a manifest (never listed, never loadable)."""
+    """Delete what killed writes and prunings left: the hidden temporary and set-aside
+    directories (only their checkpoint files; see ``_remove_checkpoint_files``)."""
     for child in root.iterdir():
-        if not child.is_dir() or child.is_symlink():
-            continue
-        leftover = child.name.startswith(_LEFTOVER)
-        unlisted = _STEP_DIR.match(child.name) is not None and not (child / MANIFEST).exists()
-        if leftover or unlisted:
-            shutil.rmtree(child, ignore_errors=True)
+        if _LEFTOVER.match(child.name) and child.is_dir() and not child.is_symlink():
+            _remove_checkpoint_files(child)
+
+
+def _is_checkpoint_file(name: str) -> bool:
+    return name in (MANIFEST, STATE) or name.endswith(".safetensors")
+
+
+def _remove_checkpoint_files(path: Path) -> None:
+    """Delete the checkpoint files in ``path`` (the manifest first) and then ``path`` itself if
+    that empties it; anything else there (a user's file, a folder, a link) is kept, and said
+    so in a warning."""
+    children = sorted(path.iterdir(), key=lambda child: child.name != MANIFEST)
+    kept = []
+    for child in children:
+        if _is_checkpoint_file(child.name) and child.is_file() and not child.is_symlink():
+            with contextlib.suppress(FileNotFoundError):
+                child.unlink()
+        else:
+            kept.append(child.name)
+    if kept:
+        _log.warning(
+            "addnorm: left %s in place: it holds %s, which addnorm did not write", path,
+            ", ".join(sorted(kept)[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else ""),
+        )
+        return
+    with contextlib.suppress(FileNotFoundError):
+        path.rmdir()
 
 
 def _describe(path: Path) -> dict:
@@ -342,20 +408,53 @@ def parse_json(text: str) -> object:
 
 def _read_json(path: Path) -> dict:
     try:
-        if path.stat().st_size > MAX_JSON_BYTES:
-            raise CheckpointError(
-                f"checkpoint file too large: {path} has {path.stat().st_size} bytes, "
-                f"more than the {MAX_JSON_BYTES} a checkpoint's JSON may have"
-            )
-        with open(path, encoding="utf-8") as f:
-            data = parse_json(f.read())
+        data = parse_json(read_regular_file(path, MAX_JSON_BYTES).decode("utf-8"))
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint file missing: {path}") from None
+    except NotARegularFile as err:
+        raise CheckpointError(f"checkpoint file {path} cannot be read: {err}") from None
     except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
         raise CheckpointError(f"checkpoint file is not valid JSON: {path} ({err})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"checkpoint file {path} must hold a JSON object")
     return data
+
+
+class NotARegularFile(ValueError):
+    """``read_regular_file`` was pointed at something that is no regular file of the size
+    allowed (a device, a FIFO, a folder, a larger file); the message says which."""
+
+
+def read_regular_file(path: str | os.PathLike, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, if it has at most ``limit``; anything else (a
+    device such as /dev/zero, which never ends, a FIFO, which blocks, a folder, a larger file)
+    raises ``NotARegularFile`` before it is read. The type is checked before opening and again
+    on the open file, which is opened non-blocking (a FIFO swapped in between cannot block) and
+    read at most ``limit + 1`` bytes (a file grown in between is refused, not read whole).
+    Raises ``OSError`` (``FileNotFoundError`` among them) as ``open`` does."""
+    info = os.stat(path)
+    _check_regular(info.st_mode, info.st_size, limit)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        _check_regular(info.st_mode, info.st_size, limit)
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise NotARegularFile(f"more than the {limit} bytes allowed")
+    return data
+
+
+def _check_regular(mode: int, size: int, limit: int) -> None:
+    if not stat.S_ISREG(mode):
+        kinds = [
+            (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (pipe)"),
+            (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+            (stat.S_ISSOCK, "a socket"),
+        ]
+        kind = next((name for test, name in kinds if test(mode)), "a special file")
+        raise NotARegularFile(f"{kind}, not a regular file")
+    if size > limit:
+        raise NotARegularFile(f"{size} bytes, more than the {limit} allowed")
 
 
 def write_file_atomic(path: Path, write: Callable[[Path], object]) -> None:
@@ -391,8 +490,12 @@ def _replace_dir(tmp: Path, final: Path) -> None:
     """Rename ``tmp`` to ``final``; an existing ``final`` (same step, rewritten) is set aside
     first and removed after, so a complete checkpoint of some step always exists."""
     old = None
-    if final.exists():
-        old = final.with_name(f".old-{final.name}-{os.getpid()}")
+    if final.exists() or final.is_symlink():
+        if not _is_ours(final):
+            raise FileExistsError(
+                errno.EEXIST, f"{final} exists and is not a checkpoint addnorm wrote; move it away"
+            )
+        old = final.with_name(f".old-{final.name}-{os.getpid()}-{secrets.token_hex(4)}")
         os.rename(final, old)
     try:
         os.rename(tmp, final)
@@ -402,7 +505,8 @@ def _replace_dir(tmp: Path, final: Path) -> None:
         raise
     _fsync_dir_entry(final.parent)
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        with contextlib.suppress(OSError):  # a leftover: the next save retries
+            _remove_checkpoint_files(old)
 
 
 def _fsync_dir_entry(path: Path) -> None:

@@ -1,12 +1,28 @@
-"""Training metrics: one JSON line per logged step, and the loss curve as a PNG."""
+"""Training metrics: one JSON line per logged step, and the loss curve as a PNG.
+
+A line that is not a metrics record (a torn line from a kill, an edit, bytes that are not
+UTF-8, a line over ``MAX_LINE_BYTES``) never stops a run: ``read_metrics`` skips it, with a
+warning naming the first such line (a torn last line, the trace of a kill, is skipped quietly),
+and a resumed run rewrites the log with the records it keeps, so the log holds only records.
+A record is a JSON object with an int ``step`` >= 0 and numbers ``loss`` and ``lr``.
+"""
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
 import os
+import stat
 from pathlib import Path
 
-__all__ = ["MetricsLog", "plot_loss_curve", "read_metrics"]
+from addnorm.training.checkpoint import write_file_atomic
+
+__all__ = ["MAX_LINE_BYTES", "MetricsLog", "plot_loss_curve", "read_metrics"]
+
+# A record is about 150 bytes; a longer line is no record and is skipped unread.
+MAX_LINE_BYTES = 2**16
+_log = logging.getLogger(__name__)
 
 
 class MetricsLog:
@@ -15,19 +31,21 @@ class MetricsLog:
 
     Args:
         path: the JSONL file.
-        resume_from_step: None starts a new file; an int keeps the existing lines with
-            ``step <= resume_from_step`` (those a resumed run does not repeat) and appends.
+        resume_from_step: None starts a new file; an int keeps the existing records with
+            ``step <= resume_from_step`` (those a resumed run does not repeat; lines that are
+            not records are dropped, with a warning) and appends.
     """
 
     def __init__(self, path: str | os.PathLike, *, resume_from_step: int | None = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         kept = []
-        if resume_from_step is not None and self.path.exists():
+        if resume_from_step is not None:
             kept = [r for r in read_metrics(self.path) if r["step"] <= resume_from_step]
-        with open(self.path, "w", encoding="utf-8") as f:
-            for record in kept:
-                f.write(json.dumps(record) + "\n")
+        text = "".join(json.dumps(record) + "\n" for record in kept)
+        # A new file in place of the old (whatever it was: never opened for writing, so a FIFO
+        # left there cannot block).
+        write_file_atomic(self.path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
     def write(self, record: dict) -> None:
         """Append one record as a JSON line."""
@@ -36,15 +54,62 @@ class MetricsLog:
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict]:
-    """The records of a metrics JSONL file (a torn last line, from a kill, is skipped)."""
-    records = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                records.append(json.loads(line))
-            except (json.JSONDecodeError, RecursionError):
+    """The records of a metrics JSONL file, in order; lines that are not records are skipped
+    (see the module docstring). A missing file, or one that is not a regular file, has none."""
+    path = Path(path)
+    try:
+        f = open(path, "rb", opener=_open_nonblocking)
+    except (FileNotFoundError, IsADirectoryError):
+        return []
+    records, skipped = [], []
+    with f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            _log.warning("addnorm: %s is not a regular file; read as no metrics", path)
+            return []
+        for number in itertools.count(1):
+            line = f.readline(MAX_LINE_BYTES + 1)
+            if not line:
+                break
+            if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+                while (block := f.readline(MAX_LINE_BYTES)) and not block.endswith(b"\n"):
+                    pass
+                skipped.append((number, f"longer than {MAX_LINE_BYTES} bytes"))
                 continue
+            record, why = _parse_record(line)
+            if record is not None:
+                records.append(record)
+            elif line.endswith(b"\n") or f.peek(1):  # (a torn last line: a kill, quietly)
+                skipped.append((number, why))
+    if skipped:
+        number, why = skipped[0]
+        _log.warning(
+            "addnorm: %s: skipped %d line(s) that are not metrics records (line %d: %s)",
+            path, len(skipped), number, why,
+        )
     return records
+
+
+def _parse_record(line: bytes) -> tuple[dict | None, str]:
+    """The record a line holds, or None and why not."""
+    try:
+        record = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        return None, f"not UTF-8 ({err.reason} at byte {err.start})"
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        return None, "not JSON"
+    if not isinstance(record, dict):
+        return None, "not a JSON object"
+    step = record.get("step")
+    if type(step) is not int or step < 0:
+        return None, f"step {step!r} is not an int >= 0"
+    for key in ("loss", "lr"):
+        if type(record.get(key)) not in (int, float):
+            return None, f"{key} {record.get(key)!r} is not a number"
+    return record, ""
+
+
+def _open_nonblocking(path: str, flags: int) -> int:
+    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
 
 
 def plot_loss_curve(

@@ -13,10 +13,23 @@ A run folder (``addnorm train --out``, the demo's ``runs/translate`` and ``runs/
 While a run writes, ``addnorm-run.lock`` holds the writer's pid, host and process start time.
 It is created with ``O_CREAT | O_EXCL``, so of two writers exactly one gets it; the other gets
 ``RunDirError`` naming the holder. A lock whose process is gone (its pid no longer runs on
-this host, or now runs a later process) is taken over, with a warning logged (which reaches
-stderr when the application has not configured logging). So is an empty lock file older than
-``ABANDONED_EMPTY_LOCK_S``: a writer killed between creating the file and writing its record
-(microseconds apart) leaves one; a damaged non-empty lock is never taken over.
+this host, or now runs a later process, or is no pid a process can have: not an int from 1 to
+2**31 - 1) is taken over, with a warning logged (which reaches stderr when the application
+has not configured logging). So is an empty lock file older than ``ABANDONED_EMPTY_LOCK_S``: a
+writer killed between creating the file and writing its record (microseconds apart) leaves
+one. Two kinds of lock are never taken over, and the error says how to clear them:
+
+- a lock naming another host: from here addnorm cannot tell whether that process still runs
+  (a container that was killed leaves one behind, and the next container has another host
+  name). If no run writes to the folder any more, delete the lock file and start again.
+- a damaged lock (not empty, yet not a record addnorm writes): someone else's file. Delete
+  it after checking that no addnorm run writes there.
+
+A lock file (like the marker) is read only if it is a regular file of at most
+``MAX_LOCK_BYTES``; anything else there is refused, naming the file to delete.
+``RunLock(run_dir, reentrant=True)`` (the ``addnorm train`` command's, taken before it says
+anything) lets a nested ``RunLock`` of the same folder in this process pass through while it
+is held; a plain ``RunLock`` never does, so one process cannot write a folder twice.
 """
 
 from __future__ import annotations
@@ -27,13 +40,20 @@ import logging
 import os
 import socket
 from pathlib import Path
+from typing import TypeGuard
 
-from addnorm.training.checkpoint import delete_checkpoints, write_file_atomic
+from addnorm.training.checkpoint import (
+    NotARegularFile,
+    delete_checkpoints,
+    read_regular_file,
+    write_file_atomic,
+)
 
 __all__ = [
     "ABANDONED_EMPTY_LOCK_S",
     "LOCK",
     "MARKER",
+    "MAX_LOCK_BYTES",
     "RUN_FILES",
     "RunDirError",
     "RunLock",
@@ -47,6 +67,11 @@ __all__ = [
 MARKER = "addnorm-run.json"
 LOCK = "addnorm-run.lock"
 ABANDONED_EMPTY_LOCK_S = 10.0
+MAX_LOCK_BYTES = 4096  # a record is about 120 bytes; a larger file is damaged
+_MAX_MARKER_BYTES = 4096  # a marker is about 60 bytes
+_MAX_PID = 2**31 - 1  # pid_t is a signed 32-bit int
+# Lock files held by a RunLock(reentrant=True) of this process: resolved path -> record.
+_LENT: dict[Path, str] = {}
 # What a run writes besides the marker (samples.png: the dit demo's grid).
 RUN_FILES = ("checkpoints", "metrics.jsonl", "metrics.json", "loss.png", "samples.png")
 _FORMAT = "addnorm-run"
@@ -62,8 +87,8 @@ class RunDirError(Exception):
 def read_marker(run_dir: str | os.PathLike) -> dict | None:
     """The run marker of ``run_dir`` (``{"format", "version", "task"}``), or None if it has
     none or the file there is not one addnorm wrote."""
-    try:
-        data = json.loads((Path(run_dir) / MARKER).read_text(encoding="utf-8"))
+    try:  # (a regular file, read bounded: never a FIFO's wait or /dev/zero's endless bytes)
+        data = json.loads(read_regular_file(Path(run_dir) / MARKER, _MAX_MARKER_BYTES))
     except (OSError, ValueError, RecursionError):  # (RecursionError: nested absurdly deep)
         return None
     ours = isinstance(data, dict) and data.get("format") == _FORMAT
@@ -122,12 +147,9 @@ def check_unlocked(run_dir: str | os.PathLike) -> None:
     """Raise ``RunDirError`` naming the holder if a live process holds ``run_dir``'s lock (a
     stale lock passes: taking the lock will take it over)."""
     path = Path(run_dir) / LOCK
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    text = _read_lock(path)
+    if text is None:
         return
-    except OSError as err:
-        raise RunDirError(f"cannot read the lock file {path}: {err.strerror or err}") from None
     holder = _parse_lock(text)
     if not _is_taken_over(path, text, holder):
         raise RunDirError(_busy_message(path, holder))
@@ -136,10 +158,12 @@ def check_unlocked(run_dir: str | os.PathLike) -> None:
 class RunLock:
     """The exclusive lock of one run folder: ``with RunLock(run_dir): ...`` takes it (making
     the folder if needed) or raises ``RunDirError`` naming the holder, and gives it back on
-    every way out of the block."""
+    every way out of the block. With ``reentrant=True``, a nested ``RunLock`` of the same
+    folder in this process passes through (holding nothing) while this one is held."""
 
-    def __init__(self, run_dir: str | os.PathLike) -> None:
+    def __init__(self, run_dir: str | os.PathLike, *, reentrant: bool = False) -> None:
         self.path = Path(run_dir) / LOCK
+        self.reentrant = reentrant
         self._text: str | None = None
 
     def __enter__(self) -> RunLock:
@@ -152,6 +176,9 @@ class RunLock:
     def acquire(self) -> None:
         """Create the lock file, taking over a stale one; raise ``RunDirError`` if it is held."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        lent = _LENT.get(self.path.resolve())
+        if lent is not None and _read_lock(self.path) == lent:
+            return  # held by an enclosing reentrant lock of this process
         text = json.dumps(_holder_record())
         for _ in range(3):
             try:
@@ -164,6 +191,8 @@ class RunLock:
             finally:
                 os.close(fd)
             self._text = text
+            if self.reentrant:
+                _LENT[self.path.resolve()] = text
             return
         raise RunDirError(_busy_message(self.path, None))
 
@@ -171,18 +200,19 @@ class RunLock:
         """Remove the lock file if this lock still holds it."""
         if self._text is None:
             return
+        if self.reentrant:
+            _LENT.pop(self.path.resolve(), None)
         try:
-            if self.path.read_text(encoding="utf-8") == self._text:
+            if _read_lock(self.path) == self._text:
                 self.path.unlink()
-        except OSError:
+        except (OSError, RunDirError):  # replaced meanwhile: not ours to remove
             pass
         self._text = None
 
     def _take_over_if_stale(self) -> None:
         """Remove the existing lock file if its holder is gone, else raise ``RunDirError``."""
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:  # released meanwhile: try again
+        text = _read_lock(self.path)
+        if text is None:  # released meanwhile: try again
             return
         holder = _parse_lock(text)
         if not _is_taken_over(self.path, text, holder):
@@ -192,17 +222,37 @@ class RunLock:
             os.rename(self.path, aside)
         except FileNotFoundError:  # another process took it over first
             return
-        if aside.read_text(encoding="utf-8") != text:  # a fresh lock, taken meanwhile
+        if _read_lock(aside) != text:  # a fresh lock, taken meanwhile
             os.rename(aside, self.path)
-            raise RunDirError(_busy_message(self.path, _parse_lock(self.path.read_text())))
+            raise RunDirError(_busy_message(self.path, _parse_lock(_read_lock(self.path) or "")))
         aside.unlink()
         if holder is None:
             _log.warning("addnorm: took over the abandoned empty lock %s", self.path)
             return
         _log.warning(
-            "addnorm: took over the stale lock %s (pid %d on %s, since %s, is no longer running)",
-            self.path, holder["pid"], holder["host"], holder.get("since", "?"),
+            "addnorm: took over the stale lock %s (pid %s on %s, since %s, %s)",
+            self.path, _shown(holder.get("pid")), _shown(holder["host"]),
+            _shown(holder.get("since", "?")),
+            "is no longer running" if _valid_pid(holder.get("pid")) else "names no process",
         )
+
+
+def _read_lock(path: Path) -> str | None:
+    """The text of the lock file ``path`` (undecodable bytes replaced), or None if there is
+    none; ``RunDirError`` if it cannot be read, or is not a regular file of at most
+    ``MAX_LOCK_BYTES`` (a folder, a FIFO, /dev/zero: never waited on or read whole)."""
+    try:
+        data = read_regular_file(path, MAX_LOCK_BYTES)
+    except FileNotFoundError:
+        return None
+    except NotARegularFile as err:
+        raise RunDirError(
+            f"the lock file {path} is {err}; if no addnorm run writes to {path.parent}, "
+            "delete it and try again"
+        ) from None
+    except OSError as err:
+        raise RunDirError(f"cannot read the lock file {path}: {err.strerror or err}") from None
+    return data.decode("utf-8", errors="replace")
 
 
 def _holder_record() -> dict:
@@ -215,19 +265,22 @@ def _holder_record() -> dict:
 
 
 def _parse_lock(text: str) -> dict | None:
-    """The holder a lock file names, or None if it is not a complete lock record."""
+    """The holder a lock file names (a JSON object with a string ``host``; its ``pid`` is
+    judged by ``_is_stale``), or None if it is not a lock record (empty or damaged)."""
+    if len(text) > MAX_LOCK_BYTES:
+        return None
     try:
         holder = json.loads(text)
     except (ValueError, RecursionError):
         return None
-    if (
-        isinstance(holder, dict)
-        and isinstance(holder.get("pid"), int)
-        and holder["pid"] > 0
-        and isinstance(holder.get("host"), str)
-    ):
+    if isinstance(holder, dict) and "pid" in holder and isinstance(holder.get("host"), str):
         return holder
     return None
+
+
+def _valid_pid(pid: object) -> TypeGuard[int]:
+    """Whether ``pid`` is one a process can have (an int from 1 to 2**31 - 1)."""
+    return type(pid) is int and 0 < pid <= _MAX_PID
 
 
 def _is_taken_over(path: Path, text: str, holder: dict | None) -> bool:
@@ -245,11 +298,13 @@ def _is_taken_over(path: Path, text: str, holder: dict | None) -> bool:
 
 
 def _is_stale(holder: dict) -> bool:
-    """Whether the lock's process is gone: same host, and its pid is not running or now runs a
-    process started at another time (pid reuse)."""
+    """Whether the lock's process is gone: same host, and its pid is no pid a process can
+    have, is not running, or now runs a process started at another time (pid reuse)."""
     if holder["host"] != socket.gethostname():
         return False  # cannot tell: assume it runs
-    pid = holder["pid"]
+    pid = holder.get("pid")
+    if not _valid_pid(pid):
+        return True  # no process here has it: no addnorm wrote it, none holds it
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -274,17 +329,37 @@ def _process_start(pid: int) -> str | None:
 
 
 def _busy_message(path: Path, holder: dict | None) -> str:
+    """One line: the folder, who holds it, and how to clear a lock addnorm cannot judge."""
     if holder is None:
-        who = f"its lock file {path} is empty or damaged: delete it if no addnorm run writes there"
-    else:
-        who = (
-            f"pid {holder['pid']} on host {holder['host']}, since {holder.get('since', '?')}; "
-            f"lock file {path}"
+        return (
+            f"{path.parent} cannot be used: its lock file {path} is empty or damaged (not a "
+            "lock record addnorm writes); if no addnorm run writes there, delete "
+            f"{path} and try again"
+        )
+    who = (
+        f"pid {_shown(holder.get('pid'))} on host {_shown(holder['host'])}, since "
+        f"{_shown(holder.get('since', '?'))}"
+    )
+    if holder["host"] != socket.gethostname():
+        return (
+            f"{path.parent} is in use by another addnorm run ({who}; addnorm cannot check a "
+            f"process on another host); wait for it to end or choose another folder; if no "
+            f"run writes there any more (e.g. its container was stopped), delete {path} and "
+            "try again"
         )
     return (
-        f"{path.parent} is in use by another addnorm run ({who}); wait for it to end or "
-        "choose another folder"
+        f"{path.parent} is in use by another addnorm run ({who}; lock file {path}); wait for "
+        "it to end or choose another folder"
     )
+
+
+def _shown(value: object, limit: int = 64) -> str:
+    """A lock record's value for a one-line message: at most ``limit`` characters, quoted
+    when it holds characters that are not printable (a newline would break the line)."""
+    text = value if isinstance(value, str) else json.dumps(value)
+    if len(text) > limit:
+        text = text[:limit] + "..."
+    return text if text.isprintable() else repr(text)
 
 
 def _list(names: list[str], limit: int = 6) -> str:

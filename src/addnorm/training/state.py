@@ -15,6 +15,7 @@ import torch
 
 __all__ = [
     "capture_rng",
+    "check_optimizer_parts",
     "optimizer_from_parts",
     "optimizer_to_parts",
     "restore_rng",
@@ -47,18 +48,14 @@ def optimizer_from_parts(
 
     JSON turns tuples (AdamW's ``betas``) into lists; they are turned back into the type the
     optimizer's own param groups use.
+
+    Raises ValueError, naming the tensor or entry, before anything is loaded if the parts do not
+    fit ``optimizer``: another number of groups or of parameters in a group, a state entry for
+    a parameter that is not there, a tensor that is missing, or one whose shape is not its
+    parameter's (``step``: a scalar). torch would load a wrong shape and fail, or broadcast,
+    only inside a later step.
     """
-    state = {}
-    for param_id, entry in skeleton["state"].items():
-        state[int(param_id)] = {
-            name: tensors[item["tensor"]] if "tensor" in item else item["value"]
-            for name, item in entry.items()
-        }
-    if len(skeleton["param_groups"]) != len(optimizer.param_groups):
-        raise ValueError(
-            f"checkpoint has {len(skeleton['param_groups'])} param groups, "
-            f"the optimizer {len(optimizer.param_groups)}"
-        )
+    state = _checked_state(optimizer, tensors, skeleton)
     groups = []
     for saved, current in zip(skeleton["param_groups"], optimizer.param_groups, strict=True):
         group = dict(saved)
@@ -67,6 +64,89 @@ def optimizer_from_parts(
                 group[key] = tuple(group[key])
         groups.append(group)
     optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def check_optimizer_parts(
+    optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], skeleton: dict
+) -> None:
+    """Raise ValueError (naming the tensor or entry) unless ``optimizer_from_parts`` would
+    load these parts into ``optimizer``; loads nothing (``optimizer``'s parameters may live on
+    the meta device: only their shapes are read)."""
+    _checked_state(optimizer, tensors, skeleton)
+
+
+def _checked_state(
+    optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], skeleton: dict
+) -> dict[int, dict]:
+    """The optimizer state the parts describe, by parameter id, after checking every entry."""
+    params = _saved_params(optimizer, skeleton)
+    state_skeleton = skeleton.get("state")
+    if not isinstance(state_skeleton, dict):
+        raise ValueError("the optimizer skeleton's 'state' must be an object")
+    return {
+        int(param_id): _param_state(param_id, entry, params, tensors)
+        for param_id, entry in state_skeleton.items()
+    }
+
+
+def _saved_params(optimizer: torch.optim.Optimizer, skeleton: dict) -> dict[str, torch.Tensor]:
+    """The optimizer's parameters by the ids the skeleton's groups give them (torch pairs a
+    saved group's ids with the current group's parameters by position)."""
+    saved_groups = skeleton.get("param_groups") if isinstance(skeleton, dict) else None
+    if not isinstance(saved_groups, list) or not all(isinstance(g, dict) for g in saved_groups):
+        raise ValueError("the optimizer skeleton's 'param_groups' must be a list of objects")
+    if len(saved_groups) != len(optimizer.param_groups):
+        raise ValueError(
+            f"checkpoint has {len(saved_groups)} param groups, "
+            f"the optimizer {len(optimizer.param_groups)}"
+        )
+    params = {}
+    pairs = zip(saved_groups, optimizer.param_groups, strict=True)
+    for number, (saved, current) in enumerate(pairs):
+        ids = saved.get("params")
+        if not isinstance(ids, list) or not all(type(i) is int for i in ids):
+            raise ValueError(f"param group {number}'s 'params' must be a list of ints")
+        if len(ids) != len(current["params"]):
+            raise ValueError(
+                f"param group {number} has {len(ids)} parameters in the checkpoint, "
+                f"{len(current['params'])} in the optimizer"
+            )
+        for saved_id, param in zip(ids, current["params"], strict=True):
+            params[str(saved_id)] = param
+    return params
+
+
+def _param_state(
+    param_id: str, entry: object, params: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor]
+) -> dict:
+    """One parameter's optimizer state from its skeleton ``entry``, each tensor checked against
+    the parameter's shape (``step`` against a scalar's)."""
+    if param_id not in params:
+        raise ValueError(f"optimizer state for parameter {param_id}, which no param group has")
+    if not isinstance(entry, dict):
+        raise ValueError(f"optimizer state of parameter {param_id} must be an object")
+    param, state = params[param_id], {}
+    for name, item in entry.items():
+        if not isinstance(item, dict) or not ({"tensor"} == set(item) or {"value"} == set(item)):
+            raise ValueError(
+                f'optimizer state {param_id}.{name} must be {{"tensor": key}} or {{"value": v}}'
+            )
+        if "value" in item:
+            state[name] = item["value"]
+            continue
+        key = item["tensor"]
+        if not isinstance(key, str) or key not in tensors:
+            raise ValueError(f"optimizer tensor {key!r} ({param_id}.{name}) is missing")
+        tensor = tensors[key]
+        expected = torch.Size([]) if name == "step" else param.shape
+        if tensor.shape != expected:
+            raise ValueError(
+                f"optimizer tensor {key!r} has shape {tuple(tensor.shape)}, expected "
+                f"{tuple(expected)} (" + ("a scalar" if name == "step" else "its parameter's")
+                + ")"
+            )
+        state[name] = tensor
+    return state
 
 
 def seed_everything(seed: int) -> None:

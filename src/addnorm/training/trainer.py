@@ -58,19 +58,32 @@ from tqdm.auto import tqdm
 
 from addnorm.data.batches import RankShard
 from addnorm.training import distributed
-from addnorm.training.checkpoint import LoadedCheckpoint, list_checkpoints, save_checkpoint
+from addnorm.training.checkpoint import (
+    CheckpointError,
+    LoadedCheckpoint,
+    list_checkpoints,
+    save_checkpoint,
+)
 from addnorm.training.config import TrainConfig
 from addnorm.training.ema import EMA
 from addnorm.training.metrics import MetricsLog
 from addnorm.training.schedules import LRSchedule
 from addnorm.training.state import (
     capture_rng,
+    check_optimizer_parts,
     optimizer_from_parts,
     optimizer_to_parts,
     restore_rng,
 )
 
-__all__ = ["STOP_SIGNALS", "BatchSource", "Trainer", "TrainResult", "make_optimizer"]
+__all__ = [
+    "STOP_SIGNALS",
+    "BatchSource",
+    "Trainer",
+    "TrainResult",
+    "check_checkpoint_fits",
+    "make_optimizer",
+]
 
 # The signals that stop training cleanly, and the ``stopped_by`` each gives.
 STOP_SIGNALS = {signal.SIGINT: "interrupt", signal.SIGTERM: "terminate"}
@@ -137,6 +150,67 @@ def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
     )
 
 
+def check_checkpoint_fits(
+    model: nn.Module,
+    config: TrainConfig,
+    checkpoint: LoadedCheckpoint,
+    *,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> None:
+    """Raise ``CheckpointError`` naming the file and the tensor of ``checkpoint`` that does not
+    fit ``model`` trained with ``config`` (its weights, EMA and optimizer state: names and
+    shapes), loading nothing. ``model`` may live on the meta device (the CLI checks a resume
+    so before it builds anything); ``optimizer``: the one in use (default: a fresh
+    ``make_optimizer``, whose parameter order is the same)."""
+    own = {  # (sharded: DTensors, whose shapes are the whole tensors')
+        name.replace("_checkpoint_wrapped_module.", ""): value
+        for name, value in model.state_dict().items()
+    }
+    for stem in ("model", "ema") if config.ema_decay > 0 else ("model",):
+        if stem not in checkpoint.tensors:
+            raise CheckpointError(f"{checkpoint.path} has no {stem}.safetensors")
+        with _refusing(checkpoint.path / f"{stem}.safetensors"):
+            _check_shapes(stem, own, checkpoint.tensors[stem])
+    with _refusing(checkpoint.path / "optimizer.safetensors"):
+        check_optimizer_parts(
+            optimizer or make_optimizer(model, config),
+            checkpoint.tensors["optimizer"],
+            checkpoint.state["optimizer"],
+        )
+
+
+@contextlib.contextmanager
+def _refusing(path: Path):
+    """Turn what loading a checkpoint's part raises (a tensor that does not fit, an entry that
+    is missing or of the wrong type) into one ``CheckpointError`` line naming ``path``."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if isinstance(err, KeyError):
+            reason = f"no entry {reason}"
+        raise CheckpointError(f"{path} does not fit this run: {reason}") from None
+
+
+def _check_shapes(
+    what: str, expected: dict[str, torch.Tensor], got: dict[str, torch.Tensor]
+) -> None:
+    """Raise ValueError naming the first tensor of ``got`` whose shape (or presence) differs
+    from ``expected``'s (``load_state_dict`` alone would broadcast an EMA copy)."""
+    missing = sorted(set(expected) - set(got))
+    unexpected = sorted(set(got) - set(expected))
+    if missing or unexpected:
+        raise ValueError(
+            f"{what} tensors differ: missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
+    for name, tensor in got.items():
+        if tensor.shape != expected[name].shape:
+            raise ValueError(
+                f"{what} tensor {name!r} has shape {tuple(tensor.shape)}, expected "
+                f"{tuple(expected[name].shape)}"
+            )
+
+
 class Trainer:
     """Trains ``model`` (already on its device) with ``loss_fn`` on ``batches``.
 
@@ -194,19 +268,29 @@ class Trainer:
         self._phase = "idle"  # "forward", "update" or "idle": see the module docstring
 
     def load(self, checkpoint: LoadedCheckpoint) -> None:
-        """Continue from ``checkpoint``: weights, optimizer, EMA, step, RNG and data order."""
-        distributed.load_full_model_state(self.model, checkpoint.tensors["model"])
-        optimizer_from_parts(
-            self._optimizer_view,  # type: ignore[arg-type]  # an optimizer's state interface
-            checkpoint.tensors["optimizer"],
-            checkpoint.state["optimizer"],
-        )
+        """Continue from ``checkpoint``: weights, optimizer, EMA, step, RNG and data order.
+
+        Raises ``CheckpointError`` naming the file (and the tensor or entry) whose contents do
+        not fit this trainer (a tensor of another shape, a missing entry), before training; the
+        manifest's hashes catch damage, this catches a checkpoint resealed after editing, or
+        one of another model. The shapes are checked before anything is loaded."""
+        check_checkpoint_fits(self.model, self.config, checkpoint, optimizer=self.optimizer)
+        tensors = checkpoint.tensors
+        with _refusing(checkpoint.path / "model.safetensors"):
+            distributed.load_full_model_state(self.model, tensors["model"])
+        with _refusing(checkpoint.path / "optimizer.safetensors"):
+            optimizer_from_parts(
+                self._optimizer_view,  # type: ignore[arg-type]  # an optimizer's state interface
+                tensors["optimizer"],
+                checkpoint.state["optimizer"],
+            )
         if self.ema is not None:
-            if "ema" not in checkpoint.tensors:
-                raise ValueError(f"{checkpoint.path} has no EMA weights but ema_decay > 0")
-            self.ema.load_state_dict(checkpoint.tensors["ema"])
-        self.batches.load_state_dict(checkpoint.state["data"])
-        restore_rng(checkpoint.tensors["rng"], checkpoint.state["rng"])
+            with _refusing(checkpoint.path / "ema.safetensors"):
+                self.ema.load_state_dict(tensors["ema"])
+        with _refusing(checkpoint.path / "state.json"):
+            self.batches.load_state_dict(checkpoint.state["data"])
+        with _refusing(checkpoint.path / "rng.safetensors"):
+            restore_rng(tensors["rng"], checkpoint.state["rng"])
         self.step = checkpoint.step
         self.elapsed_s = float(checkpoint.state.get("elapsed_s", 0.0))
         self._resumed_from = checkpoint.step
