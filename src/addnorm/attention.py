@@ -13,6 +13,13 @@ combined by :mod:`addnorm.attention_mask`, which this module re-exports. A query
 see no key at all (every key padding, say) gets zero attention weights and a zero output,
 never NaN, on every path: SDPA's handling of such rows differs between backends, so they are
 opened before the kernel and zeroed after it.
+
+Keys that no query may attend (padding keys among them) are zeroed before the kernel with
+``torch.where``: a kernel multiplies masked weights by their values (``0 * NaN = NaN``) and adds
+the mask to their scores (``-inf + NaN = NaN``), so NaN or inf held by padding would otherwise
+reach every real query. Cross-attention zeroes the memory's padding rows before projecting
+them, so no gradient (inputs' or weights') sees those values either; self-attention zeroes the
+projected keys and values only, since padding queries keep their own outputs (as torch.nn's).
 """
 
 from __future__ import annotations
@@ -54,6 +61,43 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """(B, H, L, Dh) -> (B, L, D), the Concat of the paper."""
     batch, n_heads, length, d_head = x.shape
     return x.transpose(1, 2).reshape(batch, length, n_heads * d_head)  # (B, L, D)
+
+
+def _writes_at_slots(cache: KVCache | None) -> bool:
+    """Whether x's keys go to a compiled static cache's slots rather than after the last key.
+
+    There the mask does not say which of its columns are x's, so they are not zeroed: a
+    model's compiled decoding step writes no padding (its new tokens are real, see
+    ``DecodingCache.extend(None, n)``), and the slots not yet written hold the zeros the
+    cache starts with. Every other write stores zeroed padding keys.
+    """
+    return cache is not None and cache.static and torch.compiler.is_compiling()
+
+
+def _plain_linear(module: nn.Module) -> bool:
+    """Whether calling ``module`` runs ``nn.Linear.forward`` and nothing else: a plain Linear
+    (no adapter, wrapper or parametrization in its place) with no hook of any kind, its own
+    or global (the condition of ``nn.Module.__call__``'s own fast path)."""
+    registry = torch.nn.modules.module
+    return type(module) is nn.Linear and not (
+        module._forward_hooks or module._forward_pre_hooks
+        or module._backward_hooks or module._backward_pre_hooks
+        or registry._global_forward_hooks or registry._global_forward_pre_hooks
+        or registry._global_backward_hooks or registry._global_backward_pre_hooks
+    )
+
+
+def hidden_keys(mask: AttentionMask) -> torch.Tensor | None:
+    """True where a key is visible to no query of its row (padding keys among them); None
+    when every key is visible. Rows that see no key (opened for the kernel) do not count.
+
+    Shapes:
+        returns: (B|1, H|1, S, 1) bool
+    """
+    if mask.allowed is None:
+        return None
+    live = mask.allowed if mask.dead is None else mask.allowed & ~mask.dead  # (B|1, H|1, L|1, S)
+    return ~live.any(dim=-2).unsqueeze(-1)  # (B|1, H|1, S, 1)
 
 
 class MultiHeadAttention(nn.Module):
@@ -152,7 +196,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 "pass either a prebuilt mask or padding_mask / attend_mask / causal, not both"
             )
-        q, k, v = self._project(x, memory, cache, positions, mask.packing)
+        q, k, v = self._project(x, memory, cache, positions, mask)
         return self._attend(q, k, v, mask)
 
     def forward_with_weights(
@@ -176,7 +220,7 @@ class MultiHeadAttention(nn.Module):
             returns: output (B, L, D), weights (B, H, L, S)
         """
         mask = self._checked_mask(x, memory, cache, padding_mask, attend_mask, causal)
-        q, k, v = self._project(x, memory, cache, positions)
+        q, k, v = self._project(x, memory, cache, positions, mask)
         return self._attend_with_weights(q, k, v, mask)
 
     def _checked_mask(
@@ -220,22 +264,25 @@ class MultiHeadAttention(nn.Module):
         memory: torch.Tensor | None,
         cache: KVCache | None,
         positions: torch.Tensor | None,
-        packing: Packing | None = None,
+        mask: AttentionMask,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per-head queries, keys and values (keys/values include the cached ones).
 
-        Self-attention uses the fused ``in_proj``; cross-attention its q rows on x and its
-        k, v rows on ``memory`` (skipped once a cross-attention cache holds them). With a
-        ``packing``, x is packed (1, N, D) and its projections are unpacked for the kernel.
+        Self-attention uses the fused ``in_proj``; cross-attention calls it (through
+        ``__call__``, so hooks and adapters see it) on x, keeping the q columns, and on the
+        memory, keeping the k, v columns (not once a cross-attention cache holds them). With
+        ``mask.packing``, x is packed (1, N, D) and its projections are unpacked for the kernel.
+        Keys no query may attend come back as zeros (see the module docstring).
 
         Shapes:
             x: (B, L, D); memory: (B, S, D); positions: (L,) or (B, L)
             returns: q (B, H, L, Dh), k (B, H, S, Dh), v (B, H, S, Dh)
         """
-        if packing is not None:  # x packed: (1, N, D)
+        if mask.packing is not None:  # x packed: (1, N, D); padding left out, unpacked as zeros
             if memory is not None or cache is not None:
                 raise ValueError("a packed mask is for uncached self-attention only")
-            return self._unpacked_heads(self.in_proj(x), packing, positions)
+            return self._unpacked_heads(self.in_proj(x), mask.packing, positions)
+        hidden = hidden_keys(mask)  # (B|1, H|1, S, 1) or None
         if memory is None:
             qkv = split_heads(self.in_proj(x), 3 * self.n_heads)  # (B, 3H, L, Dh)
             qk, v = qkv.split([2 * self.n_heads, self.n_heads], dim=1)  # (B, 2H | H, L, Dh)
@@ -245,20 +292,39 @@ class MultiHeadAttention(nn.Module):
                 offset = 0 if cache is None or cache.static else cache.length  # static: positions
                 qk = self.rotary(qk, offset=offset, positions=positions)  # (B, 2H, L, Dh)
             q, k = qk.split(self.n_heads, dim=1)  # (B, H, L, Dh) each
+            if hidden is not None and not _writes_at_slots(cache):  # x's keys: the last L
+                new = hidden[..., hidden.shape[-2] - k.shape[2] :, :]  # (B|1, H|1, L, 1)
+                k, v = k.masked_fill(new, 0.0), v.masked_fill(new, 0.0)  # cached zeroed too
             if cache is not None:
                 k, v = cache.append(k, v)  # (B, H, S, Dh), S = cached + L
             return q, k, v
-        w_q, w_kv = self.in_proj.weight.split([self.d_model, 2 * self.d_model])
-        bias = self.in_proj.bias
-        b_q, b_kv = (None, None) if bias is None else bias.split([self.d_model, 2 * self.d_model])
-        q = split_heads(F.linear(x, w_q, b_q), self.n_heads)  # (B, H, L, Dh)
+        q = split_heads(self._cross_projection(x, "q"), self.n_heads)  # (B, H, L, Dh)
         if cache is not None and cache.length > 0:  # memory's keys/values computed at start
             return q, *cache.view()
-        k, v = F.linear(memory, w_kv, b_kv).chunk(2, dim=-1)  # (B, S, D) each
+        if hidden is not None:  # memory rows no query reads: zeros, in values and gradients
+            memory = memory.masked_fill(hidden.all(dim=1), 0.0)  # (B, S, D)
+        k, v = self._cross_projection(memory, "kv").chunk(2, dim=-1)  # (B, S, D) each
         k, v = split_heads(k, self.n_heads), split_heads(v, self.n_heads)  # (B, H, S, Dh)
         if cache is not None:
             k, v = cache.append(k, v)
         return q, k, v
+
+    def _cross_projection(self, x: torch.Tensor, part: str) -> torch.Tensor:
+        """``in_proj``'s q columns (``part="q"``) or k, v columns (``"kv"``) of x.
+
+        Called through ``in_proj.__call__`` (so hooks fire and an adapter or wrapper put in
+        its place applies) and sliced; only where that call would run ``nn.Linear.forward``
+        and nothing else (:func:`_plain_linear`) are the rows of W multiplied directly, which
+        skips the 2 / 3 of the work the slice would drop (q) or 1 / 3 (kv).
+
+        Shapes:
+            x: (B, L, D); returns: (B, L, D) for "q", (B, L, 2D) for "kv"
+        """
+        columns = slice(None, self.d_model) if part == "q" else slice(self.d_model, None)
+        if not _plain_linear(self.in_proj):
+            return self.in_proj(x)[..., columns]  # (B, L, D | 2D)
+        bias = self.in_proj.bias
+        return F.linear(x, self.in_proj.weight[columns], None if bias is None else bias[columns])
 
     def _unpacked_heads(
         self, qkv: torch.Tensor, packing: Packing, positions: torch.Tensor | None
@@ -298,11 +364,16 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The explicit ``softmax(Q K^T / sqrt(Dh)) V``, returning the weights as well.
 
+        Computed in float32 (or wider) and rounded once to the inputs' dtype, as SDPA's CPU
+        and flash kernels accumulate: float16 scores overflow where the kernel's do not.
+
         Shapes:
             q: (B, H, L, Dh); k, v: (B, H, S, Dh)
             returns: output (B, L, D), weights (B, H, L, S)
         """
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)  # (B, H, L, S)
+        wide = torch.promote_types(q.dtype, torch.float32)  # float16 scores overflow at 65504
+        q, k = q.to(wide) / math.sqrt(self.d_head), k.to(wide)
+        scores = q @ k.transpose(-2, -1)  # (B, H, L, S)
         allowed = mask.allowed
         if mask.is_causal:
             allowed = causal_attend_mask(q.shape[2], k.shape[2], q.device)
@@ -312,8 +383,8 @@ class MultiHeadAttention(nn.Module):
         if mask.dead is not None:
             weights = weights.masked_fill(mask.dead, 0.0)
         p = self.dropout if self.training else 0.0
-        heads = F.dropout(weights, p=p, training=self.training) @ v  # (B, H, L, Dh)
-        return self._output(heads, mask), weights
+        heads = F.dropout(weights, p=p, training=self.training) @ v.to(wide)  # (B, H, L, Dh)
+        return self._output(heads.to(v.dtype), mask), weights.to(v.dtype)
 
     def _output(self, heads: torch.Tensor, mask: AttentionMask) -> torch.Tensor:
         if mask.dead is not None:

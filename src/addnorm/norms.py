@@ -18,16 +18,28 @@ only in which values the statistics ``mu, sigma^2`` are taken over:
 
 Padding positions are *not* zeroed: they are normalized with the same statistics as the real
 tokens, so every norm stays an elementwise affine map per (sample, feature) once its
-statistics are known. Downstream attention ignores padded keys anyway.
+statistics are known. Downstream attention ignores padded keys anyway. In BatchNorm and
+GroupNorm (the norms that read ``padding_mask``) the padding's values, NaN and inf included,
+reach neither the real outputs nor any gradient of the real outputs: they are selected out
+with ``torch.where`` (never multiplied by 0), and a padding output is computed with the
+statistics and affine parameters held constant, so its gradient flows to its own input only
+(padding outputs feed no real output downstream, so no loss on real outputs loses a term).
+LayerNorm and RMSNorm, which ignore the mask, keep padding out of the real outputs and their
+input gradients (each token is normalized alone) but not out of ``weight``'s gradient, a sum
+over every token of ``grad * x_hat`` (``0 * NaN``): keep padding finite for them, as for every
+position-wise Linear.
 
 Dtypes: the output has x's dtype whatever the parameters' dtype (a float32 norm applied to
 bfloat16 activations returns bfloat16), as in torch's norms. BatchNorm and GroupNorm take
 their statistics, and normalize, in ``torch.promote_types(x.dtype, torch.float32)``: a
 float16 variance overflows at 65504 (a feature with std 256), which would zero the output.
+For the same reason BatchNorm's running statistics stay float32 when the module is cast to
+float16 or bfloat16 (see :class:`BatchNorm`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import cast
 
 import torch
@@ -102,6 +114,47 @@ def _masked_var_mean(
     mean = torch.where(real, values, zero).sum(dim=dim, keepdim=True) / count
     centred = torch.where(real, values - mean, zero)
     return centred.square().sum(dim=dim, keepdim=True) / count, mean
+
+
+def _normalized(
+    h: torch.Tensor,
+    mean: torch.Tensor,
+    var: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    eps: float,
+) -> torch.Tensor:
+    """``weight * (h - mean) / sqrt(var + eps) + bias``, everything broadcasting against h.
+
+    Centred first, so a feature whose mean is large next to its spread loses nothing to
+    cancellation; the per-feature factor ``weight / sqrt(var + eps)`` is formed once.
+    """
+    return torch.addcmul(bias, h - mean, weight * torch.rsqrt(var + eps))
+
+
+def _normalized_with_padding(
+    h: torch.Tensor,
+    padding: torch.Tensor | None,
+    mean: torch.Tensor,
+    var: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    eps: float,
+) -> torch.Tensor:
+    """:func:`_normalized`, with the padding's values kept out of every gradient but their own.
+
+    Real positions are normalized from ``h`` with padding replaced by 0 (``torch.where``), so
+    NaN or inf there never enters a product in the backward pass (``0 * NaN = NaN``); padding
+    positions take the same formula with the statistics and parameters detached, so their
+    gradient reaches their own input and nothing else. ``padding`` (True = padding)
+    broadcasts against ``h``; None = no padding.
+    """
+    if padding is None:
+        return _normalized(h, mean, var, weight, bias, eps)
+    real_h = torch.where(padding, torch.zeros((), dtype=h.dtype, device=h.device), h)
+    real = _normalized(real_h, mean, var, weight, bias, eps)
+    held = _normalized(h, mean.detach(), var.detach(), weight.detach(), bias.detach(), eps)
+    return torch.where(padding, held, real)
 
 
 class LayerNorm(nn.Module):
@@ -205,11 +258,18 @@ class BatchNorm(nn.Module):
     mode empty input returns an empty tensor.
 
     Statistics and running statistics are computed in float32 for float16 / bfloat16 input (the
-    module docstring says why); the output has x's dtype.
+    module docstring says why); the output has x's dtype. The buffers ``running_mean`` and
+    ``running_var`` stay float32 when the module is cast to float16 or bfloat16 (``.half()``,
+    ``.to(dtype)``; they follow device moves and wider casts): the variance of finite float16
+    values reaches 65504**2, which a float16 buffer cannot hold, and ``nn.BatchNorm1d`` cast to
+    float16 does turn its running variance into inf after one batch with std ~810 (momentum
+    0.1). The rule: a running statistic is inf or NaN only if a batch statistic itself
+    overflows float32 (or the input holds inf/NaN at real positions). A float16 state dict
+    loads into them (converted).
 
     Padding positions in the output are normalized with the same statistics as real tokens.
-    Their values never enter the statistics (they are selected out, not multiplied by 0), but
-    keep them finite: a NaN there stays NaN in its own output and in the backward pass.
+    Their values never enter the statistics nor any gradient but their own (see the module
+    docstring), so NaN or inf there stays in their own outputs.
     """
 
     running_mean: torch.Tensor
@@ -229,6 +289,18 @@ class BatchNorm(nn.Module):
         self.register_buffer("running_var", torch.ones(self.d_model))
         self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
 
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> BatchNorm:
+        """``nn.Module._apply`` (``.to``, ``.half``, ``.cuda``, ...), with the running
+        statistics kept at float32 or wider: they follow the device, not a narrower dtype."""
+        before = {name: self._buffers[name] for name in ("running_mean", "running_var")}
+        super()._apply(fn, recurse)
+        for name, old in before.items():
+            new = self._buffers[name]
+            wide = _statistics_dtype(new.dtype) if new is not None else None
+            if old is not None and new is not None and wide != new.dtype:
+                self._buffers[name] = old.to(device=new.device, dtype=wide)
+        return self
+
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Normalize each feature with batch statistics (training) or running ones (eval).
 
@@ -244,8 +316,10 @@ class BatchNorm(nn.Module):
             mean, var = self._batch_statistics(h, padding_mask)
         else:
             mean, var = self.running_mean.to(wide), self.running_var.to(wide)
-        h_hat = (h - mean) / torch.sqrt(var + self.eps)
-        return (self.weight.to(wide) * h_hat + self.bias.to(wide)).to(x.dtype)
+        padding = None if padding_mask is None else padding_mask[..., None]  # (B, L, 1)
+        weight, bias = self.weight.to(wide), self.bias.to(wide)
+        y = _normalized_with_padding(h, padding, mean, var, weight, bias, self.eps)
+        return y.to(x.dtype)
 
     def _batch_statistics(
         self, x: torch.Tensor, padding_mask: torch.Tensor | None
@@ -323,9 +397,11 @@ class GroupNorm(nn.Module):
         seq = h if h.ndim == 3 else h.unsqueeze(1)  # (B, L, D), L = 1 for (B, D)
         groups = seq.unflatten(-1, (self.n_groups, -1))  # (B, L, G, D/G)
         mean, var = self._group_statistics(groups, padding_mask)
-        h_hat = (groups - mean) / torch.sqrt(var + self.eps)
-        y = self.weight.to(h.dtype) * h_hat.flatten(-2) + self.bias.to(h.dtype)  # (B, L, D)
-        return y.reshape(x.shape).to(x.dtype)  # back to (B, L, D) or (B, D)
+        padding = None if padding_mask is None else padding_mask[:, :, None, None]  # (B, L, 1, 1)
+        weight = self.weight.to(h.dtype).view(self.n_groups, -1)  # (G, D/G)
+        bias = self.bias.to(h.dtype).view(self.n_groups, -1)  # (G, D/G)
+        y = _normalized_with_padding(groups, padding, mean, var, weight, bias, self.eps)
+        return y.flatten(-2).reshape(x.shape).to(x.dtype)  # back to (B, L, D) or (B, D)
 
     def _group_statistics(
         self, groups: torch.Tensor, padding_mask: torch.Tensor | None
