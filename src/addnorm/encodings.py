@@ -48,6 +48,7 @@ from addnorm._checks import (
     check_tensor,
     must_check,
 )
+from addnorm._memory import check_fits
 
 __all__ = [
     "LAYOUTS",
@@ -79,6 +80,21 @@ def _frequencies(d_model: int, base: float, layout: str, device: torch.device) -
         return torch.exp(-math.log(base) / (half - 1) * j)
     two_i = torch.arange(0, d_model, 2, dtype=dtype, device=device)
     return base ** (-two_i / d_model)
+
+
+def check_table_size(name: str, rows: int, width: int, device: torch.device) -> None:
+    """Refuse, before allocating, a table of ``rows`` x ``width`` angles that cannot fit.
+
+    Its sines and cosines alone take ``rows * width`` values in :func:`angle_dtype`, and its
+    frequencies ``ceil(width / 2)`` more: when that exceeds the memory the device has in all
+    (:func:`addnorm._memory.device_memory`), no computation of it can succeed, and the
+    ValueError names ``name``'s value and the bound. Skipped while a graph is captured (no
+    host call there; such rows are a call's own, for tokens already in memory).
+    """
+    if torch.compiler.is_compiling():
+        return
+    n_bytes = (rows * width + (width + 1) // 2) * angle_dtype(device).itemsize
+    check_fits(f"{name} ({rows}) x width ({width}) of a sinusoid table", n_bytes, device)
 
 
 def table_holds(positions: torch.Tensor, table: torch.Tensor) -> bool:
@@ -155,10 +171,12 @@ def sinusoidal_encoding(
         pos = _check_positions_1d(positions)
         default_dtype = torch.float64 if pos.dtype == torch.float64 else torch.float32
         device = pos.device if device is None else torch.device(device)
+        check_table_size("positions", pos.shape[0], d_model, device)
     else:
         count = check_int("positions", positions, min_value=0)
         default_dtype = torch.float32
         device = torch.device("cpu" if device is None else device)
+        check_table_size("positions", count, d_model, device)
         pos = torch.arange(count, device=device)
     pos = pos.to(device=device, dtype=angle_dtype(device))  # (P,)
     freqs = _frequencies(d_model, base, layout, pos.device)
@@ -200,7 +218,9 @@ def relative_shift_matrix(
             "sine column of an odd d_model has no cosine partner, so no linear map shifts it"
         )
     dtype = check_dtype("dtype", dtype, floating=True)
-    wk = _frequencies(d_model, base, "interleaved", torch.device(device or "cpu")) * k
+    where = torch.device(device or "cpu")
+    check_fits(f"d_model ({d_model}) of a shift matrix", d_model * d_model * 8, where)
+    wk = _frequencies(d_model, base, "interleaved", where) * k
     cos, sin = wk.cos(), wk.sin()
     sin_rows = torch.arange(0, d_model, 2, device=wk.device)
     cos_rows = sin_rows + 1
@@ -247,6 +267,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.layout = check_choice("layout", layout, LAYOUTS)
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
         max_len = check_int("max_len", max_len, min_value=1)
+        check_table_size("max_len", max_len, self.d_model, torch.get_default_device())
         table = self._formula(max_len, torch.float32, torch.get_default_device())
         self.register_buffer("table", table, persistent=False)
 
@@ -272,6 +293,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         """
         length = check_int("length", length, min_value=0)
         if length > self.table.shape[0]:
+            check_table_size("length", length, self.d_model, self.table.device)
             self.table = self._formula(length, self.table.dtype, self.table.device)
 
     def _apply(

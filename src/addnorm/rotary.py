@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from addnorm._checks import check_float, check_int, check_positions, check_tensor, must_check
-from addnorm.encodings import angle_dtype, gather_rows, table_holds
+from addnorm.encodings import angle_dtype, check_table_size, gather_rows, table_holds
 
 __all__ = ["RotaryEmbedding", "rotate_half"]
 
@@ -73,6 +73,7 @@ class RotaryEmbedding(nn.Module):
             )
         self.base = check_float("base", base, min_value=1.0, min_inclusive=False)
         max_len = check_int("max_len", max_len, min_value=1)
+        check_table_size("max_len", max_len, self.d_head, torch.get_default_device())
         cos, sin = self._tables(torch.arange(max_len), torch.float32)
         self.register_buffer("cos_cached", cos, persistent=False)
         self.register_buffer("sin_cached", sin, persistent=False)
@@ -100,6 +101,7 @@ class RotaryEmbedding(nn.Module):
         """
         length = check_int("length", length, min_value=0)
         if length > self.cos_cached.shape[0]:
+            check_table_size("length", length, self.d_head, self.cos_cached.device)
             positions = torch.arange(length, device=self.cos_cached.device)
             self.cos_cached, self.sin_cached = self._tables(positions, self.cos_cached.dtype)
 

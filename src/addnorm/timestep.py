@@ -67,27 +67,69 @@ def _as_timesteps(timesteps: object, device: torch.device | None = None) -> torc
 _warned_unit_timesteps = False
 
 
-def _check_values(t: torch.Tensor, max_period: float) -> None:
-    """Reject non-finite timesteps; warn once when they look normalized to [0, 1].
+def _compute_dtype(t: torch.Tensor) -> torch.dtype:
+    """float64 for float64 timesteps, else float32 (the seed's)."""
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
 
-    Reads one bool or three back from the device (a host sync) for float timesteps, none for
-    integer ones; skipped entirely under ``torch.compile`` (no sync, no graph break).
+
+def _angle_limit(dtype: torch.dtype) -> float:
+    """The largest angle (and angle factor) accepted in ``dtype``: half its largest finite
+    value, a factor 2 to spare for the roundings of the two products ``(t * freq) * scale``
+    (each at most 1 + 2**-24 relative), so every computed angle is finite."""
+    return torch.finfo(dtype).max / 2
+
+
+def _highest_frequency(
+    dim: int, max_period: float, shift: float, dtype: torch.dtype = torch.float32
+) -> float:
+    """The largest of the frequencies ``exp(-ln(max_period) * k / (half - shift))``, k < half.
+
+    It is 1 (k = 0) when ``max_period >= 1``. A ``max_period`` below 1 makes the frequencies
+    grow with k; where the largest would overflow ``dtype``, a ValueError names the values.
+    """
+    half = dim // 2
+    exponent = max(0.0, -math.log(max_period) * (half - 1) / (half - shift))
+    if exponent > math.log(_angle_limit(dtype)):
+        raise ValueError(
+            f"max_period ({max_period:g}) with dim ({dim}) and downscale_freq_shift ({shift:g}) "
+            f"gives a highest frequency of exp({exponent:.6g}), beyond {dtype}'s range "
+            f"(ln of its max / 2 = {math.log(_angle_limit(dtype)):.6g}); a max_period >= 1 "
+            "keeps every frequency <= 1"
+        )
+    return math.exp(exponent)
+
+
+def _check_values(
+    t: torch.Tensor, max_period: float, freq: float = 0.0, scale: float = 1.0
+) -> None:
+    """Reject non-finite timesteps and ones whose angles ``t * freq * scale`` (``freq`` the
+    highest frequency) would overflow the compute dtype; warn once when they look
+    normalized to [0, 1].
+
+    Reads one to four values back from the device (a host sync) for float timesteps; none
+    for integer ones unless their dtype's range could overflow an angle; skipped entirely
+    under ``torch.compile`` (no sync, no graph break).
     """
     global _warned_unit_timesteps
-    if t.numel() == 0 or not t.is_floating_point() or torch.compiler.is_compiling():
+    if t.numel() == 0 or torch.compiler.is_compiling():
+        return
+    factor = freq * max(scale, 1.0)  # the largest |angle| per unit |t|, intermediates included
+    dtype = _compute_dtype(t)
+    limit = _angle_limit(dtype)
+    if not t.is_floating_point():
+        if torch.iinfo(t.dtype).max * factor > limit:  # only then can the values matter
+            _check_angles(float(t.double().abs().max()), freq, scale, limit, dtype)
         return
     t = t.double()
     look_for_unit = max_period >= 1000 and not _warned_unit_timesteps
-    if not look_for_unit:
-        if not bool(torch.isfinite(t).all()):
-            raise ValueError(f"timesteps must be finite, got {t[~torch.isfinite(t)][0].item()}")
-        return
-    finite, in_unit, fractional = torch.stack(
-        [torch.isfinite(t).all(), ((t >= 0) & (t <= 1)).all(), (t != t.round()).any()]
-    ).tolist()
-    if not finite:
+    flags = [torch.isfinite(t).all(), t.abs().max()]
+    if look_for_unit:
+        flags += [((t >= 0) & (t <= 1)).all(), (t != t.round()).any()]
+    read = torch.stack([f.double() for f in flags]).tolist()  # the host sync
+    if not read[0]:
         raise ValueError(f"timesteps must be finite, got {t[~torch.isfinite(t)][0].item()}")
-    if in_unit and fractional:
+    _check_angles(read[1], freq, scale, limit, dtype)
+    if look_for_unit and read[2] and read[3]:
         _warned_unit_timesteps = True
         warnings.warn(
             f"all timesteps lie in [0, 1] while max_period ({max_period:g}) >= 1000: most "
@@ -95,6 +137,17 @@ def _check_values(t: torch.Tensor, max_period: float) -> None:
             "or a smaller max_period. (Warned once per process.)",
             UserWarning,
             stacklevel=3,
+        )
+
+
+def _check_angles(
+    largest_t: float, freq: float, scale: float, limit: float, dtype: torch.dtype
+) -> None:
+    if largest_t * freq * max(scale, 1.0) > limit:
+        raise ValueError(
+            f"timesteps up to |t| = {largest_t:g} with scale ({scale:g}) and a highest "
+            f"frequency of {freq:g} give angles beyond the range of the compute dtype "
+            f"({dtype}, max / 2 = {limit:.4g}); use smaller timesteps or scale"
         )
 
 
@@ -138,13 +191,19 @@ def timestep_embedding(
         dim: output width; odd ``dim`` appends one zero column. Must leave
             ``dim // 2 > downscale_freq_shift`` (where diffusers would divide by 0 and return
             NaN, e.g. ``dim`` 2 or 3 with shift 1, this raises), so ``dim >= 2``.
-        max_period: sets the lowest frequency (~``1/max_period``); must be > 0.
+        max_period: sets the lowest frequency (~``1/max_period``); must be > 0. Below 1 the
+            frequencies grow with k instead; where the highest would overflow the compute
+            dtype (``exp(-ln(max_period) * (half-1) / (half-shift))`` > half its largest
+            value), this raises ValueError naming it.
         repeat_only: return ``t`` repeated ``dim`` times (``result[n, j] = t_n``, in t's
             dtype, as the seed's ``repeat(timesteps, 'b -> b d')``), no sinusoids; any
             ``dim >= 1`` is allowed then.
         flip_sin_to_cos: ``[cos | sin]`` (True, the seed/DiT order) or ``[sin | cos]``.
         downscale_freq_shift: exponent ``-ln(max_period) * k / (half - shift)``.
-        scale: multiplies the angles ``t * freq``; must be > 0.
+        scale: multiplies the angles ``t * freq``; must be > 0. Accepted where every angle
+            (and ``t * freq`` before it) stays within half the compute dtype's largest value,
+            so all are finite: ``max|t| * highest freq * max(scale, 1) <= finfo.max / 2``;
+            otherwise ValueError names the timesteps, ``scale`` and the frequency.
 
     Computed in float64 for float64 timesteps, else in float32, as the seed (bit for bit).
     Timestep values are not checked under ``torch.compile``.
@@ -164,7 +223,12 @@ def timestep_embedding(
         _check_values(t, 0.0)
         return t[:, None].repeat(1, dim)  # (N, dim)
     _half_width(dim, shift)
-    _check_values(t, max_period)
+    dtype = _compute_dtype(t)
+    if scale > _angle_limit(dtype):
+        raise ValueError(f"scale ({scale:g}) exceeds {dtype}'s range (max / 2 = "
+                         f"{_angle_limit(dtype):.4g}), in which the angles are computed")
+    freq = _highest_frequency(dim, max_period, shift, dtype)
+    _check_values(t, max_period, freq, scale)
     return _sinusoids(t, dim, max_period, flip_sin_to_cos, shift, scale)
 
 
@@ -216,6 +280,7 @@ class TimestepEmbedder(nn.Module):
         self.flip_sin_to_cos = check_bool("flip_sin_to_cos", flip_sin_to_cos)
         self.downscale_freq_shift = check_float("downscale_freq_shift", downscale_freq_shift)
         _half_width(self.d_freq, self.downscale_freq_shift)
+        _highest_frequency(self.d_freq, self.max_period, self.downscale_freq_shift)  # float32
         self.w1 = nn.Linear(self.d_freq, self.d_model)
         self.act = nn.SiLU()
         self.w2 = nn.Linear(self.d_model, self.d_model)

@@ -17,7 +17,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from addnorm.transformer.generation import GenerationConfig, StepFn, _apply_rules, _check_logits
+from addnorm._memory import check_fits
+from addnorm.transformer.generation import (
+    GenerationConfig,
+    LogitWatch,
+    StepFn,
+    _apply_rules,
+    _check_logits,
+)
 
 __all__ = ["beam_search"]
 
@@ -60,6 +67,9 @@ def beam_search(
     batch, vocab = logits.shape
     k, max_new, penalty = config.num_beams, config.max_new_tokens, config.length_penalty
     device = logits.device
+    # the finished hypotheses: B * K rows of max_new_tokens long ids, allocated up front
+    check_fits(f"max_new_tokens ({max_new}) with num_beams ({k}) and {batch} rows",
+               batch * k * max_new * 8, device)
     dtype = torch.promote_types(logits.dtype, torch.float32)
     is_stop = torch.zeros(vocab, dtype=torch.bool, device=device)
     is_stop[list(config.stop_ids)] = True
@@ -68,11 +78,16 @@ def beam_search(
     fill = config.fill_id if config.fill_id is not None else 0  # None: nothing ends early
     beams = _start_beams(batch, k, max_new, fill, device, dtype)
     prompt = tuple(t.repeat_interleave(k, dim=0) for t in seen)  # (B * K, L0) each
+    watch = LogitWatch()  # bad logits: read with the stop check (see LogitWatch)
+    no_rows = torch.zeros(batch * k, dtype=torch.bool, device=device)  # (B * K,)
     for step in range(max_new):
         if step > 0:
             last = beams.alive_tokens[:, :, -1].reshape(batch * k, 1)  # (B * K, 1)
             logits = step_fn(last, cache)  # (B * K, V)
-            logits = _check_logits(f"step_fn output (step {step})", logits, (batch * k, vocab))
+            name = f"step_fn output (step {step})"
+            logits = _check_logits(name, logits, (batch * k, vocab))
+            bad = watch.note(name, step, logits)  # (B * K,)
+            logits = logits.masked_fill(bad[:, None], 0.0)  # kept finite until reported
         log_probs = F.log_softmax(logits.to(dtype), dim=-1)  # (B * K, V)
         if config.reshapes_logits:
             log_probs = _beam_reshape(log_probs, prompt, beams.alive_tokens, config)
@@ -85,10 +100,14 @@ def beam_search(
             _add_finished(beams, beams.alive_tokens, scores.masked_fill(~ending, float("-inf")))
             break
         _update_done(beams, length, max_new, penalty)
-        if bool(beams.done.all()):
+        flags = torch.stack([(~beams.done).any(), watch.bad_rows(no_rows).any()])  # live, bad
+        live, faulty = flags.tolist()  # the one host sync of the step
+        watch.check(faulty)
+        if not live:
             break
         rows = torch.arange(batch, device=device)[:, None] * k  # (B, 1)
         cache.reorder((rows + parent).reshape(-1))  # (B * K,) follow each beam's parent
+    watch.check()
     n = int(beams.fin_lengths[:, 0].max())
     return beams.fin_tokens[:, 0, :n]  # (B, N): the best hypothesis of each row
 

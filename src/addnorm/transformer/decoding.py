@@ -16,11 +16,13 @@ from typing import Any
 
 import torch
 
+from addnorm._memory import check_fits, device_memory
 from addnorm.cache import DecodingCache
 from addnorm.transformer.config import LMConfig, TransformerConfig
 from addnorm.transformer.generation import GenerationConfig, StepFn, StopFn, generate_tokens
 
 __all__ = [
+    "check_cache_fits",
     "check_generation_config",
     "check_step",
     "compiled_step",
@@ -60,7 +62,67 @@ def check_generation_config(
                 f"eos_id {config.eos_id!r} includes {name} ({token}), which generation never "
                 "emits, so it could never stop a row"
             )
+    _check_room(cfg, config.max_new_tokens)
     return config
+
+
+def _self_attention_layers(cfg: TransformerConfig | LMConfig) -> int:
+    return cfg.n_decoder_layers if isinstance(cfg, TransformerConfig) else cfg.n_layers
+
+
+def _check_room(cfg: TransformerConfig | LMConfig, max_new_tokens: int) -> None:
+    """Refuse a ``max_new_tokens`` no call could hold, whatever its batch, prompt and dtype.
+
+    Positions: a learned table has ``max_len`` rows, and a prompt (at least one token for a
+    decoder-only model) comes first, so more new tokens can never fit (sinusoidal and rotary
+    codes compute any position). Memory: the cache holds keys and values of every
+    self-attention layer for each new token, at least ``2 * n_layers * d_model`` bytes per
+    token at batch 1 in a one-byte dtype; more than the memory of the CPU (or of the CUDA
+    device in use, if larger) never fits. :func:`check_cache_fits` is the exact check.
+    """
+    if cfg.position_encoding == "learned" and max_new_tokens > cfg.max_len:
+        raise ValueError(
+            f"max_new_tokens ({max_new_tokens}) exceeds max_len ({cfg.max_len}) of the model's "
+            "learned position table"
+        )
+    per_token = 2 * _self_attention_layers(cfg) * cfg.d_model  # bytes at batch 1, 1-byte dtype
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_initialized() else [])
+    limits = [(device_memory(d) or 0, d) for d in devices]
+    _limit, device = max(limits)
+    check_fits(f"max_new_tokens ({max_new_tokens})", max_new_tokens * per_token, device)
+
+
+def check_cache_fits(
+    cfg: TransformerConfig | LMConfig,
+    *,
+    batch_size: int,
+    prompt_len: int,
+    max_new_tokens: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> None:
+    """Refuse, before allocating, a decoding cache larger than the memory ``device`` has.
+
+    The cache of :meth:`DecodingCache.allocate` holds keys and values for ``prompt_len +
+    max_new_tokens`` positions of every self-attention layer: ``2 * n_layers * B * positions
+    * d_model`` values of ``dtype`` (an encoder-decoder's cross-attention cache comes on
+    top). The ValueError names ``max_new_tokens`` and the most that would fit. For a model's
+    ``start``, called before :meth:`DecodingCache.allocate`.
+    """
+    if torch.compiler.is_compiling():
+        return  # no host call while a graph is captured
+    per_position = 2 * _self_attention_layers(cfg) * batch_size * cfg.d_model * dtype.itemsize
+    positions = prompt_len + max_new_tokens
+    limit = device_memory(device)
+    if limit is not None and positions * per_position > limit:
+        most = max(limit // max(per_position, 1) - prompt_len, 0)
+        raise ValueError(
+            f"max_new_tokens ({max_new_tokens}) needs a decoding cache of "
+            f"{positions * per_position:,} bytes ({batch_size} rows x {positions} positions x "
+            f"{_self_attention_layers(cfg)} layers of {dtype} keys and values), more than the "
+            f"{limit:,} bytes of memory the device ({device}) has: at most {most} new tokens "
+            f"fit a prompt of {prompt_len} at this batch size"
+        )
 
 
 def generate_without(

@@ -22,6 +22,7 @@ from addnorm.cache import DecodingCache
 from addnorm.pretrained import PretrainedMixin
 from addnorm.transformer.config import TransformerConfig
 from addnorm.transformer.decoding import (
+    check_cache_fits,
     check_generation_config,
     check_step,
     compiled_step,
@@ -171,8 +172,10 @@ class Transformer(PretrainedMixin, nn.Module):
                 "learned position table"
             )
         src = self._source(src_ids, src_padding_mask)
-        memory = self._encode(src)  # (B, S, D)
         batch = src.ids.shape[0]
+        check_cache_fits(cfg, batch_size=batch, prompt_len=0, max_new_tokens=max_new_tokens,
+                         dtype=self.tgt_embed.tokens.weight.dtype, device=src.ids.device)
+        memory = self._encode(src)  # (B, S, D)
         cache = DecodingCache.allocate(
             n_layers=cfg.n_decoder_layers, batch_size=batch, n_heads=cfg.n_heads,
             d_head=cfg.d_model // cfg.n_heads, max_len=max_new_tokens, dtype=memory.dtype,

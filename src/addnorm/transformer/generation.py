@@ -28,6 +28,7 @@ applies the rules to its log-probs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,7 +49,7 @@ from addnorm._checks import (
 from addnorm.transformer.repetition import apply_repetition_rules
 from addnorm.transformer.stop_strings import StopFn
 
-__all__ = ["STRATEGIES", "GenerationConfig", "StopFn", "generate_tokens"]
+__all__ = ["STRATEGIES", "GenerationConfig", "LogitWatch", "StopFn", "generate_tokens"]
 
 STRATEGIES = ("greedy", "sample", "beam")
 
@@ -63,12 +64,16 @@ class GenerationConfig:
         max_new_tokens: the most tokens generated per row (>= 1).
         strategy: ``"greedy"`` (argmax; ties go to the lowest token id), ``"sample"`` (draw
             from the softmax, shaped by ``temperature``, ``top_k``, ``top_p``) or ``"beam"``.
-        temperature: sampling only; logits are divided by it (> 0). Temperature 0 is not a
-            limit we extrapolate to: use ``strategy="greedy"``.
+        temperature: sampling only; logits are divided by it: any float > 0, subnormal ones
+            included. The division is done on the logits minus their row maximum (softmax
+            does not change), so nothing overflows into NaN: a tiny temperature sends every
+            non-maximal logit to -inf, which is the limit T -> 0 (uniform over the argmax set;
+            :func:`_divide_by_temperature`). 0 itself is refused: use ``strategy="greedy"``.
         top_k: sampling only; keep the ``top_k`` largest logits (applied after temperature).
         top_p: sampling only; nucleus: keep the smallest set of most likely tokens whose
             probability (after temperature and top-k) sums to >= ``top_p``, never fewer than
-            one token. In (0, 1].
+            one token (Hugging Face's ``min_tokens_to_keep=1``, so a tiny ``top_p`` is greedy).
+            In (0, 1].
         num_beams: beam search only; the beam width K (>= 1).
         length_penalty: beam search only; a hypothesis of n generated tokens (its stop token
             included) scores ``sum of token log-probs / n ** length_penalty``. 0 ranks by the
@@ -255,6 +260,9 @@ def generate_tokens(
     if not callable(step_fn):
         raise TypeError(f"step_fn must be callable, got {type(step_fn).__name__}")
     logits = _check_logits("first_logits", first_logits)
+    first = LogitWatch()
+    first.note("first_logits", 0, logits)
+    first.check()  # the caller's input: its values are checked before anything else
     vocab = logits.shape[1]
     specials = [("pad_id", config.pad_id)] + [("eos_id", s) for s in config.stop_ids]
     for name, token in specials:
@@ -320,24 +328,75 @@ def _prompt_history(
 
 
 def _check_logits(name: str, logits: object, shape: tuple[int, int] | None = None) -> Tensor:
-    """Logits must be a float (B, V) tensor, every row with a finite maximum and no NaN."""
+    """Logits must be a float (B, V) tensor with V >= 1; their values are :class:`LogitWatch`'s."""
     logits = check_tensor(name, logits, ndim=2, floating=True)
     if shape is not None and tuple(logits.shape) != shape:
         raise ValueError(f"{name} must have shape {shape}, got {tuple(logits.shape)}")
     if logits.shape[1] == 0:
         raise ValueError(f"{name} must have V >= 1 columns, got shape {tuple(logits.shape)}")
-    row_max = logits.amax(dim=-1)  # (B,), NaN and +inf propagate
-    bad = ~torch.isfinite(row_max)
-    if torch.compiler.is_compiling():
-        assert_in_graph(~bad.any(), f"{name} has a row with NaN, +inf or only -inf values")
-        return logits
-    if bad.any():
-        row = int(bad.nonzero()[0, 0])
-        raise ValueError(
-            f"{name} row {row} has NaN, +inf or only -inf values (max {row_max[row].item()}); "
-            "every row needs at least one finite logit and no NaN"
-        )
     return logits
+
+
+class LogitWatch:
+    """Rows whose logits have no finite maximum (NaN, +inf, or only -inf), noted at every step
+    without a host sync and reported at the next value the loop reads back anyway.
+
+    A decode step reads one value back to the host, the one that decides to stop (greedy and
+    sampling: "has every row ended?", only when there is a stop rule; beam search: "is every
+    row done?"). :meth:`note` keeps each step's bad rows on the device; :meth:`bad_rows` is
+    read in the same transfer as the stop flag, and :meth:`check` reports (the first bad step
+    and row, naming NaN as such) wherever a value is read: at the stop check, before another
+    error, and once after the loop. A bad row's logits are replaced where a kernel would
+    fail on them (sampling), so decoding reaches that read-back.
+    """
+
+    def __init__(self) -> None:
+        self._noted: list[tuple[str, int, Tensor, Tensor]] = []  # name, step, max (B,), bad (B,)
+
+    def note(self, name: str, step: int, logits: Tensor) -> Tensor:
+        """Note a step's logits; returns the (B,) bool of its bad rows (no host sync)."""
+        row_max = logits.amax(dim=-1)  # (B,), NaN and +inf propagate
+        bad = ~torch.isfinite(row_max)
+        if torch.compiler.is_compiling():
+            assert_in_graph(~bad.any(), f"{name} has a row with NaN, +inf or only -inf values")
+        else:
+            self._noted.append((name, step, row_max, bad))
+        return bad
+
+    def bad_rows(self, like: Tensor) -> Tensor:
+        """(B,) bool on ``like``'s device: the rows bad at any step noted since the last
+        check (``like``: a (B,) bool, for the shape when nothing was noted)."""
+        if not self._noted:
+            return torch.zeros_like(like)
+        if len(self._noted) == 1:
+            return self._noted[0][3]
+        return torch.stack([bad for *_, bad in self._noted]).any(dim=0)  # (n, B) -> (B,)
+
+    def check(self, bad: bool | None = None) -> None:
+        """Raise ValueError for the first bad row noted (``bad``: the flag already read, if
+        it was); forget the noted steps."""
+        if bad is None and self._noted:
+            bad = bool(self.bad_rows(self._noted[0][3]).any())  # the host sync
+        noted, self._noted = self._noted, []
+        if not bad:
+            return
+        for name, step, row_max, rows in noted:
+            if bool(rows.any()):
+                row = int(rows.nonzero()[0, 0])
+                raise ValueError(_bad_logits_message(name, step, row, row_max[row].item()))
+
+
+def _bad_logits_message(name: str, step: int, row: int, row_max: float) -> str:
+    if math.isnan(row_max):
+        return (
+            f"the model produced NaN logits at step {step} ({name} row {row} has NaN); "
+            "look for NaN or inf in its weights or inputs"
+        )
+    what = "+inf" if row_max > 0 else "only -inf"
+    return (
+        f"{name} row {row} has {what} logits at step {step}; every row needs at least one "
+        "finite logit and no +inf or NaN"
+    )
 
 
 def _decode_token_by_token(
@@ -349,18 +408,25 @@ def _decode_token_by_token(
     seen: tuple[Tensor, Tensor],
     stop_fn: StopFn | None,
 ) -> Tensor:
-    """Greedy or sampled decoding: one token per row per step, all rows at once."""
+    """Greedy or sampled decoding: one token per row per step, all rows at once.
+
+    One host sync per step at most: the stop check, which also reads :class:`LogitWatch`'s
+    flag; without a stop rule, none until the end.
+    """
     batch, vocab = logits.shape
     stop_ids = torch.tensor(config.stop_ids, dtype=torch.long, device=logits.device)
     ended = torch.zeros(batch, dtype=torch.bool, device=logits.device)
+    watch = LogitWatch()
+    bad = torch.zeros(batch, dtype=torch.bool, device=logits.device)  # first_logits: checked
     tokens: list[Tensor] = []
     for step in range(config.max_new_tokens):
         if step > 0:
             logits = step_fn(tokens[-1][:, None], cache)  # (B, 1) -> (B, V)
             logits = _check_logits(f"step_fn output (step {step})", logits, (batch, vocab))
+            bad = watch.note(f"step_fn output (step {step})", step, logits)
         if config.reshapes_logits:
-            logits = _reshaped_logits(logits, _history(seen, tokens), config, ended, step)
-        next_token = _next_token(logits, config, generator)  # (B,)
+            logits = _reshaped_logits(logits, _history(seen, tokens), config, ended, step, watch)
+        next_token = _next_token(logits, config, generator, bad)  # (B,)
         if config.fill_id is not None:
             next_token = next_token.masked_fill(ended, config.fill_id)
         tokens.append(next_token)
@@ -368,8 +434,12 @@ def _decode_token_by_token(
             ended = ended | torch.isin(next_token, stop_ids)
             if stop_fn is not None:
                 ended = ended | _check_stops(stop_fn(torch.stack(tokens, dim=1)), batch)
-            if bool(ended.all()):
+            flags = torch.stack([~ended, watch.bad_rows(ended)]).any(dim=1)  # (2,): live, bad
+            live, faulty = flags.tolist()  # the one host sync of the step
+            watch.check(faulty)
+            if not live:
                 break
+    watch.check()
     return torch.stack(tokens, dim=1)  # (B, N)
 
 
@@ -391,7 +461,7 @@ def _check_stops(stops: object, batch: int) -> Tensor:
 
 def _reshaped_logits(
     logits: Tensor, history: tuple[Tensor, Tensor], config: GenerationConfig, ended: Tensor,
-    step: int,
+    step: int, watch: LogitWatch,
 ) -> Tensor:
     """The logits after the repetition penalty and the n-gram ban; a live row they leave
     without a single allowed token is an error (it has nothing left to emit)."""
@@ -399,6 +469,7 @@ def _reshaped_logits(
     logits = torch.where(ended[:, None], logits, reshaped)  # ended rows: only filler follows
     stuck = ~torch.isfinite(logits.amax(dim=-1))  # (B,)
     if bool(stuck.any()):
+        watch.check()  # a row the model gave bad logits is reported as such
         row = int(stuck.nonzero()[0, 0])
         raise ValueError(
             f"no_repeat_ngram_size={config.no_repeat_ngram_size} leaves row {row} no token to "
@@ -417,18 +488,25 @@ def _apply_rules(
     )
 
 
-def _next_token(logits: Tensor, config: GenerationConfig, generator: torch.Generator | None):
-    """Argmax, or one draw from the shaped softmax."""
+def _next_token(
+    logits: Tensor, config: GenerationConfig, generator: torch.Generator | None, bad: Tensor
+) -> Tensor:
+    """Argmax, or one draw from the shaped softmax. Rows in ``bad`` (B,) (no finite maximum:
+    :class:`LogitWatch` reports them) draw from zeros instead, which ``torch.multinomial``
+    accepts; argmax accepts any row."""
     if config.strategy == "greedy":
         return logits.argmax(dim=-1)
-    probs = _sampling_probs(logits, config)
+    probs = _sampling_probs(logits.masked_fill(bad[:, None], 0.0), config)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
 
 
 def _sampling_probs(logits: Tensor, config: GenerationConfig) -> Tensor:
-    """softmax(logits / temperature), restricted to the top-k, then to the top-p nucleus."""
-    dtype = torch.promote_types(logits.dtype, torch.float32)
-    logits = logits.to(dtype) / config.temperature
+    """softmax(logits / temperature), restricted to the top-k, then to the top-p nucleus.
+
+    Rows need a finite maximum. Never NaN, for any temperature > 0 (see
+    :func:`_divide_by_temperature`); the nucleus always keeps each row's most likely token.
+    """
+    logits = _divide_by_temperature(logits, config.temperature)  # (B, V), <= 0
     vocab = logits.shape[-1]
     if config.top_k is not None and config.top_k < vocab:
         top = logits.topk(config.top_k, dim=-1).indices  # (B, k)
@@ -439,10 +517,37 @@ def _sampling_probs(logits: Tensor, config: GenerationConfig) -> Tensor:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         cumulative = sorted_probs.cumsum(dim=-1)  # (B, V)
         mass_before = F.pad(cumulative[..., :-1], (1, 0))  # (B, V): mass of likelier tokens
-        # a token is in the nucleus iff the more likely tokens have not yet reached top_p
-        keep = torch.zeros_like(probs, dtype=torch.bool).scatter_(
-            -1, order, mass_before < config.top_p
-        )
+        # a token is in the nucleus iff the more likely tokens have not yet reached top_p;
+        # the likeliest always is (Hugging Face's min_tokens_to_keep=1), also for a top_p
+        # that rounds to 0 in the probabilities' dtype
+        in_nucleus = mass_before < config.top_p
+        in_nucleus[..., 0] = True
+        keep = torch.zeros_like(probs, dtype=torch.bool).scatter_(-1, order, in_nucleus)
         probs = probs.masked_fill(~keep, 0.0)
         probs = probs / probs.sum(dim=-1, keepdim=True)
     return probs
+
+
+def _divide_by_temperature(logits: Tensor, temperature: float) -> Tensor:
+    """``(logits - row max) / temperature`` (``logits / temperature`` for T >= 1, which
+    cannot overflow): softmax's input, which the shift leaves unchanged.
+
+    Below 1 every value lies in [-inf, 0] and each row's maxima are exactly 0, so no temperature > 0
+    overflows into NaN: a tiny one sends the others to -inf, which is the limit T -> 0
+    (softmax(x / T) -> uniform over the argmax set). Computed in float32 or wider; in
+    float64 when T is below the smallest normal number of that dtype (it would round to 0
+    or lose digits there), and on a device without float64 (``mps``) such a T is that limit.
+
+    Shapes:
+        logits: (B, V), every row with a finite maximum
+        returns: (B, V), float32 or wider
+    """
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    if temperature >= 1.0:  # |logits / T| <= |logits|: no overflow, no shift needed
+        return logits.to(dtype) / temperature
+    shifted = logits.to(dtype) - logits.amax(dim=-1, keepdim=True).to(dtype)  # (B, V), <= 0
+    if temperature >= torch.finfo(dtype).tiny:
+        return shifted / temperature
+    if logits.device.type == "mps":  # no float64: the limit, every non-maximum at -inf
+        return shifted.masked_fill(shifted < 0, float("-inf"))
+    return shifted.double() / temperature  # exact to float64's rounding, subnormal T too

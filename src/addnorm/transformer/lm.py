@@ -16,6 +16,7 @@ from addnorm.cache import DecodingCache
 from addnorm.pretrained import PretrainedMixin
 from addnorm.transformer.config import LMConfig
 from addnorm.transformer.decoding import (
+    check_cache_fits,
     check_generation_config,
     check_step,
     compiled_step,
@@ -125,10 +126,13 @@ class TransformerLM(PretrainedMixin, nn.Module):
                 f"prompt length ({prompt_len}) + max_new_tokens ({max_new_tokens}) - 1 exceeds "
                 f"max_len ({cfg.max_len}) of the learned position table"
             )
+        dtype = self.embed.tokens.weight.dtype
+        check_cache_fits(cfg, batch_size=batch, prompt_len=prompt_len,
+                         max_new_tokens=max_new_tokens, dtype=dtype, device=prompt_ids.device)
         cache = DecodingCache.allocate(
             n_layers=cfg.n_layers, batch_size=batch, n_heads=cfg.n_heads,
             d_head=cfg.d_model // cfg.n_heads, max_len=prompt_len + max_new_tokens,
-            dtype=self.embed.tokens.weight.dtype, device=prompt_ids.device, static=static,
+            dtype=dtype, device=prompt_ids.device, static=static,
         )
         return cache, self._run(prompt_ids, padding, cache)
 
