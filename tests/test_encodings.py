@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tolerances import FLOAT64_EXACT, u
 
 from addnorm.encodings import (
     LearnedPositionalEmbedding,
@@ -81,6 +82,7 @@ def test_matches_the_spec_worked_example_to_the_printed_digits():
             [0.1411, -0.9900, 0.2955, 0.9553],
         ]
     )
+    # atol: half a unit of the 4th printed decimal (float32 rounding, 6e-8, is far below it).
     torch.testing.assert_close(sinusoidal_encoding(4, 4, base=100), printed, atol=5e-5, rtol=0)
 
 
@@ -91,6 +93,7 @@ def test_interleaved_equals_the_spec_formula_for_even_and_odd_widths(d_model):
     rows = [spec_pe(p, d_model, 50.0) for p in positions.tolist()]
     expected = torch.tensor(rows, dtype=torch.float64)
     got = sinusoidal_encoding(positions, d_model, base=50.0)
+    # float64: angles <= 100 carry a few u (1.1e-16) relative, under 1e-13 absolute.
     torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
 
 
@@ -98,6 +101,7 @@ def test_interleaved_equals_the_spec_formula_for_even_and_odd_widths(d_model):
 def test_halves_is_marians_layout_and_a_column_permutation_of_interleaved(d_model):
     # Oracles: HF Marian's _init_weight restated; the permutation identity (same frequencies).
     halves = sinusoidal_encoding(torch.arange(12.0).double(), d_model, layout="halves")
+    # float64, angles < 12: a few u each, far under 1e-12.
     torch.testing.assert_close(halves, marian_pe(12, d_model, 10000.0), atol=1e-12, rtol=0)
     interleaved = sinusoidal_encoding(torch.arange(12.0).double(), d_model)
     assert torch.equal(halves, interleaved[:, interleaved_to_halves(d_model)])
@@ -107,6 +111,8 @@ def test_halves_matches_x_transformers_for_fractional_positions():
     # Oracle: x-transformers' inv_freq = theta^-(arange(half)/half), cat(sin, cos), restated.
     pos = torch.tensor([-2.0, 0.5, 3.0, 1234.75], dtype=torch.float64)
     got = sinusoidal_encoding(pos, 16, base=500.0, layout="halves")
+    # float64: two pows (<= 1 ulp each) and the products put <= 6u = 6.7e-16 relative on
+    # angles up to 1234.75, i.e. <= 8.2e-13 absolute, inside 1e-12.
     torch.testing.assert_close(got, x_transformers_pe(pos, 16, 500.0), atol=1e-12, rtol=0)
 
 
@@ -114,6 +120,7 @@ def test_halves_matches_x_transformers_for_fractional_positions():
 def test_whisper_layout_matches_whispers_sinusoids(d_model):
     # Oracle: Whisper's `sinusoids` restated (denominator d/2 - 1).
     got = sinusoidal_encoding(torch.arange(30).double(), d_model, layout="whisper")
+    # float64, angles < 30: a few u relative, under 1e-14 absolute.
     torch.testing.assert_close(got, whisper_pe(30, d_model, 10000.0), atol=1e-12, rtol=0)
 
 
@@ -124,6 +131,8 @@ def test_whisper_layout_is_not_a_permutation_of_halves():
     pos = torch.tensor([1.0], dtype=torch.float64)
     whisper = sinusoidal_encoding(pos, d, base=base, layout="whisper")
     halves = sinusoidal_encoding(pos, d, base=base, layout="halves")
+    # float64 values near 1e-4 and 1e-3: a few u relative, far under abs=1e-15 and the
+    # default rel=1e-6; the sorted tables differ by ~1e-3, far beyond allclose's defaults.
     assert whisper[0, d // 2 - 1].item() == pytest.approx(math.sin(1 / base), abs=1e-15)
     assert halves[0, d // 2 - 1].item() == pytest.approx(math.sin(base ** (-(d - 2) / d)))
     assert not torch.allclose(whisper.sort(dim=-1).values, halves.sort(dim=-1).values)
@@ -133,7 +142,7 @@ def test_whisper_layout_is_not_a_permutation_of_halves():
 def test_values_stay_within_minus_one_and_one(layout):
     # Invariant: every entry is a sine or a cosine (SPEC section 1, claim 1).
     table = sinusoidal_encoding(torch.linspace(-5000, 5000, 2001), 64, layout=layout)
-    assert table.abs().max().item() <= 1.0
+    assert table.abs().max().item() <= 1.0  # exact: rounding |v| <= 1 cannot pass 1
     assert table.abs().max().item() > 0.99  # and the bound is reached, not trivially met
 
 
@@ -144,6 +153,7 @@ def test_count_means_arange_and_dtypes_follow_the_positions():
     assert by_count.dtype == torch.float32 and torch.equal(by_count, by_tensor)
     as_f64 = sinusoidal_encoding(torch.arange(7, dtype=torch.float64), 10)
     assert as_f64.dtype == torch.float64
+    # Both round the same float64 angles' sin/cos once: equal, so float32 defaults fit.
     torch.testing.assert_close(as_f64.float(), by_count)
     assert sinusoidal_encoding(7, 10, dtype=torch.float64).dtype == torch.float64
 
@@ -152,6 +162,7 @@ def test_offset_positions_are_rows_of_a_longer_table():
     # Identity: PE depends on the position value only (SPEC requirement 1).
     full = sinusoidal_encoding(torch.arange(40).double(), 12)
     offset = sinusoidal_encoding(torch.arange(25, 40).double(), 12)
+    # float64, the same operations per position: a few u at most.
     torch.testing.assert_close(offset, full[25:], atol=1e-12, rtol=0)
 
 
@@ -173,6 +184,8 @@ def test_shift_matrix_moves_every_position_by_k(half, base, k, positions):
     moved = sinusoidal_encoding(pos, d, base=base) @ relative_shift_matrix(
         k, d, base=base, dtype=torch.float64
     ).T
+    # float64: angles up to 1200 round to a few u * 1200 ~ 4e-13, the 2-term rotation adds
+    # as much; 1e-9 is that bound with a wide margin for the pows of any libm.
     torch.testing.assert_close(moved, shifted, atol=1e-9, rtol=0)
 
 
@@ -182,9 +195,10 @@ def test_shift_matrix_is_a_rotation_with_identity_at_zero_and_group_law():
         return relative_shift_matrix(k, 16, base=100.0, dtype=torch.float64)
 
     eye = torch.eye(16, dtype=torch.float64)
-    torch.testing.assert_close(t(0), eye)
-    torch.testing.assert_close(t(2.5) @ t(2.5).T, eye)
-    torch.testing.assert_close(t(3) @ t(-1.25), t(1.75))
+    # float64, angles <= 3, 2-term products: a few u.
+    torch.testing.assert_close(t(0), eye, **FLOAT64_EXACT)
+    torch.testing.assert_close(t(2.5) @ t(2.5).T, eye, **FLOAT64_EXACT)
+    torch.testing.assert_close(t(3) @ t(-1.25), t(1.75), **FLOAT64_EXACT)
 
 
 def test_shift_matrix_has_the_spec_block_signs():
@@ -195,7 +209,7 @@ def test_shift_matrix_has_the_spec_block_signs():
     expected = torch.tensor(
         [[math.cos(k), math.sin(k)], [-math.sin(k), math.cos(k)]], dtype=torch.float64
     )
-    torch.testing.assert_close(block, expected)
+    torch.testing.assert_close(block, expected, **FLOAT64_EXACT)  # float64 sin/cos of 0.7
 
 
 @settings(max_examples=30, deadline=None)
@@ -207,6 +221,7 @@ def test_dot_product_of_codes_depends_on_the_offset_only(k, p):
     dots = (sinusoidal_encoding(pos, d) * sinusoidal_encoding(pos + k, d)).sum(-1)
     freqs = [base ** (-2 * i / d) for i in range(d // 2)]
     expected = sum(math.cos(w * k) for w in freqs)
+    # float64: 32 products of angles up to 550 (each ~ 550 * 3u = 2e-13), summed: ~1e-11.
     torch.testing.assert_close(dots, torch.full_like(dots, expected), atol=1e-9, rtol=0)
 
 
@@ -219,7 +234,7 @@ def test_module_adds_the_table_to_its_input():
     x = torch.randn(2, 6, 10, dtype=torch.float64)
     module = SinusoidalPositionalEncoding(10, base=300.0).double()
     expected = x + sinusoidal_encoding(torch.arange(6).double(), 10, base=300.0)
-    torch.testing.assert_close(module(x), expected)
+    torch.testing.assert_close(module(x), expected, **FLOAT64_EXACT)  # one float64 add
 
 
 def test_module_offset_equals_slicing_a_longer_sequence():
@@ -227,6 +242,7 @@ def test_module_offset_equals_slicing_a_longer_sequence():
     torch.manual_seed(0)
     x = torch.randn(3, 9, 8)
     module = SinusoidalPositionalEncoding(8)
+    # The same table rows and one add: equal, so float32 defaults fit.
     torch.testing.assert_close(module(x[:, 5:], offset=5), module(x)[:, 5:])
 
 
@@ -244,6 +260,7 @@ def test_module_rows_past_max_len_equal_the_formula():
     long = torch.zeros(1, 25, 6, dtype=torch.float64)
     out = module(long, offset=7)
     direct = sinusoidal_encoding(torch.arange(7, 32).double(), 6)
+    # float64 angles < 32, one add of 0: a few u.
     torch.testing.assert_close(out[0], direct, atol=1e-12, rtol=0)
     assert module.max_len == 8
 
@@ -319,9 +336,11 @@ def test_module_accepts_per_row_positions_for_left_padded_batches():
     out = module(x, positions=positions)
     for b in range(2):
         expected = x[b] + sinusoidal_encoding(positions[b].double(), 6)
-        torch.testing.assert_close(out[b], expected)
+        torch.testing.assert_close(out[b], expected, **FLOAT64_EXACT)  # float64, one add
     shared = module(x, positions=torch.tensor([2.5, 3.5, 4.5, 5.5]))
-    torch.testing.assert_close(shared, x + sinusoidal_encoding(torch.arange(4).double() + 2.5, 6))
+    torch.testing.assert_close(
+        shared, x + sinusoidal_encoding(torch.arange(4).double() + 2.5, 6), **FLOAT64_EXACT
+    )
 
 
 def test_module_dropout_is_torch_dropout_of_the_sum():
@@ -332,6 +351,7 @@ def test_module_dropout_is_torch_dropout_of_the_sum():
     torch.manual_seed(3)
     out = module(x)
     torch.manual_seed(3)
+    # The same float32 ops on the same values and RNG: equal, so float32 defaults fit.
     torch.testing.assert_close(out, F.dropout(x + pe, 0.5, training=True))
     torch.testing.assert_close(module.eval()(x), x + pe)
 
@@ -341,7 +361,12 @@ def test_module_keeps_low_precision_input_dtype():
     x = torch.randn(1, 5, 8)
     out = SinusoidalPositionalEncoding(8)(x.bfloat16())
     assert out.dtype == torch.bfloat16
-    torch.testing.assert_close(out.float(), x + sinusoidal_encoding(5, 8), atol=3e-2, rtol=1e-2)
+    # x, PE and their sum y each rounded once to bfloat16: <= u(|x| + |PE| + |y|), and
+    # |PE| <= 1 makes that <= 2u(1 + |y|); the third u in atol covers second-order terms.
+    bf16 = u(torch.bfloat16)
+    torch.testing.assert_close(
+        out.float(), x + sinusoidal_encoding(5, 8), atol=3 * bf16, rtol=2 * bf16
+    )
 
 
 @pytest.mark.parametrize("offset", [2**40, 13, 14])
@@ -373,6 +398,8 @@ def test_module_integer_positions_are_table_rows_equal_to_direct_computation(pos
     out = module(x, positions=positions)
     pe = sinusoidal_encoding(positions.reshape(-1).double(), 8, dtype=dtype)
     expected = x + pe.reshape(*positions.shape, 8)
+    # Gathered and direct rows are the same rounded values; the add costs <= u * |y|, and
+    # |y| <= 5 here: 3e-7 in float32, 1e-15 in float64.
     tol = 1e-12 if dtype == torch.float64 else 1e-6
     torch.testing.assert_close(out, expected, atol=tol, rtol=0)
 
@@ -383,6 +410,7 @@ def test_module_gathers_rows_for_every_integer_dtype(int_dtype):
     x = torch.randn(2, 5, 8)
     module = SinusoidalPositionalEncoding(8)
     out = module(x, positions=PER_ROW_POSITIONS.to(int_dtype))
+    # Same rounded rows, one float32 add each: <= u * |y| <= 6e-8 * 5.
     torch.testing.assert_close(
         out, module(x, positions=PER_ROW_POSITIONS.double()), atol=1e-6, rtol=0
     )
@@ -402,6 +430,7 @@ def test_module_integer_positions_outside_the_table_are_computed(positions):
     x = torch.randn(2, 3, 8, dtype=torch.float64)
     out = module(x, positions=positions)
     pe = sinusoidal_encoding(positions.reshape(-1).double(), 8, dtype=torch.float64)
+    # The same float64 computation: equal but for a few u (2**40 is exact in float64).
     torch.testing.assert_close(out, x + pe.reshape(*positions.shape, 8), atol=1e-12, rtol=0)
 
 
@@ -414,6 +443,7 @@ def test_module_positions_in_a_reserved_table_are_gathered_from_it():
     out = module(torch.zeros(1, 2, 2), positions=positions)
     assert module.table is table
     expected = sinusoidal_encoding(positions.double(), 2, dtype=torch.float32)
+    # The same rounded float32 rows plus 0: values <= 1, at most one u (6e-8) apart.
     torch.testing.assert_close(out[0], expected, atol=1e-6, rtol=0)
 
 
@@ -428,6 +458,7 @@ def test_module_under_torch_compile_computes_integer_positions_without_a_host_sy
     x = torch.randn(2, 5, 8)
     out = module(x, positions=PER_ROW_POSITIONS)
     expected = x + sinusoidal_encoding(PER_ROW_POSITIONS.reshape(-1), 8).reshape(2, 5, 8)
+    # The same rounded rows, one float32 add: <= u * |y| <= 6e-8 * 5.
     torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
 
 
@@ -463,11 +494,14 @@ def test_learned_adds_table_rows_by_offset_and_positions():
     positions = torch.tensor([[0, 1, 2], [7, 8, 15]])
     torch.testing.assert_close(module(x, positions=positions), x + weight[positions])
     whole_floats = positions.double()  # whole-number floats are accepted
+    # (all three: the same rows and one float32 add, equal, so float32 defaults fit)
     torch.testing.assert_close(module(x, positions=whole_floats), x + weight[positions])
 
 
 def test_learned_table_is_initialised_with_std_0_02():
-    # Rule (GPT-2/nanoGPT): N(0, 0.02^2); 64k samples pin the std to within ~1%.
+    # Rule (GPT-2/nanoGPT): N(0, 0.02^2). n = 65536 draws (seeded): the sample std's own
+    # relative std is 1/sqrt(2n) = 0.28%, so rel=0.03 is ~11 sigma; the mean's std is
+    # 0.02/sqrt(n) = 7.8e-5, so 0.001 is ~13 sigma.
     torch.manual_seed(0)
     weight = LearnedPositionalEmbedding(1024, 64).embedding.weight
     assert weight.std().item() == pytest.approx(0.02, rel=0.03)
@@ -602,4 +636,6 @@ def test_module_runs_on_cuda_and_matches_cpu():
     module = SinusoidalPositionalEncoding(8)
     on_gpu = module.cuda()(x.cuda(), offset=3)
     assert on_gpu.device.type == "cuda"
+    # CUDA's float64 sin/cos may differ by an ulp before the float32 rounding, then one
+    # add: <= 2 float32 ulps of |y| <= 5, inside the float32 defaults (rtol 1.3e-6, atol 1e-5).
     torch.testing.assert_close(on_gpu.cpu(), SinusoidalPositionalEncoding(8)(x, offset=3))

@@ -68,6 +68,8 @@ def test_an_exported_program_gives_the_eager_outputs_at_other_sizes(name):
         inputs = sample_inputs(model, part=part, batch=batch, length=length, seed=batch)
         with torch.no_grad():
             got = program.module()(**inputs)
+        # The program runs eager's aten kernels (measured equal, AVX2 and AVX-512); a kernel
+        # decomposed on export would reorder sums by ~1e-6 on these logits (|y| <= 6).
         torch.testing.assert_close(got, eval_output(model, part, inputs), rtol=0, atol=1e-5)
 
 
@@ -79,7 +81,10 @@ def test_an_onnx_file_gives_the_pytorch_outputs_on_other_padded_batches(name, pa
     pytest.importorskip("onnxscript")
     model = tiny(name)
     path = to_onnx(model, tmp_path / f"{name}.onnx", part=part)
-    assert onnx_max_error(model, path, part=part) < 1e-4  # float32 kernels of two runtimes
+    # onnxruntime's float32 kernels (its own exp/sin/erf and sum orders) are not torch's, so
+    # no rounding bound applies: measured 8.6e-6 (DiT, |y| <= 1.4) and 7e-7 (encoder) on AVX2
+    # and AVX-512; 1e-4 keeps 10x over that, while a wrong mask or op is off by O(0.1).
+    assert onnx_max_error(model, path, part=part) < 1e-4
 
 
 def test_export_refuses_what_it_cannot_export():
@@ -127,4 +132,5 @@ def test_a_model_without_a_padding_token_exports_on_masked_batches():
     program = export_program(model)
     inputs = sample_inputs(model, batch=3, length=7, seed=1)
     assert inputs["padding_mask"][1:].any(dim=1).all()
+    # float32 defaults: eager's aten kernels again (equal); see the first test.
     torch.testing.assert_close(program.module()(**inputs), eval_output(model, "forward", inputs))

@@ -11,8 +11,14 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tolerances import u
 
 from addnorm.rotary import RotaryEmbedding, rotate_half
+
+# The float64 comparisons below evaluate the same float64 angles on both sides (the same
+# theta = base ** (-2j / Dh) and one IEEE product, even at 2**40), so they differ only by the
+# cos/sin kernels' ulp and a few roundings of each unit-scale pair: ~1e-15. atol=1e-12 and
+# 1e-9 hold that on any machine; where the angles themselves differ, the test says so.
 
 
 def complex_rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
@@ -52,6 +58,7 @@ def test_rope_keeps_norms_and_matches_complex_form_at_fractional_positions(half,
     pos = torch.tensor(positions, dtype=torch.float64)
     x = torch.randn(1, 2, len(positions), 2 * half, dtype=torch.float64, generator=gen)
     out = RotaryEmbedding(2 * half).double()(x, positions=pos)
+    # float64: a rotation's rounding is a few u of each pair's modulus.
     torch.testing.assert_close(out.norm(dim=-1), x.norm(dim=-1), atol=1e-10, rtol=1e-10)
     torch.testing.assert_close(out, complex_rope(x, pos, 10000.0), atol=1e-9, rtol=0)
 
@@ -69,6 +76,8 @@ def test_query_key_dot_product_depends_on_the_offset_only(k, p):
     rk = rope(key.expand(1, 1, n, 16), positions=pos + k)
     dots = (rq * rk).sum(-1).flatten()
     at_zero = (q * rope(key.expand(1, 1, 1, 16), positions=torch.tensor([float(k)]))).sum()
+    # Here the angles differ: p theta and (p + k) theta up to 550 round to ~550 * 2u = 1.2e-13
+    # each, and a 16-term dot of randn vectors (sum |q_j k_j| < 30) scales that to < 1e-11.
     torch.testing.assert_close(dots, at_zero.expand(n), atol=1e-9, rtol=0)
 
 
@@ -77,6 +86,7 @@ def test_offset_equals_slicing_a_longer_sequence():
     torch.manual_seed(0)
     x = torch.randn(2, 4, 12, 8)
     rope = RotaryEmbedding(8)
+    # The same table rows and ops: equal, so float32 defaults fit.
     torch.testing.assert_close(rope(x[:, :, 7:], offset=7), rope(x)[:, :, 7:])
 
 
@@ -88,7 +98,7 @@ def test_per_row_positions_equal_per_row_offsets():
     positions = torch.stack([torch.arange(o, o + 5) for o in offsets])  # (B, L)
     rope = RotaryEmbedding(8)
     out = rope(x, positions=positions)
-    for b, o in enumerate(offsets):
+    for b, o in enumerate(offsets):  # the same table rows and ops: float32 defaults fit
         torch.testing.assert_close(out[b : b + 1], rope(x[b : b + 1], offset=o))
 
 
@@ -201,7 +211,11 @@ def test_integer_positions_use_the_tables_equal_to_the_complex_form(positions, d
     rope = RotaryEmbedding(16, max_len=100).to(dtype)
     out = rope(x, positions=positions)
     rows = positions if positions.ndim == 1 else positions[:, None]  # (L,) or (B, 1, L)
-    tol = 1e-12 if dtype == torch.float64 else 1e-6
+    # Per pair z = (x_j, x_j+Dh/2): cos/sin rounded to dtype, two products and a sum cost
+    # <= 3u|z| (Cauchy-Schwarz over the pair), the oracle rounded to dtype u|z|, its own
+    # float64 arithmetic 3 u64|z|: tol = 4 (u + u64) max|z| (9.96e-7 in float32 here).
+    radius = (x[..., :8].double() ** 2 + x[..., 8:].double() ** 2).sqrt().max().item()
+    tol = 4 * (u(dtype) + u(torch.float64)) * radius
     torch.testing.assert_close(out, complex_rope(x, rows, 10000.0).to(dtype), atol=tol, rtol=0)
 
 
@@ -212,6 +226,8 @@ def test_every_integer_dtype_matches_the_same_positions_as_floats(int_dtype):
     rope = RotaryEmbedding(8)
     out = rope(x, positions=PER_ROW_POSITIONS.to(int_dtype))
     expected = rope(x, positions=PER_ROW_POSITIONS.double())
+    # Gathered and computed rows round the same float64 angles' cos/sin (kernels may differ by
+    # an ulp, which survives float32 rounding as <= 6e-8), times |x| <= ~5: <= 3e-7.
     torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
 
 
@@ -260,13 +276,14 @@ def test_rotate_half_keeps_leading_dims():
 
 
 def test_low_precision_input_keeps_its_dtype():
-    # Oracle: the float64 complex form, rounded once to bfloat16 (tolerance of bf16).
+    # Oracle: the float64 complex form. bfloat16 x with float32 tables computes in float32
+    # (a few float32 u of |z| <= 4: < 1e-5, the atol) and rounds once to bfloat16 (rtol u).
     torch.manual_seed(0)
     x = torch.randn(1, 2, 6, 16).bfloat16()
     out = RotaryEmbedding(16)(x, offset=3)
     assert out.dtype == torch.bfloat16
     expected = complex_rope(x.double(), torch.arange(3, 9), 10000.0)
-    torch.testing.assert_close(out.double(), expected, atol=2e-2, rtol=1e-2)
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=u(torch.bfloat16))
 
 
 @pytest.mark.parametrize(
@@ -321,4 +338,6 @@ def test_runs_on_cuda_and_matches_cpu():
     positions = torch.tensor([[0, 1, 2, 3, 4], [2, 3, 4, 5, 6]])
     cpu = RotaryEmbedding(8)(x, positions=positions)
     gpu = RotaryEmbedding(8).cuda()(x.cuda(), positions=positions.cuda())
+    # CUDA's float64 cos/sin may be an ulp off before the float32 rounding, then 3 roundings
+    # of |z| <= ~5: a few float32 ulps, inside the defaults (rtol 1.3e-6, atol 1e-5).
     torch.testing.assert_close(gpu.cpu(), cpu)

@@ -14,6 +14,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from tolerances import FLOAT32_MODEL
 
 from addnorm import timestep as timestep_module
 from addnorm.timestep import TimestepEmbedder, timestep_embedding
@@ -98,7 +99,7 @@ def test_diffusers_defaults_map_to_flip_false_shift_one():
     expected = diffusers_timestep_embedding(TIMESTEPS, 16)
     got = timestep_embedding(TIMESTEPS, 16, flip_sin_to_cos=False, downscale_freq_shift=1)
     assert torch.equal(got, expected)
-    assert not torch.allclose(timestep_embedding(TIMESTEPS, 16), expected)
+    assert not torch.allclose(timestep_embedding(TIMESTEPS, 16), expected)  # O(1) apart
 
 
 @pytest.mark.parametrize(("dim", "max_period"), [(256, 10000), (8, 10000), (64, 1000)])
@@ -108,6 +109,7 @@ def test_frequencies_span_one_down_to_one_over_max_period(dim, max_period):
     half = dim // 2
     emb = timestep_embedding(torch.tensor([1.0], dtype=torch.float64), dim, max_period)
     freqs = torch.atan2(emb[0, half:], emb[0, :half])
+    # float64: freq_0 = exp(0) = 1 exactly; sin, cos and atan2 add a few u (1.1e-16) each.
     assert freqs[0].item() == pytest.approx(1.0, abs=1e-15)
     assert freqs[-1].item() == pytest.approx(max_period ** (-(half - 1) / half), rel=1e-12)
     assert bool((freqs[1:] < freqs[:-1]).all())
@@ -130,6 +132,8 @@ def test_float64_timesteps_stay_float64():
     freqs = torch.exp(-math.log(10000) * torch.arange(half, dtype=torch.float64) / half)
     args = t[:, None] * freqs
     assert out.dtype == torch.float64
+    # The module's float64 ops in its order (equal on any machine); a reordering would cost
+    # half an ulp of the angle 123.456 (7e-15), which 1e-14 still admits.
     torch.testing.assert_close(out, torch.cat([args.cos(), args.sin()], -1), atol=1e-14, rtol=0)
 
 
@@ -221,6 +225,8 @@ def test_embedder_is_linear_silu_linear_on_the_seed_embedding():
     freq = seed_timestep_embedding(t, 16)
     hidden = F.silu(F.linear(freq, embedder.w1.weight, embedder.w1.bias))
     expected = F.linear(hidden, embedder.w2.weight, embedder.w2.bias)
+    # float32 defaults: dot products of 16 and 32 terms (weights ~0.02, |h| ~ 1) round to
+    # < 1e-6 worst case (sum_bound) in any order, inside atol 1e-5.
     torch.testing.assert_close(embedder(t), expected)
     torch.testing.assert_close(embedder(10.0), expected[1:2])
 
@@ -230,6 +236,7 @@ def test_embedder_init_follows_dit():
     torch.manual_seed(0)
     embedder = TimestepEmbedder(256)
     for lin in (embedder.w1, embedder.w2):
+        # 65536 seeded draws: the sample std's relative std is 1/sqrt(2n) = 0.28%: 11 sigma.
         assert lin.weight.std().item() == pytest.approx(0.02, rel=0.03)
         assert torch.equal(lin.bias, torch.zeros_like(lin.bias))
 
@@ -267,5 +274,6 @@ def test_embedder_runs_on_cuda_with_python_scalars():
     embedder = TimestepEmbedder(16)
     cpu = embedder(torch.tensor([5.0, 50.0]))
     gpu = embedder.cuda()
-    torch.testing.assert_close(gpu([5.0, 50.0]).cpu(), cpu, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(gpu(torch.tensor([5.0, 50.0])).cpu(), cpu, atol=1e-5, rtol=1e-4)
+    # Two float32 implementations of one small model (CUDA's sin/cos and sums vs the CPU's).
+    torch.testing.assert_close(gpu([5.0, 50.0]).cpu(), cpu, **FLOAT32_MODEL)
+    torch.testing.assert_close(gpu(torch.tensor([5.0, 50.0])).cpu(), cpu, **FLOAT32_MODEL)

@@ -32,6 +32,8 @@ def test_ratio_is_the_rate_over_the_fastest_reference_of_the_same_case():
             Row("g", "c", "fast ref", (2.0,), 10, "x/s", reference=True),
             Row("g", "other", "ours", (1.0,), 10, "x/s", reference=False)]
     report = Report(rows=rows)
+    # pytest.approx's default rel=1e-6 throughout: float64 ratios, medians and quartiles of
+    # a few small exact numbers, a few u (1.1e-16) from the printed values.
     assert report.ratio(rows[0]) == pytest.approx(2.0)  # 10/s against the best 5/s
     assert report.ratio(rows[2]) == pytest.approx(1.0)
     assert report.ratio(rows[3]) is None  # no reference in that case

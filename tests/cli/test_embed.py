@@ -38,6 +38,9 @@ def test_prints_one_unit_embedding_per_text(model_dir, expected, capsys):
     lines = capsys.readouterr().out.splitlines()
     rows = torch.tensor([[float(v) for v in line.split()] for line in lines])
     assert rows.shape == (3, 384)
+    # The CLI's own embeddings printed to 6 decimals (<= 5e-7) and read into float32 (<= 6e-8
+    # for |x| < 1): 1e-6. Unit norms: float32 normalisation over 384 entries (~sqrt(384) u =
+    # 1.2e-6, 384 u = 2.3e-5 at worst) plus the printing's <= sqrt(384) * 5e-7 = 1e-5: 1e-4.
     torch.testing.assert_close(rows, expected, rtol=0, atol=1e-6)
     torch.testing.assert_close(rows.norm(dim=1), torch.ones(3), rtol=0, atol=1e-4)
 
@@ -47,8 +50,12 @@ def test_similarity_json_is_the_matrix_of_dot_products(model_dir, expected, caps
     data = json.loads(capsys.readouterr().out)
     assert data["texts"] == TEXTS
     matrix = torch.tensor(data["similarity"])
+    # The same float32 product, printed to 6 decimals and read back: <= 5.6e-7. The product
+    # of a matrix with its transpose is symmetric to the bit (one k-order per entry, x y = y x).
     torch.testing.assert_close(matrix, expected @ expected.T, rtol=0, atol=1e-6)
     torch.testing.assert_close(matrix, matrix.T, rtol=0, atol=0)
+    # |x|^2 of a float32 unit vector, 384 terms: ~sqrt(384) u = 1.2e-6 (blocked sums), plus
+    # the printing's 5e-7.
     torch.testing.assert_close(matrix.diagonal(), torch.ones(3), rtol=0, atol=1e-5)
     assert matrix[0, 1] > matrix[0, 2]  # the paraphrase is nearer than the unrelated text
 
@@ -58,7 +65,7 @@ def test_reads_texts_from_stdin_skipping_blank_lines(model_dir, expected, capsys
     assert main(["embed", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["texts"] == [TEXTS[0], TEXTS[2]]
-    torch.testing.assert_close(
+    torch.testing.assert_close(  # printed to 6 decimals, read into float32: 1e-6
         torch.tensor(data["embeddings"]), expected[[0, 2]], rtol=0, atol=1e-6
     )
 

@@ -179,7 +179,9 @@ def test_splits_are_disjoint_and_cover_the_calendar():
     assert set.union(*parts.values()) == {
         dt.date(FIRST_YEAR, 1, 1) + dt.timedelta(days=i) for i in range(n_days)
     }
-    # Documented split sizes 80/10/10 percent of a hash: within 1 point of each.
+    # Documented split sizes 80/10/10 percent of a hash: within 1 point of each. crc32 is
+    # fixed (no randomness, no floats to round): measured 0.7992 / 0.1014 / 0.0994 of 73049
+    # days; a fair hash's binomial std is <= 0.0015 here, so 0.01 is over 6 sigma.
     for split, share in (("train", 0.8), ("val", 0.1), ("test", 0.1)):
         assert abs(len(parts[split]) / n_days - share) < 0.01
 

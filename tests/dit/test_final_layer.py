@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from tolerances import FLOAT64_EXACT
 
 from addnorm.dit import FinalLayer
 
@@ -20,5 +21,5 @@ def test_final_layer_is_the_modulated_linear_formula():
     shift, scale = F.linear(F.silu(c), mod.weight, mod.bias).chunk(2, dim=1)
     h = F.layer_norm(x, (8,), eps=1e-6) * (1 + scale[:, None]) + shift[:, None]
     expected = F.linear(h, layer.linear.weight, layer.linear.bias)
-    torch.testing.assert_close(layer(x, c), expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(layer(x, c), expected, **FLOAT64_EXACT)  # float64
     assert list(layer.norm.parameters()) == []

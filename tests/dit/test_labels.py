@@ -35,7 +35,7 @@ def test_training_drops_labels_at_the_configured_rate_reproducibly():
     again = emb(y, generator=torch.Generator().manual_seed(7))
     assert torch.equal(first, again)
     dropped = (first == emb.table.weight[5]).all(dim=1).float().mean().item()
-    assert dropped == pytest.approx(0.25, abs=0.03)  # binomial sd ~ 0.007
+    assert dropped == pytest.approx(0.25, abs=0.03)  # binomial sd 0.0068: 4.4 sd
     # The draws are those of torch.rand(B) < p, DiT's rule, from the same generator.
     expected = torch.rand(4000, generator=torch.Generator().manual_seed(7)) < 0.25
     assert torch.equal((first == emb.table.weight[5]).all(dim=1), expected)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from tolerances import FLOAT64_EXACT
 
 from addnorm.dit.patches import PatchEmbed, grid_to_tokens, patchify, unpatchify
 
@@ -36,11 +37,12 @@ def test_patch_embedding_is_a_linear_map_on_unfolded_patches():
     # Oracle: F.unfold (patches as (channel, row, column)) and the conv weight viewed as a
     # Linear (D, C * p * p), DiT's reading of it for its Xavier initialisation.
     torch.manual_seed(0)
-    embed = PatchEmbed(3, 8, 2)
-    x = torch.randn(2, 3, 4, 6)
+    embed = PatchEmbed(3, 8, 2).double()  # float64: a convolution against a matmul
+    x = torch.randn(2, 3, 4, 6, dtype=torch.float64)
     patches = F.unfold(x, kernel_size=2, stride=2).transpose(1, 2)  # (B, N, C*p*p)
     weight = embed.proj.weight.view(8, -1)
-    torch.testing.assert_close(embed(x), F.linear(patches, weight, embed.proj.bias))
+    expected = F.linear(patches, weight, embed.proj.bias)
+    torch.testing.assert_close(embed(x), expected, **FLOAT64_EXACT)
 
 
 def test_grid_to_tokens_is_row_major():

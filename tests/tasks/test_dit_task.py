@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 import torch
+from tolerances import FLOAT32_MODEL
 
 from addnorm.data.batches import DigitBatches
 from addnorm.dit import DIT_PRESETS
@@ -30,7 +31,9 @@ def test_the_loss_is_the_mse_to_the_noise_at_q_sample():
     x_t = abar.sqrt() * batch["images"] + (1 - abar).sqrt() * batch["noise"]
     expected = (model(x_t, batch["t"], batch["labels"]) - batch["noise"]).square().mean()
     loss, n = task.loss_fn(TrainConfig())(model, batch)
-    torch.testing.assert_close(loss, expected, rtol=1e-6, atol=1e-7)
+    # float32; the task may round x_t's coefficients otherwise (a few u apart), and two float32
+    # evaluations of one small model then differ within FLOAT32_MODEL.
+    torch.testing.assert_close(loss, expected, **FLOAT32_MODEL)
     assert n == 6
 
 
@@ -46,7 +49,7 @@ def test_a_tiny_run_lowers_the_loss_and_resumes_exactly(tmp_path):
     from addnorm.training.metrics import read_metrics
 
     losses = [r["loss"] for r in read_metrics(tmp_path / "whole" / "metrics.jsonl")]
-    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3  # measured 0.29 < 0.81
     half = dataclasses.replace(train_cfg, max_steps=20)
     train_run("dit", cfg, half, tmp_path / "resumed")
     from addnorm.training.checkpoint import load_checkpoint

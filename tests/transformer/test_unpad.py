@@ -11,6 +11,7 @@ import dataclasses
 
 import pytest
 import torch
+from tolerances import FLOAT64_EXACT
 
 from addnorm.attention import MultiHeadAttention, self_attention_mask
 from addnorm.attention_mask import packed_mask
@@ -23,7 +24,7 @@ from addnorm.transformer.encoder_model import EncoderConfig, EncoderModel, mean_
 from addnorm.transformer.generation import GenerationConfig
 from addnorm.transformer.stacks import Encoder
 
-F64 = torch.float64
+F64 = torch.float64  # every comparison is float64 (the export test casts): FLOAT64_EXACT
 D, H, FF = 16, 4, 32
 PADDING = torch.tensor([
     [0, 0, 0, 0, 0, 0, 0],  # no padding
@@ -47,7 +48,8 @@ def test_pack_then_unpack_keeps_real_tokens_in_order_and_zeros_padding():
     packed = packing.pack(x)
     assert packed.shape == (1, int((~PADDING).sum()), 2)
     torch.testing.assert_close(packed[0], x[~PADDING], rtol=0, atol=0)  # batch order
-    torch.testing.assert_close(packing.unpack(packed), x.masked_fill(PADDING[..., None], 0))
+    expected = x.masked_fill(PADDING[..., None], 0)
+    torch.testing.assert_close(packing.unpack(packed), expected, rtol=0, atol=0)  # data moved
     assert packing.has_padding and not Packing.from_padding(PADDING[:1]).has_padding
 
 
@@ -59,17 +61,17 @@ def test_unpadded_encoder_equals_padded_at_real_tokens_with_gradients(norm, norm
     x = torch.randn(3, 7, D, dtype=F64, requires_grad=True)
     real = ~PADDING[..., None]  # (B, L, 1)
     outputs = [model(x, padding_mask=PADDING) for model in (padded, unpadded)]
-    torch.testing.assert_close(outputs[1] * real, outputs[0] * real)
+    torch.testing.assert_close(outputs[1] * real, outputs[0] * real, **FLOAT64_EXACT)
     assert not outputs[1].masked_select(~real).any()  # zeros at padding
     grads = [
         torch.autograd.grad((out * real).square().sum(), [x, *model.parameters()])
         for out, model in zip(outputs, (padded, unpadded), strict=True)
     ]
     for want, got in zip(*grads, strict=True):
-        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(got, want, **FLOAT64_EXACT)
     if norm == "batch":  # the running statistics saw the same real tokens
         for a, b in zip(padded.buffers(), unpadded.buffers(), strict=True):
-            torch.testing.assert_close(a, b)
+            torch.testing.assert_close(a, b, **FLOAT64_EXACT)
 
 
 def test_a_real_query_that_sees_no_key_is_zero_on_both_paths():
@@ -81,7 +83,7 @@ def test_a_real_query_that_sees_no_key_is_zero_on_both_paths():
         got = unpadded(x, padding_mask=PADDING, attend_mask=attend)
         want = padded(x, padding_mask=PADDING, attend_mask=attend)
     real = ~PADDING[..., None]
-    torch.testing.assert_close(got * real, want * real)
+    torch.testing.assert_close(got * real, want * real, **FLOAT64_EXACT)
     assert got.isfinite().all()
 
 
@@ -102,7 +104,7 @@ def test_compiled_encoder_gives_the_packed_paths_values_everywhere(fresh_dynamo)
     x = torch.randn(3, 7, D, dtype=F64)
     want = unpadded(x, padding_mask=PADDING)
     compiled = torch.compile(unpadded, fullgraph=True, backend="eager")
-    torch.testing.assert_close(compiled(x, padding_mask=PADDING), want)
+    torch.testing.assert_close(compiled(x, padding_mask=PADDING), want, **FLOAT64_EXACT)
 
 
 def test_a_packed_mask_is_refused_with_a_cache_or_a_memory():
@@ -138,7 +140,7 @@ def test_unpadded_transformer_gives_the_same_logits_and_translations():
     src = torch.randint(3, 128, (3, 7)).masked_fill(PADDING, 0)
     tgt = torch.randint(3, 128, (3, 5))
     with torch.no_grad():
-        torch.testing.assert_close(unpadded(src, tgt), padded(src, tgt))
+        torch.testing.assert_close(unpadded(src, tgt), padded(src, tgt), **FLOAT64_EXACT)
     for beams in (1, 3):  # greedy, and beam search (its memory is repeated per beam)
         config = GenerationConfig(max_new_tokens=6, num_beams=beams)
         assert torch.equal(unpadded.generate(src, config), padded.generate(src, config))
@@ -153,7 +155,7 @@ def test_unpadded_encoder_model_gives_the_same_sentence_embeddings():
     ids = torch.randint(1, 50, (3, 7)).masked_fill(PADDING, 0)
     with torch.no_grad():
         embeddings = [mean_pool(model(ids), PADDING) for model in (padded, unpadded)]
-    torch.testing.assert_close(embeddings[1], embeddings[0])
+    torch.testing.assert_close(embeddings[1], embeddings[0], **FLOAT64_EXACT)
 
 
 @pytest.mark.parametrize("shared", [True, False])
@@ -168,7 +170,7 @@ def test_explicit_rotary_positions_are_packed_with_their_tokens(shared):
         want = padded(x, padding_mask=PADDING, positions=positions)
         got = unpadded(x, padding_mask=PADDING, positions=positions)
         default = unpadded(x, padding_mask=PADDING)
-    torch.testing.assert_close(got * real, want * real)
+    torch.testing.assert_close(got * real, want * real, **FLOAT64_EXACT)
     assert not torch.allclose(got * real, default * real)  # the positions did matter
 
 
@@ -178,8 +180,8 @@ def test_an_unpadded_transformer_exports_with_the_eager_outputs():
     cfg = dataclasses.replace(PRESETS["tiny"], dropout=0.0, position_encoding="rotary",
                               unpad=True)
     torch.manual_seed(0)
-    model = Transformer(cfg).eval()
+    model = Transformer(cfg).double().eval()  # float64: the same function, two paths
     src = torch.randint(3, 128, (3, 7)).masked_fill(PADDING, 0)
     tgt = torch.randint(3, 128, (3, 5))
     program = torch.export.export(model, (src, tgt))
-    torch.testing.assert_close(program.module()(src, tgt), model(src, tgt))
+    torch.testing.assert_close(program.module()(src, tgt), model(src, tgt), **FLOAT64_EXACT)
