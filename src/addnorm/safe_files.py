@@ -9,7 +9,7 @@ than they must:
 
 - :func:`regular_file_size`: ``stat`` (symlinks followed) and refuse anything but a regular
   file; nothing is opened.
-- :func:`read_text`: a regular file of at most ``max_bytes``, decoded as UTF-8.
+- :func:`read_bytes`, :func:`read_text`: a regular file of at most ``max_bytes`` (as UTF-8).
 - :func:`read_safetensors_header`: the 8-byte length and the JSON header of a safetensors file
   (the format: https://github.com/huggingface/safetensors), checked as the format requires
   (known dtypes, whole shapes, data offsets that tile the data exactly), as a dict of
@@ -37,6 +37,7 @@ __all__ = [
     "SAFETENSORS_DTYPES",
     "TensorInfo",
     "UnsafeFileError",
+    "read_bytes",
     "read_safetensors_header",
     "read_text",
     "regular_file_size",
@@ -135,12 +136,12 @@ def _read_exactly(fd: int, n: int, path: Path, what: str) -> bytes:
     return b"".join(chunks)
 
 
-def read_text(path: str | os.PathLike, *, max_bytes: int, what: str = "file") -> str:
-    """The UTF-8 text of the regular file ``path``, refused unread when over ``max_bytes``.
+def read_bytes(path: str | os.PathLike, *, max_bytes: int, what: str = "file") -> bytes:
+    """The bytes of the regular file ``path``, refused unread when over ``max_bytes``.
 
     Raises:
         FileNotFoundError: nothing is there.
-        UnsafeFileError: not a regular file, larger than ``max_bytes``, or not UTF-8.
+        UnsafeFileError: not a regular file, or larger than ``max_bytes``.
     """
     path = Path(path)
     fd, size = _open_regular(path, what)
@@ -149,9 +150,19 @@ def read_text(path: str | os.PathLike, *, max_bytes: int, what: str = "file") ->
             raise UnsafeFileError(
                 f"{what} {path}: has {size} bytes, more than the {max_bytes} it may have"
             )
-        data = _read_exactly(fd, size, path, what)
+        return _read_exactly(fd, size, path, what)
     finally:
         os.close(fd)
+
+
+def read_text(path: str | os.PathLike, *, max_bytes: int, what: str = "file") -> str:
+    """The UTF-8 text of the regular file ``path``, refused unread when over ``max_bytes``.
+
+    Raises:
+        FileNotFoundError: nothing is there.
+        UnsafeFileError: not a regular file, larger than ``max_bytes``, or not UTF-8.
+    """
+    data = read_bytes(path, max_bytes=max_bytes, what=what)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -593,11 +593,11 @@ def big(d: Path) -> Path:
 @pytest.mark.parametrize(
     ("make", "why"),
     [
-        (lambda d: Path("/dev/zero"), "a character device, not a regular file"),
+        (lambda d: Path("/dev/zero"), "must be a regular file, but it is a character device"),
         (lambda d: (d / "zero").symlink_to("/dev/zero") or d / "zero", "a character device"),
-        (fifo, "a FIFO (pipe), not a regular file"),
-        (lambda d: d, "a folder, not a regular file"),
-        (big, f"more than the {MAX_CONFIG_BYTES} allowed"),
+        (fifo, "must be a regular file, but it is a FIFO (named pipe)"),
+        (lambda d: d, "must be a regular file, but it is a directory"),
+        (big, f"more than the {MAX_CONFIG_BYTES} it may have"),
         (lambda d: d / "missing.json", "No such file or directory"),
     ],
 )
@@ -623,7 +623,7 @@ def test_a_manifest_that_never_ends_exits_1_at_once(kind, run, tmp_path, capsys)
     with deadline(20):
         assert main(["info", str(checkpoint)]) == 1
     line = one_error_line(capsys, "info")
-    assert "manifest.json" in line and "not a regular file" in line
+    assert "manifest.json" in line and "must be a regular file" in line
 
 
 @pytest.mark.parametrize("kind", ["fifo", "/dev/zero"])
@@ -641,5 +641,6 @@ def test_run_files_that_never_end_are_no_marker_and_no_lock(kind, tmp_path, caps
         if name == MARKER:  # proves no run: the folder is refused as someone else's
             assert f"holds no addnorm run (no {MARKER})" in line
         else:  # no lock addnorm wrote: named, with what to do
-            assert f"the lock file {folder / name} is a " in line and "delete it" in line
+            assert f"the lock file {folder / name}: must be a regular file" in line
+            assert "delete it" in line
         assert sorted(p.name for p in folder.iterdir()) == [name]

@@ -17,7 +17,8 @@ import os
 import re
 from pathlib import Path
 
-from addnorm.training.checkpoint import NotARegularFile, parse_json, read_regular_file
+from addnorm.safe_files import UnsafeFileError, read_bytes
+from addnorm.training.checkpoint import parse_json
 
 __all__ = [
     "MAX_CONFIG_BYTES",
@@ -132,7 +133,7 @@ def check_out_dir(out: Path, flag: str = "--out") -> None:
 def read_config(path: Path, task_name: str) -> tuple[dict, dict]:
     """The "model" and "train" objects of a ``--config`` file, after checking its shape."""
     where = f"--config {path}"
-    text = read_small_file(path, where, MAX_CONFIG_BYTES)
+    text = read_small_file(path, "--config", MAX_CONFIG_BYTES)
     try:
         data = parse_json(text)
     except json.JSONDecodeError as err:
@@ -160,21 +161,23 @@ def read_config(path: Path, task_name: str) -> tuple[dict, dict]:
     return parts["model"], parts["train"]
 
 
-def read_small_file(path: Path, where: str, limit: int) -> str:
-    """The UTF-8 text of the regular file ``path`` of at most ``limit`` bytes, read by
-    ``read_regular_file``; anything else (a device, a FIFO, a folder, a larger file, bytes that
-    are not UTF-8, a read error) raises ``UsageError`` starting with ``where`` (the flag and its
-    value)."""
+def read_small_file(path: Path, flag: str, limit: int) -> str:
+    """The UTF-8 text of the regular file ``path`` (given as ``flag``) of at most ``limit``
+    bytes, read by :func:`addnorm.safe_files.read_bytes`; anything else (a device, a FIFO, a
+    folder, a larger file, bytes that are not UTF-8, a read error) raises ``UsageError``
+    starting with the flag and its value."""
     try:
-        data = read_regular_file(path, limit)
-    except NotARegularFile as err:
-        raise UsageError(f"{where}: {err}") from None
+        data = read_bytes(path, max_bytes=limit, what=flag)
+    except UnsafeFileError as err:
+        raise UsageError(str(err)) from None
     except OSError as err:
-        raise UsageError(f"{where}: {err.strerror or err}") from None
+        raise UsageError(f"{flag} {path}: {err.strerror or err}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise UsageError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+        raise UsageError(
+            f"{flag} {path}: not UTF-8 text ({err.reason} at byte {err.start})"
+        ) from None
 
 
 def _json_type(value: object) -> str:

@@ -44,7 +44,6 @@ import os
 import re
 import secrets
 import shutil
-import stat
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -54,17 +53,17 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from addnorm.safe_files import UnsafeFileError, read_text
+
 __all__ = [
     "CheckpointError",
     "CheckpointWriteError",
     "LoadedCheckpoint",
-    "NotARegularFile",
     "delete_checkpoints",
     "find_checkpoint",
     "list_checkpoints",
     "load_checkpoint",
     "parse_json",
-    "read_regular_file",
     "save_checkpoint",
     "write_file_atomic",
 ]
@@ -408,53 +407,16 @@ def parse_json(text: str) -> object:
 
 def _read_json(path: Path) -> dict:
     try:
-        data = parse_json(read_regular_file(path, MAX_JSON_BYTES).decode("utf-8"))
+        data = parse_json(read_text(path, max_bytes=MAX_JSON_BYTES, what="checkpoint file"))
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint file missing: {path}") from None
-    except NotARegularFile as err:
-        raise CheckpointError(f"checkpoint file {path} cannot be read: {err}") from None
+    except UnsafeFileError as err:
+        raise CheckpointError(str(err)) from None
     except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
         raise CheckpointError(f"checkpoint file is not valid JSON: {path} ({err})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"checkpoint file {path} must hold a JSON object")
     return data
-
-
-class NotARegularFile(ValueError):
-    """``read_regular_file`` was pointed at something that is no regular file of the size
-    allowed (a device, a FIFO, a folder, a larger file); the message says which."""
-
-
-def read_regular_file(path: str | os.PathLike, limit: int) -> bytes:
-    """The bytes of the regular file ``path``, if it has at most ``limit``; anything else (a
-    device such as /dev/zero, which never ends, a FIFO, which blocks, a folder, a larger file)
-    raises ``NotARegularFile`` before it is read. The type is checked before opening and again
-    on the open file, which is opened non-blocking (a FIFO swapped in between cannot block) and
-    read at most ``limit + 1`` bytes (a file grown in between is refused, not read whole).
-    Raises ``OSError`` (``FileNotFoundError`` among them) as ``open`` does."""
-    info = os.stat(path)
-    _check_regular(info.st_mode, info.st_size, limit)
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(fd)
-        _check_regular(info.st_mode, info.st_size, limit)
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise NotARegularFile(f"more than the {limit} bytes allowed")
-    return data
-
-
-def _check_regular(mode: int, size: int, limit: int) -> None:
-    if not stat.S_ISREG(mode):
-        kinds = [
-            (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (pipe)"),
-            (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-            (stat.S_ISSOCK, "a socket"),
-        ]
-        kind = next((name for test, name in kinds if test(mode)), "a special file")
-        raise NotARegularFile(f"{kind}, not a regular file")
-    if size > limit:
-        raise NotARegularFile(f"{size} bytes, more than the {limit} allowed")
 
 
 def write_file_atomic(path: Path, write: Callable[[Path], object]) -> None:

@@ -42,12 +42,8 @@ import socket
 from pathlib import Path
 from typing import TypeGuard
 
-from addnorm.training.checkpoint import (
-    NotARegularFile,
-    delete_checkpoints,
-    read_regular_file,
-    write_file_atomic,
-)
+from addnorm.safe_files import UnsafeFileError, read_bytes
+from addnorm.training.checkpoint import delete_checkpoints, write_file_atomic
 
 __all__ = [
     "ABANDONED_EMPTY_LOCK_S",
@@ -88,7 +84,7 @@ def read_marker(run_dir: str | os.PathLike) -> dict | None:
     """The run marker of ``run_dir`` (``{"format", "version", "task"}``), or None if it has
     none or the file there is not one addnorm wrote."""
     try:  # (a regular file, read bounded: never a FIFO's wait or /dev/zero's endless bytes)
-        data = json.loads(read_regular_file(Path(run_dir) / MARKER, _MAX_MARKER_BYTES))
+        data = json.loads(read_bytes(Path(run_dir) / MARKER, max_bytes=_MAX_MARKER_BYTES))
     except (OSError, ValueError, RecursionError):  # (RecursionError: nested absurdly deep)
         return None
     ours = isinstance(data, dict) and data.get("format") == _FORMAT
@@ -242,13 +238,12 @@ def _read_lock(path: Path) -> str | None:
     none; ``RunDirError`` if it cannot be read, or is not a regular file of at most
     ``MAX_LOCK_BYTES`` (a folder, a FIFO, /dev/zero: never waited on or read whole)."""
     try:
-        data = read_regular_file(path, MAX_LOCK_BYTES)
+        data = read_bytes(path, max_bytes=MAX_LOCK_BYTES, what="the lock file")
     except FileNotFoundError:
         return None
-    except NotARegularFile as err:
+    except UnsafeFileError as err:
         raise RunDirError(
-            f"the lock file {path} is {err}; if no addnorm run writes to {path.parent}, "
-            "delete it and try again"
+            f"{err}; if no addnorm run writes to {path.parent}, delete it and try again"
         ) from None
     except OSError as err:
         raise RunDirError(f"cannot read the lock file {path}: {err.strerror or err}") from None
