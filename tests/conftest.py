@@ -1,8 +1,30 @@
-"""Fixtures shared across test folders."""
+"""Fixtures shared across test folders, and the hypothesis mode (tests/properties.py)."""
 
 import pytest
 import torch
+from properties import set_fuzz
 from torch._dynamo.utils import counters
+
+
+def _fuzz_selected(config: pytest.Config) -> bool:
+    expression = config.getoption("markexpr", "") or ""
+    return "fuzz" in expression and "not fuzz" not in expression
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    set_fuzz(_fuzz_selected(config))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``-m fuzz`` every property test (and all of tests/fuzz) carries the marker, so
+    the marker filter that follows selects them."""
+    if not _fuzz_selected(config):
+        return
+    for item in items:
+        function = getattr(item, "function", None)
+        if getattr(function, "is_hypothesis_test", False) or "fuzz/" in item.nodeid:
+            item.add_marker(pytest.mark.fuzz)
 
 
 @pytest.fixture

@@ -9,8 +9,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from properties import examples
 from tolerances import FLOAT64_EXACT
 from torch import nn
 
@@ -226,7 +227,7 @@ def test_changing_future_tokens_leaves_earlier_outputs_unchanged():
                                atol=0, rtol=0)
 
 
-@settings(max_examples=20, deadline=None)
+@examples(20)
 @given(seed=st.integers(0, 2**16), length=st.integers(2, 6))
 def test_self_attention_without_positions_is_permutation_equivariant(seed, length):
     ours, _ = pair()
@@ -239,7 +240,7 @@ def test_self_attention_without_positions_is_permutation_equivariant(seed, lengt
     torch.testing.assert_close(permuted, out[:, perm], atol=1e-12, rtol=0)
 
 
-@settings(max_examples=25, deadline=None)
+@examples(25)
 @given(
     batch=st.integers(1, 3),
     query_len=st.integers(1, 6),

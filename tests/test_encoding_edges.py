@@ -20,8 +20,9 @@ from unittest import mock
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from properties import examples
 
 from addnorm import _memory
 from addnorm.encodings import (
@@ -32,7 +33,7 @@ from addnorm.encodings import (
 from addnorm.rotary import RotaryEmbedding
 from addnorm.timestep import TimestepEmbedder, timestep_embedding
 
-BOUNDED = settings(max_examples=25, deadline=None, derandomize=True, database=None)
+BOUNDED = examples(25)
 HUGE = st.integers(2**40, 2**62)  # x 8 bytes: >= 8 TiB, more than any machine here
 F32_HALF_MAX = torch.finfo(torch.float32).max / 2
 

@@ -12,8 +12,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from properties import examples
 from tolerances import FLOAT64_EXACT, u
 
 from addnorm.encodings import (
@@ -169,7 +170,7 @@ def test_offset_positions_are_rows_of_a_longer_table():
 # ---------------------------------------------------------------- T(k)
 
 
-@settings(max_examples=50, deadline=None)
+@examples(50)
 @given(
     half=st.integers(1, 32),
     base=st.floats(1.5, 1e5),
@@ -212,7 +213,7 @@ def test_shift_matrix_has_the_spec_block_signs():
     torch.testing.assert_close(block, expected, **FLOAT64_EXACT)  # float64 sin/cos of 0.7
 
 
-@settings(max_examples=30, deadline=None)
+@examples(30)
 @given(k=st.floats(-50, 50), p=st.lists(st.floats(-500, 500), min_size=2, max_size=8))
 def test_dot_product_of_codes_depends_on_the_offset_only(k, p):
     # Identity: PE(p).PE(p+k) = sum_i [sin a sin b + cos a cos b] = sum_i cos(w_i k).

@@ -21,8 +21,9 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
+from properties import examples
 from tolerances import FLOAT64_EXACT
 from torch._dynamo.source import ConstantSource
 from torch._dynamo.utils import counters
@@ -39,8 +40,8 @@ V, PAD, MAX_LEN = 19, 0, 16
 F64 = torch.float64
 MAX_BATCH = 6
 
-# The default suite's profile (tests/fuzz/conftest.py): bounded and derandomized, no database.
-SHAPES = settings(max_examples=6, deadline=None, derandomize=True, database=None)
+# tests/properties.py: bounded and derandomized by default, no database.
+SHAPES = examples(6)
 
 
 def language_model() -> TransformerLM:

@@ -15,8 +15,9 @@ import pickle
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from properties import examples
 from tolerances import FLOAT64_EXACT
 
 from addnorm.feedforward import GELU, FeedForward, GatedFeedForward, ReLU, make_feedforward
@@ -127,7 +128,7 @@ def test_ffn_acts_on_any_leading_dims_as_on_the_flattened_tokens():
     torch.testing.assert_close(ffn(x[1, 2, 3]), flat[1, 2, 3], **FLOAT64_EXACT)  # one (D,) vector
 
 
-@settings(max_examples=40, deadline=None)
+@examples(40)
 @given(
     activation=st.sampled_from(["relu", "gelu", "gelu_tanh", "swiglu"]),
     perm=st.integers(1, 7).flatmap(lambda n: st.permutations(list(range(n)))),

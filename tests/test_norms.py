@@ -12,8 +12,9 @@ import warnings
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from properties import examples
 from tolerances import FLOAT64_EXACT, LOW_PRECISION
 from torch import nn
 
@@ -274,7 +275,7 @@ def test_masked_batchnorm_refuses_fewer_than_two_real_tokens_in_training(lengths
     assert torch.isfinite(bn(x, padding_mask=padding_mask)).all()
 
 
-@settings(max_examples=30, deadline=None)
+@examples(30)
 @given(
     lengths=st.lists(st.integers(0, 5), min_size=1, max_size=4).filter(lambda ls: sum(ls) >= 2),
     extra=st.integers(0, 4),

@@ -27,8 +27,9 @@ import dataclasses
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from properties import examples
 from tolerances import FLOAT64_EXACT, u
 from torch import nn
 
@@ -41,9 +42,9 @@ from addnorm.transformer.stacks import Encoder
 
 D, H = 8, 2
 POISONS = [float("nan"), float("inf"), float("-inf"), 1e30]
-# Bounded and derandomized, as tests/fuzz's default profile: the same examples everywhere.
-BOUNDED = settings(max_examples=15, deadline=None, derandomize=True, database=None)
-STACKS = settings(BOUNDED, max_examples=8)  # a two-layer stack per example: fewer of them
+# tests/properties.py: bounded and derandomized by default, the same examples everywhere.
+BOUNDED = examples(15)
+STACKS = examples(8)  # a two-layer stack per example: fewer of them
 
 
 @st.composite

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from properties import examples
 from tolerances import u
 
 from addnorm.rotary import RotaryEmbedding, rotate_half
@@ -46,7 +47,7 @@ def test_rope_equals_the_complex_number_formulation(d_head):
     torch.testing.assert_close(rope(x), expected, atol=1e-12, rtol=0)
 
 
-@settings(max_examples=30, deadline=None)
+@examples(30)
 @given(
     half=st.integers(1, 16),
     positions=st.lists(st.floats(-1000, 1000), min_size=1, max_size=6),
@@ -63,7 +64,7 @@ def test_rope_keeps_norms_and_matches_complex_form_at_fractional_positions(half,
     torch.testing.assert_close(out, complex_rope(x, pos, 10000.0), atol=1e-9, rtol=0)
 
 
-@settings(max_examples=30, deadline=None)
+@examples(30)
 @given(k=st.integers(-50, 50), p=st.lists(st.integers(0, 500), min_size=2, max_size=6))
 def test_query_key_dot_product_depends_on_the_offset_only(k, p):
     # Identity (RoPE's point): <R(p) q, R(p+k) k'> = Re(sum conj(q) k' e^{i k theta}), free of p.

@@ -32,8 +32,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from properties import examples
 from safetensors.torch import load_file, save_file
 
 from addnorm.cli import embed as embed_cli
@@ -59,10 +60,7 @@ TINY = [
     "--eval-size", "4", "--log-every", "1", "--quiet", "--device", "cpu", "--threads", "1",
 ]
 # A small, fixed budget: the default suite stays deterministic and takes seconds.
-PROPERTY = settings(
-    max_examples=40, derandomize=True, database=None, deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+PROPERTY = examples(40)
 
 
 def tree(folder) -> dict[str, bytes | str | None]:

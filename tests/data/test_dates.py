@@ -11,8 +11,9 @@ import random
 import re
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from properties import examples
 
 from addnorm.data.dates import (
     FIRST_YEAR,
@@ -136,7 +137,7 @@ def test_every_format_restates_to_its_own_date(fmt, case):
         assert parse(format_date(date, fmt, case=case)) == date
 
 
-@settings(max_examples=50, deadline=None)
+@examples(50)
 @given(date=dates)
 def test_random_dates_in_every_format_map_back_to_one_answer(date):
     # parse is a function, so parse(text) == date for every (date, format) means no string is

@@ -10,8 +10,9 @@ import random
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from properties import examples
 
 from addnorm.data.batches import TextBatches
 from addnorm.data.text import TextCorpus, load_topics_text
@@ -23,7 +24,7 @@ def corpus() -> TextCorpus:
     return TextCorpus()
 
 
-@settings(max_examples=50, deadline=None)
+@examples(50)
 @given(text=st.text(alphabet="abcxyz -", max_size=40))
 def test_tokenizer_round_trips_text_of_its_alphabet(text):
     tok = CharTokenizer("-abcxyz ")

@@ -16,17 +16,14 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
+from properties import examples
 from tolerances import u
 
 from addnorm.diffusion import Diffusion, guided_eps_fn
 from addnorm.diffusion.spacing import SPACINGS, sampling_timesteps
 from addnorm.dit import DIT_PRESETS, DiT, classifier_free_guidance
-
-# The default suite's hypothesis settings (as tests/fuzz's "bounded" profile): deterministic.
-BOUNDED = dict(derandomize=True, deadline=None, database=None)
-
 
 # ----------------------------------------------------------------- the references, restated
 
@@ -101,7 +98,7 @@ def test_every_count_of_1000_steps_has_its_steps(spacing):
         assert steps == reference(1000, k, spacing), k
 
 
-@settings(max_examples=200, **BOUNDED)
+@examples(200)
 @given(
     n=st.integers(1, 3000),
     fraction=st.floats(0, 1),
@@ -132,7 +129,7 @@ def bounded_eps(x, t):
     return torch.tanh(x + t.to(x.dtype).view(-1, *[1] * (x.ndim - 1)) / 1000)
 
 
-@settings(max_examples=20, **BOUNDED)
+@examples(20)
 @given(
     steps=st.integers(1, 1000),
     method=st.sampled_from(["ddim", "ddpm"]),
@@ -188,7 +185,7 @@ def digits_noise(batch: int, seed: int) -> torch.Tensor:
 N_STEPS = st.sampled_from([30, 100, 1000])
 
 
-@settings(max_examples=8, **BOUNDED)
+@examples(8)
 @given(n_steps=N_STEPS, fraction=st.floats(0, 1), spacing=st.sampled_from([None, *SPACINGS]))
 @example(n_steps=1000, fraction=36 / 999, spacing=None)  # 37 of 1000, DDIM's default strided
 def test_ddim_of_a_fresh_dit_scales_the_noise_by_its_first_steps_abar(
@@ -210,7 +207,7 @@ def test_ddim_of_a_fresh_dit_scales_the_noise_by_its_first_steps_abar(
     torch.testing.assert_close(out, expected, rtol=rtol, atol=0)
 
 
-@settings(max_examples=6, **BOUNDED)
+@examples(6)
 @given(
     n_steps=N_STEPS,
     fraction=st.floats(0, 1),

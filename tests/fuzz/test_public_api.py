@@ -4,7 +4,7 @@ non-contiguous views, random masks and fully padded rows.
 
 The property, for every call: it returns finite values of the documented shape, or raises
 ValueError/TypeError with a message (the offending value named); never another exception,
-a NaN or a wrong shape. ``conftest.py`` sets how many examples run (25 per property by
+a NaN or a wrong shape. ``tests/properties.py`` sets how many examples run (25 per property by
 default, 1000 with ``-m fuzz``).
 """
 

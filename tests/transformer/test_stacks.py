@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from properties import examples
 from tolerances import FLOAT32_MODEL, FLOAT64_EXACT
 from torch import nn
 
@@ -207,7 +208,7 @@ def test_group_norm_lets_a_causal_stack_see_the_future_so_the_configs_refuse_it(
     assert (leak == 0) if norm == "layer" else (leak > 1e-3)
 
 
-@settings(max_examples=15, deadline=None)
+@examples(15)
 @given(seed=st.integers(0, 2**16), length=st.integers(2, 6))
 def test_encoder_without_positions_is_permutation_equivariant(seed, length):
     torch.manual_seed(0)
