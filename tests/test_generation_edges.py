@@ -13,22 +13,20 @@ import functools
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from properties import examples
 from tolerances import FLOAT64_EXACT
 
 from addnorm._memory import device_memory
 from addnorm.transformer.config import LMConfig, TransformerConfig
 from addnorm.transformer.decoding import check_cache_fits
 from addnorm.transformer.encoder_decoder import Transformer
-from addnorm.transformer.generation import (
-    GenerationConfig,
-    _sampling_probs,
-    generate_tokens,
-)
+from addnorm.transformer.generation import _sampling_probs, generate_tokens
+from addnorm.transformer.generation_config import GenerationConfig
 from addnorm.transformer.lm import TransformerLM
 
-BOUNDED = settings(max_examples=25, deadline=None, derandomize=True, database=None)
+BOUNDED = examples(25)
 SUBNORMAL_64 = 5e-324  # the smallest positive float64
 DTYPES = [torch.float32, torch.float64]
 
@@ -255,7 +253,7 @@ def test_a_learned_table_bounds_max_new_tokens_by_its_rows(kind):
         model.generate(PROMPT, config)
 
 
-@settings(max_examples=12, deadline=None, derandomize=True, database=None)  # a model call each
+@examples(12)  # a model call each
 @given(max_new_tokens=st.integers(1, 8), kind=st.sampled_from(["lm", "seq2seq"]),
        positions=st.sampled_from(["sinusoidal", "rotary", "learned"]))
 def test_an_accepted_max_new_tokens_gives_at_most_that_many_tokens(max_new_tokens, kind,

@@ -19,9 +19,10 @@ import addnorm
 from addnorm import DiT, Transformer, TransformerLM
 from addnorm.dit.config import DiTConfig
 from addnorm.pretrained import CONFIG_FILE, WEIGHTS_FILE, PretrainedMixin
+from addnorm.safe_files import CheckpointError
 from addnorm.tasks.lm import LMTask
 from addnorm.tasks.run import load_trained, train_run
-from addnorm.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from addnorm.training.checkpoint import load_checkpoint, save_checkpoint
 from addnorm.training.config import TrainConfig
 
 LM_CFG = addnorm.PRESETS["lm-tiny"]

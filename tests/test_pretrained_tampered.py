@@ -24,18 +24,25 @@ from unittest import mock
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from properties import examples
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
+from torch import nn
 
 import addnorm
 from addnorm import DiT, Transformer, TransformerLM
+from addnorm._memory import MAX_LAYERS
 from addnorm.dit.config import DiTConfig
-from addnorm.pretrained import CONFIG_FILE, MAX_COMPUTED_NUMBERS, WEIGHTS_FILE
-from addnorm.safe_files import UnsafeFileError, read_safetensors_header
-from addnorm.training.checkpoint import MAX_JSON_BYTES, MAX_JSON_DEPTH, CheckpointError
-from addnorm.training.sizes import MAX_LAYERS
+from addnorm.pretrained import CONFIG_FILE, MAX_COMPUTED_NUMBERS, WEIGHTS_FILE, PretrainedMixin
+from addnorm.safe_files import (
+    MAX_JSON_BYTES,
+    MAX_JSON_DEPTH,
+    CheckpointError,
+    UnsafeFileError,
+    read_safetensors_header,
+)
 from addnorm.transformer.encoder_model import EncoderConfig, EncoderModel
 
 LM_CFG = dataclasses.replace(addnorm.PRESETS["lm-tiny"], n_layers=1)
@@ -44,9 +51,9 @@ SEQ2SEQ_CFG = dataclasses.replace(addnorm.PRESETS["tiny"], n_encoder_layers=1,
                                   n_decoder_layers=1, share_embeddings=False)
 DIT_CFG = DiTConfig(input_size=8, patch_size=4, in_channels=1, d_model=16, n_heads=2,
                     n_layers=1, n_classes=4)
-# Derandomized and bounded like the default fuzz profile (tests/fuzz/conftest.py); each
-# example copies two small files, so a property costs well under a second per 10 examples.
-BOUNDED = settings(max_examples=25, derandomize=True, database=None, deadline=None)
+# tests/properties.py: bounded and derandomized by default; each example copies two small
+# files, so a property costs well under a second per 10 examples.
+BOUNDED = examples(25)
 
 
 @pytest.fixture(scope="module")
@@ -170,10 +177,53 @@ def test_position_tables_beyond_the_bound_are_refused_naming_max_len(saved):
 
 
 def test_a_model_larger_than_the_memory_available_is_refused(saved):
-    for family in ("lm", "encoder"):  # the training.sizes estimate and the meta count
-        with mock.patch("addnorm.training.sizes.available_memory", return_value=1000), \
+    for family in ("lm", "encoder"):  # the configs' count_parameters / count_buffers
+        with mock.patch("addnorm.pretrained.available_memory", return_value=1000), \
                 pytest.raises(CheckpointError, match="memory available"):
             CLASSES[family].from_pretrained(saved[family])
+
+
+@dataclasses.dataclass(frozen=True)
+class WideConfig:
+    """A family's config that does not count its model's size (no ``count_parameters``)."""
+
+    width: int = 4
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> WideConfig:
+        return cls(**data)
+
+
+class Wide(PretrainedMixin, nn.Module):
+    config_class = WideConfig
+
+    def __init__(self, cfg: WideConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.linear = nn.Linear(cfg.width, cfg.width)
+
+
+def test_a_family_that_does_not_count_its_size_is_measured_on_the_meta_device(tmp_path):
+    directory = _save_wide(tmp_path / "wide")
+    config = _config(directory)
+    config["config"]["width"] = 10**6  # 10**12 weights, more than the file's 20: refused
+    _write_config(directory, config)
+    message = _refused_before_building(Wide, directory, "config.json")
+    assert "the setting that makes it large: width (1000000)" in message
+    # 20 float32 numbers are 80 bytes, more than a machine of 79
+    with mock.patch("addnorm.pretrained.available_memory", return_value=79), \
+            pytest.raises(CheckpointError, match="memory available"):
+        Wide.from_pretrained(_save_wide(tmp_path / "small"))
+    with mock.patch("addnorm.pretrained.available_memory", return_value=80):
+        assert isinstance(Wide.from_pretrained(tmp_path / "small"), Wide)
+
+
+def _save_wide(path: Path) -> Path:
+    Wide(WideConfig()).save_pretrained(path)
+    return path
 
 
 def test_a_smaller_table_of_computed_positions_still_loads(saved):
@@ -214,7 +264,7 @@ def _kind(value: object) -> str | None:
     return None
 
 
-@settings(BOUNDED, max_examples=40)
+@examples(40)
 @given(data=st.data(), family=st.sampled_from(sorted(CLASSES)))
 def test_a_field_of_the_wrong_type_is_refused_naming_it(saved, data, family):
     cls = CLASSES[family]

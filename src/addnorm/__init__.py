@@ -1,8 +1,14 @@
 """addnorm: the Transformer and the Diffusion Transformer, part by part.
 
 Conventions shared by every module (shapes legend, mask polarity) are in docs/design.md.
+``addnorm.load`` opens training runs as well as pretrained folders, so it lives above the tasks
+(:mod:`addnorm.tasks.loading`); it is imported on first use, keeping ``import addnorm`` to the
+models.
 """
 
+from typing import Any
+
+from addnorm._version import __version__ as __version__
 from addnorm.attention import (
     AttentionMask,
     MultiHeadAttention,
@@ -30,19 +36,18 @@ from addnorm.interop import (
     to_transformers,
 )
 from addnorm.norms import BatchNorm, GroupNorm, LayerNorm, NoNorm, RMSNorm, make_norm
-from addnorm.pretrained import PretrainedMixin, load
+from addnorm.pretrained import PretrainedMixin
 from addnorm.residual import AddNorm
 from addnorm.rotary import RotaryEmbedding
 from addnorm.timestep import TimestepEmbedder, timestep_embedding
 from addnorm.transformer.config import PRESETS, LayerConfig, LMConfig, TransformerConfig
 from addnorm.transformer.encoder_decoder import Transformer
 from addnorm.transformer.encoder_model import EncoderConfig, EncoderModel, mean_pool
-from addnorm.transformer.generation import GenerationConfig, generate_tokens
+from addnorm.transformer.generation import generate_tokens
+from addnorm.transformer.generation_config import GenerationConfig
 from addnorm.transformer.layers import DecoderLayer, EncoderLayer
 from addnorm.transformer.lm import TransformerLM
 from addnorm.transformer.stacks import Decoder, Encoder, EncoderDecoder
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AddNorm",
@@ -101,3 +106,16 @@ __all__ = [
     "to_torch",
     "to_transformers",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``addnorm.load``, imported from :mod:`addnorm.tasks.loading` when first asked for."""
+    if name == "load":
+        from addnorm.tasks.loading import load
+
+        return load
+    raise AttributeError(f"module 'addnorm' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), "load"])

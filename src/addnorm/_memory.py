@@ -1,11 +1,17 @@
-"""The memory a device has in all: a bound no single request can exceed.
+"""Memory: what a device has in all (:func:`device_memory`), what it can still give now
+(:func:`available_memory`), byte counts in words (:func:`format_bytes`), and ``MAX_LAYERS``.
 
-Sizes that follow from arguments (a position table's rows, a decoding cache's positions) are
-compared with it before anything is allocated, so a request that can never fit is refused
-with a ValueError naming the argument, instead of failing inside the allocator (or, on Linux,
-being granted and then killed). It is the total, not what is free now: a refusal depends on
-the machine alone, never on what other processes hold, and every refused request was
-impossible. Requests below it may still fail in the allocator when memory is in use.
+``device_memory`` is a bound no single request can exceed. Sizes that follow from arguments
+(a position table's rows, a decoding cache's positions) are compared with it before anything
+is allocated, so a request that can never fit is refused with a ValueError naming the
+argument, instead of failing inside the allocator (or, on Linux, being granted and then
+killed). It is the total, not what is free now: a refusal depends on the machine alone, never
+on what other processes hold, and every refused request was impossible. Requests below it may
+still fail in the allocator when memory is in use.
+
+``available_memory`` is what is free now; loading a model (``addnorm.pretrained``) and the
+estimates made before training (``addnorm.training.sizes``, the CLI) compare with it, since
+they would allocate at once.
 """
 
 from __future__ import annotations
@@ -15,7 +21,12 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["check_fits", "device_memory"]
+__all__ = ["MAX_LAYERS", "available_memory", "check_fits", "device_memory", "format_bytes"]
+
+# Layers per stack above this are refused outright (loading, training, the CLI's flags):
+# building 10**5 layers takes minutes even where memory would allow it, and no model of this
+# package needs more.
+MAX_LAYERS = 1024
 
 
 def device_memory(device: torch.device | str) -> int | None:
@@ -49,6 +60,63 @@ def _cgroup_limit() -> int | None:
     except OSError:
         return None
     return int(limit) if limit.isdigit() else None  # "max": no limit
+
+
+def available_memory(device: torch.device | str = "cpu") -> int | None:
+    """Bytes the process can still allocate on ``device``; None where it cannot be told.
+
+    CPU: the least of ``MemAvailable`` (``/proc/meminfo``), the cgroup v2 limit minus its use,
+    and the free pages (``sysconf``). CUDA: ``torch.cuda.mem_get_info``'s free bytes.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    if device.type != "cpu":
+        return None
+    found = [n for n in (_meminfo_available(), _cgroup_available(), _sysconf_available())
+             if n is not None]
+    return min(found) if found else None
+
+
+def _meminfo_available() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _cgroup_available() -> int | None:
+    """The cgroup v2 limit of this process's group minus its use, if it has one."""
+    root = Path("/sys/fs/cgroup")
+    try:
+        limit = (root / "memory.max").read_text().strip()
+        used = int((root / "memory.current").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if not limit.isdigit():  # "max": no limit
+        return None
+    return max(int(limit) - used, 0)
+
+
+def _sysconf_available() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def format_bytes(n_bytes: float) -> str:
+    """``n_bytes`` in the largest unit that keeps it >= 1: ``"3.2 GB"``, ``"4.1e+03 TB"``."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if n_bytes < 1000:
+            return f"{n_bytes:.3g} {unit}"
+        n_bytes /= 1000
+    return f"{n_bytes:.3g} TB"
 
 
 def check_fits(what: str, n_bytes: int, device: torch.device | str) -> None:

@@ -1,4 +1,4 @@
-"""Models on disk for inference: ``save_pretrained`` / ``from_pretrained`` and ``load``.
+"""Models on disk for inference: ``save_pretrained`` / ``from_pretrained``.
 
 A pretrained directory holds two files, the layout Hugging Face users know:
 
@@ -9,10 +9,15 @@ A pretrained directory holds two files, the layout Hugging Face users know:
   ``TransformerLM`` whose ``to_logits`` reuses the embedding table) are saved under their first
   name only and tied again on loading.
 
-:func:`load` opens such a directory, or a run or checkpoint directory written by
-``addnorm train``, and returns the model in eval mode. Every failure to read a directory raises
-:class:`~addnorm.training.checkpoint.CheckpointError` naming the file and what is wrong with it
-(the CLI turns it into exit status 1); bad arguments raise ``TypeError`` / ``ValueError``.
+``PretrainedMixin.from_pretrained`` opens such a directory (any registered class through the
+mixin itself) and returns the model in eval mode; ``addnorm.load``
+(:mod:`addnorm.tasks.loading`) opens it too, or a run written by ``addnorm train``, which needs
+the tasks above. Every failure to read a directory raises
+:class:`~addnorm.safe_files.CheckpointError` naming the file and what is wrong with it (the
+CLI turns it into exit status 1); bad arguments raise ``TypeError`` / ``ValueError``.
+
+This module sits below training: it imports the parts and helpers under it
+(:mod:`addnorm.safe_files`, :mod:`addnorm._memory`) and nothing of training or the tasks.
 
 Loading trusts neither file, and refuses a tampered directory before it allocates the model:
 
@@ -21,13 +26,13 @@ Loading trusts neither file, and refuses a tampered directory before it allocate
 - ``config.json`` may have at most ``MAX_JSON_BYTES`` bytes and ``MAX_JSON_DEPTH`` levels of nesting
   (``parse_json``, as the run format); its fields are checked by the config's ``from_dict``;
 - the weights' safetensors header is read first (names, dtypes, shapes; no data). Before the
-  model is built, its size is estimated from the config (``training.sizes``; for other
-  families, a build on the ``meta`` device, which allocates nothing) and refused when the
-  model would hold more numbers than the weights file (a config edited to a larger model;
-  twice as many for the estimate, which may be off by that much), compute tables (position
-  codes) larger than both the weights file and ``MAX_COMPUTED_NUMBERS``, have more than
-  ``MAX_LAYERS`` layers per stack, or need more than the memory available; the message names
-  the setting that makes it large;
+  model is built, its size is estimated from the config (its ``count_parameters()`` and
+  ``count_buffers()``; for a config without them, a build on the ``meta`` device, which
+  allocates nothing) and refused when the model would hold more numbers than the weights
+  file (a config edited to a larger model; twice as many for the estimate, which may be off
+  by that much), compute tables (position codes) larger than both the weights file and
+  ``MAX_COMPUTED_NUMBERS``, have more than ``MAX_LAYERS`` layers per stack, or need more than
+  the memory available; the message names the setting that makes it large;
 - then every tensor's name, shape and dtype is checked against the built model, still before
   any data is read: a floating parameter takes any floating dtype (converted on loading),
   never an integer or bool one; other tensors take their own dtype only.
@@ -47,14 +52,16 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from addnorm._checks import check_choice
-from addnorm.safe_files import TensorInfo, UnsafeFileError, read_safetensors_header, read_text
-from addnorm.training.checkpoint import (
-    MANIFEST,
+from addnorm._memory import MAX_LAYERS, available_memory, format_bytes
+from addnorm._version import __version__
+from addnorm.safe_files import (
     MAX_JSON_BYTES,
     CheckpointError,
-    list_checkpoints,
+    TensorInfo,
+    UnsafeFileError,
     parse_json,
+    read_safetensors_header,
+    read_text,
     write_file_atomic,
 )
 
@@ -63,7 +70,10 @@ __all__ = [
     "MAX_COMPUTED_NUMBERS",
     "WEIGHTS_FILE",
     "PretrainedMixin",
-    "load",
+    "check_device",
+    "check_dtype",
+    "check_path",
+    "for_inference",
     "state_dict_without_aliases",
 ]
 
@@ -120,11 +130,9 @@ class PretrainedMixin:
         Tensors are saved from wherever they are, as they are (dtype kept), each once.
         Returns the directory.
         """
-        from addnorm import __version__
-
         if not isinstance(self, nn.Module):
             raise TypeError(f"{type(self).__name__} must be an nn.Module to be saved")
-        directory = _check_path(path)
+        directory = check_path(path)
         if directory.exists() and not directory.is_dir():
             raise ValueError(f"path must be a directory, got the file {directory}")
         config = {
@@ -167,9 +175,9 @@ class PretrainedMixin:
                 the config are found before the model is built, and problems of the tensors
                 before their data is read.
         """
-        dtype = _check_dtype(dtype)
-        device = _check_device(device)
-        directory = _check_path(path)
+        dtype = check_dtype(dtype)
+        device = check_device(device)
+        directory = check_path(path)
         name, config = _read_config(directory)
         target = _REGISTRY.get(name)
         if target is None:
@@ -192,49 +200,7 @@ class PretrainedMixin:
         model: Any = target(cfg)  # type: ignore[call-arg]
         _check_fits(model, saved, weights)  # before any data is read
         saved_dtype = _load_weights(model, weights, saved)
-        return _ready(model, dtype=dtype or saved_dtype, device=device)
-
-
-def load(
-    path: str | os.PathLike,
-    *,
-    weights: str = "ema",
-    dtype: torch.dtype | str | None = None,
-    device: torch.device | str | None = None,
-) -> nn.Module:
-    """The model in ``path``, ready for inference (eval mode).
-
-    ``path`` is a pretrained directory (``config.json`` + ``model.safetensors``, from
-    ``save_pretrained``), or a run directory or one of its checkpoints written by
-    ``addnorm train``. From a run, ``weights="ema"`` (the default) loads the exponential moving
-    average of the weights when the run kept one (what a finished run was scored with) and the
-    trained weights otherwise; ``"raw"`` always loads the trained weights. A pretrained
-    directory holds one set of weights, which either choice loads. ``dtype`` and ``device`` as
-    in :meth:`PretrainedMixin.from_pretrained`.
-
-    Raises:
-        CheckpointError: ``path`` holds neither, or what it holds is missing or damaged.
-    """
-    check_choice("weights", weights, ("ema", "raw"))
-    dtype = _check_dtype(dtype)
-    device = _check_device(device)
-    directory = _check_path(path)
-    if not directory.is_dir():
-        what = "does not exist" if not directory.exists() else "is a file, not a directory"
-        raise CheckpointError(f"cannot load {directory}: it {what}")
-    if os.path.lexists(directory / CONFIG_FILE):  # a dangling symlink is named, not skipped
-        model: Any = PretrainedMixin.from_pretrained(directory, dtype=dtype, device=device)
-        return model
-    if not (directory / MANIFEST).exists() and not list_checkpoints(directory):
-        raise CheckpointError(
-            f"{directory} holds no addnorm model: expected {CONFIG_FILE} and {WEIGHTS_FILE} "
-            f"(save_pretrained), or a run or checkpoint of addnorm train ({MANIFEST} or "
-            f"checkpoints/step-*/{MANIFEST})"
-        )
-    from addnorm.tasks.run import load_trained  # the tasks import the models: load lazily
-
-    _, model, _ = load_trained(directory, weights=weights)
-    return _ready(model, dtype=dtype, device=device)
+        return for_inference(model, dtype=dtype or saved_dtype, device=device)
 
 
 def state_dict_without_aliases(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -281,9 +247,6 @@ def _check_size(
     """Refuse, before anything is allocated, a config whose model would hold more numbers
     than the weights file (a config edited to a larger model), compute tables far larger than
     it, have more than ``MAX_LAYERS`` layers per stack, or not fit in memory."""
-    # training.sizes imports the model configs, whose modules import this one: import late.
-    from addnorm.training.sizes import MAX_LAYERS, available_memory, format_bytes
-
     where = directory / CONFIG_FILE
     for field in _fields(cfg):
         value = getattr(cfg, field.name)
@@ -319,8 +282,6 @@ def _check_size(
 
 def _numbers(n: int) -> str:
     """``"1.2e+07 numbers (48 MB in float32)"``; sizes beyond int64 are not spelled out."""
-    from addnorm.training.sizes import format_bytes
-
     if n >= _BEYOND_TORCH:
         return f"more than {_BEYOND_TORCH:.3g} numbers (beyond torch's int64 sizes)"
     return f"{n:.3g} numbers ({format_bytes(4 * n)} in float32)"
@@ -334,24 +295,22 @@ def _size_estimate(target: type, cfg: Any) -> tuple[_Estimate, bool]:
     ``target(cfg)``: its parameters and persistent buffers (what its weights file holds),
     and its other buffers (position tables, computed when it is built).
 
-    ``training.sizes`` counts from the config alone, in microseconds, within a factor of 2
-    of the exact count (``exact`` False): it counts every bias and norm vector whether the
-    config has them or not and leaves out a gated feed-forward's second bias, at most one
+    A model family describes its own size: its config's ``count_parameters()`` and
+    ``count_buffers()`` count from the config alone, in microseconds, within a factor of 2
+    of the exact count (``exact`` False): they count every bias and norm vector whether the
+    config has them or not and leave out a gated feed-forward's second bias, at most one
     number per weight either way (a bias of D per D x D or D x F matrix, 2 D per norm of D).
-    A family it does not know is built on the ``meta`` device (no memory is allocated) and
-    counted exactly.
+    A config without them (a user's own family) is built on the ``meta`` device (no memory
+    is allocated) and counted exactly.
     """
-    from addnorm.training.sizes import count_buffers, count_parameters
-
-    try:
-        count_parameters(cfg)
-    except TypeError:
+    if not (callable(getattr(cfg, "count_parameters", None))
+            and callable(getattr(cfg, "count_buffers", None))):
         return _meta_count(target), True
 
     def estimate(cfg: Any) -> tuple[int, int]:
         # DiT's fixed 2-D position code is stored as well: counting it as computed only
         # makes the first number smaller (the second is bounded by the file's size anyway).
-        return count_parameters(cfg), count_buffers(cfg)
+        return cfg.count_parameters(), cfg.count_buffers()
 
     return estimate, False
 
@@ -485,10 +444,11 @@ def _alias_groups(state: dict[str, torch.Tensor]) -> list[list[str]]:
     return list(groups.values())
 
 
-def _ready(
+def for_inference(
     model: nn.Module, *, dtype: torch.dtype | None, device: torch.device | None
 ) -> Any:
-    """The model on ``device`` in ``dtype`` (floating tensors only), in eval mode."""
+    """The model on ``device`` in ``dtype`` (floating tensors only; None: as it is), in eval
+    mode."""
     if dtype is not None:
         model = model.to(dtype=dtype)
     if device is not None:
@@ -523,13 +483,14 @@ def _read_config(directory: Path) -> tuple[str, dict]:
     return name, config
 
 
-def _check_path(path: object) -> Path:
+def check_path(path: object) -> Path:
+    """``path`` (a str or os.PathLike) as a Path; TypeError otherwise."""
     if not isinstance(path, str | os.PathLike):
         raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
     return Path(path)
 
 
-def _check_dtype(dtype: object) -> torch.dtype | None:
+def check_dtype(dtype: object) -> torch.dtype | None:
     """None, ``"auto"`` (both: the saved dtype), a floating ``torch.dtype`` or its name."""
     if dtype is None or dtype == "auto":
         return None
@@ -545,7 +506,8 @@ def _check_dtype(dtype: object) -> torch.dtype | None:
     return dtype
 
 
-def _check_device(device: object) -> torch.device | None:
+def check_device(device: object) -> torch.device | None:
+    """None, or a ``torch.device`` from a str or device; TypeError / ValueError otherwise."""
     if device is None:
         return None
     if not isinstance(device, str | torch.device):

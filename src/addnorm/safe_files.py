@@ -1,5 +1,7 @@
 """Files handed in from outside, read without trusting them: regular files only, sizes bounded,
-a safetensors header read and checked before any tensor data.
+a safetensors header read and checked before any tensor data, JSON nesting bounded; files
+written atomically; and :class:`CheckpointError`, what a missing or damaged model or checkpoint
+on disk becomes.
 
 A path named ``config.json`` may be a directory, a FIFO (opening it for reading blocks until
 a writer comes), a device (``/dev/zero`` never ends) or a symlink to one of those; a
@@ -14,11 +16,18 @@ than they must:
   (the format: https://github.com/huggingface/safetensors), checked as the format requires
   (known dtypes, whole shapes, data offsets that tile the data exactly), as a dict of
   :class:`TensorInfo`. No tensor data is read.
+- :func:`parse_json`: ``json.loads`` refusing nesting deeper than ``MAX_JSON_DEPTH``; with
+  ``MAX_JSON_BYTES``, the limits of every JSON file addnorm reads (``config.json`` of a
+  pretrained folder, a checkpoint's ``state.json`` and ``manifest.json``, ``--config``).
+- :func:`write_file_atomic`: a file written under a temporary name, fsynced and renamed, so a
+  reader sees the old file or the new one, never a torn one.
 
 Files are opened with ``O_NONBLOCK`` and checked again on the open descriptor, so a path
 swapped for a FIFO between the check and the open cannot block the reader.
 
-This module imports nothing from the rest of addnorm: it sits below the models and training.
+The loaders above (``addnorm.pretrained``, ``addnorm.training.checkpoint``) turn these errors
+into :class:`CheckpointError` naming the file. This module imports nothing from the rest of
+addnorm: it sits below the models and training.
 """
 
 from __future__ import annotations
@@ -27,21 +36,32 @@ import json
 import math
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 __all__ = [
+    "MAX_JSON_BYTES",
+    "MAX_JSON_DEPTH",
     "MAX_SAFETENSORS_HEADER_BYTES",
     "SAFETENSORS_DTYPES",
+    "CheckpointError",
     "TensorInfo",
     "UnsafeFileError",
+    "parse_json",
     "read_bytes",
     "read_safetensors_header",
     "read_text",
     "regular_file_size",
+    "write_file_atomic",
 ]
+
+# What a config.json, state.json, manifest.json or --config may hold: far more than any
+# addnorm writes.
+MAX_JSON_DEPTH = 64
+MAX_JSON_BYTES = 64 * 2**20
 
 # The safetensors library refuses larger headers (its MAX_HEADER_SIZE).
 MAX_SAFETENSORS_HEADER_BYTES = 100_000_000
@@ -63,6 +83,11 @@ _KINDS = {  # stat.S_IFMT -> words for the message
 class UnsafeFileError(ValueError):
     """A file is not what it must be (not a regular file, too large, a malformed header); the
     message names the file."""
+
+
+class CheckpointError(Exception):
+    """A pretrained model or a checkpoint on disk is missing, incomplete or corrupt; the
+    message names the file (the CLI turns it into exit status 1)."""
 
 
 @dataclass(frozen=True)
@@ -270,3 +295,36 @@ def _is_count(value: object) -> bool:
 def _short(value: object, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def parse_json(text: str) -> object:
+    """``json.loads(text)``, refusing nesting deeper than ``MAX_JSON_DEPTH`` with a
+    ``ValueError`` (``json.JSONDecodeError`` for invalid JSON) instead of a RecursionError in
+    the decoder or in whatever walks the result later. Used for every JSON file a user or a
+    checkpoint hands in: ``config.json``, ``--config``, ``state.json``, ``manifest.json``."""
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+        children = value.values() if isinstance(value, dict) else value
+        if isinstance(value, (dict, list)):
+            stack.extend((child, depth + 1) for child in children)
+    return data
+
+
+def write_file_atomic(path: Path, write: Callable[[Path], object]) -> None:
+    """``write(tmp)`` to a temporary name beside ``path``, fsync it, then rename it onto
+    ``path``: a reader sees the old file or the new one, never a torn one."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 import addnorm.training.checkpoint as checkpoint_module
+from addnorm.safe_files import CheckpointError
 from addnorm.training.checkpoint import (
-    CheckpointError,
     CheckpointWriteError,
     find_checkpoint,
     list_checkpoints,

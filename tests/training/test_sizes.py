@@ -13,22 +13,21 @@ import time
 
 import pytest
 
+from addnorm._memory import available_memory, format_bytes
 from addnorm.dit import DIT_PRESETS, DiT
-from addnorm.training.checkpoint import MAX_JSON_DEPTH, parse_json
+from addnorm.safe_files import MAX_JSON_DEPTH, parse_json
 from addnorm.training.sizes import (
     SizeError,
-    available_memory,
     check_model_fits,
-    count_buffers,
-    count_parameters,
-    format_bytes,
     largest_setting,
     training_bytes,
 )
 from addnorm.transformer import Transformer, TransformerLM
 from addnorm.transformer.config import PRESETS
+from addnorm.transformer.encoder_model import EncoderConfig, EncoderModel
 
 TINY, LM = PRESETS["tiny"], PRESETS["lm-tiny"]
+ENCODER = EncoderConfig(vocab_size=100, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_len=64)
 CONFIGS = [
     TINY,
     dataclasses.replace(TINY, share_embeddings=False, src_vocab_size=50, tie_output=False,
@@ -38,12 +37,18 @@ CONFIGS = [
     dataclasses.replace(LM, tie_output=False, position_encoding="learned"),
     DIT_PRESETS["DiT-digits"],
     dataclasses.replace(DIT_PRESETS["DiT-digits"], learn_sigma=False, n_layers=1),
+    ENCODER,
+    dataclasses.replace(ENCODER, pooler=True, position_encoding="rotary", n_token_types=0,
+                        embed_norm=False, norm_position="pre"),
+    dataclasses.replace(ENCODER, position_encoding="sinusoidal", activation="swiglu"),
 ]
 
 
 def build(cfg):
     if isinstance(cfg, type(TINY)):
         return Transformer(cfg)
+    if isinstance(cfg, EncoderConfig):
+        return EncoderModel(cfg)
     return TransformerLM(cfg) if isinstance(cfg, type(LM)) else DiT(cfg)
 
 
@@ -52,19 +57,19 @@ def test_counts_match_the_built_model_within_2_percent(cfg):
     model = build(cfg)
     built = sum(p.numel() for p in model.parameters())
     # Integer counts, no rounding: the estimate skips a few small terms (<= 0.3% measured).
-    assert abs(count_parameters(cfg) - built) <= 0.02 * built
-    assert count_buffers(cfg) == sum(b.numel() for b in model.buffers())
+    assert abs(cfg.count_parameters() - built) <= 0.02 * built
+    assert cfg.count_buffers() == sum(b.numel() for b in model.buffers())
 
 
 def test_counts_of_huge_configs_take_no_time():
     start = time.perf_counter()
     huge = dataclasses.replace(TINY, d_ff=10**11, n_encoder_layers=10**5)
-    assert count_parameters(huge) > 10**5 * 2 * 64 * 10**11
+    assert huge.count_parameters() > 10**5 * 2 * 64 * 10**11
     assert time.perf_counter() - start < 0.1  # nothing was built
 
 
 def test_training_needs_at_least_weights_grads_and_two_adam_moments():
-    params = count_parameters(TINY)
+    params = TINY.count_parameters()
     plain = training_bytes(TINY, batch_size=1, length=1, ema=False)
     assert plain >= 4 * 4 * params
     assert training_bytes(TINY, batch_size=1, length=1, ema=True) - plain == 4 * params
@@ -75,7 +80,7 @@ def test_largest_setting_blames_the_field_whose_default_shrinks_the_estimate_mos
     defaults = dataclasses.asdict(TINY)
 
     def estimate(s):
-        return count_parameters(dataclasses.replace(TINY, **s))
+        return dataclasses.replace(TINY, **s).count_parameters()
 
     assert largest_setting(estimate, {**defaults, "d_ff": 10**9, "n_heads": 8}, defaults) == "d_ff"
     assert largest_setting(estimate, defaults, defaults) is None

@@ -15,10 +15,12 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from properties import examples
 
-from addnorm.transformer.generation import GenerationConfig, generate_tokens
+from addnorm.transformer.generation import generate_tokens
+from addnorm.transformer.generation_config import GenerationConfig
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -322,7 +324,7 @@ def test_exhaustive_beam_without_stop_tokens_finds_the_most_likely_sequence():
         assert row == brute_force_best(chain, prompt_row, vocab, n)[1]
 
 
-@settings(max_examples=30, deadline=None)
+@examples(30)
 @given(
     seed=st.integers(0, 10_000),
     length_penalty=st.sampled_from([0.0, 0.6, 1.0, 2.0, -0.5]),
@@ -350,7 +352,7 @@ def test_exhaustive_beam_with_stop_tokens_matches_brute_force(seed, length_penal
         assert got == best
 
 
-@settings(max_examples=20, deadline=None)
+@examples(20)
 @given(seed=st.integers(0, 10_000))
 def test_a_wide_beam_scores_at_least_as_well_as_greedy(seed):
     # Invariant: a beam wide enough to keep every prefix returns the optimum, so its

@@ -17,7 +17,7 @@ from addnorm.encodings import sinusoidal_encoding
 from addnorm.transformer import Transformer, TransformerLM
 from addnorm.transformer.config import LMConfig, TransformerConfig
 from addnorm.transformer.embedding import positions_from_padding
-from addnorm.transformer.generation import GenerationConfig
+from addnorm.transformer.generation_config import GenerationConfig
 
 V, PAD, BOS, EOS = 23, 0, 1, 2
 F64 = torch.float64  # the models' dtype: FLOAT64_EXACT wherever they stay in it

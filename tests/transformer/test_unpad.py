@@ -21,7 +21,7 @@ from addnorm.rotary import RotaryEmbedding
 from addnorm.transformer.config import PRESETS, LayerConfig, TransformerConfig
 from addnorm.transformer.encoder_decoder import Transformer
 from addnorm.transformer.encoder_model import EncoderConfig, EncoderModel, mean_pool
-from addnorm.transformer.generation import GenerationConfig
+from addnorm.transformer.generation_config import GenerationConfig
 from addnorm.transformer.stacks import Encoder
 
 F64 = torch.float64  # every comparison is float64 (the export test casts): FLOAT64_EXACT

@@ -85,6 +85,14 @@ class DiTConfig(_ConfigBase):
                 "code gives each image axis d_model / 4 frequencies"
             )
         check_float("mlp_ratio", self.mlp_ratio, min_value=0.0, min_inclusive=False)
+        try:  # d_ff is int(d_model * mlp_ratio), which overflows on an infinite product
+            finite = self.d_model * self.mlp_ratio < float("inf")
+        except OverflowError:  # d_model too large for a float
+            finite = False
+        if not finite:
+            raise ValueError(
+                f"d_model * mlp_ratio must be finite, got {self.d_model} * {self.mlp_ratio}"
+            )
         if self.d_ff < 1:
             raise ValueError(
                 f"int(d_model * mlp_ratio) must be >= 1, got int({self.d_model} * "
@@ -123,6 +131,23 @@ class DiTConfig(_ConfigBase):
     def has_null_class(self) -> bool:
         """Whether the label table has the null row (id ``n_classes``): ``class_dropout > 0``."""
         return self.class_dropout > 0
+
+    def count_parameters(self) -> int:
+        """The parameters of ``DiT(self)``, without building it: within 2% of the built
+        model's (the label table is counted with its null row)."""
+        d, patch = self.d_model, self.patch_size * self.patch_size
+        c_out = self.out_channels
+        attention = 4 * d * d + 4 * d
+        mlp = 2 * d * self.d_ff + self.d_ff + d
+        modulation = 6 * d * d + 6 * d  # adaLN: shift, scale and gate of both sublayers
+        embed = patch * self.in_channels * d + d + (self.d_freq * d + d + d * d + d)
+        labels = (self.n_classes + 1) * d
+        final = 2 * d * d + 2 * d + d * patch * c_out + patch * c_out
+        return embed + labels + self.n_layers * (attention + mlp + modulation) + final
+
+    def count_buffers(self) -> int:
+        """The numbers of ``DiT(self)``'s fixed 2-D position table (grid_size^2 x D)."""
+        return self.grid_size**2 * self.d_model
 
 
 # The paper's sizes (Table 1): name -> (d_model, n_layers, n_heads).

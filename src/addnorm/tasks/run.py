@@ -38,18 +38,13 @@ import torch
 from torch import nn
 
 from addnorm._checks import check_known_fields
+from addnorm.safe_files import CheckpointError, parse_json, write_file_atomic
 from addnorm.tasks.dit import DiTTask
 from addnorm.tasks.lm import LMTask
 from addnorm.tasks.task import Task
 from addnorm.tasks.translate import TranslateTask
 from addnorm.training import distributed
-from addnorm.training.checkpoint import (
-    CheckpointError,
-    LoadedCheckpoint,
-    load_checkpoint,
-    parse_json,
-    write_file_atomic,
-)
+from addnorm.training.checkpoint import LoadedCheckpoint, load_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.metrics import plot_loss_curve
 from addnorm.training.run_dir import (

@@ -2,7 +2,8 @@
 exact resume), atomic safetensors checkpoints, metrics, and the two tasks (``translate``,
 ``lm``) wired to the models."""
 
-from addnorm.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from addnorm.safe_files import CheckpointError
+from addnorm.training.checkpoint import load_checkpoint, save_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.ema import EMA
 from addnorm.training.schedules import LRSchedule, noam_lr, warmup_cosine_lr

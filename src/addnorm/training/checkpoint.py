@@ -30,7 +30,8 @@ a truncated or altered file raises ``CheckpointError`` naming that file instead 
 from deep inside a loader. The manifest must list ``model.safetensors``, ``state.json`` and
 every other ``.safetensors`` or ``.json`` file in the directory, so no file is read unverified;
 JSON nested deeper than ``MAX_JSON_DEPTH`` or larger than ``MAX_JSON_BYTES`` is refused the
-same way (``parse_json``).
+same way (``parse_json``). ``CheckpointError``, the JSON limits and ``write_file_atomic`` live in
+:mod:`addnorm.safe_files`, below the models, which save and load pretrained folders with them.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ import re
 import secrets
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,19 +54,22 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from addnorm.safe_files import UnsafeFileError, read_text
+from addnorm.safe_files import (
+    MAX_JSON_BYTES,
+    CheckpointError,
+    UnsafeFileError,
+    parse_json,
+    read_text,
+)
 
 __all__ = [
-    "CheckpointError",
     "CheckpointWriteError",
     "LoadedCheckpoint",
     "delete_checkpoints",
     "find_checkpoint",
     "list_checkpoints",
     "load_checkpoint",
-    "parse_json",
     "save_checkpoint",
-    "write_file_atomic",
 ]
 
 FORMAT = "addnorm-checkpoint"
@@ -77,14 +81,7 @@ _STEP_DIR = re.compile(r"^step-(\d{8,})$")
 _LEFTOVER = re.compile(r"^\.(?:tmp|old)-step-\d{8,}-[A-Za-z0-9_]+(?:-[0-9a-f]+)?$")
 # Files every checkpoint has (its manifest apart): the weights and the state.
 REQUIRED = ("model.safetensors", STATE)
-# What a state.json, manifest.json or --config may hold: far more than any addnorm writes.
-MAX_JSON_DEPTH = 64
-MAX_JSON_BYTES = 64 * 2**20
 _log = logging.getLogger(__name__)
-
-
-class CheckpointError(Exception):
-    """A checkpoint is missing, incomplete or corrupt; the message names the file."""
 
 
 class CheckpointWriteError(CheckpointError, OSError):
@@ -385,26 +382,6 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def parse_json(text: str) -> object:
-    """``json.loads(text)``, refusing nesting deeper than ``MAX_JSON_DEPTH`` with a
-    ``ValueError`` (``json.JSONDecodeError`` for invalid JSON) instead of a RecursionError in
-    the decoder or in whatever walks the result later. Used for every JSON file a user or a
-    checkpoint hands in: ``--config``, ``state.json``, ``manifest.json``."""
-    try:
-        data = json.loads(text)
-    except RecursionError:
-        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
-    stack = [(data, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
-        children = value.values() if isinstance(value, dict) else value
-        if isinstance(value, (dict, list)):
-            stack.extend((child, depth + 1) for child in children)
-    return data
-
-
 def _read_json(path: Path) -> dict:
     try:
         data = parse_json(read_text(path, max_bytes=MAX_JSON_BYTES, what="checkpoint file"))
@@ -417,19 +394,6 @@ def _read_json(path: Path) -> dict:
     if not isinstance(data, dict):
         raise CheckpointError(f"checkpoint file {path} must hold a JSON object")
     return data
-
-
-def write_file_atomic(path: Path, write: Callable[[Path], object]) -> None:
-    """``write(tmp)`` to a temporary name beside ``path``, fsync it, then rename it onto
-    ``path``: a reader sees the old file or the new one, never a torn one."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -16,7 +16,7 @@ import os
 import stat
 from pathlib import Path
 
-from addnorm.training.checkpoint import write_file_atomic
+from addnorm.safe_files import write_file_atomic
 
 __all__ = ["MAX_LINE_BYTES", "MetricsLog", "plot_loss_curve", "read_metrics"]
 

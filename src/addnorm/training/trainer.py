@@ -57,9 +57,9 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from addnorm.data.batches import RankShard
+from addnorm.safe_files import CheckpointError
 from addnorm.training import distributed
 from addnorm.training.checkpoint import (
-    CheckpointError,
     LoadedCheckpoint,
     list_checkpoints,
     save_checkpoint,

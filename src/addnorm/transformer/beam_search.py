@@ -1,4 +1,5 @@
-"""Beam search over the decoding interface of :mod:`addnorm.transformer.generation`.
+"""Beam search over the decoding interface of :mod:`addnorm.transformer.generation` (which
+calls it for ``strategy="beam"``).
 
 B input rows become B * K beams (row ``b`` holds beams ``b * K .. b * K + K - 1``; the cache
 follows through ``cache.reorder``). Each step extends every live beam by every token, keeps
@@ -18,13 +19,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from addnorm._memory import check_fits
-from addnorm.transformer.generation import (
-    GenerationConfig,
-    LogitWatch,
-    StepFn,
-    _apply_rules,
-    _check_logits,
-)
+from addnorm.transformer.decode_step import LogitWatch, StepFn, check_logits
+from addnorm.transformer.generation_config import GenerationConfig
+from addnorm.transformer.repetition import apply_repetition_rules
 
 __all__ = ["beam_search"]
 
@@ -85,7 +82,7 @@ def beam_search(
             last = beams.alive_tokens[:, :, -1].reshape(batch * k, 1)  # (B * K, 1)
             logits = step_fn(last, cache)  # (B * K, V)
             name = f"step_fn output (step {step})"
-            logits = _check_logits(name, logits, (batch * k, vocab))
+            logits = check_logits(name, logits, (batch * k, vocab))
             bad = watch.note(name, step, logits)  # (B * K,)
             logits = logits.masked_fill(bad[:, None], 0.0)  # kept finite until reported
         log_probs = F.log_softmax(logits.to(dtype), dim=-1)  # (B * K, V)
@@ -124,7 +121,10 @@ def _beam_reshape(
     own = alive.reshape(ids.shape[0], -1)  # (B * K, n)
     history = torch.cat([ids, own], dim=1)  # (B * K, L0 + n)
     padding = torch.cat([padding, torch.zeros_like(own, dtype=torch.bool)], dim=1)
-    return _apply_rules(log_probs, history, padding, config)
+    return apply_repetition_rules(
+        log_probs, history, padding, repetition_penalty=config.repetition_penalty,
+        no_repeat_ngram_size=config.no_repeat_ngram_size,
+    )
 
 
 def _start_beams(batch: int, k: int, max_new: int, fill_id: int, device, dtype) -> _Beams:

@@ -3,6 +3,12 @@
 Variants come from ``dataclasses.replace(cfg, ...)`` (validated again); checkpoints store a
 config as JSON through ``to_dict()`` / ``from_dict()``. ``PRESETS`` is the one dict of named
 configurations: the paper's base model and small CPU-sized ones.
+
+Each model config tells its model's size without building it: ``count_parameters()`` (within
+2% of the built model's: every bias and norm vector is counted whether the config has it or
+not, and a gated feed-forward's second bias is left out, at most one number per weight either
+way) and ``count_buffers()`` (the position tables, exactly). Loading (``addnorm.pretrained``)
+and the estimates made before training (``addnorm.training.sizes``) ask them.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from addnorm._checks import (
     check_known_fields,
     check_probability,
 )
-from addnorm.feedforward import ACTIVATIONS
+from addnorm.feedforward import ACTIVATIONS, GATED_ACTIVATIONS
 from addnorm.norms import NORM_KINDS
 from addnorm.packing import check_unpad
 from addnorm.residual import POSITIONS
@@ -118,7 +124,8 @@ def _check_layer(cfg: LayerConfig | _ModelConfig) -> None:
 
 
 class _ModelConfig(_ConfigBase):
-    """What both whole-model configs share: the per-layer record they hand to the stacks."""
+    """What the whole-model configs share: the per-layer record they hand to the stacks, and
+    the sizes of the parts every one of them has."""
 
     d_model: int
     n_heads: int
@@ -129,6 +136,30 @@ class _ModelConfig(_ConfigBase):
     norm_position: str
     norm_eps: float
     bias: bool
+    position_encoding: str
+    max_len: int
+
+    def _sublayer_parameters(self) -> tuple[int, int, int]:
+        """Parameters of one attention, one feed-forward and one norm, every bias and norm
+        vector counted (a gated feed-forward's ``w3`` bias left out)."""
+        d = self.d_model
+        attention = 4 * d * d + 4 * d  # in_proj (D -> 3D) and out_proj, with their biases
+        width = 3 if self.activation in GATED_ACTIVATIONS else 2
+        feedforward = width * d * self.d_ff + self.d_ff + d
+        return attention, feedforward, 2 * d
+
+    def _learned_positions(self) -> int:
+        """Parameters of one learned position table (0 for the other codes)."""
+        return self.max_len * self.d_model if self.position_encoding == "learned" else 0
+
+    def _position_buffers(self, n_embedders: int) -> int:
+        """Numbers of the computed position tables: a sinusoid of ``max_len`` rows per
+        embedder, or the one rotary cos/sin table of the model."""
+        if self.position_encoding == "sinusoidal":
+            return n_embedders * self.max_len * self.d_model
+        if self.position_encoding == "rotary":
+            return 2 * self.max_len * (self.d_model // self.n_heads)
+        return 0
 
     def layer_config(self) -> LayerConfig:
         """The settings every layer of the model's stacks is built with."""
@@ -275,6 +306,22 @@ class TransformerConfig(_ModelConfig):
             self, [("pad_id", "bos_id"), ("pad_id", "eos_id"), ("bos_id", "eos_id")]
         )
 
+    def count_parameters(self) -> int:
+        """The parameters of ``Transformer(self)``, without building it (see the module
+        docstring for the margin)."""
+        attention, feedforward, norm = self._sublayer_parameters()
+        encoder = self.n_encoder_layers * (attention + feedforward + 2 * norm) + norm
+        decoder = self.n_decoder_layers * (2 * attention + feedforward + 3 * norm) + norm
+        d = self.d_model
+        tables = self.tgt_vocab_size * d + (0 if self.share_embeddings else self.src_vocab_size * d)
+        output = 0 if self.tie_output else self.tgt_vocab_size * (d + 1)
+        return tables + 2 * self._learned_positions() + encoder + decoder + output
+
+    def count_buffers(self) -> int:
+        """The numbers of ``Transformer(self)``'s computed position tables (one sinusoid per
+        stack's embedder)."""
+        return self._position_buffers(n_embedders=2)
+
 
 @dataclass(frozen=True)
 class LMConfig(_ModelConfig):
@@ -321,6 +368,18 @@ class LMConfig(_ModelConfig):
         for name in names:
             _check_token_id(name, getattr(self, name), "vocab_size", self.vocab_size)
         _check_distinct_ids(self, [("pad_id", "bos_id"), ("pad_id", "eos_id")])
+
+    def count_parameters(self) -> int:
+        """The parameters of ``TransformerLM(self)``, without building it (see the module
+        docstring for the margin)."""
+        attention, feedforward, norm = self._sublayer_parameters()
+        body = self.n_layers * (attention + feedforward + 2 * norm) + norm
+        output = 0 if self.tie_output else self.vocab_size * (self.d_model + 1)
+        return self.vocab_size * self.d_model + self._learned_positions() + body + output
+
+    def count_buffers(self) -> int:
+        """The numbers of ``TransformerLM(self)``'s computed position table."""
+        return self._position_buffers(n_embedders=1)
 
 
 PRESETS: dict[str, TransformerConfig | LMConfig] = {

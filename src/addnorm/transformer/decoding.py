@@ -19,7 +19,10 @@ import torch
 from addnorm._memory import check_fits, device_memory
 from addnorm.cache import DecodingCache
 from addnorm.transformer.config import LMConfig, TransformerConfig
-from addnorm.transformer.generation import GenerationConfig, StepFn, StopFn, generate_tokens
+from addnorm.transformer.decode_step import StepFn
+from addnorm.transformer.generation import generate_tokens
+from addnorm.transformer.generation_config import GenerationConfig
+from addnorm.transformer.stop_strings import StopFn
 
 __all__ = [
     "check_cache_fits",

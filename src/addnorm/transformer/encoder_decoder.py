@@ -38,7 +38,7 @@ from addnorm.transformer.embedding import (
     output_projection,
     rotary_for,
 )
-from addnorm.transformer.generation import GenerationConfig
+from addnorm.transformer.generation_config import GenerationConfig
 from addnorm.transformer.stacks import Decoder, Encoder
 
 __all__ = ["Transformer"]

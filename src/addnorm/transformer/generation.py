@@ -1,5 +1,6 @@
 """Decoding algorithms: greedy, sampling (temperature, top-k, top-p) and, in
-:mod:`addnorm.transformer.beam_search`, beam search.
+:mod:`addnorm.transformer.beam_search`, beam search, as a ``GenerationConfig``
+(:mod:`addnorm.transformer.generation_config`) asks.
 
 Every algorithm drives a model through one small interface, so it works for any model that
 exposes it (``addnorm.Transformer`` and ``addnorm.TransformerLM`` do):
@@ -28,198 +29,20 @@ applies the rules to its log-probs.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from addnorm._checks import (
-    assert_in_graph,
-    check_bool,
-    check_bool_mask,
-    check_choice,
-    check_float,
-    check_int,
-    check_tensor,
-)
+from addnorm._checks import check_bool_mask, check_tensor
+from addnorm.transformer.beam_search import beam_search
+from addnorm.transformer.decode_step import LogitWatch, StepFn, check_logits
+from addnorm.transformer.generation_config import GenerationConfig
 from addnorm.transformer.repetition import apply_repetition_rules
 from addnorm.transformer.stop_strings import StopFn
 
-__all__ = ["STRATEGIES", "GenerationConfig", "LogitWatch", "StopFn", "generate_tokens"]
-
-STRATEGIES = ("greedy", "sample", "beam")
-
-StepFn = Callable[[Tensor, Any], Tensor]
-
-
-@dataclass(frozen=True)
-class GenerationConfig:
-    """How to pick the next tokens; validated on construction.
-
-    Attributes:
-        max_new_tokens: the most tokens generated per row (>= 1).
-        strategy: ``"greedy"`` (argmax; ties go to the lowest token id), ``"sample"`` (draw
-            from the softmax, shaped by ``temperature``, ``top_k``, ``top_p``) or ``"beam"``.
-        temperature: sampling only; logits are divided by it: any float > 0, subnormal ones
-            included. The division is done on the logits minus their row maximum (softmax
-            does not change), so nothing overflows into NaN: a tiny temperature sends every
-            non-maximal logit to -inf, which is the limit T -> 0 (uniform over the argmax set;
-            :func:`_divide_by_temperature`). 0 itself is refused: use ``strategy="greedy"``.
-        top_k: sampling only; keep the ``top_k`` largest logits (applied after temperature).
-        top_p: sampling only; nucleus: keep the smallest set of most likely tokens whose
-            probability (after temperature and top-k) sums to >= ``top_p``, never fewer than
-            one token (Hugging Face's ``min_tokens_to_keep=1``, so a tiny ``top_p`` is greedy).
-            In (0, 1].
-        num_beams: beam search only; the beam width K (>= 1).
-        length_penalty: beam search only; a hypothesis of n generated tokens (its stop token
-            included) scores ``sum of token log-probs / n ** length_penalty``. 0 ranks by the
-            plain log-probability; larger values favour longer outputs.
-        repetition_penalty: > 0; every token already seen (prompt or generated) has its logit
-            divided by it when positive and multiplied by it when negative (CTRL's rule, as
-            Hugging Face applies it); 1.0 changes nothing, > 1 discourages repeats.
-        no_repeat_ngram_size: n >= 0; a token that would complete an n-gram already seen is
-            never picked (0 turns the rule off). If it leaves a row no token, greedy and
-            sampling raise ValueError naming the row.
-        eos_id: a stop token id, a tuple of them, or None (rows end only at max_new_tokens).
-        pad_id: the id written after a row's stop token; None (a vocabulary without padding,
-            GPT-2's) writes the first stop id instead (see :attr:`fill_id`).
-        compile: run the model's cached ``step`` compiled (``torch.compile(fullgraph=True)``)
-            over a cache in the static layout (see :mod:`addnorm.cache`): the first call
-            pays the compile (20-30 s on a 2-core CPU; a few seconds once inductor's disk
-            cache holds the kernels), later steps and calls with the same shapes reuse it.
-            At batch 1 on the CPU a step is then about 3-5x faster (see
-            :func:`addnorm.transformer.decoding.compiled_step`). The tokens are those of
-            eager decoding (up to floating-point rounding).
-    """
-
-    max_new_tokens: int = 64
-    strategy: str = "greedy"
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-    num_beams: int = 4
-    length_penalty: float = 1.0
-    repetition_penalty: float = 1.0
-    no_repeat_ngram_size: int = 0
-    eos_id: int | tuple[int, ...] | None = None
-    pad_id: int | None = 0
-    compile: bool = False
-
-    def __post_init__(self) -> None:
-        check_int("max_new_tokens", self.max_new_tokens, min_value=1)
-        check_choice("strategy", self.strategy, STRATEGIES)
-        if isinstance(self.temperature, int | float) and self.temperature == 0:
-            raise ValueError(
-                "temperature must be > 0, got 0; for deterministic argmax decoding use "
-                'strategy="greedy"'
-            )
-        check_float("temperature", self.temperature, min_value=0.0, min_inclusive=False)
-        if self.top_k is not None:
-            check_int("top_k", self.top_k, min_value=1)
-        if self.top_p is not None:
-            check_float("top_p", self.top_p, min_value=0.0, min_inclusive=False, max_value=1.0)
-        check_int("num_beams", self.num_beams, min_value=1)
-        check_float("length_penalty", self.length_penalty)
-        check_float("repetition_penalty", self.repetition_penalty, min_value=0.0,
-                    min_inclusive=False)
-        check_int("no_repeat_ngram_size", self.no_repeat_ngram_size, min_value=0)
-        if self.pad_id is not None:
-            check_int("pad_id", self.pad_id, min_value=0)
-        check_bool("compile", self.compile)
-        if isinstance(self.eos_id, list):
-            object.__setattr__(self, "eos_id", tuple(self.eos_id))
-        _check_eos_id(self.eos_id)
-        defaults = {"temperature": 1.0, "top_k": None, "top_p": None}
-        used = [f"{n}={getattr(self, n)!r}" for n, d in defaults.items() if getattr(self, n) != d]
-        if self.strategy != "sample" and used:
-            raise ValueError(
-                f"{', '.join(used)} only apply to strategy='sample', "
-                f"got strategy={self.strategy!r}"
-            )
-
-    @property
-    def stop_ids(self) -> tuple[int, ...]:
-        """The stop token ids as a tuple (empty when ``eos_id`` is None)."""
-        if self.eos_id is None:
-            return ()
-        return self.eos_id if isinstance(self.eos_id, tuple) else (self.eos_id,)
-
-    @property
-    def fill_id(self) -> int | None:
-        """The id written after a row ends: ``pad_id``, else the first stop id (Hugging
-        Face's rule when ``pad_token_id`` is None), else None (rows then never end early)."""
-        if self.pad_id is not None:
-            return self.pad_id
-        return self.stop_ids[0] if self.stop_ids else None
-
-    @property
-    def reshapes_logits(self) -> bool:
-        """Whether ``repetition_penalty`` or ``no_repeat_ngram_size`` is in effect."""
-        return self.repetition_penalty != 1.0 or self.no_repeat_ngram_size > 0
-
-    @classmethod
-    def from_transformers(
-        cls,
-        *,
-        do_sample: bool = False,
-        num_beams: int = 1,
-        max_new_tokens: int = 64,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        length_penalty: float = 1.0,
-        repetition_penalty: float = 1.0,
-        no_repeat_ngram_size: int = 0,
-        eos_token_id: int | list[int] | tuple[int, ...] | None = None,
-        pad_token_id: int | None = None,
-        compile: bool = False,
-    ) -> GenerationConfig:
-        """A config from the argument names of Hugging Face's ``generate``.
-
-        The mapping: ``do_sample=False, num_beams=1`` is ``strategy="greedy"``;
-        ``do_sample=True, num_beams=1`` is ``"sample"``; ``do_sample=False, num_beams=K > 1``
-        is ``"beam"`` with ``num_beams=K``. ``eos_token_id`` is ``eos_id``, ``pad_token_id``
-        is ``pad_id``; every other name is the field of the same name, with the same meaning.
-        Two differences: ``top_k`` defaults to None (Hugging Face's ``GenerationConfig``
-        defaults to 50; pass ``top_k=50`` for its sampling), and settings that do not apply
-        to the strategy (``temperature`` without sampling) raise instead of being ignored
-        with a warning. A model's ``generate`` needs its own pad id::
-
-            GenerationConfig.from_transformers(do_sample=True, top_p=0.9,
-                eos_token_id=model.cfg.eos_id, pad_token_id=model.cfg.pad_id)
-        """
-        check_bool("do_sample", do_sample)
-        check_int("num_beams", num_beams, min_value=1)
-        if do_sample and num_beams > 1:
-            raise ValueError(
-                f"do_sample=True with num_beams={num_beams} (beam sampling) is not supported; "
-                "use do_sample=True with num_beams=1, or do_sample=False for beam search"
-            )
-        strategy = "beam" if num_beams > 1 else "sample" if do_sample else "greedy"
-        beams = {"num_beams": num_beams} if strategy == "beam" else {}
-        if isinstance(eos_token_id, list):
-            eos_token_id = tuple(eos_token_id)
-        return cls(
-            max_new_tokens=max_new_tokens, strategy=strategy, temperature=temperature,
-            top_k=top_k, top_p=top_p, length_penalty=length_penalty,
-            repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
-            eos_id=eos_token_id, pad_id=pad_token_id, compile=compile, **beams,
-        )
-
-
-def _check_eos_id(eos_id: object) -> None:
-    """An int >= 0, a non-empty tuple of them, or None."""
-    if isinstance(eos_id, tuple):
-        if not eos_id:
-            raise ValueError("eos_id must be an int, a non-empty tuple of ints or None, got ()")
-        for i, stop in enumerate(eos_id):
-            check_int(f"eos_id[{i}]", stop, min_value=0)
-    elif eos_id is not None:
-        check_int("eos_id", eos_id, min_value=0)
+__all__ = ["generate_tokens"]
 
 
 @torch.no_grad()
@@ -259,7 +82,7 @@ def generate_tokens(
         raise TypeError(f"config must be a GenerationConfig, got {type(config).__name__}")
     if not callable(step_fn):
         raise TypeError(f"step_fn must be callable, got {type(step_fn).__name__}")
-    logits = _check_logits("first_logits", first_logits)
+    logits = check_logits("first_logits", first_logits)
     first = LogitWatch()
     first.note("first_logits", 0, logits)
     first.check()  # the caller's input: its values are checked before anything else
@@ -290,8 +113,6 @@ def generate_tokens(
             raise TypeError(
                 f"beam search needs cache.reorder(index); {type(cache).__name__} has none"
             )
-        from addnorm.transformer.beam_search import beam_search  # it builds on this module
-
         return beam_search(step_fn, logits, cache, config, seen)
     return _decode_token_by_token(step_fn, logits, cache, config, generator, seen, stop_fn)
 
@@ -327,78 +148,6 @@ def _prompt_history(
     return ids, padding
 
 
-def _check_logits(name: str, logits: object, shape: tuple[int, int] | None = None) -> Tensor:
-    """Logits must be a float (B, V) tensor with V >= 1; their values are :class:`LogitWatch`'s."""
-    logits = check_tensor(name, logits, ndim=2, floating=True)
-    if shape is not None and tuple(logits.shape) != shape:
-        raise ValueError(f"{name} must have shape {shape}, got {tuple(logits.shape)}")
-    if logits.shape[1] == 0:
-        raise ValueError(f"{name} must have V >= 1 columns, got shape {tuple(logits.shape)}")
-    return logits
-
-
-class LogitWatch:
-    """Rows whose logits have no finite maximum (NaN, +inf, or only -inf), noted at every step
-    without a host sync and reported at the next value the loop reads back anyway.
-
-    A decode step reads one value back to the host, the one that decides to stop (greedy and
-    sampling: "has every row ended?", only when there is a stop rule; beam search: "is every
-    row done?"). :meth:`note` keeps each step's bad rows on the device; :meth:`bad_rows` is
-    read in the same transfer as the stop flag, and :meth:`check` reports (the first bad step
-    and row, naming NaN as such) wherever a value is read: at the stop check, before another
-    error, and once after the loop. A bad row's logits are replaced where a kernel would
-    fail on them (sampling), so decoding reaches that read-back.
-    """
-
-    def __init__(self) -> None:
-        self._noted: list[tuple[str, int, Tensor, Tensor]] = []  # name, step, max (B,), bad (B,)
-
-    def note(self, name: str, step: int, logits: Tensor) -> Tensor:
-        """Note a step's logits; returns the (B,) bool of its bad rows (no host sync)."""
-        row_max = logits.amax(dim=-1)  # (B,), NaN and +inf propagate
-        bad = ~torch.isfinite(row_max)
-        if torch.compiler.is_compiling():
-            assert_in_graph(~bad.any(), f"{name} has a row with NaN, +inf or only -inf values")
-        else:
-            self._noted.append((name, step, row_max, bad))
-        return bad
-
-    def bad_rows(self, like: Tensor) -> Tensor:
-        """(B,) bool on ``like``'s device: the rows bad at any step noted since the last
-        check (``like``: a (B,) bool, for the shape when nothing was noted)."""
-        if not self._noted:
-            return torch.zeros_like(like)
-        if len(self._noted) == 1:
-            return self._noted[0][3]
-        return torch.stack([bad for *_, bad in self._noted]).any(dim=0)  # (n, B) -> (B,)
-
-    def check(self, bad: bool | None = None) -> None:
-        """Raise ValueError for the first bad row noted (``bad``: the flag already read, if
-        it was); forget the noted steps."""
-        if bad is None and self._noted:
-            bad = bool(self.bad_rows(self._noted[0][3]).any())  # the host sync
-        noted, self._noted = self._noted, []
-        if not bad:
-            return
-        for name, step, row_max, rows in noted:
-            if bool(rows.any()):
-                row = int(rows.nonzero()[0, 0])
-                raise ValueError(_bad_logits_message(name, step, row, row_max[row].item()))
-
-
-def _bad_logits_message(name: str, step: int, row: int, row_max: float) -> str:
-    if math.isnan(row_max):
-        return (
-            f"the model produced NaN logits at step {step} ({name} row {row} has NaN); "
-            "look for NaN or inf in its weights or inputs"
-        )
-    what = "+inf" if row_max > 0 else "only -inf"
-    return (
-        f"{name} row {row} has {what} logits at step {step}; every row needs at least one "
-        "finite logit and no +inf or NaN"
-    )
-
-
 def _decode_token_by_token(
     step_fn: StepFn,
     logits: Tensor,
@@ -422,7 +171,7 @@ def _decode_token_by_token(
     for step in range(config.max_new_tokens):
         if step > 0:
             logits = step_fn(tokens[-1][:, None], cache)  # (B, 1) -> (B, V)
-            logits = _check_logits(f"step_fn output (step {step})", logits, (batch, vocab))
+            logits = check_logits(f"step_fn output (step {step})", logits, (batch, vocab))
             bad = watch.note(f"step_fn output (step {step})", step, logits)
         if config.reshapes_logits:
             logits = _reshaped_logits(logits, _history(seen, tokens), config, ended, step, watch)

@@ -32,8 +32,9 @@ from addnorm.transformer.embedding import (
     output_projection,
     rotary_for,
 )
-from addnorm.transformer.generation import GenerationConfig, StopFn
+from addnorm.transformer.generation_config import GenerationConfig
 from addnorm.transformer.stacks import Encoder
+from addnorm.transformer.stop_strings import StopFn
 
 __all__ = ["TransformerLM"]
 

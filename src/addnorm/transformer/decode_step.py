@@ -1,0 +1,94 @@
+"""What every decoding loop does with the logits of a step: the step function's type
+(``StepFn``), its output checked (``check_logits``: a float (B, V) tensor) and its values
+watched (``LogitWatch``: rows with NaN, +inf or only -inf, reported at the one host sync of a
+step). Greedy and sampling (:mod:`addnorm.transformer.generation`) and beam search
+(:mod:`addnorm.transformer.beam_search`) share them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from addnorm._checks import assert_in_graph, check_tensor
+
+__all__ = ["LogitWatch", "StepFn", "check_logits"]
+
+# tokens (B', 1), cache -> logits (B', V): feed one token per row; the cache grows by one.
+StepFn = Callable[[Tensor, Any], Tensor]
+
+
+def check_logits(name: str, logits: object, shape: tuple[int, int] | None = None) -> Tensor:
+    """Logits must be a float (B, V) tensor with V >= 1; their values are :class:`LogitWatch`'s."""
+    logits = check_tensor(name, logits, ndim=2, floating=True)
+    if shape is not None and tuple(logits.shape) != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {tuple(logits.shape)}")
+    if logits.shape[1] == 0:
+        raise ValueError(f"{name} must have V >= 1 columns, got shape {tuple(logits.shape)}")
+    return logits
+
+
+class LogitWatch:
+    """Rows whose logits have no finite maximum (NaN, +inf, or only -inf), noted at every step
+    without a host sync and reported at the next value the loop reads back anyway.
+
+    A decode step reads one value back to the host, the one that decides to stop (greedy and
+    sampling: "has every row ended?", only when there is a stop rule; beam search: "is every
+    row done?"). :meth:`note` keeps each step's bad rows on the device; :meth:`bad_rows` is
+    read in the same transfer as the stop flag, and :meth:`check` reports (the first bad step
+    and row, naming NaN as such) wherever a value is read: at the stop check, before another
+    error, and once after the loop. A bad row's logits are replaced where a kernel would
+    fail on them (sampling), so decoding reaches that read-back.
+    """
+
+    def __init__(self) -> None:
+        self._noted: list[tuple[str, int, Tensor, Tensor]] = []  # name, step, max (B,), bad (B,)
+
+    def note(self, name: str, step: int, logits: Tensor) -> Tensor:
+        """Note a step's logits; returns the (B,) bool of its bad rows (no host sync)."""
+        row_max = logits.amax(dim=-1)  # (B,), NaN and +inf propagate
+        bad = ~torch.isfinite(row_max)
+        if torch.compiler.is_compiling():
+            assert_in_graph(~bad.any(), f"{name} has a row with NaN, +inf or only -inf values")
+        else:
+            self._noted.append((name, step, row_max, bad))
+        return bad
+
+    def bad_rows(self, like: Tensor) -> Tensor:
+        """(B,) bool on ``like``'s device: the rows bad at any step noted since the last
+        check (``like``: a (B,) bool, for the shape when nothing was noted)."""
+        if not self._noted:
+            return torch.zeros_like(like)
+        if len(self._noted) == 1:
+            return self._noted[0][3]
+        return torch.stack([bad for *_, bad in self._noted]).any(dim=0)  # (n, B) -> (B,)
+
+    def check(self, bad: bool | None = None) -> None:
+        """Raise ValueError for the first bad row noted (``bad``: the flag already read, if
+        it was); forget the noted steps."""
+        if bad is None and self._noted:
+            bad = bool(self.bad_rows(self._noted[0][3]).any())  # the host sync
+        noted, self._noted = self._noted, []
+        if not bad:
+            return
+        for name, step, row_max, rows in noted:
+            if bool(rows.any()):
+                row = int(rows.nonzero()[0, 0])
+                raise ValueError(_bad_logits_message(name, step, row, row_max[row].item()))
+
+
+def _bad_logits_message(name: str, step: int, row: int, row_max: float) -> str:
+    if math.isnan(row_max):
+        return (
+            f"the model produced NaN logits at step {step} ({name} row {row} has NaN); "
+            "look for NaN or inf in its weights or inputs"
+        )
+    what = "+inf" if row_max > 0 else "only -inf"
+    return (
+        f"{name} row {row} has {what} logits at step {step}; every row needs at least one "
+        "finite logit and no +inf or NaN"
+    )
