@@ -24,11 +24,12 @@ import sys
 import pytest
 import torch
 
+from addnorm import _memory
 from addnorm.cli.parser import main
 from addnorm.cli.translate_input import stdin_inputs
+from addnorm.safe_files import MAX_JSON_DEPTH
 from addnorm.tasks.run import load_trained
-from addnorm.training import sizes
-from addnorm.training.checkpoint import MAX_JSON_DEPTH, find_checkpoint
+from addnorm.training.checkpoint import find_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.state import seed_everything
 
@@ -159,7 +160,7 @@ def test_closed_stdin_exits_2_with_one_line(run):
 def test_sizes_that_cannot_fit_exit_2_naming_the_flag_before_allocating(
     argv, named, tmp_path, capsys, monkeypatch
 ):
-    monkeypatch.setattr(sizes, "available_memory", lambda device="cpu": 16_000_000_000)
+    monkeypatch.setattr(_memory, "available_memory", lambda device="cpu": 16_000_000_000)
     out = tmp_path / "run"
     assert main(["train", "translate", *argv, "--max-steps", "1", "--out", str(out)]) == 2
     err = capsys.readouterr().err.splitlines()
@@ -168,7 +169,7 @@ def test_sizes_that_cannot_fit_exit_2_naming_the_flag_before_allocating(
 
 
 def test_a_memory_refusal_names_the_estimate_and_the_limit(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(sizes, "available_memory", lambda device="cpu": 16_000_000_000)
+    monkeypatch.setattr(_memory, "available_memory", lambda device="cpu": 16_000_000_000)
     argv = ["train", "translate", "--d-ff", "100000000000", "--out", str(tmp_path / "r")]
     assert main(argv) == 2
     err = capsys.readouterr().err

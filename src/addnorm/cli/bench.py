@@ -22,6 +22,10 @@ from pathlib import Path
 
 __all__ = ["add_bench_parser", "run_bench_command"]
 
+# The most interleaved rounds per case: the default is 7, and each round of the full run costs
+# one to two minutes on 2 cores, so 1000 rounds already take a day or more.
+MAX_ROUNDS = 1000
+
 
 def add_bench_parser(commands) -> None:
     """Register ``addnorm bench`` on the subcommand parsers ``commands``."""
@@ -45,7 +49,8 @@ def add_bench_parser(commands) -> None:
     bench.add_argument("--bf16", action="store_true",
                        help="add bf16-autocast variants of the small-model training steps")
     bench.add_argument("--rounds", type=int, default=None,
-                       help="interleaved rounds per case (default 7, --quick 3)")
+                       help=f"interleaved rounds per case, 1 to {MAX_ROUNDS} "
+                       "(default 7, --quick 3)")
     bench.add_argument("--threads", type=int, default=0,
                        help="torch CPU threads, 1 to the number of CPUs (default 0: torch's)")
 
@@ -61,8 +66,12 @@ def run_bench_command(args: argparse.Namespace) -> int:
     limit = os.cpu_count() or 1
     if not 0 <= args.threads <= limit:
         raise UsageError(f"--threads must be between 0 and {limit} (the CPUs), got {args.threads}")
-    if args.rounds is not None and args.rounds < 1:
-        raise UsageError(f"--rounds must be >= 1, got {args.rounds}")
+    if args.rounds is not None and not 1 <= args.rounds <= MAX_ROUNDS:
+        raise UsageError(f"--rounds must be from 1 to {MAX_ROUNDS}, got {args.rounds}")
+    if args.json is not None:
+        from addnorm.cli.checks import check_out_file
+
+        check_out_file(args.json, "--json", make_parents=False)
     if args.threads:
         torch.set_num_threads(args.threads)
     rounds = args.rounds or (3 if args.quick else 7)

@@ -17,8 +17,7 @@ import os
 import re
 from pathlib import Path
 
-from addnorm.safe_files import UnsafeFileError, read_bytes
-from addnorm.training.checkpoint import parse_json
+from addnorm.safe_files import UnsafeFileError, parse_json, read_bytes
 
 __all__ = [
     "MAX_CONFIG_BYTES",
@@ -26,6 +25,7 @@ __all__ = [
     "UsageError",
     "apply_runtime_flags",
     "check_out_dir",
+    "check_out_file",
     "check_run_sizes",
     "out_dir",
     "read_config",
@@ -130,6 +130,31 @@ def check_out_dir(out: Path, flag: str = "--out") -> None:
         raise UsageError(f"{flag} {out}: cannot create or write in {parent}")
 
 
+def check_out_file(path: Path, flag: str, *, make_parents: bool) -> None:
+    """``path`` (given as ``flag``) must be a file the command can write when its work is done:
+    not a folder, a FIFO or a socket (which would block or fail after minutes of work), inside
+    a folder that exists (or, with ``make_parents``, can be made) and can be written."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode if path.exists() else None
+        if mode is not None and stat.S_ISDIR(mode):
+            raise UsageError(f"{flag} {path}: is a directory; name a file")
+        if mode is not None and (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+            raise UsageError(f"{flag} {path}: is a FIFO or socket; name a regular file")
+        parent = path.parent
+        if not make_parents and not parent.is_dir():
+            raise UsageError(f"{flag} {path}: the folder {parent} does not exist")
+        while not parent.exists():
+            parent = parent.parent
+    except OSError as err:  # a name too long for the file system, a loop of links
+        raise UsageError(f"{flag} {path}: {err.strerror or err}") from None
+    if not parent.is_dir():
+        raise UsageError(f"{flag} {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: cannot create or write in {parent}")
+
+
 def read_config(path: Path, task_name: str) -> tuple[dict, dict]:
     """The "model" and "train" objects of a ``--config`` file, after checking its shape."""
     where = f"--config {path}"
@@ -192,10 +217,8 @@ def check_run_sizes(task_cls, model_cfg, train_cfg, device: str) -> None:
     """Refuse (``UsageError``, naming the flag, the estimate and the limit) a training run
     whose model, batches or evaluation cannot fit in the memory ``device`` has now, before
     anything is allocated; see ``addnorm.training.sizes``."""
+    from addnorm._memory import MAX_LAYERS, available_memory, format_bytes
     from addnorm.training.sizes import (
-        MAX_LAYERS,
-        available_memory,
-        format_bytes,
         inference_bytes,
         largest_setting,
         replace_fields,
@@ -229,12 +252,30 @@ def check_run_sizes(task_cls, model_cfg, train_cfg, device: str) -> None:
     for what, estimate in checks:
         needed = estimate(settings)
         if needed > limit:
-            culprit = largest_setting(estimate, settings, defaults)
+            culprit = largest_setting(estimate, settings, defaults) or _other_culprit(
+                estimate, settings, defaults
+            )
             blame = f"{_flag(culprit)} {settings[culprit]}" if culprit else "these settings"
             raise UsageError(
                 f"{blame}: to {what} this model needs about {format_bytes(needed)} of memory, "
                 f"more than the {format_bytes(limit)} available on {device}"
             )
+
+
+def _other_culprit(estimate, settings: dict, defaults: dict) -> str | None:
+    """The numeric setting outside ``sizes.SIZE_FIELDS`` (``d_freq``, ...) whose default value
+    shrinks ``estimate`` the most, for a message that names a flag; None if none does."""
+    best, best_value = None, estimate(settings)
+    for key, value in settings.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value == defaults.get(key):
+            continue
+        try:
+            smaller = estimate({**settings, key: defaults[key]})
+        except (KeyError, ValueError, TypeError):  # no default, or it breaks a constraint
+            continue
+        if smaller < best_value:
+            best, best_value = key, smaller
+    return best
 
 
 def _flag(field: str) -> str:

@@ -107,6 +107,7 @@ def _generate(args) -> int:
 
     if "" in args.stop:
         raise UsageError("--stop must not be empty")
+    _check_sampling_flags(args)
     task, model = _load(args, "lm")
     device = next(model.parameters()).device
     start = time.perf_counter()
@@ -131,6 +132,29 @@ def _generate(args) -> int:
     return EXIT_OK
 
 
+def _check_sampling_flags(args) -> None:
+    """``generate``'s decoding flags, before the checkpoint is read: ``--max-new-tokens`` >= 1
+    (more than the model's ``max_len`` is cut to it), ``--temperature`` finite, >= 0 and
+    representable in float32 (the logits' dtype: a larger one becomes inf there and turns the
+    masked logits into NaN), ``--top-k`` >= 1, ``--top-p`` in (0, 1]."""
+    import torch
+
+    from addnorm._checks import check_float, check_int
+    from addnorm.cli.train_command import as_flags
+
+    try:
+        check_int("max_new_tokens", args.max_new_tokens, min_value=1)
+        check_float("temperature", args.temperature, min_value=0.0,
+                    max_value=torch.finfo(torch.float32).max)
+        if args.top_k is not None:
+            check_int("top_k", args.top_k, min_value=1)
+        if args.top_p is not None:
+            check_float("top_p", args.top_p, min_value=0.0, min_inclusive=False, max_value=1.0)
+    except (ValueError, TypeError) as err:
+        names = ("max_new_tokens", "temperature", "top_k", "top_p")
+        raise UsageError(as_flags(str(err), names)) from None
+
+
 def _sample(args) -> int:
     """Draw digits from a dit run: a PNG grid, and the raw array with --save-array.
 
@@ -153,6 +177,11 @@ def _sample(args) -> int:
         raise UsageError(f"--out must name a .png file, got {args.out}")
     if args.save_array is not None and args.save_array.suffix.lower() != ".npy":
         raise UsageError(f"--save-array must name a .npy file, got {args.save_array}")
+    from addnorm.cli.checks import check_out_file
+
+    check_out_file(args.out, "--out", make_parents=True)
+    if args.save_array is not None:
+        check_out_file(args.save_array, "--save-array", make_parents=True)
     try:
         settings = SampleSettings(steps=args.steps, method=args.method, guidance=args.guidance)
     except (ValueError, TypeError) as err:
@@ -219,8 +248,8 @@ def _demo(args) -> int:
     check_out_dir(args.dit_out, "--dit-out")
     for flag, minutes in (("--max-minutes", args.max_minutes),
                           ("--dit-max-minutes", args.dit_max_minutes)):
-        if minutes is not None and not minutes > 0:
-            raise UsageError(f"{flag} must be > 0, got {minutes}")
+        if minutes is not None and not 0 < minutes < float("inf"):  # NaN fails both
+            raise UsageError(f"{flag} must be finite and > 0, got {minutes}")
     progress = not args.quiet and sys.stderr.isatty()
     try:  # both folders before the first training, which takes minutes
         for out in (args.out,) if args.no_dit else (args.out, args.dit_out):

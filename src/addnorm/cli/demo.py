@@ -98,7 +98,7 @@ def run_demo(
     print(
         f"  trained {summary.step} steps in {summary.elapsed_s:.0f} s "
         f"(stopped by {summary.stopped_by}), final training loss "
-        f"{summary.metrics['train_loss']:.4f} (label smoothing {train_cfg.label_smoothing:g} "
+        f"{_loss(summary.metrics['train_loss'])} (label smoothing {train_cfg.label_smoothing:g} "
         f"puts its floor at {floor:.4f})\n"
     )
     _, model, _ = load_trained(summary.checkpoint, device=device)
@@ -189,6 +189,11 @@ def run_dit_demo(
     )
     print(f"  try: addnorm sample --class 7 --n 10 --checkpoint {run_dir} --out sevens.png")
     return 0
+
+
+def _loss(value: float | None) -> str:
+    """A training loss for the report: none when the time budget ended before the first step."""
+    return "none (no step in the time budget)" if value is None else f"{value:.4f}"
 
 
 def _with_overrides(train_cfg, max_minutes, max_steps, eval_size):

@@ -53,7 +53,7 @@ from addnorm.cli.commands import COMMANDS
 from addnorm.cli.embed import add_embed_parser
 from addnorm.cli.exits import EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from addnorm.cli.export import add_export_parser
-from addnorm.training.checkpoint import CheckpointError
+from addnorm.safe_files import CheckpointError
 from addnorm.training.flags import add_dataclass_flags
 
 __all__ = ["build_parser", "main"]
@@ -179,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--list", action="store_true", help="list the experiments and exit")
     explain.add_argument("--quick", action="store_true",
                          help="a reduced run (seconds each; what the tests run)")
-    explain.add_argument("--out", type=Path, default=Path("runs/explain"),
+    explain.add_argument("--out", type=out_dir, default=Path("runs/explain"),
                          help="output folder (default: runs/explain)")
     return parser
 
@@ -298,20 +298,26 @@ def main(argv: list[str] | None = None) -> int:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
     except UsageError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
+        print(f"{prog}: error: {_one_line(err)}", file=sys.stderr)
         return EXIT_USAGE
     except CheckpointError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
+        print(f"{prog}: error: {_one_line(err)}", file=sys.stderr)
         return EXIT_FAILED
     except FloatingPointError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
+        print(f"{prog}: error: {_one_line(err)}", file=sys.stderr)
         return EXIT_FAILED
     except OSError as err:  # a file or directory that cannot be read or written
-        print(f"{prog}: error: {err}", file=sys.stderr)
+        print(f"{prog}: error: {_one_line(err)}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:  # outside training (loading, evaluating, decoding)
         print(f"{prog}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _one_line(err: BaseException) -> str:
+    """The message of ``err`` on one line: a line break inside it (a path or text a user
+    gave) is written as ``\\n``, so each error stays one line on stderr."""
+    return str(err).replace("\r", "\\r").replace("\n", "\\n")
 
 
 def _silence_stdout() -> None:

@@ -22,7 +22,7 @@ from addnorm.cli.checks import (
 from addnorm.cli.exits import EXIT_OK, SIGNAL_STOPS, exit_on_sigterm, report_signal_stop
 from addnorm.training.config import TrainConfig
 
-__all__ = ["run_train"]
+__all__ = ["as_flags", "run_train"]
 
 
 @exit_on_sigterm
@@ -86,7 +86,8 @@ def _train_here(args, device: str) -> int:
             task.check(task.prepare(model_cfg), train_cfg)
         check_run_sizes(task_cls, model_cfg, train_cfg, device)
     except (ValueError, TypeError) as err:
-        raise UsageError(" ".join(str(err).split())) from None
+        message = " ".join(str(err).split())
+        raise UsageError(as_flags(message, [*model_flags, *train_flags])) from None
     except RunDirError as err:
         raise UsageError(str(err)) from None
     if train_cfg.fsdp and not distributed.in_process_group():
@@ -154,8 +155,9 @@ def _check_again_under_lock(args, resume) -> None:
     """The folder checks of ``_train_here`` again, now that the lock keeps other writers out:
     between the first checks and the lock another run may have started, ended or moved on
     there. Raises ``UsageError`` (or ``RunDirError``) saying so."""
+    from addnorm.safe_files import CheckpointError
     from addnorm.tasks.run import has_run
-    from addnorm.training.checkpoint import CheckpointError, find_checkpoint
+    from addnorm.training.checkpoint import find_checkpoint
     from addnorm.training.run_dir import check_fresh_run_dir
 
     if resume is None:
@@ -200,6 +202,17 @@ def _announce(args, train_cfg: TrainConfig, device: str) -> None:
         file=sys.stderr,
         flush=True,
     )
+
+
+def as_flags(message: str, fields) -> str:
+    """``message`` (a config's error) with each of ``fields`` written as the flag that set it:
+    ``lr must be finite, got nan`` -> ``--lr must be finite, got nan``."""
+    import re
+
+    for name in sorted(fields, key=len, reverse=True):  # max_len before len-like prefixes
+        flag = "--" + name.replace("_", "-")
+        message = re.sub(rf"(?<![\w-]){re.escape(name)}(?!\w)", flag, message)
+    return message
 
 
 def _fresh_configs(task_cls, args, model_flags: dict, train_flags: dict):

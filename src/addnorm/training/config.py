@@ -14,10 +14,14 @@ from addnorm._checks import (
 )
 from addnorm.training.schedules import SCHEDULES, ScheduleKind
 
-__all__ = ["MAX_SEED", "TrainConfig"]
+__all__ = ["MAX_LR", "MAX_SEED", "TrainConfig"]
 
 # The largest seed every generator takes (torch's are seeded with a uint64).
 MAX_SEED = 2**64 - 1
+# The largest peak learning rate: Adam moves each weight by about lr per step whatever the
+# gradient's scale, so lr = 1 already moves weights initialised near 1/sqrt(d_model) by more
+# than their own size; a larger one only makes the weights overflow.
+MAX_LR = 1.0
 
 
 @dataclass(frozen=True)
@@ -30,7 +34,8 @@ class TrainConfig:
             stops at whichever budget ends first.
         batch_size: sequences per micro-batch.
         grad_accum: micro-batches accumulated into one optimizer step.
-        lr: the peak learning rate, for every schedule.
+        lr: the peak learning rate, for every schedule; in (0, ``MAX_LR``], and
+            ``lr * weight_decay <= 1``.
         schedule: one of ``schedules.SCHEDULES``: "noam" (the shape of Vaswani et al. 2017,
             eq. 3, peaking at ``lr`` at step ``warmup``: ``lr * sqrt(warmup) * min(step^-0.5,
             step * warmup^-1.5)``; the paper's own values are ``lr = d_model^-0.5 *
@@ -91,13 +96,19 @@ class TrainConfig:
             check_float("max_minutes", self.max_minutes, min_value=0.0, min_inclusive=False)
         check_int("batch_size", self.batch_size, min_value=1)
         check_int("grad_accum", self.grad_accum, min_value=1)
-        check_float("lr", self.lr, min_value=0.0, min_inclusive=False)
+        check_float("lr", self.lr, min_value=0.0, min_inclusive=False, max_value=MAX_LR)
         check_choice("schedule", self.schedule, SCHEDULES)
         check_int("warmup", self.warmup, min_value=0)
         if self.schedule == "noam" and self.warmup < 1:
             raise ValueError(f"warmup must be >= 1 for the noam schedule, got {self.warmup}")
         check_float("final_lr_fraction", self.final_lr_fraction, min_value=0.0, max_value=1.0)
         check_float("weight_decay", self.weight_decay, min_value=0.0)
+        if self.lr * self.weight_decay > 1.0:  # AdamW scales weights by 1 - lr * wd per step
+            raise ValueError(
+                f"lr * weight_decay must be <= 1, got {self.lr} * {self.weight_decay}: AdamW "
+                "multiplies the weights by 1 - lr * weight_decay each step, which above 1 "
+                "flips their sign and above 2 grows them"
+            )
         check_probability("beta1", self.beta1)
         check_probability("beta2", self.beta2)
         check_probability("label_smoothing", self.label_smoothing)
