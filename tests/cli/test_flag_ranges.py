@@ -85,7 +85,7 @@ RANGES = {
 
 def _numeric_flags(task: str) -> list[str]:
     """The numeric fields of the task's model and train configs that have a flag."""
-    from addnorm.cli.checks import TASK_OWNED
+    from addnorm.tasks.plan import TASK_OWNED
 
     task_cls = TASKS[task]
     fields = [

@@ -38,7 +38,7 @@ from properties import examples
 from safetensors.torch import load_file, save_file
 
 from addnorm.cli import embed as embed_cli
-from addnorm.cli import train_command
+from addnorm.cli import train as train_command
 from addnorm.cli.checks import MAX_CONFIG_BYTES
 from addnorm.cli.export import check_out_file
 from addnorm.cli.parser import main

@@ -1,5 +1,7 @@
-"""The ``addnorm`` command: parsing and dispatch (``parser``), argument checks (``checks``),
-the subcommand handlers (``commands``), and the demo and explain jobs."""
+"""The ``addnorm`` command: parsing and dispatch (``parser``), one module per subcommand with
+its flags and handler (``train``, ``translate``, ``generate``, ``sample``, ``export``,
+``embed``, ``bench``, ``info``, ``demo``, ``explain``), and what they share: argument checks
+(``checks``), exit codes (``exits``), common flags (``shared_flags``)."""
 
 from addnorm.cli.parser import main
 

@@ -20,18 +20,18 @@ import shlex
 import sys
 from pathlib import Path
 
-__all__ = ["add_bench_parser", "run_bench_command"]
+__all__ = ["add_parser", "run"]
 
 # The most interleaved rounds per case: the default is 7, and each round of the full run costs
 # one to two minutes on 2 cores, so 1000 rounds already take a day or more.
 MAX_ROUNDS = 1000
 
 
-def add_bench_parser(commands) -> None:
-    """Register ``addnorm bench`` on the subcommand parsers ``commands``."""
+def add_parser(subparsers) -> None:
+    """Register ``addnorm bench`` on the subcommand parsers ``subparsers``."""
     from addnorm.bench.run import GROUPS
 
-    bench = commands.add_parser(
+    bench = subparsers.add_parser(
         "bench",
         help="time addnorm against torch.nn, x-transformers, timm, transformers, diffusers",
         description="Time addnorm side by side with the reference implementations in one "
@@ -55,7 +55,7 @@ def add_bench_parser(commands) -> None:
                        help="torch CPU threads, 1 to the number of CPUs (default 0: torch's)")
 
 
-def run_bench_command(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Handle ``addnorm bench``; returns the exit code."""
     import torch
 

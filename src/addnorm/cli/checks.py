@@ -1,29 +1,33 @@
 """Checks of the ``addnorm`` command's argument values that argparse cannot make: --device and
 --threads (against the machine), --out (a non-empty path to a directory that can be written),
-and --config (a JSON file of ``{"model": {...}, "train": {...}}``, without the fields a task
+--config (a JSON file of ``{"model": {...}, "train": {...}}``, without the fields a task
 owns), read by ``read_small_file``: a regular file of at most ``MAX_CONFIG_BYTES`` (never a
-device such as /dev/zero, a FIFO or a folder, which could be read forever or block).
+device such as /dev/zero, a FIFO or a folder, which could be read forever or block), and a
+training run's sizes (:func:`addnorm.tasks.plan.check_run_fits`, its refusal naming the flag).
 
 A bad value raises ``UsageError``, which ``addnorm.cli.parser.main`` reports like argparse's
-own errors: one line on stderr, exit code 2.
+own errors: one line on stderr, exit code 2; ``as_flags`` writes a config's error in flags.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from addnorm.safe_files import UnsafeFileError, parse_json, read_bytes
 
+if TYPE_CHECKING:
+    from addnorm.tasks.plan import RunPlan
+
 __all__ = [
     "MAX_CONFIG_BYTES",
-    "TASK_OWNED",
     "UsageError",
     "apply_runtime_flags",
+    "as_flags",
     "check_out_dir",
     "check_out_file",
     "check_run_sizes",
@@ -38,21 +42,6 @@ __all__ = [
 MAX_CONFIG_BYTES = 2**20
 # --threads above this is refused when os.cpu_count() is unknown.
 _MAX_THREADS = 1024
-# Set by the task (vocabularies and special ids from its tokenizers; the date task's two
-# vocabularies differ, so it never shares embeddings; the digits' size, channels and
-# classes), so not flags.
-TASK_OWNED = {
-    "src_vocab_size",
-    "tgt_vocab_size",
-    "vocab_size",
-    "pad_id",
-    "bos_id",
-    "eos_id",
-    "share_embeddings",
-    "input_size",
-    "in_channels",
-    "n_classes",
-}
 
 
 class UsageError(Exception):
@@ -157,6 +146,8 @@ def check_out_file(path: Path, flag: str, *, make_parents: bool) -> None:
 
 def read_config(path: Path, task_name: str) -> tuple[dict, dict]:
     """The "model" and "train" objects of a ``--config`` file, after checking its shape."""
+    from addnorm.tasks.plan import TASK_OWNED
+
     where = f"--config {path}"
     text = read_small_file(path, "--config", MAX_CONFIG_BYTES)
     try:
@@ -212,104 +203,26 @@ def _json_type(value: object) -> str:
     return names.get(type(value), "a number")
 
 
-
-def check_run_sizes(task_cls, model_cfg, train_cfg, device: str) -> None:
+def check_run_sizes(plan: RunPlan, device: str) -> None:
     """Refuse (``UsageError``, naming the flag, the estimate and the limit) a training run
     whose model, batches or evaluation cannot fit in the memory ``device`` has now, before
-    anything is allocated; see ``addnorm.training.sizes``."""
-    from addnorm._memory import MAX_LAYERS, available_memory, format_bytes
-    from addnorm.training.sizes import (
-        inference_bytes,
-        largest_setting,
-        replace_fields,
-        training_bytes,
-    )
+    anything is allocated: :func:`addnorm.tasks.plan.check_run_fits`."""
+    from addnorm.tasks.plan import RunSizeError, check_run_fits
 
-    for name in ("n_layers", "n_encoder_layers", "n_decoder_layers"):
-        value = getattr(model_cfg, name, None)
-        if value is not None and value > MAX_LAYERS:
-            raise UsageError(f"{_flag(name)} {value}: at most {MAX_LAYERS} layers per stack")
-    task = task_cls()
-    model_cfg = task.prepare(model_cfg)
-    if task.name == "translate":
-        _check_translate_eval_size(train_cfg.eval_size)
-    length, eval_batch = _sequence_length(task, model_cfg, train_cfg)
-    limit = available_memory(device)
-    if limit is None:
-        return
-    checks = [
-        ("train", lambda s: training_bytes(
-            replace_fields(model_cfg, s), batch_size=s["batch_size"], length=_length(s, length),
-            ema=train_cfg.ema_decay > 0)),
-        ("evaluate", lambda s: inference_bytes(
-            replace_fields(model_cfg, s), batch_size=eval_batch(s), length=_length(s, length))),
-    ]
-    settings = {**dataclasses.asdict(model_cfg), **dataclasses.asdict(train_cfg)}
-    defaults = {
-        **dataclasses.asdict(task.prepare(task_cls.default_model_config())),
-        **dataclasses.asdict(task_cls.default_train_config()),
-    }
-    for what, estimate in checks:
-        needed = estimate(settings)
-        if needed > limit:
-            culprit = largest_setting(estimate, settings, defaults) or _other_culprit(
-                estimate, settings, defaults
-            )
-            blame = f"{_flag(culprit)} {settings[culprit]}" if culprit else "these settings"
-            raise UsageError(
-                f"{blame}: to {what} this model needs about {format_bytes(needed)} of memory, "
-                f"more than the {format_bytes(limit)} available on {device}"
-            )
+    try:
+        check_run_fits(plan, device)
+    except RunSizeError as err:
+        blame = "these settings" if err.setting is None else f"{_flag(err.setting)} {err.value}"
+        raise UsageError(f"{blame}: {err.reason}") from None
 
 
-def _other_culprit(estimate, settings: dict, defaults: dict) -> str | None:
-    """The numeric setting outside ``sizes.SIZE_FIELDS`` (``d_freq``, ...) whose default value
-    shrinks ``estimate`` the most, for a message that names a flag; None if none does."""
-    best, best_value = None, estimate(settings)
-    for key, value in settings.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value == defaults.get(key):
-            continue
-        try:
-            smaller = estimate({**settings, key: defaults[key]})
-        except (KeyError, ValueError, TypeError):  # no default, or it breaks a constraint
-            continue
-        if smaller < best_value:
-            best, best_value = key, smaller
-    return best
+def as_flags(message: str, fields) -> str:
+    """``message`` (a config's error) with each of ``fields`` written as the flag that set it:
+    ``lr must be finite, got nan`` -> ``--lr must be finite, got nan``."""
+    for name in sorted(fields, key=len, reverse=True):  # max_len before len-like prefixes
+        message = re.sub(rf"(?<![\w-]){re.escape(name)}(?!\w)", _flag(name), message)
+    return message
 
 
 def _flag(field: str) -> str:
     return "--" + field.replace("_", "-")
-
-
-def _length(settings: dict, fixed: int | None) -> int:
-    """Tokens per sequence: the task's fixed length, or the lm's ``seq_len``."""
-    return settings["seq_len"] if fixed is None else fixed
-
-
-def _sequence_length(task, model_cfg, train_cfg):
-    """The tokens of one sequence (None: ``seq_len``) and the evaluation batch (a function of
-    the settings) of ``task``."""
-    if task.name == "translate":
-        from addnorm.data.dates import longest_source_length
-        from addnorm.tasks.translate import PREDICT_BATCH_SIZE
-
-        return longest_source_length() + 12, lambda s: min(s["eval_size"], PREDICT_BATCH_SIZE)
-    if task.name == "dit":  # every evaluation sample at once, twice over for guidance
-        patches = (model_cfg.input_size // model_cfg.patch_size) ** 2
-        return patches, lambda s: 2 * s["eval_size"]
-    return None, lambda s: s["batch_size"]
-
-
-def _check_translate_eval_size(eval_size: int) -> None:
-    """The translate task scores ``eval_size`` test examples (a quarter as many validation
-    ones) drawn from the distinct (test date, format) pairs; more would only repeat them."""
-    from addnorm.data.dates import FORMATS, dates_in_split
-
-    distinct = len(dates_in_split("test")) * len(FORMATS)
-    if eval_size > distinct:
-        raise UsageError(
-            f"--eval-size {eval_size}: the translate task has {distinct} distinct test "
-            f"examples ({len(dates_in_split('test'))} dates in {len(FORMATS)} formats); "
-            "ask for at most that many"
-        )

@@ -10,26 +10,30 @@ Checkpoints, ``metrics.json`` and ``loss.png`` stay in the run directories, so
 ``addnorm translate "21 Nov 2026"`` and ``addnorm sample --out grid.png`` work afterwards.
 Each run replaces the previous addnorm run in its directory (proven by its
 ``addnorm-run.json``, deleting only that run's files) and refuses a non-empty directory
-without one (``RunDirError``).
+without one (``RunDirError``, exit code 2); SIGTERM stops it with exit code 143.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import os
 import random
+import sys
 from pathlib import Path
 from typing import cast
 
 import torch
 
-from addnorm.cli.exits import SIGNAL_STOPS, report_signal_stop
+from addnorm.cli.checks import UsageError, apply_runtime_flags, check_out_dir, out_dir
+from addnorm.cli.exits import EXIT_OK, SIGNAL_STOPS, exit_on_sigterm, report_signal_stop
+from addnorm.cli.shared_flags import add_runtime_flags
 from addnorm.data.dates import dates_in_split, format_date
 from addnorm.tasks.run import load_trained, train_run
 from addnorm.tasks.translate import TranslateTask
 
-__all__ = ["DEMO_FORMATS", "run_demo", "run_dit_demo", "smoothed_loss_floor"]
+__all__ = ["DEMO_FORMATS", "add_parser", "run", "run_demo", "run_dit_demo", "smoothed_loss_floor"]
 
 # One row of the table per format: English, European, ISO, Korean, Japanese, Chinese.
 DEMO_FORMATS = (
@@ -46,6 +50,60 @@ DEMO_FORMATS = (
     "ja_weekday",
     "zh_weekday",
 )
+
+
+def add_parser(subparsers) -> None:
+    """Register ``addnorm demo``."""
+    demo = subparsers.add_parser(
+        "demo", help="train the date translator and the digits DiT, and show them at work"
+    )
+    demo.add_argument(
+        "--out", type=out_dir, default=Path("runs/translate"),
+        help="the translator's run folder (default runs/translate); the demo replaces its own "
+        "previous run there and refuses a folder holding anything else",
+    )
+    demo.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        help="the translator's training time budget (default: the task's, 4 minutes)",
+    )
+    demo.add_argument("--dit-out", type=out_dir, default=Path("runs/dit"))
+    demo.add_argument(
+        "--dit-max-minutes",
+        type=float,
+        default=None,
+        help="the DiT's training time budget (default: the task's, 5 minutes)",
+    )
+    demo.add_argument("--no-dit", action="store_true", help="only the date translator")
+    add_runtime_flags(demo)
+
+
+@exit_on_sigterm
+def run(args: argparse.Namespace) -> int:
+    """Handle ``addnorm demo``: check both run folders, then train and show each job."""
+    from addnorm.training.run_dir import RunDirError, check_fresh_run_dir, check_unlocked
+
+    device = apply_runtime_flags(args)
+    check_out_dir(args.out)
+    check_out_dir(args.dit_out, "--dit-out")
+    for flag, minutes in (("--max-minutes", args.max_minutes),
+                          ("--dit-max-minutes", args.dit_max_minutes)):
+        if minutes is not None and not 0 < minutes < float("inf"):  # NaN fails both
+            raise UsageError(f"{flag} must be finite and > 0, got {minutes}")
+    progress = not args.quiet and sys.stderr.isatty()
+    try:  # both folders before the first training, which takes minutes
+        for out in (args.out,) if args.no_dit else (args.out, args.dit_out):
+            check_unlocked(out)
+            check_fresh_run_dir(out, overwrite=True)  # the demo replaces its own runs
+        code = run_demo(args.out, max_minutes=args.max_minutes, device=device, progress=progress)
+        if code != EXIT_OK or args.no_dit:
+            return code
+        return run_dit_demo(
+            args.dit_out, max_minutes=args.dit_max_minutes, device=device, progress=progress
+        )
+    except RunDirError as err:
+        raise UsageError(str(err)) from None
 
 
 def demo_examples(seed: int = 0) -> list[tuple[str, str]]:

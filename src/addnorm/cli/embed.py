@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from addnorm.cli.translate_input import Input, open_stdin, refusal, stdin_inputs
 
-__all__ = ["MAX_CHARS", "add_embed_parser", "run_embed", "sentence_embeddings"]
+__all__ = ["MAX_CHARS", "add_parser", "run", "sentence_embeddings"]
 
 MAX_LEN = 256  # tokens per text: sentence-transformers' max_seq_length for this model
 BATCH = 32  # texts per forward
@@ -45,9 +45,9 @@ BATCH = 32  # texts per forward
 MAX_CHARS = 100_000
 
 
-def add_embed_parser(commands) -> None:
-    """Register ``addnorm embed`` on the subcommand parsers ``commands``."""
-    embed = commands.add_parser(
+def add_parser(subparsers) -> None:
+    """Register ``addnorm embed`` on the subcommand parsers ``subparsers``."""
+    embed = subparsers.add_parser(
         "embed",
         help="sentence embeddings (or cosine similarities) from all-MiniLM-L6-v2",
         description="Embed each text with the pretrained all-MiniLM-L6-v2 (sentence-"
@@ -63,7 +63,7 @@ def add_embed_parser(commands) -> None:
     embed.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def run_embed(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Handle ``addnorm embed``; returns the exit code."""
     from addnorm.cli.checks import UsageError
     from addnorm.cli.exits import EXIT_FAILED, EXIT_OK

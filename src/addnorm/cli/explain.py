@@ -13,14 +13,40 @@ every experiment run so far. The experiments live in :mod:`addnorm.experiments`.
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 
 import torch
 
+from addnorm.cli.checks import check_out_dir, out_dir
 from addnorm.experiments import CLAIMS, EXPERIMENTS, write_index, write_outcome
 
+__all__ = ["ALL", "add_parser", "list_experiments", "run", "run_explain"]
+
 ALL = "all"
+
+
+def add_parser(subparsers) -> None:
+    """Register ``addnorm explain``."""
+    explain = subparsers.add_parser(
+        "explain", help="run the SPEC claims as experiments: figures, numbers, an HTML page",
+        description="Run one experiment (NAME), or all, writing OUT/NAME/figure.png, "
+        "OUT/NAME/result.json and OUT/index.html. With no NAME: all --quick.",
+    )
+    explain.add_argument("name", nargs="?", choices=[*EXPERIMENTS, ALL], metavar="NAME",
+                         help="an experiment (see --list) or 'all'; default: all --quick")
+    explain.add_argument("--list", action="store_true", help="list the experiments and exit")
+    explain.add_argument("--quick", action="store_true",
+                         help="a reduced run (seconds each; what the tests run)")
+    explain.add_argument("--out", type=out_dir, default=Path("runs/explain"),
+                         help="output folder (default: runs/explain)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handle ``addnorm explain``; returns the exit code."""
+    check_out_dir(args.out)
+    return run_explain(args.out, args.name, quick=args.quick, list_only=args.list)
 
 
 def list_experiments() -> int:

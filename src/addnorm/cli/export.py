@@ -22,16 +22,16 @@ import stat
 import sys
 from pathlib import Path
 
-__all__ = ["TOLERANCE", "add_export_parser", "check_out_file", "run_export"]
+__all__ = ["TOLERANCE", "add_parser", "check_out_file", "run"]
 
 TOLERANCE = 1e-3  # largest |onnxruntime - PyTorch| accepted (float32 kernels differ slightly)
 
 
-def add_export_parser(commands) -> None:
-    """Register ``addnorm export`` on the subcommand parsers ``commands``."""
+def add_parser(subparsers) -> None:
+    """Register ``addnorm export`` on the subcommand parsers ``subparsers``."""
     from addnorm.export import PARTS
 
-    export = commands.add_parser(
+    export = subparsers.add_parser(
         "export",
         help="write a trained model as ONNX, checked against PyTorch",
         description="Write a trained model (lm, translate or dit run) as an ONNX file with a "
@@ -57,7 +57,7 @@ def add_export_parser(commands) -> None:
     )
 
 
-def run_export(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Handle ``addnorm export``; returns the exit code."""
     from addnorm.cli.checks import UsageError
     from addnorm.cli.exits import EXIT_FAILED, EXIT_OK

@@ -1,4 +1,5 @@
-"""The ``addnorm`` command (also ``python -m addnorm``): parsing and dispatch only.
+"""The ``addnorm`` command (also ``python -m addnorm``): parsing and dispatch only; each
+subcommand's flags and handler live in its own module (``SUBCOMMANDS``).
 
     addnorm train translate|lm [--preset NAME] [--config FILE.json] [--out DIR] [flags]
     addnorm translate ["21 Nov 2026" ...] [--checkpoint DIR]   (no text: one per stdin line)
@@ -41,22 +42,42 @@ dropped quietly, the status a tool killed by SIGPIPE reports.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import sys
-from pathlib import Path
 from typing import NoReturn
 
-from addnorm.cli.bench import add_bench_parser
-from addnorm.cli.checks import TASK_OWNED, UsageError, out_dir, seed
-from addnorm.cli.commands import COMMANDS
-from addnorm.cli.embed import add_embed_parser
+from addnorm.cli import (
+    bench,
+    demo,
+    embed,
+    explain,
+    export,
+    generate,
+    info,
+    sample,
+    train,
+    translate,
+)
+from addnorm.cli.checks import UsageError
 from addnorm.cli.exits import EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
-from addnorm.cli.export import add_export_parser
 from addnorm.safe_files import CheckpointError
-from addnorm.training.flags import add_dataclass_flags
 
-__all__ = ["build_parser", "main"]
+__all__ = ["SUBCOMMANDS", "build_parser", "main"]
+
+# Each subcommand's module, by name, in the order of ``addnorm --help``: its ``add_parser``
+# registers the subcommand's flags, its ``run`` handles the parsed arguments.
+SUBCOMMANDS = {
+    "train": train,
+    "translate": translate,
+    "generate": generate,
+    "sample": sample,
+    "export": export,
+    "embed": embed,
+    "bench": bench,
+    "info": info,
+    "demo": demo,
+    "explain": explain,
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -74,212 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="The Transformer, part by part: train, translate dates, "
         "generate text, draw digits with a Diffusion Transformer, inspect checkpoints.",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    _add_train_parser(commands)
-    translate = commands.add_parser(
-        "translate",
-        help="normalize dates with a trained model",
-        description="Write each date as ISO 8601 (YYYY-MM-DD): one output line per input "
-        "(a blank input line gets a blank output line).",
-        epilog=_translate_epilog(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    translate.add_argument("text", nargs="*", help="dates to normalize (default: stdin lines)")
-    translate.add_argument("--checkpoint", type=Path, default=Path("runs/translate"))
-    _add_inference_flags(translate)
-
-    generate = commands.add_parser("generate", help="continue a prompt with a trained lm")
-    generate.add_argument("--prompt", required=True)
-    generate.add_argument("--max-new-tokens", type=int, default=200)
-    generate.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
-    generate.add_argument("--top-k", type=int, default=None)
-    generate.add_argument("--top-p", type=float, default=None)
-    generate.add_argument(
-        "--stop", action="append", default=[], metavar="TEXT",
-        help="stop once the continuation holds TEXT and cut the output before it (repeatable)",
-    )
-    generate.add_argument("--seed", type=seed, default=0)
-    generate.add_argument(
-        "--compile", action="store_true",
-        help="run the decode step compiled (torch.compile): the first call compiles for "
-        "seconds (time printed to stderr), each token after is faster; pays off for long "
-        "outputs at batch 1",
-    )
-    generate.add_argument("--checkpoint", type=Path, default=Path("runs/lm"))
-    _add_inference_flags(generate)
-
-    sample = commands.add_parser(
-        "sample",
-        help="draw digits from a trained DiT",
-        description="Generate digits with a trained dit run: a PNG grid for people and, with "
-        "--save-array, an (N, 8, 8) array on the digits' own 0..16 scale for programs.",
-    )
-    sample.add_argument("--checkpoint", type=Path, default=Path("runs/dit"))
-    sample.add_argument(
-        "--class", dest="digit", type=int, default=None,
-        help="the digit to draw, 0-9 (default: every class in turn)",
-    )
-    sample.add_argument("--n", type=int, default=20, help="how many samples (default 20)")
-    sample.add_argument(
-        "--steps", type=int, default=50,
-        help="sampling steps, 1 to the run's diffusion steps (default 50)",
-    )
-    sample.add_argument("--method", choices=("ddim", "ddpm"), default="ddim")
-    sample.add_argument(
-        "--guidance", type=float, default=3.0,
-        help="classifier-free guidance scale, finite and >= 0; 1 = none (default 3.0)",
-    )
-    sample.add_argument("--seed", type=seed, default=0)
-    sample.add_argument("--out", type=Path, required=True, metavar="GRID.png")
-    sample.add_argument("--save-array", type=Path, default=None, metavar="SAMPLES.npy")
-    sample.add_argument("--quiet", action="store_true", help="no progress bar")
-    _add_inference_flags(sample)
-
-    add_export_parser(commands)
-    add_embed_parser(commands)
-    add_bench_parser(commands)
-
-    info = commands.add_parser("info", help="print a checkpoint's configs, step and metrics")
-    info.add_argument("checkpoint", type=Path, help="a checkpoint or run directory")
-
-    demo = commands.add_parser(
-        "demo", help="train the date translator and the digits DiT, and show them at work"
-    )
-    demo.add_argument(
-        "--out", type=out_dir, default=Path("runs/translate"),
-        help="the translator's run folder (default runs/translate); the demo replaces its own "
-        "previous run there and refuses a folder holding anything else",
-    )
-    demo.add_argument(
-        "--max-minutes",
-        type=float,
-        default=None,
-        help="the translator's training time budget (default: the task's, 4 minutes)",
-    )
-    demo.add_argument("--dit-out", type=out_dir, default=Path("runs/dit"))
-    demo.add_argument(
-        "--dit-max-minutes",
-        type=float,
-        default=None,
-        help="the DiT's training time budget (default: the task's, 5 minutes)",
-    )
-    demo.add_argument("--no-dit", action="store_true", help="only the date translator")
-    _add_runtime_flags(demo)
-
-    from addnorm.experiments import EXPERIMENTS
-
-    explain = commands.add_parser(
-        "explain", help="run the SPEC claims as experiments: figures, numbers, an HTML page",
-        description="Run one experiment (NAME), or all, writing OUT/NAME/figure.png, "
-        "OUT/NAME/result.json and OUT/index.html. With no NAME: all --quick.",
-    )
-    explain.add_argument("name", nargs="?", choices=[*EXPERIMENTS, "all"], metavar="NAME",
-                         help="an experiment (see --list) or 'all'; default: all --quick")
-    explain.add_argument("--list", action="store_true", help="list the experiments and exit")
-    explain.add_argument("--quick", action="store_true",
-                         help="a reduced run (seconds each; what the tests run)")
-    explain.add_argument("--out", type=out_dir, default=Path("runs/explain"),
-                         help="output folder (default: runs/explain)")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in SUBCOMMANDS.values():
+        module.add_parser(subparsers)
     return parser
-
-
-def _add_train_parser(commands) -> None:
-    """``addnorm train TASK``: one subparser per task, with its model and trainer flags."""
-    from addnorm.tasks.run import TASKS, presets_for
-
-    train = commands.add_parser("train", help="train a model on a task")
-    tasks = train.add_subparsers(dest="task", required=True, metavar="TASK")
-    for name, task_cls in TASKS.items():
-        sub = tasks.add_parser(
-            name,
-            help=task_cls.description,
-            description=f"Train the {name} task: {task_cls.description}. Defaults shown are "
-            "the task's; --preset and --config change them, flags override both. --lr is the "
-            "peak learning rate of every --schedule; noam keeps the paper's shape, "
-            "lr * sqrt(warmup) * min(step^-0.5, step * warmup^-1.5), peaking at lr at step "
-            "warmup (the paper's values: lr = d_model^-0.5 * warmup^-0.5).",
-        )
-        defaults = task_cls.default_model_config()
-        presets = list(presets_for(task_cls))
-        sub.add_argument("--preset", choices=presets, help="start from a named model config")
-        sub.add_argument(
-            "--config",
-            type=Path,
-            metavar="FILE.json",
-            help='JSON {"model": {...}, "train": {...}} applied over the preset',
-        )
-        sub.add_argument(
-            "--out",
-            type=out_dir,
-            default=Path("runs") / name,
-            help=f"run directory (default runs/{name}): new, empty, or an addnorm run",
-        )
-        sub.add_argument(
-            "--resume", action="store_true", help="continue the newest checkpoint in --out exactly"
-        )
-        sub.add_argument(
-            "--overwrite",
-            action="store_true",
-            help="replace a previous run in --out (without it, or --resume, a run there is "
-            "refused); deletes only that run's own files (checkpoints/, metrics.jsonl, "
-            "metrics.json, loss.png, samples.png, addnorm-run.json), never other files, and "
-            "still refuses a folder addnorm did not start (no addnorm-run.json)",
-        )
-        _add_runtime_flags(sub)
-        sub.set_defaults(
-            model_fields=add_dataclass_flags(sub, defaults, skip=TASK_OWNED),
-            train_fields=add_dataclass_flags(sub, task_cls.default_train_config()),
-        )
-
-
-def _add_device_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--device",
-        default="auto",
-        help="auto (cuda if available, else cpu), cpu, cuda, cuda:N, mps",
-    )
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=0,
-        help="torch CPU threads, 1 to the number of CPUs (default 0: torch's choice)",
-    )
-
-
-def _add_runtime_flags(parser: argparse.ArgumentParser) -> None:
-    _add_device_flags(parser)
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-
-
-def _add_inference_flags(parser: argparse.ArgumentParser) -> None:
-    _add_device_flags(parser)
-    parser.add_argument(
-        "--weights",
-        choices=("ema", "raw"),
-        default="ema",
-        help="ema (default): the checkpoint's moving average of the weights if it has one, "
-        "else the trained weights; raw: the trained weights",
-    )
-
-
-def _translate_epilog() -> str:
-    """The supported inputs, one example per format (the date of 21 Nov 2026)."""
-    from addnorm.data.dates import FIRST_YEAR, FORMATS, LAST_YEAR, format_date
-
-    day = dt.date(2026, 11, 21)
-    examples = "\n".join(f"  {format_date(day, fmt)}" for fmt in FORMATS)
-    return (
-        f"Supported: dates from {FIRST_YEAR}-01-01 to {LAST_YEAR}-12-31 with a four-digit "
-        "year and the month written as a word, or in year-month-day order, in these formats "
-        "(English, German, French and Spanish ones also in lower or upper case):\n"
-        f"{examples}\n"
-        "The model always answers; an answer that is not a real date in that range is "
-        "printed anyway, flagged on stderr, and the exit status is 1. An input it cannot "
-        "read (not UTF-8, a character outside its vocabulary, longer than its max_len) gets "
-        "an empty line, an error naming its line on stderr, and exit status 1; the other "
-        "lines are translated."
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # argparse: --help (0) or a usage error (2, one line)
         return stop.code if isinstance(stop.code, int) else EXIT_USAGE
-    handler = COMMANDS[args.command]
+    handler = SUBCOMMANDS[args.command].run
     prog = f"addnorm {args.command}"
     try:
         return handler(args)

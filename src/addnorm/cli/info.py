@@ -1,0 +1,37 @@
+"""``addnorm info CHECKPOINT``: a checkpoint's configs, step and its run's metrics, as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from addnorm.cli.exits import EXIT_OK
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers) -> None:
+    """Register ``addnorm info``."""
+    info = subparsers.add_parser("info", help="print a checkpoint's configs, step and metrics")
+    info.add_argument("checkpoint", type=Path, help="a checkpoint or run directory")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handle ``addnorm info``; returns the exit code."""
+    from addnorm.tasks.run import read_run_metrics
+    from addnorm.training.checkpoint import load_checkpoint
+
+    checkpoint = load_checkpoint(args.checkpoint)
+    state = checkpoint.state
+    report = {
+        "checkpoint": str(checkpoint.path),
+        "task": state.get("run", {}).get("task"),
+        "step": checkpoint.step,
+        "elapsed_s": state.get("elapsed_s"),
+        "model_config": state.get("run", {}).get("model_config"),
+        "train_config": state.get("train_config"),
+        "metrics": read_run_metrics(checkpoint),
+    }
+    print(json.dumps(report, indent=2, ensure_ascii=False))
+    return EXIT_OK

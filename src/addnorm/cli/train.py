@@ -1,0 +1,268 @@
+"""``addnorm train TASK``: a fresh run, a resumed one, or one rank of a ``torchrun`` launch.
+
+The flags are read into a run plan (:mod:`addnorm.tasks.plan`: the configs, the checks that the
+task can train them and that they fit the memory here); the run folder is checked before
+anything is built (``RunDirError`` and bad settings are usage errors, exit code 2); a run
+stopped by Ctrl-C or SIGTERM ends after a checkpoint of the current step, with exit code 130
+or 143 and the command that resumes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from addnorm.cli.checks import (
+    UsageError,
+    apply_runtime_flags,
+    as_flags,
+    check_out_dir,
+    check_run_sizes,
+    out_dir,
+    read_config,
+)
+from addnorm.cli.exits import EXIT_OK, SIGNAL_STOPS, exit_on_sigterm, report_signal_stop
+from addnorm.cli.shared_flags import add_runtime_flags
+from addnorm.training.config import TrainConfig
+
+if TYPE_CHECKING:
+    from addnorm.tasks.plan import RunPlan
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers) -> None:
+    """Register ``addnorm train TASK``: one subparser per task, with its model and trainer
+    flags (from the fields of its configs)."""
+    from addnorm.tasks.plan import TASK_OWNED
+    from addnorm.tasks.run import TASKS, presets_for
+    from addnorm.training.flags import add_dataclass_flags
+
+    train = subparsers.add_parser("train", help="train a model on a task")
+    tasks = train.add_subparsers(dest="task", required=True, metavar="TASK")
+    for name, task_cls in TASKS.items():
+        sub = tasks.add_parser(
+            name,
+            help=task_cls.description,
+            description=f"Train the {name} task: {task_cls.description}. Defaults shown are "
+            "the task's; --preset and --config change them, flags override both. --lr is the "
+            "peak learning rate of every --schedule; noam keeps the paper's shape, "
+            "lr * sqrt(warmup) * min(step^-0.5, step * warmup^-1.5), peaking at lr at step "
+            "warmup (the paper's values: lr = d_model^-0.5 * warmup^-0.5).",
+        )
+        defaults = task_cls.default_model_config()
+        presets = list(presets_for(task_cls))
+        sub.add_argument("--preset", choices=presets, help="start from a named model config")
+        sub.add_argument(
+            "--config",
+            type=Path,
+            metavar="FILE.json",
+            help='JSON {"model": {...}, "train": {...}} applied over the preset',
+        )
+        sub.add_argument(
+            "--out",
+            type=out_dir,
+            default=Path("runs") / name,
+            help=f"run directory (default runs/{name}): new, empty, or an addnorm run",
+        )
+        sub.add_argument(
+            "--resume", action="store_true", help="continue the newest checkpoint in --out exactly"
+        )
+        sub.add_argument(
+            "--overwrite",
+            action="store_true",
+            help="replace a previous run in --out (without it, or --resume, a run there is "
+            "refused); deletes only that run's own files (checkpoints/, metrics.jsonl, "
+            "metrics.json, loss.png, samples.png, addnorm-run.json), never other files, and "
+            "still refuses a folder addnorm did not start (no addnorm-run.json)",
+        )
+        add_runtime_flags(sub)
+        sub.set_defaults(
+            model_fields=add_dataclass_flags(sub, defaults, skip=TASK_OWNED),
+            train_fields=add_dataclass_flags(sub, task_cls.default_train_config()),
+        )
+
+
+@exit_on_sigterm
+def run(args: argparse.Namespace) -> int:
+    """Train in this process, or as one rank of a ``torchrun`` launch (its environment names
+    the rank and world size): then the process group lives as long as the command."""
+    import os
+
+    from addnorm.training import distributed
+
+    device = apply_runtime_flags(args)
+    try:
+        world = distributed.world_from_env(os.environ)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if world is None:
+        return _train_here(args, device)
+    device = distributed.init_distributed(world, device)
+    try:
+        return _train_here(args, device)
+    finally:
+        distributed.shutdown()
+
+
+def _train_here(args, device: str) -> int:
+    from addnorm.tasks.run import train_run
+    from addnorm.training import distributed
+    from addnorm.training.run_dir import RunDirError, RunLock
+
+    check_out_dir(args.out)
+    model_flags = {k: getattr(args, k) for k in args.model_fields if hasattr(args, k)}
+    train_flags = {k: getattr(args, k) for k in args.train_fields if hasattr(args, k)}
+    try:
+        plan = _plan(args, model_flags, train_flags)
+        check_run_sizes(plan, device)
+    except (ValueError, TypeError) as err:
+        message = " ".join(str(err).split())
+        raise UsageError(as_flags(message, [*model_flags, *train_flags])) from None
+    except RunDirError as err:
+        raise UsageError(str(err)) from None
+    if plan.train_cfg.fsdp and not distributed.in_process_group():
+        raise UsageError(
+            "--fsdp shards the model over the processes of a torchrun launch: "
+            f"torchrun --nproc-per-node N -m addnorm train {args.task} --fsdp ..."
+        )
+    distributed.barrier()  # every rank has checked the folder before rank 0 writes it
+    main = distributed.is_main()
+    try:
+        # Rank 0 takes the folder's lock before saying anything, so a writer that loses a race
+        # for it prints one line (the error); train_run's own lock passes through this one.
+        with RunLock(args.out, reentrant=True) if main else contextlib.nullcontext():
+            if main:
+                _check_again_under_lock(args, plan.resume)
+                _announce(args, plan.train_cfg, device)
+            summary = train_run(
+                args.task,
+                plan.model_cfg,
+                plan.train_cfg,
+                args.out,
+                resume=plan.resume,
+                overwrite=args.overwrite,
+                device=device,
+                progress=not args.quiet and sys.stderr.isatty(),
+            )
+    except RunDirError as err:  # another writer took the folder since the checks above
+        raise UsageError(str(err)) from None
+    if not distributed.is_main():  # rank 0 reports
+        return SIGNAL_STOPS.get(summary.stopped_by, ("", EXIT_OK))[1]
+    if summary.stopped_by in SIGNAL_STOPS:
+        return report_signal_stop(summary, args.task)
+    _report(args.task, plan.task_cls.metric, summary)
+    return EXIT_OK
+
+
+def _plan(args, model_flags: dict, train_flags: dict) -> RunPlan:
+    """The run the flags ask for (:mod:`addnorm.tasks.plan`), after checking that ``--out``
+    allows it: ``--resume`` continues the run there and takes no model settings; otherwise the
+    folder must be free of runs, or hold one and ``--overwrite``. Settings apply in this order:
+    the task's defaults (or ``--preset``), then ``--config``, then flags."""
+    from addnorm.tasks.plan import plan_fresh_run, plan_resumed_run
+    from addnorm.tasks.run import has_run
+    from addnorm.training.run_dir import check_fresh_run_dir, check_unlocked
+
+    check_unlocked(args.out)
+    if args.resume:
+        if model_flags or args.preset or args.config or args.overwrite:
+            raise UsageError(
+                "--resume takes the model settings from the checkpoint; "
+                "drop --preset, --config, --overwrite and model flags"
+            )
+        return plan_resumed_run(args.task, args.out, train_overrides=train_flags)
+    if has_run(args.out) and not args.overwrite:
+        raise UsageError(
+            f"--out {args.out} already holds a run; add --resume to continue it or "
+            "--overwrite to replace it"
+        )
+    check_fresh_run_dir(args.out, overwrite=args.overwrite)
+    model_values = train_values = None
+    if args.config is not None:
+        model_values, train_values = read_config(args.config, args.task)
+    return plan_fresh_run(
+        args.task,
+        preset=args.preset,
+        model_values=model_values,
+        train_values=train_values,
+        source=f"--config {args.config}",
+        model_overrides=model_flags,
+        train_overrides=train_flags,
+    )
+
+
+def _check_again_under_lock(args, resume) -> None:
+    """The folder checks of ``_plan`` again, now that the lock keeps other writers out:
+    between the first checks and the lock another run may have started, ended or moved on
+    there. Raises ``UsageError`` (or ``RunDirError``) saying so."""
+    from addnorm.safe_files import CheckpointError
+    from addnorm.tasks.run import has_run
+    from addnorm.training.checkpoint import find_checkpoint
+    from addnorm.training.run_dir import check_fresh_run_dir
+
+    if resume is None:
+        if has_run(args.out) and not args.overwrite:
+            raise UsageError(
+                f"--out {args.out} now holds a run (another addnorm train wrote it meanwhile); "
+                "add --resume to continue it or --overwrite to replace it"
+            )
+        check_fresh_run_dir(args.out, overwrite=args.overwrite)
+        return
+    try:
+        newest = find_checkpoint(args.out)
+    except CheckpointError as err:
+        raise UsageError(f"--out {args.out} changed meanwhile: {err}") from None
+    if newest != resume.path:
+        raise UsageError(
+            f"--out {args.out} changed meanwhile (another run wrote {newest.name}); run the "
+            "command again to resume from the newest checkpoint"
+        )
+
+
+def _announce(args, train_cfg: TrainConfig, device: str) -> None:
+    """One line on stderr saying what is about to happen (training can be long and quiet)."""
+    from addnorm.tasks.run import has_run
+
+    if args.overwrite and has_run(args.out):
+        print(
+            f"replacing the previous run in {args.out} (its own files only)",
+            file=sys.stderr,
+        )
+    budget = f"{train_cfg.max_steps} steps"
+    if train_cfg.max_minutes is not None:
+        budget += f" or {train_cfg.max_minutes:g} minutes"
+    from addnorm.training import distributed
+
+    where = device
+    if distributed.world_size() > 1:
+        where += f" in each of {distributed.world_size()} processes"
+    print(
+        f"training {args.task} into {args.out} on {where}: up to {budget}; "
+        "Ctrl-C (or SIGTERM) stops and writes a checkpoint",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _report(task_name: str, metric: str, summary) -> None:
+    """What a finished run did, on stdout: steps and time, its held-out metric, its files, and
+    an lm's sample continuations."""
+    compiled = summary.metrics.get("compile_s")
+    print(
+        f"trained {summary.step} steps in {summary.elapsed_s:.0f} s "
+        f"(stopped by {summary.stopped_by}"
+        + ("" if compiled is None else f"; first step with compiling: {compiled:.1f} s")
+        + f"); checkpoint: {summary.checkpoint}"
+    )
+    print(
+        f"{metric}: {summary.metrics[metric]:.4f} "
+        f"({summary.metrics['weights']} weights); "
+        f"metrics: {summary.run_dir / 'metrics.json'}; loss curve: {summary.loss_png}"
+    )
+    if task_name == "lm":
+        for sample in summary.metrics["samples"]:
+            print(f"\nsample (prompt {sample['prompt']!r}):\n{sample['text']}")
