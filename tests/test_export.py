@@ -1,4 +1,4 @@
-"""addnorm.export and ``addnorm export``: exported programs and ONNX files of the three models.
+"""addnorm.export and ``addnorm export``: exported programs and ONNX files of the four models.
 
 Oracle: the eager model on the same weights, in eval mode, on padded batches (an unpadded, a
 right-padded and a left-padded row) whose batch size and lengths differ from the ones the
@@ -15,6 +15,7 @@ import torch
 
 import addnorm
 from addnorm.export import export_program, onnx_max_error, sample_inputs, to_onnx
+from addnorm.transformer.encoder_model import EncoderConfig, EncoderModel
 
 
 def tiny(name: str) -> torch.nn.Module:
@@ -33,6 +34,10 @@ def tiny(name: str) -> torch.nn.Module:
             n_decoder_layers=1, d_ff=64,
         )
         return addnorm.Transformer(cfg)
+    if name.startswith("encoder"):
+        cfg = EncoderConfig(vocab_size=50, d_model=32, n_heads=2, n_layers=1, d_ff=64,
+                            max_len=32, pooler=True)
+        return EncoderModel(cfg)
     dit = addnorm.DiT(dataclasses.replace(addnorm.DIT_PRESETS["DiT-digits"], d_model=32,
                                           n_heads=2, n_layers=1))
     with torch.no_grad():  # off adaLN-Zero's all-zero start, so every part shows
@@ -45,6 +50,7 @@ CASES = {
     "lm-learned": "forward",
     "lm-rotary": "forward",
     "transformer": "forward",
+    "encoder-model": "forward",
     "dit": "forward",
 }
 
@@ -73,7 +79,9 @@ def test_an_exported_program_gives_the_eager_outputs_at_other_sizes(name):
         torch.testing.assert_close(got, eval_output(model, part, inputs), rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize(("name", "part"), [("transformer", "encoder"), ("dit", "forward")])
+@pytest.mark.parametrize(
+    ("name", "part"), [("transformer", "encoder"), ("encoder-model", "forward"), ("dit", "forward")]
+)
 def test_an_onnx_file_gives_the_pytorch_outputs_on_other_padded_batches(name, part, tmp_path):
     # The LM's forward is checked through the command below; the Transformer's forward
     # exports as its encoder does (checked by hand: 2e-6), at four times the export time.
@@ -83,17 +91,18 @@ def test_an_onnx_file_gives_the_pytorch_outputs_on_other_padded_batches(name, pa
     path = to_onnx(model, tmp_path / f"{name}.onnx", part=part)
     # onnxruntime's float32 kernels (its own exp/sin/erf and sum orders) are not torch's, so
     # no rounding bound applies: measured 8.6e-6 (DiT, |y| <= 1.4) and 7e-7 (encoder) on AVX2
-    # and AVX-512; 1e-4 keeps 10x over that, while a wrong mask or op is off by O(0.1).
+    # and AVX-512, 6e-7 (EncoderModel, |y| <= 3.4, one CPU); 1e-4 keeps 10x over that, while
+    # a wrong mask or op is off by O(0.1).
     assert onnx_max_error(model, path, part=part) < 1e-4
 
 
 def test_export_refuses_what_it_cannot_export():
     lm = tiny("lm-rotary")
-    with pytest.raises(ValueError, match=r"part='encoder' is the Transformer's"):
+    with pytest.raises(ValueError, match=r"part='encoder' is not one of TransformerLM's parts"):
         export_program(lm, part="encoder")
     with pytest.raises(ValueError, match=r"part must be one of 'forward', 'encoder'"):
         sample_inputs(lm, part="decoder")
-    with pytest.raises(TypeError, match=r"model must be a TransformerLM, Transformer or DiT"):
+    with pytest.raises(TypeError, match=r"model must be a TransformerLM, Transformer, EncoderM"):
         export_program(torch.nn.Linear(2, 2))
 
 

@@ -5,7 +5,9 @@
     addnorm.export.onnx_max_error(lm, "lm.onnx")       # |onnxruntime - PyTorch| on new batches
 
 What is exported, by family and ``part`` (the inputs are also the ONNX input names; B and the
-lengths are dynamic, everything else is fixed by the config):
+lengths are dynamic, everything else is fixed by the config). Each model says it itself
+(:class:`addnorm.family.ModelFamily`: its parts, example inputs, dynamic axes and output name),
+so a new family exports with no edit here:
 
 - ``TransformerLM``, ``forward``: ids (B, L) int64, padding_mask (B, L) bool
   -> logits (B, L, V)
@@ -13,6 +15,8 @@ lengths are dynamic, everything else is fixed by the config):
   tgt_padding_mask (B, L) bool -> logits (B, L, V)
 - ``Transformer``, ``encoder``: src_ids (B, S) int64, src_padding_mask (B, S) bool
   -> memory (B, S, D)
+- ``EncoderModel``, ``forward``: ids (B, L) int64, padding_mask (B, L) bool
+  -> hidden (B, L, D)
 - ``DiT``, ``forward``: x (B, C, H, W) float32, t (B,) int64, y (B,) int64
   -> out (B, C_out, H, W)
 
@@ -36,54 +40,46 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.export import Dim, ExportedProgram
+from torch.export import ExportedProgram
 
 from addnorm._checks import check_choice, check_int
-from addnorm.dit.model import DiT
-from addnorm.transformer.encoder_decoder import Transformer
-from addnorm.transformer.lm import TransformerLM
+from addnorm.family import ExportPart, ModelFamily
 
 __all__ = ["PARTS", "export_program", "onnx_max_error", "run_onnx", "sample_inputs", "to_onnx"]
 
+# The parts of the library's models (``addnorm export --part``); a model names its own.
 PARTS = ("forward", "encoder")
 
-Exportable = TransformerLM | Transformer | DiT
 
+class _Method(nn.Module):
+    """One of ``model``'s methods as this module's forward, signature included: export
+    captures a module's forward and names the inputs after its arguments."""
 
-class _Encoder(nn.Module):
-    """The encoder-decoder's ``encode`` as a module's forward, for export."""
-
-    def __init__(self, model: Transformer) -> None:
+    def __init__(self, model: nn.Module, method: str) -> None:
         super().__init__()
         self.model = model
-
-    def forward(self, src_ids: torch.Tensor, src_padding_mask: torch.Tensor) -> torch.Tensor:
-        """Shapes: src_ids, src_padding_mask: (B, S); returns: (B, S, D)."""
-        return self.model.encode(src_ids, src_padding_mask=src_padding_mask)
+        self.forward = getattr(model, method)
 
 
-def _checked(model: object, part: str) -> Exportable:
-    if not isinstance(model, TransformerLM | Transformer | DiT):
+def _checked(model: object, part: str) -> ModelFamily:
+    if not isinstance(model, nn.Module) or not isinstance(model, ModelFamily):
         raise TypeError(
-            f"model must be a TransformerLM, Transformer or DiT, got {type(model).__name__}"
+            "model must be a TransformerLM, Transformer, EncoderModel, DiT or another "
+            f"addnorm.family.ModelFamily, got {type(model).__name__}"
         )
-    check_choice("part", part, PARTS)
-    if part == "encoder" and not isinstance(model, Transformer):
-        raise ValueError(f"part='encoder' is the Transformer's; {type(model).__name__} has none")
+    parts = tuple(model.export_parts)
+    check_choice("part", part, tuple(dict.fromkeys(PARTS + parts)))
+    if part not in parts:
+        names = ", ".join(repr(p) for p in parts)
+        raise ValueError(f"part={part!r} is not one of {type(model).__name__}'s parts ({names})")
     return model
 
 
-def _module(model: Exportable, part: str) -> nn.Module:
-    """What is exported: the model, or its encoder; in the model's mode."""
-    if part == "encoder" and isinstance(model, Transformer):
-        return _Encoder(model).train(model.training)
-    return model
-
-
-def _output_name(model: Exportable, part: str) -> str:
-    if part == "encoder":
-        return "memory"
-    return "out" if isinstance(model, DiT) else "logits"
+def _module(model: nn.Module, part: ExportPart) -> nn.Module:
+    """What is exported: the model, or the method ``part`` names; in the model's mode."""
+    if part.method == "forward":
+        return model
+    return _Method(model, part.method).train(model.training)
 
 
 def sample_inputs(
@@ -98,89 +94,20 @@ def sample_inputs(
     Shapes:
         see the module docstring; B = ``batch``, L (and S) = ``length``
     """
-    model = _checked(model, part)
+    family = _checked(model, part)
     batch = check_int("batch", batch, min_value=1)
     length = check_int("length", length, min_value=2)
     gen = torch.Generator().manual_seed(seed)
+    inputs = family.example_inputs(part, batch=batch, length=length, generator=gen)
     device = next(model.parameters()).device
-    if isinstance(model, DiT):
-        dit = model.cfg
-        size = dit.input_size
-        inputs = {
-            "x": torch.randn(batch, dit.in_channels, size, size, generator=gen),
-            "t": torch.randint(0, 1000, (batch,), generator=gen),
-            "y": torch.randint(0, dit.n_classes, (batch,), generator=gen),
-        }
-    elif isinstance(model, TransformerLM):
-        lm = model.cfg
-        ids, padding = _padded_ids(batch, length, lm.vocab_size, lm.pad_id, gen)
-        inputs = {"ids": ids, "padding_mask": padding}
-    else:
-        cfg = model.cfg
-        src, src_padding = _padded_ids(batch, length, cfg.src_vocab_size, cfg.pad_id, gen)
-        inputs = {"src_ids": src, "src_padding_mask": src_padding}
-        if part == "forward":
-            tgt, tgt_padding = _padded_ids(batch, length - 1, cfg.tgt_vocab_size, cfg.pad_id, gen)
-            inputs.update(tgt_ids=tgt, tgt_padding_mask=tgt_padding)
-    return {name: inputs[name].to(device) for name in _names(model, part)}
+    return {name: value.to(device) for name, value in inputs.items()}
 
 
-def _padded_ids(
-    batch: int, length: int, vocab_size: int, pad_id: int | None, gen: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random non-pad ids; row 1 right-padded, row 2 left-padded (a third of L each).
-
-    A model without a padding token (``pad_id=None``, GPT-2) gets id 0 at the padded
-    places: only the mask says they are padding."""
-    if pad_id is None:
-        ids = torch.randint(0, vocab_size, (batch, length), generator=gen)  # (B, L)
-    else:
-        ids = torch.randint(0, vocab_size - 1, (batch, length), generator=gen)  # (B, L)
-        ids = ids + (ids >= pad_id).long()  # never pad_id
-    padding = torch.zeros(batch, length, dtype=torch.bool)  # (B, L)
-    n_pad = max(1, length // 3)
-    if batch > 1:
-        padding[1, length - n_pad :] = True
-    if batch > 2:
-        padding[2, :n_pad] = True
-    return ids.masked_fill(padding, 0 if pad_id is None else pad_id), padding
-
-
-def _names(model: Exportable, part: str) -> tuple[str, ...]:
-    if isinstance(model, DiT):
-        return ("x", "t", "y")
-    if isinstance(model, TransformerLM):
-        return ("ids", "padding_mask")
-    if part == "encoder":
-        return ("src_ids", "src_padding_mask")
-    return ("src_ids", "tgt_ids", "src_padding_mask", "tgt_padding_mask")
-
-
-def _dynamic_shapes(model: Exportable, part: str) -> dict[str, Any]:
-    """One ``Dim`` for the batch, one per sequence; lengths bounded by a learned table.
-
-    In the order of the inputs (the ONNX exporter names the axes by position).
-    """
-    shapes = _dims(model, part)
-    return {name: shapes[name] for name in _names(model, part)}
-
-
-def _dims(model: Exportable, part: str) -> dict[str, Any]:
-    batch = Dim("batch", min=1)
-    if isinstance(model, DiT):
-        return {"x": {0: batch}, "t": {0: batch}, "y": {0: batch}}
-    cfg = model.cfg
-    longest = cfg.max_len if cfg.position_encoding == "learned" else None
-    if isinstance(model, TransformerLM):
-        length = Dim("length", min=1, max=longest)
-        return {"ids": {0: batch, 1: length}, "padding_mask": {0: batch, 1: length}}
-    source = Dim("src_length", min=1, max=longest)
-    shapes = {"src_ids": {0: batch, 1: source}, "src_padding_mask": {0: batch, 1: source}}
-    if part == "encoder":
-        return shapes
-    target = Dim("tgt_length", min=1, max=longest)
-    shapes.update(tgt_ids={0: batch, 1: target}, tgt_padding_mask={0: batch, 1: target})
-    return shapes
+def _dynamic_shapes(family: ModelFamily, inputs: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """The family's dynamic axes of ``inputs`` (one ``Dim`` for the batch, one per sequence),
+    in their order: the ONNX exporter names the axes by position."""
+    shapes = family.dynamic_shapes()
+    return {name: shapes[name] for name in inputs}
 
 
 class _EvalMode:
@@ -203,11 +130,12 @@ def export_program(model: nn.Module, *, part: str = "forward") -> ExportedProgra
     Call the result as ``program.module()(**inputs)`` with the inputs of the module
     docstring (for example :func:`sample_inputs`).
     """
-    model = _checked(model, part)
+    family = _checked(model, part)
     inputs = sample_inputs(model, part=part)
     with _EvalMode(model):
         return torch.export.export(
-            _module(model, part), (), inputs, dynamic_shapes=_dynamic_shapes(model, part)
+            _module(model, family.export_parts[part]), (), inputs,
+            dynamic_shapes=_dynamic_shapes(family, inputs),
         )
 
 
@@ -217,16 +145,16 @@ def to_onnx(model: nn.Module, path: str | os.PathLike, *, part: str = "forward")
     Inputs and output are named as in the module docstring; batch and lengths are dynamic.
     Needs the ``onnx`` and ``onnxscript`` packages (``pip install addnorm[export]``).
     """
-    model = _checked(model, part)
-    path = Path(path)
+    family = _checked(model, part)
+    exported, path = family.export_parts[part], Path(path)
     inputs = sample_inputs(model, part=part)
     with _EvalMode(model), warnings.catch_warnings():
         # Axes that share a Dim are named once; the exporter says so for every other use.
         warnings.filterwarnings("ignore", message=r"# The axis name: .* will not be used")
         program = torch.onnx.export(
-            _module(model, part), (), kwargs=inputs, dynamo=True, verbose=False,
-            dynamic_shapes=_dynamic_shapes(model, part), input_names=list(inputs),
-            output_names=[_output_name(model, part)],
+            _module(model, exported), (), kwargs=inputs, dynamo=True, verbose=False,
+            dynamic_shapes=_dynamic_shapes(family, inputs), input_names=list(inputs),
+            output_names=[exported.output],
         )
     if program is None:  # pragma: no cover - the dynamo exporter always returns its program
         raise RuntimeError("torch.onnx.export returned no ONNX program")
@@ -257,8 +185,8 @@ def onnx_max_error(
     The inputs differ in batch size and lengths from those the file was captured with, and
     hold left- and right-padded rows (:func:`sample_inputs`).
     """
-    model = _checked(model, part)
+    family = _checked(model, part)
     inputs = sample_inputs(model, part=part, batch=batch, length=length, seed=1)
     with _EvalMode(model):
-        expected = _module(model, part)(**inputs).float().cpu()
+        expected = _module(model, family.export_parts[part])(**inputs).float().cpu()
     return float((run_onnx(path, inputs).float() - expected).abs().max())

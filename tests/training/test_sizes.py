@@ -15,6 +15,7 @@ import pytest
 
 from addnorm._memory import available_memory, format_bytes
 from addnorm.dit import DIT_PRESETS, DiT
+from addnorm.family import ActivationShape
 from addnorm.safe_files import MAX_JSON_DEPTH, parse_json
 from addnorm.training.sizes import (
     SizeError,
@@ -74,6 +75,18 @@ def test_training_needs_at_least_weights_grads_and_two_adam_moments():
     assert plain >= 4 * 4 * params
     assert training_bytes(TINY, batch_size=1, length=1, ema=True) - plain == 4 * params
     assert training_bytes(TINY, batch_size=2, length=1, ema=False) > plain
+
+
+def test_each_config_names_the_layers_widths_and_output_its_activations_scale_with():
+    dit = DIT_PRESETS["DiT-digits"]
+    expected = {
+        TINY: ActivationShape(4, 64, 256, 4, TINY.tgt_vocab_size),  # both stacks, logits
+        LM: ActivationShape(2, 64, 256, 4, LM.vocab_size),
+        ENCODER: ActivationShape(2, 32, 64, 4, 0),  # hidden states out
+        dit: ActivationShape(4, 128, int(128 * dit.mlp_ratio), 4, 0),  # DiT's truncated F
+    }
+    for cfg, shape in expected.items():
+        assert cfg.activation_shape() == shape
 
 
 def test_largest_setting_blames_the_field_whose_default_shrinks_the_estimate_most():

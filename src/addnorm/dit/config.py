@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from addnorm._checks import check_bool, check_float, check_int, check_probability
+from addnorm.family import ActivationShape
 from addnorm.transformer.config import _ConfigBase
 
 __all__ = ["DIT_PRESETS", "DiTConfig"]
@@ -148,6 +149,13 @@ class DiTConfig(_ConfigBase):
     def count_buffers(self) -> int:
         """The numbers of ``DiT(self)``'s fixed 2-D position table (grid_size^2 x D)."""
         return self.grid_size**2 * self.d_model
+
+    def activation_shape(self) -> ActivationShape:
+        """The blocks and their widths (the output, C_out numbers per pixel, is left out)."""
+        return ActivationShape(
+            n_layers=self.n_layers, d_model=self.d_model, d_ff=self.d_ff,
+            n_heads=self.n_heads, d_output=0,
+        )
 
 
 # The paper's sizes (Table 1): name -> (d_model, n_layers, n_heads).

@@ -20,7 +20,7 @@ from addnorm.data.text import TextCorpus
 from addnorm.data.tokenizers import CharTokenizer
 from addnorm.training.config import TrainConfig
 from addnorm.transformer import TransformerLM
-from addnorm.transformer.config import PRESETS, LMConfig
+from addnorm.transformer.config import LM_PRESETS, LMConfig
 from addnorm.transformer.stop_strings import cut_at_stop, stop_at_strings
 
 __all__ = ["LMTask", "lm_loss"]
@@ -66,10 +66,7 @@ class LMTask:
     @staticmethod
     def default_model_config() -> LMConfig:
         """The preset the default run trains (vocabulary size filled in by ``prepare``)."""
-        preset = PRESETS["lm-tiny"]
-        if not isinstance(preset, LMConfig):
-            raise TypeError(f'PRESETS["lm-tiny"] must be an LMConfig, got {preset!r}')
-        return dataclasses.replace(preset, max_len=256, dropout=0.0)
+        return dataclasses.replace(LM_PRESETS["lm-tiny"], max_len=256, dropout=0.0)
 
     @staticmethod
     def default_train_config() -> TrainConfig:

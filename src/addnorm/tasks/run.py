@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from addnorm._checks import check_known_fields
+from addnorm.presets import presets_of
 from addnorm.safe_files import CheckpointError, parse_json, write_file_atomic
 from addnorm.tasks.dit import DiTTask
 from addnorm.tasks.lm import LMTask
@@ -58,7 +59,6 @@ from addnorm.training.schedules import LRSchedule
 from addnorm.training.sizes import SizeError, check_model_fits
 from addnorm.training.state import seed_everything
 from addnorm.training.trainer import STOP_SIGNALS, Trainer, TrainResult
-from addnorm.transformer.config import PRESETS
 
 __all__ = [
     "RESUMABLE_FIELDS",
@@ -111,11 +111,7 @@ class RunSummary:
 
 def presets_for(task_cls: type[Task]) -> dict[str, Any]:
     """The named model configs a task can start from: those of its config's type."""
-    from addnorm.dit import DIT_PRESETS
-
-    kind = type(task_cls.default_model_config())
-    every: dict[str, Any] = {**PRESETS, **DIT_PRESETS}
-    return {name: cfg for name, cfg in every.items() if isinstance(cfg, kind)}
+    return presets_of(type(task_cls.default_model_config()))
 
 
 def schedule_for(train_cfg: TrainConfig) -> LRSchedule:

@@ -25,7 +25,7 @@ from addnorm.data.dates import (
 from addnorm.data.tokenizers import CharTokenizer, date_source_tokenizer, date_target_tokenizer
 from addnorm.training.config import TrainConfig
 from addnorm.transformer import Transformer
-from addnorm.transformer.config import PRESETS, TransformerConfig
+from addnorm.transformer.config import TRANSFORMER_PRESETS, TransformerConfig
 
 __all__ = ["PREDICT_BATCH_SIZE", "TranslateTask", "seq2seq_loss"]
 
@@ -73,11 +73,9 @@ class TranslateTask:
         (sinusoidal) to 99.95-100%. About half of a batch's source tokens are padding, which
         ``unpad`` leaves out of the encoder's position-wise work (the same values at every real
         token)."""
-        preset = PRESETS["tiny"]
-        if not isinstance(preset, TransformerConfig):
-            raise TypeError(f'PRESETS["tiny"] must be a TransformerConfig, got {preset!r}')
         return dataclasses.replace(
-            preset, dropout=0.0, share_embeddings=False, position_encoding="rotary", unpad=True
+            TRANSFORMER_PRESETS["tiny"], dropout=0.0, share_embeddings=False,
+            position_encoding="rotary", unpad=True,
         )
 
     @staticmethod

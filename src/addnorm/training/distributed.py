@@ -21,9 +21,11 @@ Conventions a user can reason about:
   rank dies.
 
 ``prepare_model`` applies the trainer's switches to a model in place, in this order:
-activation checkpointing of every layer (``EncoderLayer``, ``DecoderLayer``, ``DiTBlock``),
-FSDP2 sharding (``fully_shard`` per layer, then the root), and returns the callable that runs
-the forward (the model itself, or a ``DistributedDataParallel`` wrapper around it).
+activation checkpointing of every layer (the classes the model names in its
+``layer_classes``, :class:`addnorm.family.ModelFamily`: ``EncoderLayer``, ``DecoderLayer``,
+``DiTBlock``), FSDP2 sharding (``fully_shard`` per layer, then the root), and returns the
+callable that runs the forward (the model itself, or a ``DistributedDataParallel`` wrapper
+around it).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
     apply_activation_checkpointing,
     checkpoint_wrapper,
 )
+
+from addnorm.family import ModelFamily
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -198,19 +202,21 @@ def agree_on_stop(reason: str | None) -> str | None:
     return next(name for name, value in STOP_CODES.items() if value == int(code))
 
 
-def layer_classes() -> tuple[type[nn.Module], ...]:
-    """The layer classes that are checkpointed and sharded one by one."""
-    from addnorm.dit.block import DiTBlock
-    from addnorm.transformer.layers import DecoderLayer, EncoderLayer
-
-    return (EncoderLayer, DecoderLayer, DiTBlock)
+def layer_classes(model: nn.Module) -> tuple[type[nn.Module], ...]:
+    """The layer classes of ``model`` that are checkpointed and sharded one by one: those its
+    model families name (``ModelFamily.layer_classes``; ``model`` itself or models in it)."""
+    found: dict[type[nn.Module], None] = {}
+    for module in model.modules():
+        if isinstance(module, ModelFamily):
+            found.update(dict.fromkeys(module.layer_classes))
+    return tuple(found)
 
 
 def checkpoint_layers(model: nn.Module) -> nn.Module:
     """Wrap every layer of ``model`` (in place) so that its activations are recomputed in the
     backward pass instead of stored (non-reentrant ``torch.utils.checkpoint``). The wrapper
     strips its own prefix from state dict keys, so checkpoints keep the plain keys."""
-    classes = layer_classes()
+    classes = layer_classes(model)
     apply_activation_checkpointing(
         model,
         checkpoint_wrapper_fn=functools.partial(
@@ -228,7 +234,7 @@ def _shard(model: nn.Module) -> None:
 
     device = next(model.parameters()).device
     mesh = init_device_mesh(device.type, (world_size(),))
-    classes = layer_classes()
+    classes = layer_classes(model)
     wrapped = "_checkpoint_wrapped_module"  # a checkpointed layer is sharded with its wrapper
     for name, module in list(model.named_modules()):
         inner = getattr(module, wrapped, module)

@@ -5,8 +5,10 @@ deep inside torch's allocator (or swap for hours) if it were built. The estimate
 computed from the config's numbers alone, in microseconds, so a caller can refuse such a
 request first, with a message that names the setting, the estimate and the limit:
 
-- the model's own numbers come from its config: ``cfg.count_parameters()`` (within 2% of
-  the built model's) and ``cfg.count_buffers()`` (the position tables);
+- the model's own numbers come from its config (:class:`addnorm.family.FamilyConfig`):
+  ``cfg.count_parameters()`` (within 2% of the built model's), ``cfg.count_buffers()`` (the
+  position tables) and ``cfg.activation_shape()`` (its layers and their widths), so a new
+  model family needs no edit here;
 - ``training_bytes``: float32 weights, gradients, AdamW's two moments (and an EMA copy), plus
   the activations one micro-batch keeps for the backward pass.
 - ``inference_bytes``: the weights plus one layer's activations for a batch.
@@ -28,8 +30,7 @@ from collections.abc import Callable
 import torch
 
 from addnorm._memory import MAX_LAYERS, available_memory, format_bytes
-from addnorm.dit.config import DiTConfig
-from addnorm.transformer.config import LMConfig, TransformerConfig
+from addnorm.family import ActivationShape, FamilyConfig
 
 __all__ = [
     "SIZE_FIELDS",
@@ -49,52 +50,34 @@ SIZE_FIELDS = (
     "eval_size",
 )
 
-ModelConfig = TransformerConfig | LMConfig | DiTConfig
-
-
 class SizeError(ValueError):
     """A request that cannot fit in memory; the message names the setting and the numbers."""
 
 
-def _layers(cfg: ModelConfig) -> int:
-    if isinstance(cfg, TransformerConfig):
-        return cfg.n_encoder_layers + cfg.n_decoder_layers
-    return cfg.n_layers
-
-
-def _token_floats(cfg: ModelConfig, length: int) -> int:
+def _token_floats(shape: ActivationShape, length: int) -> int:
     """Floats one token keeps in one layer: projections, norms and residuals (16 D), the
     feed-forward's hidden units (2 F) and a row of attention probabilities (2 H S)."""
-    d_ff = int(cfg.d_model * cfg.mlp_ratio) if isinstance(cfg, DiTConfig) else cfg.d_ff
-    return 16 * cfg.d_model + 2 * d_ff + 2 * cfg.n_heads * length
+    return 16 * shape.d_model + 2 * shape.d_ff + 2 * shape.n_heads * length
 
 
-def _vocab(cfg: ModelConfig) -> int:
-    if isinstance(cfg, TransformerConfig):
-        return cfg.tgt_vocab_size
-    if isinstance(cfg, LMConfig):
-        return cfg.vocab_size
-    return 0
-
-
-def training_bytes(cfg: ModelConfig, *, batch_size: int, length: int, ema: bool) -> int:
+def training_bytes(cfg: FamilyConfig, *, batch_size: int, length: int, ema: bool) -> int:
     """Bytes to train ``cfg`` on micro-batches of ``batch_size`` sequences of ``length``
     tokens: weights, gradients and AdamW's moments (plus an EMA copy) in float32, the buffers,
     and the activations kept for the backward pass (with the logits and their gradient)."""
     copies = 4 + (1 if ema else 0)
     state = copies * cfg.count_parameters() + cfg.count_buffers()
-    tokens = batch_size * length
-    activations = tokens * (_layers(cfg) * _token_floats(cfg, length) + 3 * _vocab(cfg))
+    shape, tokens = cfg.activation_shape(), batch_size * length
+    activations = tokens * (shape.n_layers * _token_floats(shape, length) + 3 * shape.d_output)
     return _FLOAT * (state + activations)
 
 
-def inference_bytes(cfg: ModelConfig, *, batch_size: int, length: int) -> int:
+def inference_bytes(cfg: FamilyConfig, *, batch_size: int, length: int) -> int:
     """Bytes to run ``cfg`` without gradients on ``batch_size`` sequences of ``length``
     tokens: the weights and buffers, one layer's activations, a key/value cache per layer and
     the logits."""
-    tokens = batch_size * length
-    cache = 2 * _layers(cfg) * tokens * cfg.d_model
-    activations = tokens * (_token_floats(cfg, length) + _vocab(cfg)) + cache
+    shape, tokens = cfg.activation_shape(), batch_size * length
+    cache = 2 * shape.n_layers * tokens * shape.d_model
+    activations = tokens * (_token_floats(shape, length) + shape.d_output) + cache
     return _FLOAT * (cfg.count_parameters() + cfg.count_buffers() + activations)
 
 
@@ -126,7 +109,7 @@ def replace_fields(cfg, values: dict):
     return dataclasses.replace(cfg, **{k: v for k, v in values.items() if k in names})
 
 
-def check_model_fits(cfg: ModelConfig, device: torch.device | str = "cpu") -> None:
+def check_model_fits(cfg: FamilyConfig, device: torch.device | str = "cpu") -> None:
     """Raise ``SizeError`` if building ``cfg`` on ``device`` cannot work: a stack of more than
     ``MAX_LAYERS`` layers, or weights and buffers larger than the memory available there."""
     for name in ("n_layers", "n_encoder_layers", "n_decoder_layers"):

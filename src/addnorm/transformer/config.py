@@ -1,14 +1,17 @@
 """Frozen, validated configurations of the two models, and the named presets.
 
 Variants come from ``dataclasses.replace(cfg, ...)`` (validated again); checkpoints store a
-config as JSON through ``to_dict()`` / ``from_dict()``. ``PRESETS`` is the one dict of named
-configurations: the paper's base model and small CPU-sized ones.
+config as JSON through ``to_dict()`` / ``from_dict()``. The named configurations, one typed
+dict per model: ``TRANSFORMER_PRESETS`` (the paper's base model and small CPU-sized ones) and
+``LM_PRESETS``; ``PRESETS`` holds both (``addnorm.presets`` looks them up by config type).
 
 Each model config tells its model's size without building it: ``count_parameters()`` (within
 2% of the built model's: every bias and norm vector is counted whether the config has it or
 not, and a gated feed-forward's second bias is left out, at most one number per weight either
-way) and ``count_buffers()`` (the position tables, exactly). Loading (``addnorm.pretrained``)
-and the estimates made before training (``addnorm.training.sizes``) ask them.
+way), ``count_buffers()`` (the position tables, exactly) and ``activation_shape()`` (the
+layers and widths activations scale with; :class:`addnorm.family.FamilyConfig`). Loading
+(``addnorm.pretrained``) and the estimates made before training (``addnorm.training.sizes``)
+ask them.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from addnorm._checks import (
     check_known_fields,
     check_probability,
 )
+from addnorm.family import ActivationShape
 from addnorm.feedforward import ACTIVATIONS, GATED_ACTIVATIONS
 from addnorm.norms import NORM_KINDS
 from addnorm.packing import check_unpad
@@ -31,9 +35,11 @@ from addnorm.residual import POSITIONS
 
 __all__ = [
     "EMBED_SCALES",
+    "LM_PRESETS",
     "POSITION_ENCODINGS",
     "POSITION_KINDS",
     "PRESETS",
+    "TRANSFORMER_PRESETS",
     "LMConfig",
     "LayerConfig",
     "TransformerConfig",
@@ -322,6 +328,13 @@ class TransformerConfig(_ModelConfig):
         stack's embedder)."""
         return self._position_buffers(n_embedders=2)
 
+    def activation_shape(self) -> ActivationShape:
+        """Both stacks' layers, their widths, and the target vocabulary's logits."""
+        return ActivationShape(
+            n_layers=self.n_encoder_layers + self.n_decoder_layers, d_model=self.d_model,
+            d_ff=self.d_ff, n_heads=self.n_heads, d_output=self.tgt_vocab_size,
+        )
+
 
 @dataclass(frozen=True)
 class LMConfig(_ModelConfig):
@@ -381,8 +394,15 @@ class LMConfig(_ModelConfig):
         """The numbers of ``TransformerLM(self)``'s computed position table."""
         return self._position_buffers(n_embedders=1)
 
+    def activation_shape(self) -> ActivationShape:
+        """The layers, their widths, and the vocabulary's logits."""
+        return ActivationShape(
+            n_layers=self.n_layers, d_model=self.d_model, d_ff=self.d_ff,
+            n_heads=self.n_heads, d_output=self.vocab_size,
+        )
 
-PRESETS: dict[str, TransformerConfig | LMConfig] = {
+
+TRANSFORMER_PRESETS: dict[str, TransformerConfig] = {
     # Vaswani et al. (2017), Table 3 "base": N=6, d_model=512, h=8, d_ff=2048, P_drop=0.1,
     # post-LN, shared source/target/output embeddings (their 37000-token BPE vocabulary).
     "base": TransformerConfig(),
@@ -396,7 +416,11 @@ PRESETS: dict[str, TransformerConfig | LMConfig] = {
         src_vocab_size=256, tgt_vocab_size=256, d_model=128, n_heads=4, n_encoder_layers=3,
         n_decoder_layers=3, d_ff=512, max_len=256,
     ),
+}
+LM_PRESETS: dict[str, LMConfig] = {
     # CPU-sized decoder-only language models (pre-LN, final norm).
     "lm-tiny": LMConfig(vocab_size=128, d_model=64, n_heads=4, n_layers=2, d_ff=256),
     "lm-small": LMConfig(vocab_size=256, d_model=128, n_heads=4, n_layers=4, d_ff=512),
 }
+# Both families' presets by name (the names are distinct): ``addnorm.PRESETS["tiny"]``.
+PRESETS: dict[str, TransformerConfig | LMConfig] = {**TRANSFORMER_PRESETS, **LM_PRESETS}
