@@ -21,15 +21,28 @@ def allocate(static: bool) -> DecodingCache:
 def test_no_padding_given_as_none_equals_an_all_false_mask(static):
     explicit, implicit = allocate(static), allocate(static)
     for new in (3, 1, 1):
+        start = implicit.length
         padding, positions = explicit.extend(torch.zeros(2, new, dtype=torch.bool))
         none_padding, none_positions = implicit.extend(None, new)
-        assert torch.equal(none_positions, positions)  # the identity: arange continued
-        if static:  # the static layout always carries its key padding (empty slots)
+        if static:  # the static layout always carries its key padding and positions
             assert none_padding is not None and torch.equal(none_padding, padding)
-        else:  # eager, never padded: no mask at all
-            assert none_padding is None and not padding.any()
-    assert torch.equal(implicit.n_tokens, explicit.n_tokens)
+            assert torch.equal(none_positions, positions)  # the identity: arange continued
+        else:  # eager, never padded: no mask, and positions None, meaning start + arange(L)
+            assert none_padding is None and none_positions is None and not padding.any()
+            assert torch.equal(positions, (start + torch.arange(new)).expand(2, new))
     assert implicit.length == explicit.length == 5
+
+
+def test_the_first_padding_after_unpadded_tokens_continues_every_row_from_length():
+    # Oracle: a cache given the same tokens as all-False masks counts every row as real.
+    unpadded, explicit = allocate(False), allocate(False)
+    unpadded.extend(None, 3)
+    explicit.extend(torch.zeros(2, 3, dtype=torch.bool))
+    mask = torch.tensor([[True, False], [False, False]])
+    _, positions = unpadded.extend(mask)
+    _, want = explicit.extend(mask)
+    assert torch.equal(positions, want)
+    assert torch.equal(positions, torch.tensor([[2, 3], [3, 4]]))  # a pad: its row's last
 
 
 def test_after_padding_the_eager_cache_returns_its_key_padding_even_for_none():

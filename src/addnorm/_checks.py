@@ -3,11 +3,20 @@
 Every public function and constructor checks its inputs with these helpers, so a bad value
 raises a ``ValueError``/``TypeError`` that names the offending argument and value, instead of
 a NaN, a silently wrong shape or a stack trace from deep inside torch.
+
+Two kinds of check, two places (docs/design.md, "Validation"):
+
+- *Structure* (type, rank, sizes, dtype) costs a few attribute reads and no tensor values:
+  every public module checks the structure of what it is given, on every call, as torch.nn's
+  modules do; a prebuilt :class:`~addnorm.attention_mask.AttentionMask` or cache is trusted.
+- *Values* (ids inside the vocabulary, finite timesteps, the layout of padding) need a read
+  back from the tensor, a host synchronisation on an accelerator: they are checked where
+  values enter, once, at a model's top-level call, ``start``/``generate``, the public
+  functions, ``load`` and the CLI, never inside a part's forward.
 """
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import math
 import numbers
@@ -30,8 +39,6 @@ __all__ = [
     "check_probability",
     "check_tensor",
     "check_weight_dtype",
-    "inputs_checked",
-    "must_check",
     "refuse_tracing",
     "same_shape",
 ]
@@ -203,35 +210,6 @@ def check_positions(positions: object, batch: int, length: int) -> torch.Tensor:
     if pos.is_floating_point() and not bool(torch.isfinite(pos).all()):
         raise ValueError(f"positions must be finite, got {pos[~torch.isfinite(pos)][0].item()}")
     return pos
-
-
-# ------------------------------------------------------------ validation once, at the boundary
-
-_INPUTS_CHECKED = contextvars.ContextVar("addnorm_inputs_checked", default=False)
-
-
-class inputs_checked:  # noqa: N801 (used like a function: ``with inputs_checked():``)
-    """Context in which a model or stack runs its children after checking its own inputs.
-
-    Everything that flows below a checked boundary was derived from checked values, so the
-    children's own checks would repeat work on every call (about 8% of decoding time for
-    the LM). Inside the context :func:`must_check` is False and they skip them; a part called
-    directly by a user checks as usual. While ``torch.compile`` or ``torch.export`` traces,
-    nothing is recorded: checks run once, at trace time, and cost nothing at run time.
-    """
-
-    def __enter__(self) -> None:
-        compiling = torch.compiler.is_compiling()
-        self._token = None if compiling else _INPUTS_CHECKED.set(True)
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._token is not None:
-            _INPUTS_CHECKED.reset(self._token)
-
-
-def must_check() -> bool:
-    """Whether a module's forward should check its inputs (False inside :class:`inputs_checked`)."""
-    return torch.compiler.is_compiling() or not _INPUTS_CHECKED.get()
 
 
 # ------------------------------------------------------------ checks inside compiled graphs

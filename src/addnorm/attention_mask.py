@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import torch
 
-from addnorm._checks import check_bool_mask, check_tensor, must_check, same_shape
+from addnorm._checks import check_bool_mask, check_tensor, same_shape
 from addnorm.packing import Packing
 
 __all__ = [
@@ -127,8 +127,7 @@ def build_attention_mask(
         allowed = _check_attend_mask(attend_mask, batch, n_heads, query_len, key_len)
     if padding_mask is not None:
         name = "padding_mask (True = padding)"
-        if must_check():  # skipped inside a checked model, whose masks it built itself
-            padding_mask = check_bool_mask(name, padding_mask, (batch, key_len))
+        padding_mask = check_bool_mask(name, padding_mask, (batch, key_len))
         if self_attention:
             query_padding = padding_mask[:, key_len - query_len :]  # (B, L): the new keys
         keep = ~padding_mask[:, None, None, :]  # (B, 1, 1, S)
@@ -170,8 +169,7 @@ def self_attention_mask(
         x: (B, L, D); padding_mask: (B, S) with S = cached + L (True = padding)
         attend_mask: (L, S), (B, L, S) or (B, H, L, S) (True = may attend)
     """
-    if must_check():  # skipped inside a checked model
-        x = check_tensor("x", x, ndim=3, floating=True)
+    x = check_tensor("x", x, ndim=3, floating=True)
     batch, length, _ = x.shape
     return build_attention_mask(
         batch=batch, n_heads=n_heads, query_len=length, key_len=cached + length,
@@ -187,13 +185,12 @@ def cross_attention_mask(
     Shapes:
         x: (B, L, D); memory: (B, S, D); padding_mask: (B, S) (True = padding)
     """
-    if must_check():  # skipped inside a checked model
-        x = check_tensor("x", x, ndim=3, floating=True)
-        memory = check_tensor("memory", memory, ndim=3, floating=True)
-        if memory.shape[0] != x.shape[0]:
-            raise ValueError(
-                f"memory batch size ({memory.shape[0]}) must equal x batch size ({x.shape[0]})"
-            )
+    x = check_tensor("x", x, ndim=3, floating=True)
+    memory = check_tensor("memory", memory, ndim=3, floating=True)
+    if memory.shape[0] != x.shape[0]:
+        raise ValueError(
+            f"memory batch size ({memory.shape[0]}) must equal x batch size ({x.shape[0]})"
+        )
     return build_attention_mask(
         batch=x.shape[0], n_heads=n_heads, query_len=x.shape[1], key_len=memory.shape[1],
         device=x.device, padding_mask=padding_mask, self_attention=False,

@@ -49,7 +49,6 @@ from addnorm._checks import (
     check_bool_mask,
     check_int,
     check_tensor,
-    must_check,
 )
 
 __all__ = ["DecodingCache", "KVCache", "LayerCache"]
@@ -126,8 +125,7 @@ class KVCache:
             returns: keys, values (B, H, length + L, Dh), views of the buffers; (B, H,
             max_len, Dh), the buffers, for a static cache being compiled
         """
-        if must_check():  # skipped inside a model, whose attention made keys and values
-            self._check_new(keys, values)
+        self._check_new(keys, values)
         if _in_graph(self.static):
             return self._write_in_graph(keys, values)
         start = self.length
@@ -251,7 +249,9 @@ class DecodingCache:
         layers: one :class:`LayerCache` per layer.
         padding_mask: (B, max_len) bool buffer, True = padding; valid up to ``length`` (a
             static cache's slots not yet written are True).
-        n_tokens: (B,) long, real (non-padding) tokens seen per row, i.e. the next position.
+        n_tokens: (B,) long, real (non-padding) tokens seen per row, i.e. the next position;
+            kept once the cache holds padding (or is static); before, every row has
+            ``length``.
         memory: (B, S, D) encoder output for an encoder-decoder model, else None.
         memory_padding_mask: (B, S) bool, True = padding source token, or None.
     """
@@ -328,29 +328,32 @@ class DecodingCache:
 
     def extend(
         self, padding_mask: torch.Tensor | None, new: int | None = None
-    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Record the padding of L new tokens; return the key padding and their positions.
 
         A row's positions count its real tokens only (``cumsum(~padding) - 1`` continued from
         the cached ones, padding clamped to 0), so a left-padded row gets the positions it would
         have alone. ``padding_mask=None`` says no new token is padding (then give their count
-        ``new``); a dynamic cache that has never held padding then returns no key padding
-        (None), so attention needs no mask at all. A static cache being compiled records one
-        token per row (L = 1) in place and returns its whole padding buffer.
+        ``new``); a dynamic cache that has never held padding then returns no key padding and
+        no positions (None, None): every row's new tokens sit at ``length - L + arange(L)``
+        (``length`` after the call), so attention needs no mask and the position codes are
+        rows of their tables, without a tensor of positions. A static cache being compiled
+        records one token per row (L = 1) in place and returns its whole padding buffer.
 
         Shapes:
             padding_mask: (B, L) bool, True = padding, or None
             returns: key padding (B, length + L), (B, max_len) for a static cache being
-            compiled, or None; positions (B, L) long
+            compiled, or None; positions (B, L) long, or None
         """
         batch = self.padding_mask.shape[0]
-        if padding_mask is not None and must_check():  # skipped for a model's own padding
+        if padding_mask is not None:
             check_bool_mask("padding_mask (True = padding)", padding_mask)
             if padding_mask.ndim != 2 or padding_mask.shape[0] != batch:
                 raise ValueError(
                     f"padding_mask must have shape (B, L) with B = {batch}, "
                     f"got {tuple(padding_mask.shape)}"
                 )
+        was_padded = self._padded
         if padding_mask is None:
             new = check_int("new", new, min_value=1)
         else:
@@ -367,10 +370,12 @@ class DecodingCache:
         elif self.static:  # a static cache's slots not written are True (padding)
             self.padding_mask[:, start:end] = False
         self._count.advance(new)
+        if not (self.static or self._padded):  # every row's positions: start + arange(L)
+            return None, None
+        if not (self.static or was_padded):  # the first padding: every row has `start` tokens
+            self.n_tokens = torch.full_like(self.n_tokens, start)
         positions = self._positions(padding_mask, new)  # (B, L)
-        if self.static or self._padded:
-            return self.padding_mask[:, :end], positions
-        return None, positions
+        return self.padding_mask[:, :end], positions
 
     def _extend_in_graph(
         self, padding_mask: torch.Tensor | None, new: int

@@ -34,7 +34,6 @@ import math
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from addnorm._checks import (
@@ -46,7 +45,6 @@ from addnorm._checks import (
     check_positions,
     check_probability,
     check_tensor,
-    must_check,
 )
 from addnorm._memory import check_fits
 
@@ -95,37 +93,6 @@ def check_table_size(name: str, rows: int, width: int, device: torch.device) -> 
         return
     n_bytes = (rows * width + (width + 1) // 2) * angle_dtype(device).itemsize
     check_fits(f"{name} ({rows}) x width ({width}) of a sinusoid table", n_bytes, device)
-
-
-def table_holds(positions: torch.Tensor, table: torch.Tensor) -> bool:
-    """Whether the rows of explicit ``positions`` can be gathered from ``table`` (P rows).
-
-    True for integer positions that all lie in ``[0, P)``. Reading the bounds is one host
-    sync, far cheaper than recomputing the angles. False (compute them directly) for float
-    positions (possibly fractional), negative ones, ones past the table, positions on another
-    device than the table or on ``meta``, and where a host sync must not happen: under
-    ``torch.compile`` or while capturing a CUDA graph.
-    """
-    if positions.is_floating_point() or positions.numel() == 0 or torch.compiler.is_compiling():
-        return False
-    if positions.device != table.device or positions.is_meta:
-        return False
-    if positions.is_cuda and torch.cuda.is_current_stream_capturing():
-        return False
-    low, high = (int(v) for v in torch.aminmax(positions))  # the host sync
-    return low >= 0 and high < table.shape[0]
-
-
-def gather_rows(table: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """Rows ``table[positions]`` for in-range integer positions (an embedding lookup).
-
-    Shapes:
-        table: (P, D); positions: (L,) or (B, L)
-        returns: (L, D) or (B, L, D)
-    """
-    if positions.dtype not in (torch.int32, torch.int64):
-        positions = positions.long()
-    return F.embedding(positions, table)  # (L, D) or (B, L, D)
 
 
 def _check_positions_1d(positions: object) -> torch.Tensor:
@@ -178,16 +145,23 @@ def sinusoidal_encoding(
         device = torch.device("cpu" if device is None else device)
         check_table_size("positions", count, d_model, device)
         pos = torch.arange(count, device=device)
-    pos = pos.to(device=device, dtype=angle_dtype(device))  # (P,)
+    return _sinusoids(pos.to(device), d_model, base, layout).to(dtype or default_dtype)
+
+
+def _sinusoids(positions: torch.Tensor, d_model: int, base: float, layout: str) -> torch.Tensor:
+    """:func:`sinusoidal_encoding`'s formula on checked arguments, in the angles' dtype.
+
+    Shapes:
+        positions: (P,); returns: (P, D)
+    """
+    pos = positions.to(angle_dtype(positions.device))  # (P,)
     freqs = _frequencies(d_model, base, layout, pos.device)
     angles = pos[:, None] * freqs[None, :]  # (P, ceil(D/2))
     if layout == "interleaved":
         pairs = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (P, ceil(D/2), 2)
-        table = pairs.flatten(1)[:, :d_model]  # (P, D)
-    else:
-        n_cos = d_model // 2
-        table = torch.cat([angles.sin(), angles[:, :n_cos].cos()], dim=-1)  # (P, D)
-    return table.to(dtype or default_dtype)
+        return pairs.flatten(1)[:, :d_model]  # (P, D)
+    n_cos = d_model // 2
+    return torch.cat([angles.sin(), angles[:, :n_cos].cos()], dim=-1)  # (P, D)
 
 
 def relative_shift_matrix(
@@ -241,10 +215,10 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     There is no maximum length. Rows ``0 .. max_len-1`` are computed once, when the module is
     built, into a non-persistent buffer ``table`` (absent from ``state_dict``); forward slices
-    or gathers them and never writes the module's state. Any other position (a large
-    ``offset``, rows past the table, explicit positions that are fractional, negative or past
-    the end) is computed for that call with the same formula, on x's device, so the result
-    does not depend on ``max_len``. :meth:`reserve` enlarges the table ahead of time. Moving or
+    them for ``offset .. offset + L - 1`` and never writes the module's state. Any other
+    position (rows past the table, and explicit ``positions``, which would have to be read
+    back to know whether the table holds them) is computed for that call with the same
+    formula, on x's device, so the result does not depend on ``max_len``. :meth:`reserve` enlarges the table ahead of time. Moving or
     casting the module (``.to()``, ``.double()``, ``.cuda()``, ``to_empty()``) recomputes the
     table from the formula in the new dtype and device (a ``meta`` table stays ``meta``), so a
     float64 module's table is exact to float64 rather than upcast float32 values.
@@ -323,9 +297,7 @@ class SinusoidalPositionalEncoding(nn.Module):
             positions: (L,) or (B, L)
             returns: (L, D), or (B, L, D) for per-row positions
         """
-        if positions is not None:
-            if table_holds(positions, self.table):
-                return gather_rows(self.table, positions)  # (L, D) or (B, L, D)
+        if positions is not None:  # computed: choosing rows of the table would read them back
             return self._computed(positions)  # (L, D) or (B, L, D)
         end = offset + length
         if end <= self.table.shape[0]:
@@ -334,11 +306,8 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def _computed(self, positions: torch.Tensor) -> torch.Tensor:
         """PE rows computed for (L,) or (B, L) positions, on their device, in the table's dtype."""
-        pe = sinusoidal_encoding(
-            positions.reshape(-1), self.d_model, base=self.base, layout=self.layout,
-            dtype=self.table.dtype,
-        )
-        return pe.reshape(*positions.shape, self.d_model)  # (L, D) or (B, L, D)
+        pe = _sinusoids(positions.reshape(-1), self.d_model, self.base, self.layout)  # (N, D)
+        return pe.to(self.table.dtype).reshape(*positions.shape, self.d_model)  # (L, D), (B, L, D)
 
     def forward(
         self, x: torch.Tensor, *, offset: int = 0, positions: torch.Tensor | None = None
@@ -357,17 +326,31 @@ class SinusoidalPositionalEncoding(nn.Module):
             positions: (L,) or (B, L)
             returns: (B, L, D)
         """
-        checking = must_check()  # False inside a checked model
-        if checking:
-            x = _check_input(x, self.d_model)
-            offset = check_int("offset", offset, min_value=0)
+        x = _check_input(x, self.d_model)
+        offset = check_int("offset", offset, min_value=0)
         batch, length, _ = x.shape
-        if checking and positions is not None:
-            positions = check_positions(positions, batch, length)
         if positions is not None:
-            positions = positions.to(x.device)
+            positions = check_positions(positions, batch, length).to(x.device)
         pe = self.encoding(length, offset=offset, positions=positions)
         return self.dropout(x + pe.to(x.dtype))
+
+
+def _whole_positions(positions: torch.Tensor) -> torch.Tensor:
+    """Float positions as long indices, refusing fractional ones and, before the conversion (a
+    float such as 1e20 would wrap around in it), negative ones and ones beyond int64."""
+    fractional = positions != positions.round()
+    if bool(fractional.any()):
+        bad = positions[fractional][0].item()
+        raise ValueError(f"positions must be whole numbers for a learned table, got {bad}")
+    if positions.numel():
+        low, high = (v.item() for v in torch.aminmax(positions))
+        if low < 0:
+            raise ValueError(f"positions must be >= 0, got {low}")
+        if high >= 2**62:
+            raise ValueError(
+                f"position {high} is out of range for a learned table; it has no row for it"
+            )
+    return positions.long()
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -389,32 +372,29 @@ class LearnedPositionalEmbedding(nn.Module):
         """GPT-2 / nanoGPT rule: table entries drawn from N(0, 0.02^2)."""
         nn.init.normal_(self.embedding.weight, mean=0.0, std=0.02)
 
-    def _indices(self, positions: torch.Tensor) -> torch.Tensor:
-        """Positions as long indices in ``[0, max_len)``, or a ValueError naming the culprit.
+    def _rows(self, positions: torch.Tensor) -> torch.Tensor:
+        """``E[positions]``: integer positions in ``[0, max_len)``, or a ValueError naming the
+        culprit.
 
-        The range is checked on the given values, before the conversion to long (a float such
-        as 1e20 would wrap around in it). While a graph is captured, an in-graph assert.
+        The range is the embedding kernel's own check, so nothing is read back while the
+        positions are fine (a model's positions always are: a host sync per decoding step
+        would stall an accelerator). On the CPU its IndexError becomes the ValueError below;
+        on CUDA it is a device-side assert. While a graph is captured, an in-graph assert.
         """
         if torch.compiler.is_compiling():
-            fine = (positions >= 0) & (positions < self.max_len) & (positions == positions.round())
-            message = f"positions must be whole numbers in [0, max_len ({self.max_len}))"
-            assert_in_graph(fine.all(), message)
-            return positions.long()
-        if positions.is_floating_point():
-            fractional = positions != positions.round()
-            if bool(fractional.any()):
-                bad = positions[fractional][0].item()
-                raise ValueError(f"positions must be whole numbers for a learned table, got {bad}")
-        if positions.numel():
-            low, high = (v.item() for v in torch.aminmax(positions))  # one reduction
+            fine = (positions >= 0) & (positions < self.max_len)
+            assert_in_graph(fine.all(), f"positions must be in [0, max_len ({self.max_len}))")
+            return self.embedding(positions)
+        try:
+            return self.embedding(positions)  # (L, D) or (B, L, D)
+        except IndexError:
+            low, high = (v.item() for v in torch.aminmax(positions))
             if low < 0:
-                raise ValueError(f"positions must be >= 0, got {low}")
-            if high >= self.max_len:
-                raise ValueError(
-                    f"position {high} is out of range for max_len ({self.max_len}); a learned "
-                    "table has no row for it"
-                )
-        return positions.long()
+                raise ValueError(f"positions must be >= 0, got {low}") from None
+            raise ValueError(
+                f"position {high} is out of range for max_len ({self.max_len}); a learned "
+                "table has no row for it"
+            ) from None
 
     def forward(
         self, x: torch.Tensor, *, offset: int = 0, positions: torch.Tensor | None = None
@@ -432,21 +412,19 @@ class LearnedPositionalEmbedding(nn.Module):
             positions: (L,) or (B, L)
             returns: (B, L, D)
         """
-        checking = must_check()  # False inside a checked model: positions are within the table
-        if checking:
-            x = _check_input(x, self.d_model)
-            offset = check_int("offset", offset, min_value=0)
+        x = _check_input(x, self.d_model)
+        offset = check_int("offset", offset, min_value=0)
         batch, length, _ = x.shape
         if positions is None:
-            if checking and offset + length > self.max_len:
+            if offset + length > self.max_len:
                 raise ValueError(
                     f"offset ({offset}) + sequence length ({length}) = {offset + length} "
                     f"exceeds max_len ({self.max_len})"
                 )
-            index = torch.arange(offset, offset + length, device=x.device)  # (L,)
-        elif checking:
-            positions = check_positions(positions, batch, length)
-            index = self._indices(positions).to(x.device)  # checked where it was given
+            rows = self.embedding(torch.arange(offset, offset + length, device=x.device))  # (L, D)
         else:
-            index = positions.long().to(x.device)
-        return self.dropout(x + self.embedding(index).to(x.dtype))
+            positions = check_positions(positions, batch, length)
+            if positions.is_floating_point():  # a caller's own (models pass integers)
+                positions = _whole_positions(positions)
+            rows = self._rows(positions.to(x.device))  # (L, D) or (B, L, D)
+        return self.dropout(x + rows.to(x.dtype))

@@ -26,7 +26,6 @@ from addnorm._checks import (
     check_int,
     check_probability,
     check_tensor,
-    must_check,
 )
 
 __all__ = [
@@ -139,8 +138,7 @@ class FeedForward(nn.Module):
             x: (..., D), any number of leading dims (typically (B, L, D)).
             returns: (..., D).
         """
-        if must_check():
-            check_tensor("x", x, last_dim=self.d_model, floating=True)
+        check_tensor("x", x, last_dim=self.d_model, floating=True)
         return self.w2(self.dropout(self.act(self.w1(x))))
 
     def extra_repr(self) -> str:
@@ -177,8 +175,7 @@ class GatedFeedForward(FeedForward):
             x: (..., D), any number of leading dims (typically (B, L, D)).
             returns: (..., D).
         """
-        if must_check():
-            check_tensor("x", x, last_dim=self.d_model, floating=True)
+        check_tensor("x", x, last_dim=self.d_model, floating=True)
         return self.w2(self.dropout(self.act(self.w1(x)) * self.w3(x)))
 
 

@@ -54,7 +54,6 @@ from addnorm._checks import (
     check_int,
     check_tensor,
     check_weight_dtype,
-    must_check,
 )
 
 __all__ = [
@@ -194,9 +193,8 @@ class LayerNorm(nn.Module):
             x: (B, L, D) or (B, D); padding_mask: (B, L) bool, True = padding.
             returns: the shape of x.
         """
-        if must_check():
-            x, _ = _check_norm_input(x, padding_mask, self.d_model)
-            check_weight_dtype("x", x, self.weight, allow_narrower=True)
+        x, _ = _check_norm_input(x, padding_mask, self.d_model)
+        check_weight_dtype("x", x, self.weight, allow_narrower=True)
         return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
@@ -224,8 +222,7 @@ class RMSNorm(nn.Module):
             x: (B, L, D) or (B, D); padding_mask: (B, L) bool, True = padding.
             returns: the shape of x.
         """
-        if must_check():
-            x, _ = _check_norm_input(x, padding_mask, self.d_model)
+        x, _ = _check_norm_input(x, padding_mask, self.d_model)
         return F.rms_norm(x, (self.d_model,), self.weight, self.eps)
 
     def extra_repr(self) -> str:
@@ -308,8 +305,7 @@ class BatchNorm(nn.Module):
             x: (B, L, D) or (B, D); padding_mask: (B, L) bool, True = padding.
             returns: the shape of x.
         """
-        if must_check():
-            x, padding_mask = _check_norm_input(x, padding_mask, self.d_model)
+        x, padding_mask = _check_norm_input(x, padding_mask, self.d_model)
         wide = _statistics_dtype(x.dtype)
         h = x.to(wide)
         if self.training:
@@ -389,8 +385,7 @@ class GroupNorm(nn.Module):
             x: (B, L, D) or (B, D); padding_mask: (B, L) bool, True = padding.
             returns: the shape of x.
         """
-        if must_check():
-            x, padding_mask = _check_norm_input(x, padding_mask, self.d_model)
+        x, padding_mask = _check_norm_input(x, padding_mask, self.d_model)
         if x.numel() == 0:  # no positions: no statistics to take (torch.var_mean would warn)
             return torch.empty_like(x)
         h = x.to(_statistics_dtype(x.dtype))

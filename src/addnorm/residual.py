@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _NormBase
 
-from addnorm._checks import check_choice, check_int, check_probability, must_check
+from addnorm._checks import check_choice, check_int, check_probability
 from addnorm.norms import NoNorm, _check_norm_input, make_norm
 
 __all__ = ["NORM_POSITIONS", "POSITIONS", "AddNorm"]
@@ -91,12 +91,10 @@ class AddNorm(nn.Module):
             padding_mask: (B, L) bool, True = padding, passed on to the norm (see the class).
             returns: the shape of x.
         """
-        f = sublayer
-        if must_check():  # a direct call; inside a checked layer stack nothing needs checking
-            x, padding_mask = _check_norm_input(x, padding_mask, self.d_model)
-            if not callable(sublayer):
-                raise TypeError(f"sublayer must be callable, got {type(sublayer).__name__}")
-            f = partial(_same_shape, sublayer)
+        x, padding_mask = _check_norm_input(x, padding_mask, self.d_model)
+        if not callable(sublayer):
+            raise TypeError(f"sublayer must be callable, got {type(sublayer).__name__}")
+        f = partial(_same_shape, sublayer)
         takes_mask = padding_mask is not None and self._norm_takes_padding_mask
         norm: Sublayer = partial(self.norm, padding_mask=padding_mask) if takes_mask else self.norm
         if self.norm_position == "post":

@@ -28,8 +28,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from addnorm._checks import check_float, check_int, check_positions, check_tensor, must_check
-from addnorm.encodings import angle_dtype, check_table_size, gather_rows, table_holds
+from addnorm._checks import check_float, check_int, check_positions, check_tensor
+from addnorm.encodings import angle_dtype, check_table_size
 
 __all__ = ["RotaryEmbedding", "rotate_half"]
 
@@ -50,10 +50,10 @@ class RotaryEmbedding(nn.Module):
 
     ``cos``/``sin`` tables for positions ``0 .. max_len-1`` are computed once, when the module
     is built, into non-persistent buffers ``cos_cached`` / ``sin_cached`` (absent from
-    ``state_dict``); forward slices or gathers them and never writes the module's state. Any
-    other position (a large ``offset``, positions past the tables, explicit positions that are
-    fractional or negative) is computed for that call with the same formula, on x's device, so
-    the result does not depend on ``max_len``. :meth:`reserve` enlarges the tables ahead of
+    ``state_dict``); forward slices them for ``offset .. offset + L - 1`` and never writes the
+    module's state. Any other position (past the tables, and explicit ``positions``, which
+    would have to be read back to know whether the tables hold them) is computed for that
+    call with the same formula, on x's device, so the result does not depend on ``max_len``. :meth:`reserve` enlarges the tables ahead of
     time. Moving or casting the module (``.to()``, ``.double()``, ``.cuda()``, ``to_empty()``)
     recomputes the tables from the formula in the new dtype and device (``meta`` tables stay
     ``meta``). The rotation is done in the wider of x's dtype and the tables' dtype and the
@@ -125,7 +125,7 @@ class RotaryEmbedding(nn.Module):
     def _cos_sin(
         self, length: int, offset: int, positions: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tables broadcastable against (B, H, L, Dh): rows read from the tables, or computed.
+        """Tables broadcastable against (B, H, L, Dh): a slice of the tables, or computed.
 
         Writes no state.
         """
@@ -135,11 +135,8 @@ class RotaryEmbedding(nn.Module):
                 return self.cos_cached[offset:end], self.sin_cached[offset:end]  # (L, Dh)
             past_the_end = torch.arange(offset, end, device=self.cos_cached.device)  # (L,)
             return self._tables(past_the_end, self.cos_cached.dtype)  # (L, Dh)
-        if table_holds(positions, self.cos_cached):
-            cos = gather_rows(self.cos_cached, positions)  # (L, Dh) or (B, L, Dh)
-            sin = gather_rows(self.sin_cached, positions)  # (L, Dh) or (B, L, Dh)
-        else:
-            cos, sin = self._tables(positions, self.cos_cached.dtype)  # (L, Dh) or (B, L, Dh)
+        # explicit positions: computed, since choosing rows of the tables would read them back
+        cos, sin = self._tables(positions, self.cos_cached.dtype)  # (L, Dh) or (B, L, Dh)
         if positions.ndim == 2:
             cos, sin = cos[:, None], sin[:, None]  # (B, 1, L, Dh)
         return cos, sin
@@ -161,19 +158,14 @@ class RotaryEmbedding(nn.Module):
             positions: (L,) or (B, L)
             returns: (B, H, L, Dh), same dtype as x
         """
-        checking = must_check()  # False inside a checked model or stack
-        if checking:
-            x = check_tensor("x", x, ndim=4, floating=True)
-            if x.shape[-1] != self.d_head:
-                raise ValueError(
-                    f"x last dim must be d_head ({self.d_head}), got shape {tuple(x.shape)}"
-                )
-            offset = check_int("offset", offset, min_value=0)
+        x = check_tensor("x", x, ndim=4, floating=True)
+        if x.shape[-1] != self.d_head:
+            got = tuple(x.shape)
+            raise ValueError(f"x last dim must be d_head ({self.d_head}), got shape {got}")
+        offset = check_int("offset", offset, min_value=0)
         batch, _, length, _ = x.shape
-        if checking and positions is not None:
-            positions = check_positions(positions, batch, length)
         if positions is not None:
-            positions = positions.to(x.device)
+            positions = check_positions(positions, batch, length).to(x.device)
         cos, sin = self._cos_sin(length, offset, positions)
         wide = torch.promote_types(x.dtype, cos.dtype)
         x_wide = x.to(wide)

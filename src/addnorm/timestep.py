@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import cast
 
 import torch
 from torch import nn
 
-from addnorm._checks import check_bool, check_float, check_int, must_check
+from addnorm._checks import check_bool, check_float, check_int
 
 __all__ = ["TimestepEmbedder", "timestep_embedding"]
 
@@ -260,8 +259,9 @@ class TimestepEmbedder(nn.Module):
     :func:`timestep_embedding`'s keywords, for ports that differ (diffusers' DiT uses
     ``downscale_freq_shift=1``).
 
-    Inside a checked model (:func:`addnorm._checks.inputs_checked`) the timesteps are trusted
-    as given (a 1-D tensor the model has checked) and not checked again.
+    Its forward checks the timesteps' structure (a number, a list, a 0-d or 1-D real tensor),
+    not their values (:func:`timestep_embedding` does, reading them back; a model checks
+    them once at its own call).
     """
 
     def __init__(
@@ -301,14 +301,8 @@ class TimestepEmbedder(nn.Module):
         """
         weight = self.w1.weight
         flip, shift = self.flip_sin_to_cos, self.downscale_freq_shift
-        if must_check():
-            t = _as_timesteps(t, device=weight.device).to(weight.device)
-            freq = timestep_embedding(
-                t, self.d_freq, self.max_period, flip_sin_to_cos=flip, downscale_freq_shift=shift
-            )  # (N, d_freq)
-        else:
-            t = cast(torch.Tensor, t)
-            freq = _sinusoids(t, self.d_freq, self.max_period, flip, shift, 1.0)  # (N, d_freq)
+        t = _as_timesteps(t, device=weight.device).to(weight.device)
+        freq = _sinusoids(t, self.d_freq, self.max_period, flip, shift, 1.0)  # (N, d_freq)
         return self.w2(self.act(self.w1(freq.to(weight.dtype))))
 
     def extra_repr(self) -> str:

@@ -18,17 +18,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from addnorm._checks import check_float, check_int, check_tensor, must_check
-from addnorm.attention import AttentionMask, MultiHeadAttention
+from addnorm._checks import check_float, check_int, check_tensor
+from addnorm.attention import MultiHeadAttention
 from addnorm.dit.modulation import adaln_modulation, modulate
 from addnorm.feedforward import FeedForward
 from addnorm.norms import LayerNorm
 
 __all__ = ["DiTBlock", "check_tokens_and_conditioning"]
-
-# Every patch attends to every patch: nothing masked, no causal order.
-_UNMASKED = AttentionMask(allowed=None, dead=None, dead_rows=None, is_causal=False)
-
 
 def check_tokens_and_conditioning(x: object, c: object, d_model: int) -> None:
     """x (B, L, D) and c (B, D), floating point, with the same B."""
@@ -81,11 +77,10 @@ class DiTBlock(nn.Module):
             x: (B, L, D); c: (B, D)
             returns: (B, L, D)
         """
-        if must_check():
-            check_tokens_and_conditioning(x, c, self.d_model)
+        check_tokens_and_conditioning(x, c, self.d_model)
         modulation = self.adaLN_modulation(c).chunk(6, dim=-1)  # 6 x (B, D)
         shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = modulation
         h = modulate(self.attn_norm(x), shift_msa, scale_msa)  # (B, L, D)
-        x = torch.addcmul(x, gate_msa[:, None], self.attn(h, mask=_UNMASKED))  # x + g * attn
+        x = torch.addcmul(x, gate_msa[:, None], self.attn(h))  # x + g * attn, unmasked
         h = modulate(self.ff_norm(x), shift_mlp, scale_mlp)  # (B, L, D)
         return torch.addcmul(x, gate_mlp[:, None], self.ff(h))  # x + g * ff(h), one pass

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from addnorm._checks import check_float, check_int, must_check
+from addnorm._checks import check_float, check_int
 from addnorm.dit.block import check_tokens_and_conditioning
 from addnorm.dit.modulation import adaln_modulation, modulate
 from addnorm.norms import LayerNorm
@@ -48,7 +48,6 @@ class FinalLayer(nn.Module):
             x: (B, L, D); c: (B, D)
             returns: (B, L, p * p * C_out)
         """
-        if must_check():
-            check_tokens_and_conditioning(x, c, self.d_model)
+        check_tokens_and_conditioning(x, c, self.d_model)
         shift, scale = self.adaLN_modulation(c).chunk(2, dim=-1)  # 2 x (B, D)
         return self.linear(modulate(self.norm(x), shift, scale))

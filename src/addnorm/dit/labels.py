@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from addnorm._checks import check_bool_mask, check_int, check_probability, check_tensor, must_check
+from addnorm._checks import check_bool_mask, check_int, check_probability, check_tensor
 
 __all__ = ["ClassEmbedder", "check_class_ids", "check_class_range", "class_id_tensor"]
 
@@ -87,17 +87,28 @@ class ClassEmbedder(nn.Module):
             y: (B,); force_drop_ids: (B,) bool
             returns: (B, D)
         """
-        if must_check():
-            y = check_class_ids(y, self.table.num_embeddings)
-            if force_drop_ids is not None:
-                check_bool_mask("force_drop_ids (True = drop)", force_drop_ids, tuple(y.shape))
-                self._check_null_row()
+        y = class_id_tensor(y)  # values: checked by the model, or by the table (see _rows)
+        if force_drop_ids is not None:
+            check_bool_mask("force_drop_ids (True = drop)", force_drop_ids, tuple(y.shape))
+            self._check_null_row()
         drop = force_drop_ids
         if drop is None and self.training and self.has_null_class:
             drop = torch.rand(y.shape, generator=generator, device=y.device) < self.class_dropout
         if drop is not None:
             y = torch.where(drop, self.null_id, y)  # (B,)
-        return self.table(y)  # (B, D)
+        return self._rows(y)  # (B, D)
+
+    def _rows(self, y: torch.Tensor) -> torch.Tensor:
+        """``table[y]``. The range is the embedding kernel's own check, so nothing is read
+        back while the ids are fine; on the CPU its IndexError becomes the ValueError of
+        :func:`check_class_range` (on CUDA a device-side assert)."""
+        if torch.compiler.is_compiling():
+            return self.table(y)
+        try:
+            return self.table(y)
+        except IndexError:
+            check_class_ids(y, self.table.num_embeddings)  # raises, naming the id
+            raise
 
     def _check_null_row(self) -> None:
         if not self.has_null_class:

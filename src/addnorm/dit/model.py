@@ -8,9 +8,9 @@
 Shapes legend: B batch, C input channels, C_out output channels (2C with learned variance),
 H = W = input_size, p patch size, g = H / p patches per side, N = g * g tokens, D d_model.
 
-Checked once at this boundary (shapes, dtypes, class ids in range, finite timesteps: one host
+Values are checked once, at this boundary (class ids in range, finite timesteps: one host
 sync; in-graph asserts instead while ``torch.compile`` or ``torch.export`` captures a graph);
-the parts run inside ``inputs_checked()`` and trust what they receive. The forward compiles
+the parts check only the structure of what they receive. The forward compiles
 with ``fullgraph=True`` and exports with a dynamic batch (:mod:`addnorm.export`).
 """
 
@@ -20,6 +20,7 @@ from typing import cast
 
 import torch
 from torch import nn
+from torch.export import Dim
 
 from addnorm._checks import (
     assert_in_graph,
@@ -27,7 +28,6 @@ from addnorm._checks import (
     check_float,
     check_tensor,
     check_weight_dtype,
-    inputs_checked,
 )
 from addnorm.dit.block import DiTBlock
 from addnorm.dit.config import DiTConfig
@@ -36,6 +36,7 @@ from addnorm.dit.guidance import classifier_free_guidance
 from addnorm.dit.labels import ClassEmbedder, check_class_range, class_id_tensor
 from addnorm.dit.patches import PatchEmbed, unpatchify
 from addnorm.dit.positions import sincos_2d_positions
+from addnorm.family import DynamicShapes, ExportPart
 from addnorm.pretrained import PretrainedMixin
 from addnorm.timestep import TimestepEmbedder
 
@@ -139,14 +140,13 @@ class DiT(PretrainedMixin, nn.Module):
         """
         x, t, y = self._checked_inputs(x, t, y, force_drop_ids)
         grid = self.cfg.grid_size
-        with inputs_checked():  # everything below was derived from the checked inputs
-            h = self.patch_embed(x) + self.pos_embed  # (B, N, D)
-            y_emb = self.class_embed(y, force_drop_ids=force_drop_ids, generator=generator)
-            c = self.timestep_embed(t) + y_emb  # (B, D)
-            for block in self.blocks:
-                h = block(h, c)  # (B, N, D)
-            patches = self.final_layer(h, c)  # (B, N, p*p*C_out)
-            return unpatchify(patches, self.cfg.patch_size, (grid, grid))  # (B, C_out, H, W)
+        h = self.patch_embed(x) + self.pos_embed  # (B, N, D)
+        y_emb = self.class_embed(y, force_drop_ids=force_drop_ids, generator=generator)
+        c = self.timestep_embed(t) + y_emb  # (B, D)
+        for block in self.blocks:
+            h = block(h, c)  # (B, N, D)
+        patches = self.final_layer(h, c)  # (B, N, p*p*C_out)
+        return unpatchify(patches, self.cfg.patch_size, (grid, grid))  # (B, C_out, H, W)
 
     def forward_with_cfg(
         self, x: torch.Tensor, t: torch.Tensor, y: torch.Tensor, guidance_scale: float
@@ -264,6 +264,27 @@ class DiT(PretrainedMixin, nn.Module):
                 f"t must have shape ({batch},), one timestep per image, got {tuple(t.shape)}"
             )
         return t
+
+    # What export, size estimates and distributed wrapping read (addnorm.family.ModelFamily).
+    layer_classes = (DiTBlock,)
+    export_parts = {"forward": ExportPart("forward", "out")}
+
+    def example_inputs(
+        self, part: str, *, batch: int, length: int, generator: torch.Generator
+    ) -> dict[str, torch.Tensor]:
+        """Noise x (B, C, H, W), integer timesteps t (B,) and class ids y (B,); the image
+        size is the config's, so ``length`` is unused."""
+        cfg, size = self.cfg, self.cfg.input_size
+        return {
+            "x": torch.randn(batch, cfg.in_channels, size, size, generator=generator),
+            "t": torch.randint(0, 1000, (batch,), generator=generator),
+            "y": torch.randint(0, cfg.n_classes, (batch,), generator=generator),
+        }
+
+    def dynamic_shapes(self) -> DynamicShapes:
+        """The batch alone."""
+        batch = Dim("batch", min=1)
+        return {"x": {0: batch}, "t": {0: batch}, "y": {0: batch}}
 
 
 def _assert_values(t: torch.Tensor, y: torch.Tensor, n_ids: int) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from addnorm._checks import check_int, check_tensor, must_check
+from addnorm._checks import check_int, check_tensor
 
 __all__ = ["PatchEmbed", "grid_to_tokens", "patchify", "unpatchify"]
 
@@ -64,14 +64,13 @@ def unpatchify(tokens: torch.Tensor, patch_size: int, grid: tuple[int, int]) -> 
         returns: (B, C, h * p, w * p)
     """
     p = check_int("patch_size", patch_size, min_value=1)
-    if must_check():
-        tokens = check_tensor("tokens", tokens, ndim=3)
-        h, w = (check_int("grid", n, min_value=1) for n in grid)
-        if tokens.shape[1] != h * w or tokens.shape[2] % (p * p):
-            raise ValueError(
-                f"tokens of shape {tuple(tokens.shape)} do not fit a {h} x {w} grid of "
-                f"{p} x {p} patches: need (B, {h * w}, p * p * C)"
-            )
+    tokens = check_tensor("tokens", tokens, ndim=3)
+    h, w = (check_int("grid", n, min_value=1) for n in grid)
+    if tokens.shape[1] != h * w or tokens.shape[2] % (p * p):
+        raise ValueError(
+            f"tokens of shape {tuple(tokens.shape)} do not fit a {h} x {w} grid of "
+            f"{p} x {p} patches: need (B, {h * w}, p * p * C)"
+        )
     h, w = grid
     batch, _, features = tokens.shape
     channels = features // (p * p)
@@ -116,11 +115,10 @@ class PatchEmbed(nn.Module):
             x: (B, C, H, W), H and W divisible by p
             returns: (B, N, D), N = (H / p) * (W / p)
         """
-        if must_check():
-            x = _check_image(x, self.patch_size)
-            if x.shape[1] != self.in_channels:
-                raise ValueError(
-                    f"x has {x.shape[1]} channels, PatchEmbed expects in_channels "
-                    f"({self.in_channels}); got shape {tuple(x.shape)}"
-                )
+        x = _check_image(x, self.patch_size)
+        if x.shape[1] != self.in_channels:
+            raise ValueError(
+                f"x has {x.shape[1]} channels, PatchEmbed expects in_channels "
+                f"({self.in_channels}); got shape {tuple(x.shape)}"
+            )
         return grid_to_tokens(self.proj(x))  # (B, N, D)

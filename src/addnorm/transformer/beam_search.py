@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from addnorm._memory import check_fits
-from addnorm.transformer.decode_step import LogitWatch, StepFn, check_logits
+from addnorm.transformer.decode_step import LogitWatch, StepFn
 from addnorm.transformer.generation_config import GenerationConfig
 from addnorm.transformer.repetition import apply_repetition_rules
 
@@ -41,7 +41,7 @@ class _Beams:
 
 def beam_search(
     step_fn: StepFn, logits: Tensor, cache: Any, config: GenerationConfig,
-    seen: tuple[Tensor, Tensor],
+    seen: tuple[Tensor, Tensor], banned: Tensor | None = None,
 ) -> Tensor:
     """Beam search with K = ``num_beams`` beams per row, vectorised over rows and beams.
 
@@ -60,6 +60,7 @@ def beam_search(
 
     ``repetition_penalty`` and ``no_repeat_ngram_size`` act on each beam's log-probs, its
     history being the prompt followed by the beam's own tokens (Hugging Face's order).
+    ``banned`` (n,) long: ids never emitted (their logits set to -inf), or None.
     """
     batch, vocab = logits.shape
     k, max_new, penalty = config.num_beams, config.max_new_tokens, config.length_penalty
@@ -81,10 +82,11 @@ def beam_search(
         if step > 0:
             last = beams.alive_tokens[:, :, -1].reshape(batch * k, 1)  # (B * K, 1)
             logits = step_fn(last, cache)  # (B * K, V)
-            name = f"step_fn output (step {step})"
-            logits = check_logits(name, logits, (batch * k, vocab))
-            bad = watch.note(name, step, logits)  # (B * K,)
-            logits = logits.masked_fill(bad[:, None], 0.0)  # kept finite until reported
+        if banned is not None:
+            logits = logits.index_fill(-1, banned, float("-inf"))  # (B * K, V)
+        name = "first_logits" if step == 0 else f"step_fn output (step {step})"
+        bad = watch.note(name, step, logits)  # (B * K,), no host sync
+        logits = logits.masked_fill(bad[:, None], 0.0)  # kept finite until reported
         log_probs = F.log_softmax(logits.to(dtype), dim=-1)  # (B * K, V)
         if config.reshapes_logits:
             log_probs = _beam_reshape(log_probs, prompt, beams.alive_tokens, config)

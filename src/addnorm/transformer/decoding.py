@@ -1,12 +1,14 @@
-"""Hooks between the models and :mod:`addnorm.transformer.generation`: the models' generation
-configs, banned ids, cache checks, the compiled step.
+"""What the models' ``generate`` shares before the decode loop of
+:mod:`addnorm.transformer.generation` runs: the default generation config, every setting
+checked once (:func:`start_generation`), the ids never emitted (:func:`banned_ids`), cache
+checks and the compiled step.
 
-Both models run ``generate`` through :func:`generate_without`, which sets the logits of the
-ids a model must never emit (``pad_id``, and ``bos_id`` for the encoder-decoder) to -inf: a
-generated pad would be masked out when fed back, so cached decoding would no longer match
-recomputation, and "stopped" would be ambiguous. A model whose ``pad_id`` is None (a
-vocabulary without padding, GPT-2's) bans nothing as padding; rows that stopped are then
-filled with the stop id (``GenerationConfig.fill_id``).
+A model's ``generate`` checks its settings, runs ``start`` (the prompt, once), then calls
+:func:`~addnorm.transformer.generation.decode` with its own ``step``, which is trusted:
+nothing is checked again per token. The ids a model must never emit (``pad_id``, and
+``bos_id`` for the encoder-decoder) get -inf logits at every step. A model whose ``pad_id``
+is None (a vocabulary without padding, GPT-2's) bans nothing as padding; rows that stopped
+are then filled with the stop id (``GenerationConfig.fill_id``).
 """
 
 from __future__ import annotations
@@ -20,17 +22,18 @@ from addnorm._memory import check_fits, device_memory
 from addnorm.cache import DecodingCache
 from addnorm.transformer.config import LMConfig, TransformerConfig
 from addnorm.transformer.decode_step import StepFn
-from addnorm.transformer.generation import generate_tokens
+from addnorm.transformer.generation import check_decoding_options
 from addnorm.transformer.generation_config import GenerationConfig
-from addnorm.transformer.stop_strings import StopFn
 
 __all__ = [
     "check_cache_fits",
     "check_generation_config",
+    "banned_ids",
     "check_step",
     "compiled_step",
-    "generate_without",
+    "decoding_step",
     "model_generation_config",
+    "start_generation",
 ]
 
 
@@ -128,47 +131,38 @@ def check_cache_fits(
         )
 
 
-def generate_without(
-    step: StepFn,
-    first_logits: torch.Tensor,
-    cache: DecodingCache,
-    config: GenerationConfig,
+def start_generation(
+    cfg: TransformerConfig | LMConfig,
+    config: object,
     never_emit: Mapping[str, int | None],
-    generator: torch.Generator | None,
     *,
-    prompt_ids: torch.Tensor | None = None,
-    padding_mask: torch.Tensor | None = None,
-    stop_fn: StopFn | None = None,
-) -> torch.Tensor:
-    """:func:`generate_tokens`, with the logits of the ``never_emit`` ids set to -inf.
+    generator: object,
+    stop_fn: object,
+    device: torch.device,
+) -> GenerationConfig:
+    """Every setting of a model's ``generate`` call, checked once before it starts: the
+    config against the model (:func:`check_generation_config`), the generator and
+    ``stop_fn`` (:func:`~addnorm.transformer.generation.check_decoding_options`)."""
+    checked = check_generation_config(cfg, config, never_emit)
+    check_decoding_options(checked, generator, stop_fn, device)
+    return checked
+
+
+def banned_ids(never_emit: Mapping[str, int | None], device: torch.device) -> torch.Tensor | None:
+    """The ids a model never emits, as the ``banned`` (n,) long tensor of
+    :func:`~addnorm.transformer.generation.decode`; None when there are none.
 
     A generated ``pad_id`` would count as padding when fed back (so the cached steps would no
     longer match a recomputation, and "stopped" would be ambiguous); ``bos_id`` is the
     decoder's start, never a continuation. None (no such id) bans nothing.
-    ``prompt_ids`` (a decoder-only model's checked prompt, its padding ``padding_mask`` or
-    ``ids == config.pad_id``) count as seen for the repetition rules; ``stop_fn`` as in
-    :func:`generate_tokens`.
-
-    Shapes:
-        first_logits: (B, V); prompt_ids, padding_mask: (B, L0); returns: (B, N) long
     """
     ids = [token for token in never_emit.values() if token is not None]
-    banned = torch.tensor(ids, dtype=torch.long, device=first_logits.device)  # (n,)
+    return torch.tensor(ids, dtype=torch.long, device=device) if ids else None
 
-    def allowed(logits: torch.Tensor) -> torch.Tensor:
-        return logits.index_fill(-1, banned, float("-inf")) if ids else logits  # (B', V)
 
-    def step_allowed(tokens: torch.Tensor, cache: DecodingCache) -> torch.Tensor:
-        return allowed(step(tokens, cache))
-
-    if prompt_ids is not None and padding_mask is None and config.pad_id is not None:
-        padding_mask = prompt_ids == config.pad_id  # (B, L0), the models' default
-    return generate_tokens(
-        step_allowed, allowed(first_logits), cache, config, generator=generator,
-        prompt_ids=prompt_ids if config.reshapes_logits else None,
-        prompt_padding_mask=padding_mask if config.reshapes_logits else None,
-        stop_fn=stop_fn,
-    )
+def decoding_step(step: StepFn, config: GenerationConfig) -> StepFn:
+    """The model's ``step``, compiled (:func:`compiled_step`) when ``config.compile``."""
+    return compiled_step(step) if config.compile else step
 
 
 def check_step(tokens: torch.Tensor, cache: object, *, needs_memory: bool) -> None:

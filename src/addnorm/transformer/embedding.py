@@ -271,8 +271,11 @@ class Embedder(nn.Module):
         (:func:`init_token_table_`)."""
         init_token_table_(self.tokens, self.embed_scale)
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
-        """Embed ids at the given positions (None: ``arange(L)``, the tables' cached rows).
+    def forward(
+        self, ids: torch.Tensor, positions: torch.Tensor | None, *, offset: int = 0
+    ) -> torch.Tensor:
+        """Embed ids at the given positions (None: ``offset + arange(L)`` for every row, the
+        tables' own rows).
 
         Shapes:
             ids: (B, L); positions: (B, L) or None
@@ -280,7 +283,7 @@ class Embedder(nn.Module):
         """
         x = self.tokens(ids) * self.scale  # (B, L, D)
         if self.pos_enc is not None:
-            x = self.pos_enc(x, positions=positions)
+            x = self.pos_enc(x, offset=offset, positions=positions)
         return self.dropout(x)
 
 

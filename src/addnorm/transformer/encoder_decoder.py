@@ -16,29 +16,33 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.export import Dim
 
-from addnorm._checks import check_int, inputs_checked
+from addnorm._checks import check_int
 from addnorm.cache import DecodingCache
+from addnorm.family import DynamicShapes, ExportPart, padded_tokens
 from addnorm.pretrained import PretrainedMixin
 from addnorm.transformer.config import TransformerConfig
 from addnorm.transformer.decoding import (
+    banned_ids,
     check_cache_fits,
-    check_generation_config,
     check_step,
-    compiled_step,
-    generate_without,
+    decoding_step,
     model_generation_config,
+    start_generation,
 )
 from addnorm.transformer.embedding import (
     Embedder,
     Tokens,
-    check_ids,
+    id_tensor,
     learned_max_len,
     model_inputs,
     output_projection,
     rotary_for,
 )
+from addnorm.transformer.generation import decode, prompt_history
 from addnorm.transformer.generation_config import GenerationConfig
+from addnorm.transformer.layers import DecoderLayer, EncoderLayer
 from addnorm.transformer.stacks import Decoder, Encoder
 
 __all__ = ["Transformer"]
@@ -107,9 +111,8 @@ class Transformer(PretrainedMixin, nn.Module):
         return self._encode(self._source(src_ids, src_padding_mask))
 
     def _encode(self, src: Tokens) -> torch.Tensor:
-        with inputs_checked():  # what flows below was derived from the checked ids
-            x = self.src_embed(src.ids, src.positions)  # (B, S, D)
-            return self.encoder(x, padding_mask=src.padding_mask, positions=src.positions)
+        x = self.src_embed(src.ids, src.positions)  # (B, S, D)
+        return self.encoder(x, padding_mask=src.padding_mask, positions=src.positions)
 
     def forward(
         self,
@@ -137,12 +140,11 @@ class Transformer(PretrainedMixin, nn.Module):
                 f"({tgt.ids.shape[0]})"
             )
         memory = self._encode(src)  # (B, S, D)
-        with inputs_checked():  # what flows below was derived from the checked ids
-            h = self.decoder(
-                self.tgt_embed(tgt.ids, tgt.positions), memory, padding_mask=tgt.padding_mask,
-                memory_padding_mask=src.padding_mask, causal=True, positions=tgt.positions,
-            )  # (B, L, D)
-            return self.to_logits(h)
+        h = self.decoder(
+            self.tgt_embed(tgt.ids, tgt.positions), memory, padding_mask=tgt.padding_mask,
+            memory_padding_mask=src.padding_mask, causal=True, positions=tgt.positions,
+        )  # (B, L, D)
+        return self.to_logits(h)
 
     @torch.no_grad()
     def start(
@@ -194,17 +196,18 @@ class Transformer(PretrainedMixin, nn.Module):
             returns: logits (B, V) for the next token
         """
         with torch.no_grad():
-            tokens = check_ids("tokens", tokens, self.cfg.tgt_vocab_size, None)
+            tokens = id_tensor("tokens", tokens, None)
             check_step(tokens, cache, needs_memory=True)
-            new_padding = torch.zeros_like(tokens, dtype=torch.bool)  # (B, 1), generated = real
-            with inputs_checked():  # tokens and cache checked above
-                key_padding, positions = cache.extend(new_padding)  # (B, S), (B, 1)
-                h = self.decoder(
-                    self.tgt_embed(tokens, positions), cache.memory, padding_mask=key_padding,
-                    memory_padding_mask=cache.memory_padding_mask, causal=True, cache=cache,
-                    positions=positions,
-                )  # (B, 1, D)
-                return self.to_logits(h[:, -1])
+            # no new token is padding; positions None: the same for every row, after the cached
+            key_padding, positions = cache.extend(None, 1)  # (B, S) | None, (B, 1) | None
+            offset = cache.length - 1 if positions is None else 0
+            h = self.decoder(
+                self.tgt_embed(tokens, positions, offset=offset), cache.memory,
+                padding_mask=key_padding,
+                memory_padding_mask=cache.memory_padding_mask, causal=True, cache=cache,
+                positions=positions,
+            )  # (B, 1, D)
+            return self.to_logits(h[:, -1])
 
     @property
     def generation_config(self) -> GenerationConfig:
@@ -235,10 +238,42 @@ class Transformer(PretrainedMixin, nn.Module):
             returns: (B, N) long, N <= config.max_new_tokens
         """
         never_emit = {"pad_id": self.cfg.pad_id, "bos_id": self.cfg.bos_id}
-        config = check_generation_config(self.cfg, config, never_emit)
+        device = self.tgt_embed.tokens.weight.device
+        config = start_generation(self.cfg, config, never_emit, generator=generator,
+                                  stop_fn=None, device=device)
         cache, logits = self.start(
             src_ids, src_padding_mask=src_padding_mask, max_new_tokens=config.max_new_tokens,
             static=config.compile,
+        )  # the source checked (values: one host sync)
+        return decode(
+            decoding_step(self.step, config), logits, cache, config, generator=generator,
+            seen=prompt_history(None, None, logits), stop_fn=None,
+            banned=banned_ids(never_emit, logits.device),
         )
-        step = compiled_step(self.step) if config.compile else self.step
-        return generate_without(step, logits, cache, config, never_emit, generator)
+
+    # What export, size estimates and distributed wrapping read (addnorm.family.ModelFamily).
+    layer_classes = (EncoderLayer, DecoderLayer)
+    export_parts = {
+        "forward": ExportPart("forward", "logits"), "encoder": ExportPart("encode", "memory")
+    }
+
+    def example_inputs(
+        self, part: str, *, batch: int, length: int, generator: torch.Generator
+    ) -> dict[str, torch.Tensor]:
+        """src_ids, src_padding_mask (B, S) and, for the forward, tgt_ids, tgt_padding_mask
+        (B, S - 1): in each, an unpadded, a right- and a left-padded row."""
+        cfg = self.cfg
+        src, src_pad = padded_tokens(batch, length, cfg.src_vocab_size, cfg.pad_id, generator)
+        if part == "encoder":
+            return {"src_ids": src, "src_padding_mask": src_pad}
+        tgt, tgt_pad = padded_tokens(batch, length - 1, cfg.tgt_vocab_size, cfg.pad_id, generator)
+        return {"src_ids": src, "tgt_ids": tgt, "src_padding_mask": src_pad,
+                "tgt_padding_mask": tgt_pad}
+
+    def dynamic_shapes(self) -> DynamicShapes:
+        """The batch, the source and the target lengths (each at most ``max_len`` with
+        learned positions)."""
+        batch, longest = Dim("batch", min=1), learned_max_len(self.cfg)
+        src, tgt = Dim("src_length", min=1, max=longest), Dim("tgt_length", min=1, max=longest)
+        return {"src_ids": {0: batch, 1: src}, "src_padding_mask": {0: batch, 1: src},
+                "tgt_ids": {0: batch, 1: tgt}, "tgt_padding_mask": {0: batch, 1: tgt}}

@@ -26,14 +26,15 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.export import Dim
 
 from addnorm._checks import (
     check_bool,
     check_bool_mask,
     check_int,
     check_tensor,
-    inputs_checked,
 )
+from addnorm.family import ActivationShape, DynamicShapes, ExportPart, padded_tokens
 from addnorm.norms import NoNorm
 from addnorm.packing import check_unpad
 from addnorm.pretrained import PretrainedMixin
@@ -52,7 +53,7 @@ from addnorm.transformer.embedding import (
     position_module,
     rotary_for,
 )
-from addnorm.transformer.layers import layer_norm_module
+from addnorm.transformer.layers import EncoderLayer, layer_norm_module
 from addnorm.transformer.stacks import Encoder
 
 __all__ = ["ClsPooler", "EncoderConfig", "EncoderEmbedder", "EncoderModel", "mean_pool"]
@@ -138,6 +139,13 @@ class EncoderConfig(_ModelConfig):
     def count_buffers(self) -> int:
         """The numbers of ``EncoderModel(self)``'s computed position table."""
         return self._position_buffers(n_embedders=1)
+
+    def activation_shape(self) -> ActivationShape:
+        """The layers and their widths (the output is the last layer's hidden states)."""
+        return ActivationShape(
+            n_layers=self.n_layers, d_model=self.d_model, d_ff=self.d_ff,
+            n_heads=self.n_heads, d_output=0,
+        )
 
 
 class EncoderEmbedder(nn.Module):
@@ -256,12 +264,11 @@ class EncoderModel(PretrainedMixin, nn.Module):
             max_len=learned_max_len(cfg), pad_id=cfg.pad_id,
         )
         types = self._token_types(token_type_ids, tokens.ids)
-        with inputs_checked():  # what flows below was derived from the checked ids
-            x = self.embed(
-                tokens.ids, tokens.positions, token_type_ids=types,
-                padding_mask=tokens.padding_mask,
-            )  # (B, L, D)
-            return self.encoder(x, padding_mask=tokens.padding_mask, positions=tokens.positions)
+        x = self.embed(
+            tokens.ids, tokens.positions, token_type_ids=types,
+            padding_mask=tokens.padding_mask,
+        )  # (B, L, D)
+        return self.encoder(x, padding_mask=tokens.padding_mask, positions=tokens.positions)
 
     def _token_types(self, token_type_ids: object, ids: torch.Tensor) -> torch.Tensor | None:
         if token_type_ids is None:
@@ -274,6 +281,23 @@ class EncoderModel(PretrainedMixin, nn.Module):
             raise ValueError(f"token_type_ids must have the shape of ids {tuple(ids.shape)}, "
                              f"got {tuple(types.shape)}")
         return types
+
+    # What export, size estimates and distributed wrapping read (addnorm.family.ModelFamily).
+    layer_classes = (EncoderLayer,)
+    export_parts = {"forward": ExportPart("forward", "hidden")}
+
+    def example_inputs(
+        self, part: str, *, batch: int, length: int, generator: torch.Generator
+    ) -> dict[str, torch.Tensor]:
+        """ids and padding_mask (B, L): an unpadded, a right- and a left-padded row."""
+        cfg = self.cfg
+        ids, padding = padded_tokens(batch, length, cfg.vocab_size, cfg.pad_id, generator)
+        return {"ids": ids, "padding_mask": padding}
+
+    def dynamic_shapes(self) -> DynamicShapes:
+        """The batch and the length (at most ``max_len`` with learned positions)."""
+        batch, length = Dim("batch", min=1), Dim("length", min=1, max=learned_max_len(self.cfg))
+        return {"ids": {0: batch, 1: length}, "padding_mask": {0: batch, 1: length}}
 
 
 def mean_pool(hidden: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -42,7 +42,7 @@ from addnorm.transformer.generation_config import GenerationConfig
 from addnorm.transformer.repetition import apply_repetition_rules
 from addnorm.transformer.stop_strings import StopFn
 
-__all__ = ["generate_tokens"]
+__all__ = ["check_decoding_options", "decode", "generate_tokens", "prompt_history"]
 
 
 @torch.no_grad()
@@ -57,7 +57,9 @@ def generate_tokens(
     prompt_padding_mask: Tensor | None = None,
     stop_fn: StopFn | None = None,
 ) -> Tensor:
-    """Generate up to ``config.max_new_tokens`` tokens per row with the configured strategy.
+    """Generate up to ``config.max_new_tokens`` tokens per row with the configured strategy,
+    driving any ``step_fn`` (the models' ``generate`` methods run the same loop on their own
+    ``step``: :func:`decode`).
 
     Runs under ``torch.no_grad()``. ``generator`` is used by sampling only; it must live on the
     logits' device. Beam search returns, per input row, the best finished hypothesis by
@@ -70,6 +72,10 @@ def generate_tokens(
     whose decoder starts from scratch. ``stop_fn`` (greedy and sampling) is called after
     every step with the tokens generated so far and ends the rows it returns True for, like
     a stop token (stop strings: :func:`addnorm.transformer.stop_strings.stop_at_strings`).
+
+    Everything is checked here, once, and every output of ``step_fn`` is checked as it
+    comes (a float (B', V) tensor; its values are watched without a host sync, see
+    :class:`LogitWatch`).
 
     Shapes:
         first_logits: (B, V), the logits for the first new token.
@@ -92,6 +98,22 @@ def generate_tokens(
         if token is not None and token >= vocab:
             raise ValueError(f"{name} ({token}) must be < the vocabulary size V ({vocab})")
     seen = _prompt_history(prompt_ids, prompt_padding_mask, logits)
+    check_decoding_options(config, generator, stop_fn, logits.device)
+    if config.strategy == "beam" and not callable(getattr(cache, "reorder", None)):
+        raise TypeError(f"beam search needs cache.reorder(index); {type(cache).__name__} has none")
+    rows = logits.shape[0] * (config.num_beams if config.strategy == "beam" else 1)
+    checked_step = _checked_outputs(step_fn, (rows, vocab))
+    return decode(checked_step, logits, cache, config, generator=generator, seen=seen,
+                  stop_fn=stop_fn)
+
+
+def check_decoding_options(
+    config: GenerationConfig,
+    generator: object,
+    stop_fn: object,
+    device: torch.device,
+) -> None:
+    """The options of a generation beside its config, checked once before it starts."""
     if stop_fn is not None:
         if not callable(stop_fn):
             raise TypeError(f"stop_fn must be callable, got {type(stop_fn).__name__}")
@@ -104,23 +126,71 @@ def generate_tokens(
     if generator is not None:
         if not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
-        if generator.device.type != logits.device.type:
-            raise ValueError(
-                f"generator is on {generator.device} but the logits are on {logits.device}"
-            )
+        if generator.device.type != device.type:
+            raise ValueError(f"generator is on {generator.device} but the logits are on {device}")
+
+
+def _checked_outputs(step_fn: StepFn, shape: tuple[int, int]) -> StepFn:
+    """``step_fn`` whose every output is checked to be a float tensor of ``shape``."""
+    calls = 0
+
+    def checked(tokens: Tensor, cache: Any) -> Tensor:
+        nonlocal calls
+        calls += 1
+        return check_logits(f"step_fn output (step {calls})", step_fn(tokens, cache), shape)
+
+    return checked
+
+
+def decode(
+    step_fn: StepFn,
+    first_logits: Tensor,
+    cache: Any,
+    config: GenerationConfig,
+    *,
+    generator: torch.Generator | None,
+    seen: tuple[Tensor, Tensor],
+    stop_fn: StopFn | None,
+    banned: Tensor | None = None,
+) -> Tensor:
+    """The decode loop of every generation, on arguments already checked (by
+    :func:`generate_tokens`, or by a model's ``generate`` for its own ``step``).
+
+    ``banned`` (n,) long: ids whose logits are set to -inf at every step (a model's pad and
+    bos ids: see :func:`addnorm.transformer.decoding.banned_ids`).
+
+    Shapes:
+        first_logits: (B, V); seen: the prompt's ids and padding (B, L0)
+        returns: (B, N) long
+    """
     if config.strategy == "beam":
-        if not callable(getattr(cache, "reorder", None)):
-            raise TypeError(
-                f"beam search needs cache.reorder(index); {type(cache).__name__} has none"
-            )
-        return beam_search(step_fn, logits, cache, config, seen)
-    return _decode_token_by_token(step_fn, logits, cache, config, generator, seen, stop_fn)
+        return beam_search(step_fn, first_logits, cache, config, seen, banned)
+    return _decode_token_by_token(step_fn, first_logits, cache, config, generator, seen,
+                                  stop_fn, banned)
+
+
+def prompt_history(
+    prompt_ids: Tensor | None, padding_mask: Tensor | None, logits: Tensor
+) -> tuple[Tensor, Tensor]:
+    """A checked prompt and its padding (True = padding) as the history of the repetition
+    rules; an empty one (L0 = 0) when there is no prompt.
+
+    Shapes:
+        prompt_ids, padding_mask: (B, L0); logits: (B, V)
+        returns: ids (B, L0) long, padding (B, L0) bool
+    """
+    if prompt_ids is None:
+        empty = torch.zeros(logits.shape[0], 0, dtype=torch.long, device=logits.device)
+        return empty, empty.bool()
+    if padding_mask is None:
+        return prompt_ids, torch.zeros_like(prompt_ids, dtype=torch.bool)
+    return prompt_ids, padding_mask
 
 
 def _prompt_history(
     prompt_ids: object, padding_mask: object, logits: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """The tokens seen before the first new one and their padding (True = padding), checked.
+    """:func:`prompt_history` of a caller's prompt, checked (values: one host sync).
 
     Shapes:
         returns: ids (B, L0) long, padding (B, L0) bool; L0 = 0 without a prompt
@@ -129,18 +199,16 @@ def _prompt_history(
     if prompt_ids is None:
         if padding_mask is not None:
             raise ValueError("prompt_padding_mask was given without prompt_ids")
-        empty = torch.zeros(batch, 0, dtype=torch.long, device=logits.device)
-        return empty, empty.bool()
+        return prompt_history(None, None, logits)
     ids = check_tensor("prompt_ids", prompt_ids, ndim=2)
     if ids.dtype != torch.long or ids.shape[0] != batch:
         raise ValueError(
             f"prompt_ids must be a long tensor of {batch} rows (first_logits' B), got dtype "
             f"{ids.dtype} and shape {tuple(ids.shape)}"
         )
-    if padding_mask is None:
-        padding = torch.zeros_like(ids, dtype=torch.bool)
-    else:
-        padding = check_bool_mask("prompt_padding_mask", padding_mask, ids.shape)
+    if padding_mask is not None:
+        padding_mask = check_bool_mask("prompt_padding_mask", padding_mask, ids.shape)
+    ids, padding = prompt_history(ids, padding_mask, logits)
     real = ids[~padding]
     if real.numel() and bool((real < 0).any() | (real >= logits.shape[1]).any()):
         bad = real[(real < 0) | (real >= logits.shape[1])][0].item()
@@ -156,6 +224,7 @@ def _decode_token_by_token(
     generator: torch.Generator | None,
     seen: tuple[Tensor, Tensor],
     stop_fn: StopFn | None,
+    banned: Tensor | None,
 ) -> Tensor:
     """Greedy or sampled decoding: one token per row per step, all rows at once.
 
@@ -166,13 +235,13 @@ def _decode_token_by_token(
     stop_ids = torch.tensor(config.stop_ids, dtype=torch.long, device=logits.device)
     ended = torch.zeros(batch, dtype=torch.bool, device=logits.device)
     watch = LogitWatch()
-    bad = torch.zeros(batch, dtype=torch.bool, device=logits.device)  # first_logits: checked
     tokens: list[Tensor] = []
     for step in range(config.max_new_tokens):
         if step > 0:
             logits = step_fn(tokens[-1][:, None], cache)  # (B, 1) -> (B, V)
-            logits = check_logits(f"step_fn output (step {step})", logits, (batch, vocab))
-            bad = watch.note(f"step_fn output (step {step})", step, logits)
+        if banned is not None:
+            logits = logits.index_fill(-1, banned, float("-inf"))  # (B, V)
+        bad = watch.note(_logits_name(step), step, logits)  # (B,), no host sync
         if config.reshapes_logits:
             logits = _reshaped_logits(logits, _history(seen, tokens), config, ended, step, watch)
         next_token = _next_token(logits, config, generator, bad)  # (B,)
@@ -190,6 +259,11 @@ def _decode_token_by_token(
                 break
     watch.check()
     return torch.stack(tokens, dim=1)  # (B, N)
+
+
+def _logits_name(step: int) -> str:
+    """How the errors name a step's logits (``first_logits``: from the prompt)."""
+    return "first_logits" if step == 0 else f"step_fn output (step {step})"
 
 
 def _history(seen: tuple[Tensor, Tensor], tokens: list[Tensor]) -> tuple[Tensor, Tensor]:

@@ -13,9 +13,9 @@ A layer takes its masks prebuilt, as one :class:`~addnorm.attention.AttentionMas
 attention (a stack builds them once for all its layers, see :mod:`addnorm.transformer.stacks`;
 to call a layer alone, build one with :func:`~addnorm.attention.self_attention_mask`). The
 mask also carries the queries' padding, which the norms leave out of their statistics.
-A layer called by a stack checks nothing: the stack (or the model above it) has checked its
-inputs and runs the layers inside :class:`~addnorm._checks.inputs_checked`; a layer called
-directly checks the types of its mask and cache, and its parts check the rest.
+A layer checks the types of its mask and cache (a prebuilt mask is trusted as it is); its
+parts check the structure of the rest. Values were checked where they entered: the model or
+the stack above.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from functools import partial
 import torch
 from torch import nn
 
-from addnorm._checks import must_check
 from addnorm.attention import AttentionMask, MultiHeadAttention
 from addnorm.cache import KVCache, LayerCache
 from addnorm.feedforward import FeedForward, make_feedforward
@@ -150,9 +149,8 @@ class EncoderLayer(nn.Module):
             x: (B, L, D); positions: (L,) or (B, L)
             returns: (B, L, D)
         """
-        if must_check():  # a direct call (a stack has built and checked what it passes)
-            _check_masks(mask=mask)
-            _check_cache(cache, cross=False)
+        _check_masks(mask=mask)
+        _check_cache(cache, cross=False)
         padding = None if mask is None else mask.query_padding  # (B, L)
         kv = None if cache is None else cache.self_attn
         self_attn = partial(self.self_attn, mask=mask, cache=kv, positions=positions)
@@ -207,9 +205,8 @@ class DecoderLayer(nn.Module):
             x: (B, L, D); memory: (B, S_mem, D); positions: (L,) or (B, L)
             returns: (B, L, D)
         """
-        if must_check():  # a direct call (a stack has built and checked what it passes)
-            _check_masks(mask=mask, memory_mask=memory_mask)
-            _check_cache(cache, cross=True)
+        _check_masks(mask=mask, memory_mask=memory_mask)
+        _check_cache(cache, cross=True)
         padding = None if mask is None else mask.query_padding  # (B, L)
         self_kv = None if cache is None else cache.self_attn
         cross_kv = None if cache is None else cache.cross_attn

@@ -10,29 +10,33 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.export import Dim
 
-from addnorm._checks import check_int, inputs_checked
+from addnorm._checks import check_int
 from addnorm.cache import DecodingCache
+from addnorm.family import DynamicShapes, ExportPart, padded_tokens
 from addnorm.pretrained import PretrainedMixin
 from addnorm.transformer.config import LMConfig
 from addnorm.transformer.decoding import (
+    banned_ids,
     check_cache_fits,
-    check_generation_config,
     check_step,
-    compiled_step,
-    generate_without,
+    decoding_step,
     model_generation_config,
+    start_generation,
 )
 from addnorm.transformer.embedding import (
     Embedder,
     Tokens,
-    check_ids,
+    id_tensor,
     learned_max_len,
     model_inputs,
     output_projection,
     rotary_for,
 )
+from addnorm.transformer.generation import decode, prompt_history
 from addnorm.transformer.generation_config import GenerationConfig
+from addnorm.transformer.layers import EncoderLayer
 from addnorm.transformer.stacks import Encoder
 from addnorm.transformer.stop_strings import StopFn
 
@@ -91,12 +95,11 @@ class TransformerLM(PretrainedMixin, nn.Module):
             returns: (B, L, V)
         """
         tokens = self._inputs("ids", ids, padding_mask)
-        with inputs_checked():  # what flows below was derived from the checked ids
-            x = self.embed(tokens.ids, tokens.positions)  # (B, L, D)
-            h = self.blocks(
-                x, padding_mask=tokens.padding_mask, causal=True, positions=tokens.positions
-            )  # (B, L, D)
-            return self.to_logits(h)
+        x = self.embed(tokens.ids, tokens.positions)  # (B, L, D)
+        h = self.blocks(
+            x, padding_mask=tokens.padding_mask, causal=True, positions=tokens.positions
+        )  # (B, L, D)
+        return self.to_logits(h)
 
     @torch.no_grad()
     def start(
@@ -141,26 +144,30 @@ class TransformerLM(PretrainedMixin, nn.Module):
         """Feed one token per row; the cache grows by one position. No gradients.
 
         With a static cache it compiles with ``fullgraph=True`` into one graph for every step.
+        The tokens' structure is checked, not their values (reading them back would stall an
+        accelerator at every token): an id outside the vocabulary makes the embedding raise.
+        ``start`` checks the prompt's values.
 
         Shapes:
             tokens: (B, 1)
             returns: logits (B, V) for the next token
         """
         with torch.no_grad():
-            tokens = check_ids("tokens", tokens, self.cfg.vocab_size, None)
+            tokens = id_tensor("tokens", tokens, None)
             check_step(tokens, cache, needs_memory=False)
             return self._run(tokens, None, cache)  # None: no new token is padding
 
     def _run(
         self, ids: torch.Tensor, padding: torch.Tensor | None, cache: DecodingCache
     ) -> torch.Tensor:
-        with inputs_checked():  # ids and cache were checked by start / step
-            key_padding, positions = cache.extend(padding, ids.shape[1])  # (B, S) | None, (B, L)
-            h = self.blocks(
-                self.embed(ids, positions), padding_mask=key_padding, causal=True, cache=cache,
-                positions=positions,
-            )  # (B, L, D)
-            return self.to_logits(h[:, -1])  # (B, V)
+        # positions None: arange(L) after the cached ones, the same for every row
+        key_padding, positions = cache.extend(padding, ids.shape[1])  # (B, S) | None, (B, L)
+        offset = cache.length - ids.shape[1] if positions is None else 0
+        h = self.blocks(
+            self.embed(ids, positions, offset=offset), padding_mask=key_padding, causal=True,
+            cache=cache, positions=positions,
+        )  # (B, L, D)
+        return self.to_logits(h[:, -1])  # (B, V)
 
     @property
     def generation_config(self) -> GenerationConfig:
@@ -195,15 +202,39 @@ class TransformerLM(PretrainedMixin, nn.Module):
             prompt_ids: (B, L0); padding_mask: (B, L0), True = padding (left)
             returns: (B, N) long, N <= config.max_new_tokens
         """
-        pad_id = self.cfg.pad_id
-        never_emit: dict[str, int] = {} if pad_id is None else {"pad_id": pad_id}
-        config = check_generation_config(self.cfg, config, never_emit)
+        never_emit = {"pad_id": self.cfg.pad_id}
+        device = self.embed.tokens.weight.device
+        config = start_generation(self.cfg, config, never_emit, generator=generator,
+                                  stop_fn=stop_fn, device=device)
         cache, logits = self.start(
             prompt_ids, padding_mask=padding_mask, max_new_tokens=config.max_new_tokens,
             static=config.compile,
+        )  # the prompt checked (values: one host sync)
+        if config.reshapes_logits:  # the prompt counts as seen, its padding excluded
+            ids = prompt_ids.long()
+            if padding_mask is None and self.cfg.pad_id is not None:
+                padding_mask = ids == self.cfg.pad_id  # the model's default
+            seen = prompt_history(ids, padding_mask, logits)
+        else:
+            seen = prompt_history(None, None, logits)
+        return decode(
+            decoding_step(self.step, config), logits, cache, config, generator=generator,
+            seen=seen, stop_fn=stop_fn, banned=banned_ids(never_emit, logits.device),
         )
-        step = compiled_step(self.step) if config.compile else self.step
-        return generate_without(
-            step, logits, cache, config, never_emit, generator, prompt_ids=prompt_ids,
-            padding_mask=padding_mask, stop_fn=stop_fn,
-        )
+
+    # What export, size estimates and distributed wrapping read (addnorm.family.ModelFamily).
+    layer_classes = (EncoderLayer,)
+    export_parts = {"forward": ExportPart("forward", "logits")}
+
+    def example_inputs(
+        self, part: str, *, batch: int, length: int, generator: torch.Generator
+    ) -> dict[str, torch.Tensor]:
+        """ids and padding_mask (B, L): an unpadded, a right- and a left-padded row."""
+        cfg = self.cfg
+        ids, padding = padded_tokens(batch, length, cfg.vocab_size, cfg.pad_id, generator)
+        return {"ids": ids, "padding_mask": padding}
+
+    def dynamic_shapes(self) -> DynamicShapes:
+        """The batch and the length (at most ``max_len`` with learned positions)."""
+        batch, length = Dim("batch", min=1), Dim("length", min=1, max=learned_max_len(self.cfg))
+        return {"ids": {0: batch, 1: length}, "padding_mask": {0: batch, 1: length}}

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from addnorm._checks import check_int, check_tensor, inputs_checked, must_check
+from addnorm._checks import check_int, check_tensor
 from addnorm.attention import cross_attention_mask, self_attention_mask
 from addnorm.attention_mask import AttentionMask, packed_mask
 from addnorm.cache import DecodingCache, LayerCache
@@ -133,8 +133,7 @@ class Encoder(nn.Module):
             positions: (L,) or (B, L)
             returns: (B, L, D)
         """
-        if must_check():  # skipped inside a model, which has checked its own inputs
-            check_tensor("x", x, ndim=3, last_dim=self.cfg.d_model, floating=True)
+        check_tensor("x", x, ndim=3, last_dim=self.cfg.d_model, floating=True)
         caches = _layer_caches(cache, len(self.layers))
         mask = self_attention_mask(
             x, n_heads=self.cfg.n_heads, padding_mask=padding_mask, attend_mask=attend_mask,
@@ -144,10 +143,9 @@ class Encoder(nn.Module):
         packing = _packing(mask) if unpadding else None
         if packing is not None:
             x, mask = packing.pack(x), packed_mask(mask, packing)  # (1, N, D)
-        with inputs_checked():
-            for layer, layer_cache in zip(self.layers, caches, strict=True):
-                x = layer(x, mask, cache=layer_cache, positions=positions)
-            x = self.norm(x, padding_mask=mask.query_padding)
+        for layer, layer_cache in zip(self.layers, caches, strict=True):
+            x = layer(x, mask, cache=layer_cache, positions=positions)
+        x = self.norm(x, padding_mask=mask.query_padding)
         if packing is not None:
             return packing.unpack(x)  # (B, L, D), zeros at padding
         if unpadding and torch.compiler.is_compiling():  # padded path, the packed path's zeros
@@ -205,9 +203,8 @@ class Decoder(nn.Module):
             returns: (B, L, D)
         """
         d_model, n_heads = self.cfg.d_model, self.cfg.n_heads
-        if must_check():  # skipped inside a model, which has checked its own inputs
-            check_tensor("x", x, ndim=3, last_dim=d_model, floating=True)
-            check_tensor("memory", memory, ndim=3, last_dim=d_model, floating=True)
+        check_tensor("x", x, ndim=3, last_dim=d_model, floating=True)
+        check_tensor("memory", memory, ndim=3, last_dim=d_model, floating=True)
         caches = _layer_caches(cache, len(self.layers))
         mask = self_attention_mask(
             x, n_heads=n_heads, padding_mask=padding_mask, attend_mask=attend_mask,
@@ -216,10 +213,9 @@ class Decoder(nn.Module):
         memory_mask = cross_attention_mask(
             x, memory, n_heads=n_heads, padding_mask=memory_padding_mask
         )
-        with inputs_checked():
-            for layer, layer_cache in zip(self.layers, caches, strict=True):
-                x = layer(x, memory, mask, memory_mask, cache=layer_cache, positions=positions)
-            return self.norm(x, padding_mask=mask.query_padding)
+        for layer, layer_cache in zip(self.layers, caches, strict=True):
+            x = layer(x, memory, mask, memory_mask, cache=layer_cache, positions=positions)
+        return self.norm(x, padding_mask=mask.query_padding)
 
 
 class EncoderDecoder(nn.Module):

@@ -1,0 +1,112 @@
+"""Values are read back once, where they enter; parts and decode steps read none.
+
+On an accelerator every value read back from a tensor (``.item()``, ``.tolist()``,
+``bool(t)``) waits for the device: a host synchronisation. The rule of docs/design.md
+("Validation"): a model's top-level call reads its inputs back once, its parts read nothing,
+and a decoded token reads one value at most (the stop check), none without a stop rule.
+
+Provenance: the reads are counted by a ``TorchFunctionMode`` that sees every call of those
+methods (an exact count, by definition), on the CPU, where the code takes the same path.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import sys
+
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from properties import examples
+from torch.overrides import TorchFunctionMode
+
+from addnorm.transformer.config import PRESETS
+from addnorm.transformer.encoder_decoder import Transformer
+from addnorm.transformer.lm import TransformerLM
+
+READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero"}
+# Reads taken on the CPU only, where a read is no synchronisation: attention_mask's
+# ``_no_dead_row`` asks whether any query row sees no key (to skip that work); on an
+# accelerator it takes the general path without reading.
+CPU_ONLY = {"_no_dead_row"}
+
+
+class CountReads(TorchFunctionMode):
+    """Counts the calls that read a tensor's values back to the host (an accelerator's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: collections.Counter[str] = collections.Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in READS and sys._getframe(1).f_code.co_name not in CPU_ONLY:
+            self.reads[name] += 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def total(self) -> int:
+        return sum(self.reads.values())
+
+
+POSITIONS = st.sampled_from(["sinusoidal", "rotary", "learned"])
+
+
+def _lm(position_encoding: str) -> TransformerLM:
+    cfg = dataclasses.replace(PRESETS["lm-tiny"], position_encoding=position_encoding,
+                              dropout=0.0)
+    return TransformerLM(cfg).eval()
+
+
+def _prompts(batch: int, length: int, pads: list[int]) -> torch.Tensor:
+    ids = torch.randint(3, 100, (batch, length))
+    for row, n in enumerate(pads):
+        ids[row, :n] = 0  # left padding (pad_id 0)
+    return ids
+
+
+def _reads(fn) -> int:
+    with torch.no_grad(), CountReads() as counter:
+        fn()
+    return counter.total
+
+
+@examples(12)
+@given(position_encoding=POSITIONS, batch=st.integers(1, 4), length=st.integers(1, 6),
+       data=st.data())
+def test_a_model_call_reads_its_inputs_back_once(position_encoding, batch, length, data):
+    pads = data.draw(st.lists(st.integers(0, length - 1), min_size=batch, max_size=batch))
+    ids = _prompts(batch, length, pads)
+    lm = _lm(position_encoding)
+    assert _reads(lambda: lm(ids)) == 1  # the ids and their padding, in one read
+    seq2seq = Transformer(dataclasses.replace(PRESETS["tiny"], position_encoding=position_encoding))
+    seq2seq.eval()
+    # the source's read and the target's: each input read once
+    assert _reads(lambda: seq2seq(ids.clamp(max=40), ids.clamp(max=40))) == 2
+
+
+@examples(10)
+@given(position_encoding=POSITIONS, batch=st.integers(1, 3), length=st.integers(1, 5),
+       stop=st.booleans(), data=st.data())
+def test_a_decoded_token_reads_back_one_value_at_most(position_encoding, batch, length, stop,
+                                                      data):
+    pads = data.draw(st.lists(st.integers(0, length - 1), min_size=batch, max_size=batch))
+    ids = _prompts(batch, length, pads)
+    lm = _lm(position_encoding)
+    eos = 1 if stop else None
+    config = dataclasses.replace(lm.generation_config, eos_id=eos, max_new_tokens=1)
+    one = _reads(lambda: lm.generate(ids, config))  # start, the first token, the final check
+    n = 9
+    with torch.no_grad(), CountReads() as counter:
+        out = lm.generate(ids, dataclasses.replace(config, max_new_tokens=n))
+    steps = out.shape[1] - 1  # decode steps after the first token
+    per_step = 1 if stop else 0  # the stop check, read with the logits' health flag
+    assert counter.total == one + per_step * steps
+
+
+def test_a_decode_step_alone_reads_nothing():
+    lm = _lm("rotary")
+    cache, logits = lm.start(_prompts(2, 4, [2, 0]), max_new_tokens=3)
+    tokens = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+    assert _reads(lambda: lm.step(tokens, cache)) == 0
