@@ -157,7 +157,7 @@ def _half_width(dim: int, shift: float) -> int:
         raise ValueError(f"dim ({dim}) must be >= 2 for sinusoids (half = dim // 2 = 0)")
     if half - shift <= 0:
         raise ValueError(
-            f"dim // 2 ({half}) must exceed downscale_freq_shift ({shift}), else the exponent "
+            f"dim // 2 ({half}) must exceed downscale_freq_shift ({shift:g}), else the exponent "
             f"divides by {half - shift:g}; use dim >= {2 * math.floor(shift) + 2}"
         )
     return half

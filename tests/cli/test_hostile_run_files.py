@@ -39,8 +39,7 @@ from safetensors.torch import load_file, save_file
 
 from addnorm.cli import embed as embed_cli
 from addnorm.cli import train as train_command
-from addnorm.cli.checks import MAX_CONFIG_BYTES
-from addnorm.cli.export import check_out_file
+from addnorm.cli.checks import MAX_CONFIG_BYTES, check_out_file
 from addnorm.cli.parser import main
 from addnorm.cli.translate_input import stdin_inputs
 from addnorm.tasks.translate import TranslateTask
@@ -265,6 +264,33 @@ def test_optimizer_parts_of_any_wrong_shape_are_refused_naming_the_tensor(data):
     with pytest.raises(ValueError, match=f"optimizer tensor {key!r} has shape"):
         optimizer_from_parts(fresh, tensors, skeleton)
     assert fresh.state_dict()["state"] == {}  # refused before anything was loaded
+
+
+BAD_MOMENTS = [
+    (torch.zeros((3,), dtype=torch.int32), "dtype torch.int32"),
+    (torch.zeros((3,), dtype=torch.bool), "dtype torch.bool"),
+    (torch.tensor([0.0, float("nan"), 0.0]), "nan; its values must be finite"),
+    (torch.tensor([0.0, 0.0, float("inf")]), "inf; its values must be finite"),
+]
+
+
+@pytest.mark.parametrize(("bad", "match"), BAD_MOMENTS)
+@pytest.mark.parametrize("name", ["exp_avg", "exp_avg_sq"])
+def test_optimizer_moments_of_a_float_parameter_must_be_finite_floats(name, bad, match):
+    # An integer moment would round every update; NaN or inf would reach the weights at the
+    # first resumed step. The bias of Linear(4, 3) is parameter 1, of shape (3,).
+    model = torch.nn.Linear(4, 3)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+    tensors, skeleton = optimizer_to_parts(optimizer)
+    key = f"1.{name}"
+    assert tensors[key].shape == bad.shape
+    tensors[key] = bad
+    fresh = torch.optim.AdamW(model.parameters())
+    with pytest.raises(ValueError, match=f"optimizer tensor {key!r} (has|holds) .*{match}"):
+        optimizer_from_parts(fresh, tensors, skeleton)
+    assert fresh.state_dict()["state"] == {}
 
 
 # 3. junk in metrics.jsonl --------------------------------------------------------------------
@@ -498,6 +524,10 @@ def test_a_lock_with_a_newline_in_its_host_still_gives_one_line(tmp_path):
         (lambda d: (d / "dir").mkdir() or d / "dir", "is a folder"),
         (lambda d: Path("/dev/null"), "not a regular file"),
         (lambda d: Path(""), "must name a file"),
+        # A folder whose permission bits allow writing (to root) but that takes no file.
+        pytest.param(lambda d: Path("/proc/m.onnx"), "cannot create a file in /proc",
+                     marks=pytest.mark.skipif(not Path("/proc/self").is_dir(),
+                                              reason="needs Linux's /proc")),
     ],
 )
 def test_export_refuses_an_unusable_out_before_loading(make, why, tmp_path, capsys):
@@ -511,6 +541,7 @@ def test_export_accepts_a_new_file_or_an_existing_one_to_replace(tmp_path):
     check_out_file(tmp_path / "new.onnx")
     (tmp_path / "old.onnx").write_bytes(b"old")
     check_out_file(tmp_path / "old.onnx")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.onnx"]  # the probe is gone
 
 
 # 7. two writers racing for one folder --------------------------------------------------------

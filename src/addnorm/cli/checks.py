@@ -119,29 +119,43 @@ def check_out_dir(out: Path, flag: str = "--out") -> None:
         raise UsageError(f"{flag} {out}: cannot create or write in {parent}")
 
 
-def check_out_file(path: Path, flag: str, *, make_parents: bool) -> None:
-    """``path`` (given as ``flag``) must be a file the command can write when its work is done:
-    not a folder, a FIFO or a socket (which would block or fail after minutes of work), inside
-    a folder that exists (or, with ``make_parents``, can be made) and can be written."""
+def check_out_file(path: Path, flag: str = "--out", *, make_parents: bool = False) -> None:
+    """Raise ``UsageError`` unless the command can write a file at ``path`` (given as ``flag``)
+    when its work is done, minutes later: ``path`` names a file, is missing or a regular file
+    that can be replaced (not a folder, a FIFO or a device, which would block or fail), and
+    its folder exists (or, with ``make_parents``, its nearest existing ancestor) and takes a
+    new file. That last is tried for real, with an empty file created and removed, since the
+    permission bits say nothing of ``/proc``, read-only mounts or full quotas."""
     import stat
+    import tempfile
 
+    where = f"{flag} {path}"
+    if not str(path) or path.name in ("", ".", ".."):
+        raise UsageError(f"{where}: must name a file")
     try:
-        mode = path.stat().st_mode if path.exists() else None
-        if mode is not None and stat.S_ISDIR(mode):
-            raise UsageError(f"{flag} {path}: is a directory; name a file")
-        if mode is not None and (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
-            raise UsageError(f"{flag} {path}: is a FIFO or socket; name a regular file")
         parent = path.parent
         if not make_parents and not parent.is_dir():
-            raise UsageError(f"{flag} {path}: the folder {parent} does not exist")
-        while not parent.exists():
+            what = "does not exist" if not parent.exists() else "is not a folder"
+            raise UsageError(f"{where}: its folder {parent} {what}")
+        while make_parents and not parent.exists():
             parent = parent.parent
+        if not parent.is_dir():
+            raise UsageError(f"{where}: {parent} is not a folder")
+        mode = path.stat().st_mode if path.exists() else None
     except OSError as err:  # a name too long for the file system, a loop of links
-        raise UsageError(f"{flag} {path}: {err.strerror or err}") from None
-    if not parent.is_dir():
-        raise UsageError(f"{flag} {path}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"{flag} {path}: cannot create or write in {parent}")
+        raise UsageError(f"{where}: {err.strerror or err}") from None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise UsageError(f"{where}: is a folder; name the file to write in it")
+    if mode is not None and not stat.S_ISREG(mode):
+        raise UsageError(f"{where}: exists and is not a regular file")
+    if mode is not None and not os.access(path, os.W_OK):
+        raise UsageError(f"{where}: exists and cannot be replaced (no write permission)")
+    try:
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".addnorm-probe-"):
+            pass
+    except OSError as err:
+        reason = err.strerror or err
+        raise UsageError(f"{where}: cannot create a file in {parent} ({reason})") from None
 
 
 def read_config(path: Path, task_name: str) -> tuple[dict, dict]:

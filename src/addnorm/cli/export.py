@@ -17,12 +17,10 @@ existing regular file there is replaced.
 from __future__ import annotations
 
 import argparse
-import os
-import stat
 import sys
 from pathlib import Path
 
-__all__ = ["TOLERANCE", "add_parser", "check_out_file", "run"]
+__all__ = ["TOLERANCE", "add_parser", "run"]
 
 TOLERANCE = 1e-3  # largest |onnxruntime - PyTorch| accepted (float32 kernels differ slightly)
 
@@ -59,7 +57,7 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handle ``addnorm export``; returns the exit code."""
-    from addnorm.cli.checks import UsageError
+    from addnorm.cli.checks import UsageError, check_out_file
     from addnorm.cli.exits import EXIT_FAILED, EXIT_OK
     from addnorm.export import onnx_max_error, to_onnx
     from addnorm.tasks.run import load_trained
@@ -95,32 +93,3 @@ def run(args: argparse.Namespace) -> int:
         )
         return EXIT_FAILED
     return EXIT_OK
-
-
-def check_out_file(out: Path, flag: str = "--out") -> None:
-    """Raise ``UsageError`` unless a file can be written at ``out``: its folder exists and can
-    be written, and ``out`` is missing or a regular file that can be written (it is replaced).
-    """
-    from addnorm.cli.checks import UsageError
-
-    where = f"{flag} {out}"
-    if not str(out) or out.name in ("", ".", ".."):
-        raise UsageError(f"{where}: must name a file")
-    parent = out.parent
-    if not parent.is_dir():
-        what = "does not exist" if not parent.exists() else "is not a folder"
-        raise UsageError(f"{where}: its folder {parent} {what}")
-    try:
-        info = os.stat(out)
-    except FileNotFoundError:
-        if not os.access(parent, os.W_OK | os.X_OK):
-            raise UsageError(f"{where}: cannot create a file in {parent}") from None
-        return
-    except OSError as err:
-        raise UsageError(f"{where}: {err.strerror or err}") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise UsageError(f"{where}: is a folder; name the file to write in it")
-    if not stat.S_ISREG(info.st_mode):
-        raise UsageError(f"{where}: exists and is not a regular file")
-    if not os.access(out, os.W_OK):
-        raise UsageError(f"{where}: exists and cannot be replaced (no write permission)")

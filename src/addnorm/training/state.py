@@ -145,8 +145,24 @@ def _param_state(
                 f"{tuple(expected)} (" + ("a scalar" if name == "step" else "its parameter's")
                 + ")"
             )
+        if name != "step" and param.is_floating_point():
+            _check_moment(key, tensor)
         state[name] = tensor
     return state
+
+
+def _check_moment(key: str, tensor: torch.Tensor) -> None:
+    """A floating parameter's state (Adam's moments) is floating and finite: an integer one
+    would be rounded at every update, and NaN or inf would spread into the weights at the
+    first step of the resumed run (read once, on loading)."""
+    if not tensor.is_floating_point():
+        raise ValueError(
+            f"optimizer tensor {key!r} has dtype {tensor.dtype}; the state of a floating "
+            "parameter must be floating point"
+        )
+    if tensor.device.type != "meta" and not bool(torch.isfinite(tensor).all()):
+        bad = tensor[~torch.isfinite(tensor)][0].item()
+        raise ValueError(f"optimizer tensor {key!r} holds {bad}; its values must be finite")
 
 
 def seed_everything(seed: int) -> None:
