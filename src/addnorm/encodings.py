@@ -218,7 +218,8 @@ class SinusoidalPositionalEncoding(nn.Module):
     them for ``offset .. offset + L - 1`` and never writes the module's state. Any other
     position (rows past the table, and explicit ``positions``, which would have to be read
     back to know whether the table holds them) is computed for that call with the same
-    formula, on x's device, so the result does not depend on ``max_len``. :meth:`reserve` enlarges the table ahead of time. Moving or
+    formula, on x's device, so the result does not depend on ``max_len``.
+    :meth:`reserve` enlarges the table ahead of time. Moving or
     casting the module (``.to()``, ``.double()``, ``.cuda()``, ``to_empty()``) recomputes the
     table from the formula in the new dtype and device (a ``meta`` table stays ``meta``), so a
     float64 module's table is exact to float64 rather than upcast float32 values.

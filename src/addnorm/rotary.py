@@ -53,7 +53,8 @@ class RotaryEmbedding(nn.Module):
     ``state_dict``); forward slices them for ``offset .. offset + L - 1`` and never writes the
     module's state. Any other position (past the tables, and explicit ``positions``, which
     would have to be read back to know whether the tables hold them) is computed for that
-    call with the same formula, on x's device, so the result does not depend on ``max_len``. :meth:`reserve` enlarges the tables ahead of
+    call with the same formula, on x's device, so the result does not depend on ``max_len``.
+    :meth:`reserve` enlarges the tables ahead of
     time. Moving or casting the module (``.to()``, ``.double()``, ``.cuda()``, ``to_empty()``)
     recomputes the tables from the formula in the new dtype and device (``meta`` tables stay
     ``meta``). The rotation is done in the wider of x's dtype and the tables' dtype and the
