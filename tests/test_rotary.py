@@ -197,20 +197,22 @@ def test_offset_in_or_past_the_tables_matches_explicit_positions_and_the_complex
     torch.testing.assert_close(out, complex_rope(x, positions, 10000.0), atol=1e-9, rtol=0)
 
 
-# Integer positions inside the tables are gathered from them; these pin that the gathered
-# rotation is the direct float64 one (the complex-number form) to float32 rounding.
+# Explicit integer positions are computed from the formula, or read from the tables when the
+# caller gives a bound (positions_below) within them; both are the direct float64 rotation
+# (the complex-number form) to the rounding of the tables' dtype.
 SHARED_POSITIONS = torch.tensor([0, 3, 40, 2, 7])  # (L,)
 PER_ROW_POSITIONS = torch.tensor([[0, 0, 0, 1, 2], [5, 6, 7, 8, 99]])  # (B, L): left-padded
 
 
+@pytest.mark.parametrize("below", [None, 100])
 @pytest.mark.parametrize("positions", [SHARED_POSITIONS, PER_ROW_POSITIONS])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_integer_positions_use_the_tables_equal_to_the_complex_form(positions, dtype):
+def test_integer_positions_equal_the_complex_form(positions, dtype, below):
     # Oracle: complex_rope (float64), to the rounding of the tables' dtype.
     torch.manual_seed(0)
     x = torch.randn(2, 3, 5, 16, dtype=dtype)
     rope = RotaryEmbedding(16, max_len=100).to(dtype)
-    out = rope(x, positions=positions)
+    out = rope(x, positions=positions, positions_below=below)
     rows = positions if positions.ndim == 1 else positions[:, None]  # (L,) or (B, 1, L)
     # Per pair z = (x_j, x_j+Dh/2): cos/sin rounded to dtype, two products and a sum cost
     # <= 3u|z| (Cauchy-Schwarz over the pair), the oracle rounded to dtype u|z|, its own
@@ -244,16 +246,32 @@ def test_integer_positions_outside_the_tables_are_computed(positions):
     # Oracle: complex_rope at the same positions.
     rope = RotaryEmbedding(8, max_len=16).double()
     x = torch.randn(2, 2, 3, 8, dtype=torch.float64)
-    out = rope(x, positions=positions)
+    below = int(positions.max()) + 1 if int(positions.min()) >= 0 else None  # a true bound
+    out = rope(x, positions=positions, positions_below=below)
     rows = positions if positions.ndim == 1 else positions[:, None]  # (L,) or (B, 1, L)
     torch.testing.assert_close(out, complex_rope(x, rows, 10000.0), atol=1e-9, rtol=0)
 
 
-def test_under_torch_compile_integer_positions_are_computed_without_a_host_sync(monkeypatch):
-    # Documented: no host sync under torch.compile (the bounds read, torch.aminmax, is not
-    # called), so the rotation is computed rather than gathered.
+@examples(20)
+@given(bound=st.integers(1, 40), max_len=st.integers(1, 40), seed=st.integers(0, 2**16))
+def test_a_bound_within_the_tables_reads_the_rows_the_formula_computes(bound, max_len, seed):
+    # Oracle: the same positions without a bound (computed from the formula). The table rows
+    # and the computed ones round the same float64 angles' cos/sin to float32 (kernels may
+    # differ by an ulp of float64, which survives as at most one ulp of float32, u(float32)
+    # relative), times |x| <= 6 over two products and a sum: 3 * 6 * u(float32) = 2.1e-6.
+    generator = torch.Generator().manual_seed(seed)
+    rope = RotaryEmbedding(8, max_len=max_len)
+    positions = torch.randint(0, bound, (2, 5), generator=generator)
+    x = torch.randn(2, 3, 5, 8, generator=generator).clamp(-6, 6)
+    out = rope(x, positions=positions, positions_below=bound)  # rows: tables if bound fits
+    expected = rope(x, positions=positions)
+    torch.testing.assert_close(out, expected, atol=18 * u(torch.float32), rtol=0)
+
+
+def test_explicit_positions_are_never_read_back(monkeypatch):
+    # Documented: choosing rows of the tables would read the positions back (a host sync on
+    # an accelerator), so without a bound they are computed; torch.aminmax is never called.
     rope = RotaryEmbedding(8)
-    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     monkeypatch.setattr(torch, "aminmax", lambda *a, **k: pytest.fail("host sync"))
     x = torch.randn(2, 2, 5, 8, dtype=torch.float64)
     out = rope.double()(x, positions=PER_ROW_POSITIONS)

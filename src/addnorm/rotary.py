@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from addnorm._checks import check_float, check_int, check_positions, check_tensor
@@ -124,9 +125,9 @@ class RotaryEmbedding(nn.Module):
         return self
 
     def _cos_sin(
-        self, length: int, offset: int, positions: torch.Tensor | None
+        self, length: int, offset: int, positions: torch.Tensor | None, below: int | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tables broadcastable against (B, H, L, Dh): a slice of the tables, or computed.
+        """Tables broadcastable against (B, H, L, Dh): rows of the tables, or computed.
 
         Writes no state.
         """
@@ -136,14 +137,23 @@ class RotaryEmbedding(nn.Module):
                 return self.cos_cached[offset:end], self.sin_cached[offset:end]  # (L, Dh)
             past_the_end = torch.arange(offset, end, device=self.cos_cached.device)  # (L,)
             return self._tables(past_the_end, self.cos_cached.dtype)  # (L, Dh)
-        # explicit positions: computed, since choosing rows of the tables would read them back
-        cos, sin = self._tables(positions, self.cos_cached.dtype)  # (L, Dh) or (B, L, Dh)
+        held = below is not None and below <= self.cos_cached.shape[0]
+        if held and not positions.is_floating_point():  # in range, as the caller knows
+            cos = F.embedding(positions, self.cos_cached)  # (L, Dh) or (B, L, Dh)
+            sin = F.embedding(positions, self.sin_cached)
+        else:  # computed: choosing rows of the tables would read the positions back
+            cos, sin = self._tables(positions, self.cos_cached.dtype)  # (L, Dh) or (B, L, Dh)
         if positions.ndim == 2:
             cos, sin = cos[:, None], sin[:, None]  # (B, 1, L, Dh)
         return cos, sin
 
     def forward(
-        self, x: torch.Tensor, *, offset: int = 0, positions: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        *,
+        offset: int = 0,
+        positions: torch.Tensor | None = None,
+        positions_below: int | None = None,
     ) -> torch.Tensor:
         """Rotate queries or keys by their positions.
 
@@ -153,6 +163,10 @@ class RotaryEmbedding(nn.Module):
             positions: explicit positions, shared (L,) or per row (B, L), e.g. for left-padded
                 batched decoding; when given, ``offset`` is ignored. They are moved to x's
                 device if they live elsewhere.
+            positions_below: a bound the caller knows without reading the positions (every
+                one lies in ``[0, positions_below)``), like ``output_size`` in torch: integer
+                positions within the tables are then read from them instead of computed.
+                A wrong bound makes the lookup raise (CPU) or assert (CUDA).
 
         Shapes:
             x: (B, H, L, Dh)
@@ -167,7 +181,9 @@ class RotaryEmbedding(nn.Module):
         batch, _, length, _ = x.shape
         if positions is not None:
             positions = check_positions(positions, batch, length).to(x.device)
-        cos, sin = self._cos_sin(length, offset, positions)
+        if positions_below is not None:
+            check_int("positions_below", positions_below, min_value=0)
+        cos, sin = self._cos_sin(length, offset, positions, positions_below)
         wide = torch.promote_types(x.dtype, cos.dtype)
         x_wide = x.to(wide)
         # rotate_half(x) * sin == roll(x, Dh/2) * [-sin | sin], exactly: the sign moves to the
