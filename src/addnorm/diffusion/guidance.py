@@ -12,6 +12,7 @@ from torch import Tensor
 
 from addnorm._checks import check_float, check_int, check_tensor
 from addnorm.diffusion.sampling import EpsFn
+from addnorm.guidance import guided_prediction
 
 __all__ = ["guided_eps_fn"]
 
@@ -72,7 +73,7 @@ def guided_eps_fn(
         cond, uncond = both.chunk(2)  # 2 x (B, C', ...), C' = C or 2C
         n_channels = x.shape[1]
         pred_cond, pred_uncond = cond[:, :n_channels], uncond[:, :n_channels]
-        guided_pred = pred_uncond + guidance_scale * (pred_cond - pred_uncond)
+        guided_pred = guided_prediction(pred_cond, pred_uncond, guidance_scale)  # (B, C, ...)
         if cond.shape[1] == n_channels:
             return guided_pred
         return torch.cat([guided_pred, cond[:, n_channels:]], dim=1)  # (B, 2C, ...)

@@ -2,9 +2,11 @@
 
     guided = uncond + s * (cond - uncond)        s = guidance scale; s = 1 gives cond
 
-DiT's calling convention: the batch holds 2B rows, the first B conditioned on their classes,
-the last B on the null class (the same noise images in both halves), and the guided result
-is returned for both halves, so a sampler can treat the doubled batch as one.
+(the formula: :func:`addnorm.guidance.guided_prediction`, shared with
+:func:`addnorm.diffusion.guided_eps_fn`). DiT's calling convention: the batch holds 2B rows,
+the first B conditioned on their classes, the last B on the null class (the same noise
+images in both halves), and the guided result is returned for both halves, so a sampler can
+treat the doubled batch as one.
 
 Shapes legend: B batch (of each half), C_out output channels, H x W image.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from addnorm._checks import check_float
+from addnorm.guidance import guided_prediction
 
 __all__ = ["classifier_free_guidance"]
 
@@ -34,5 +37,5 @@ def classifier_free_guidance(
     guidance_scale = check_float("guidance_scale", guidance_scale)
     guided, rest = out[:, :n_guided], out[:, n_guided:]  # (2B, n, H, W), (2B, C_out - n, H, W)
     cond, uncond = guided.chunk(2, dim=0)  # (B, n, H, W) each
-    half = uncond + guidance_scale * (cond - uncond)  # (B, n, H, W)
+    half = guided_prediction(cond, uncond, guidance_scale)  # (B, n, H, W)
     return torch.cat([torch.cat([half, half], dim=0), rest], dim=1)  # (2B, C_out, H, W)
