@@ -71,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     check_out_file(args.out, "--out", make_parents=True)
     if args.save_array is not None:
         check_out_file(args.save_array, "--save-array", make_parents=True)
+    if args.steps < 1:  # its upper bound, the run's diffusion steps, once the run is loaded
+        raise UsageError(f"--steps must be >= 1, got {args.steps}")
     try:
         settings = SampleSettings(steps=args.steps, method=args.method, guidance=args.guidance)
     except (ValueError, TypeError) as err:

@@ -40,7 +40,7 @@ from addnorm.diffusion.reverse import (
 )
 from addnorm.diffusion.sampling import METHODS, EpsFn, run_sampler
 from addnorm.diffusion.schedules import NoiseSchedule, beta_schedule, gather
-from addnorm.diffusion.spacing import SPACINGS, sampling_timesteps
+from addnorm.diffusion.spacing import SPACINGS, spaced_timesteps
 
 __all__ = ["Diffusion"]
 
@@ -195,7 +195,7 @@ class Diffusion:
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
         _check_finite_noise(noise)
-        timesteps = sampling_timesteps(self.n_steps, steps, spacing)
+        timesteps = spaced_timesteps(self.n_steps, steps, spacing)  # checked above
         sample = run_sampler(
             self.noise_schedule.respaced(timesteps),
             eps_fn,

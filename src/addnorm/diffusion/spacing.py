@@ -45,7 +45,7 @@ import numpy as np
 
 from addnorm._checks import check_choice, check_int
 
-__all__ = ["SPACINGS", "sampling_timesteps"]
+__all__ = ["SPACINGS", "sampling_timesteps", "spaced_timesteps"]
 
 SPACINGS = ("strided", "sections", "leading", "trailing", "linspace")
 
@@ -57,6 +57,12 @@ def sampling_timesteps(n_steps: int, steps: int, spacing: str) -> list[int]:
     check_choice("spacing", spacing, SPACINGS)
     if k > n:
         raise ValueError(f"steps ({k}) must be <= n_steps ({n})")
+    return spaced_timesteps(n, k, spacing)
+
+
+def spaced_timesteps(n: int, k: int, spacing: str) -> list[int]:
+    """:func:`sampling_timesteps` on arguments checked already (``1 <= k <= n``, a known
+    spacing), as :meth:`addnorm.diffusion.Diffusion.sample` has them."""
     if spacing == "strided":
         return _strided(n, k)
     if spacing == "sections":
