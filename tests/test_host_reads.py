@@ -27,9 +27,9 @@ from addnorm.transformer.lm import TransformerLM
 
 READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero"}
 # Reads taken on the CPU only, where a read is no synchronisation: attention_mask's
-# ``_no_dead_row`` asks whether any query row sees no key (to skip that work); on an
+# ``_known_no_dead_row`` asks whether any query row sees no key (to skip that work); on an
 # accelerator it takes the general path without reading.
-CPU_ONLY = {"_no_dead_row"}
+CPU_ONLY = {"_known_no_dead_row"}
 
 
 class CountReads(TorchFunctionMode):

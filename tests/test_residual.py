@@ -17,7 +17,7 @@ from torch import nn
 from torch.autograd.functional import jacobian
 
 from addnorm.norms import GroupNorm, LayerNorm, NoNorm, RMSNorm
-from addnorm.residual import NORM_POSITIONS, POSITIONS, AddNorm
+from addnorm.residual import NORM_POSITIONS, AddNorm
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 F64 = torch.float64
@@ -301,9 +301,9 @@ def test_the_norm_call_form_is_chosen_without_reading_signatures(monkeypatch):
         add_norm(torch.randn(1, 2, 8), torch.tanh, padding_mask=padding_mask)
 
 
-def test_norm_positions_are_post_and_pre_under_both_names():
-    """POSITIONS is kept as an alias of NORM_POSITIONS; the attribute is norm_position."""
-    assert POSITIONS is NORM_POSITIONS and NORM_POSITIONS == ("post", "pre")
+def test_norm_positions_are_post_and_pre():
+    """NORM_POSITIONS names the choices; the attribute is norm_position."""
+    assert NORM_POSITIONS == ("post", "pre")
     add_norm = AddNorm(8, norm_position="pre")
     assert add_norm.norm_position == "pre" and "norm_position='pre'" in repr(add_norm)
 

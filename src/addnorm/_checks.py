@@ -13,6 +13,11 @@ Two kinds of check, two places (docs/design.md, "Validation"):
   back from the tensor, a host synchronisation on an accelerator: they are checked where
   values enter, once, at a model's top-level call, ``start``/``generate``, the public
   functions, ``load`` and the CLI, never inside a part's forward.
+
+A frozen config validates its fields once, when it is built. The modules built from it take
+them as they are: a part's public constructor checks what a user passes it, while its
+``from_checked`` constructor (used by the layers, which hold a validated ``LayerConfig``)
+builds the same module without checking the config's fields again.
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ import math
 import numbers
 import operator
 from collections.abc import Container, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
+from torch import nn
 
 __all__ = [
     "assert_in_graph",
@@ -41,7 +47,10 @@ __all__ = [
     "check_weight_dtype",
     "refuse_tracing",
     "same_shape",
+    "unchecked_module",
 ]
+
+_M = TypeVar("_M", bound=nn.Module)
 
 
 def check_int(name: str, value: object, *, min_value: int | None = None) -> int:
@@ -261,3 +270,12 @@ def check_weight_dtype(
         f"{name} has dtype {x.dtype} but the module's weights are {weight.dtype}; convert one "
         f"to the other (module.to({x.dtype}) or {name}.to({weight.dtype}))"
     )
+
+
+def unchecked_module(cls: type[_M]) -> _M:
+    """An instance of the module class ``cls`` holding only ``nn.Module``'s own state:
+    ``cls.__init__``, with its argument checks, is not run. A part's ``from_checked``
+    constructor builds it from arguments a frozen config has validated already."""
+    module = cls.__new__(cls)
+    nn.Module.__init__(module)
+    return module

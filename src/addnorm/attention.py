@@ -30,7 +30,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from addnorm._checks import check_int, check_probability, check_tensor, check_weight_dtype
+from addnorm._checks import (
+    check_int,
+    check_probability,
+    check_tensor,
+    check_weight_dtype,
+    unchecked_module,
+)
 from addnorm.attention_mask import (
     AttentionMask,
     build_attention_mask,
@@ -87,6 +93,15 @@ def _plain_linear(module: nn.Module) -> bool:
     )
 
 
+def check_rotary(rotary: object, d_head: int) -> RotaryEmbedding | None:
+    """``rotary`` as given: None, or a :class:`RotaryEmbedding` of width ``d_head``."""
+    if rotary is not None and not isinstance(rotary, RotaryEmbedding):
+        raise TypeError(f"rotary must be a RotaryEmbedding or None, got {type(rotary).__name__}")
+    if rotary is not None and rotary.d_head != d_head:
+        raise ValueError(f"rotary.d_head ({rotary.d_head}) must equal d_model / n_heads ({d_head})")
+    return rotary
+
+
 def hidden_keys(mask: AttentionMask) -> torch.Tensor | None:
     """True where a key is visible to no query of its row (padding keys among them); None
     when every key is visible. Rows that see no key (opened for the kernel) do not count.
@@ -126,19 +141,31 @@ class MultiHeadAttention(nn.Module):
         rotary: RotaryEmbedding | None = None,
     ) -> None:
         super().__init__()
-        self.d_model = check_int("d_model", d_model, min_value=1)
-        self.n_heads = check_int("n_heads", n_heads, min_value=1)
+        d_model = check_int("d_model", d_model, min_value=1)
+        n_heads = check_int("n_heads", n_heads, min_value=1)
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
-        self.d_head = d_model // n_heads
-        self.dropout = check_probability("dropout", dropout)
-        if rotary is not None and not isinstance(rotary, RotaryEmbedding):
-            got = type(rotary).__name__
-            raise TypeError(f"rotary must be a RotaryEmbedding or None, got {got}")
-        if rotary is not None and rotary.d_head != self.d_head:
-            raise ValueError(
-                f"rotary.d_head ({rotary.d_head}) must equal d_model / n_heads ({self.d_head})"
-            )
+        dropout = check_probability("dropout", dropout)
+        rotary = check_rotary(rotary, d_model // n_heads)
+        self._build(d_model, n_heads, dropout=dropout, bias=bias, rotary=rotary)
+
+    @classmethod
+    def from_checked(
+        cls, d_model: int, n_heads: int, *, dropout: float, bias: bool,
+        rotary: RotaryEmbedding | None,
+    ) -> MultiHeadAttention:
+        """The module the constructor builds, from arguments validated already (a
+        ``LayerConfig``'s fields; ``rotary`` by :func:`check_rotary`): none is checked again."""
+        attention = unchecked_module(cls)
+        attention._build(d_model, n_heads, dropout=dropout, bias=bias, rotary=rotary)
+        return attention
+
+    def _build(
+        self, d_model: int, n_heads: int, *, dropout: float, bias: bool,
+        rotary: RotaryEmbedding | None,
+    ) -> None:
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
+        self.dropout = dropout
         self.rotary = rotary
         self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
@@ -339,8 +366,11 @@ class MultiHeadAttention(nn.Module):
         qk, v = qkv.split([2 * self.d_model, self.d_model], dim=-1)  # (1, N, 2D), (1, N, D)
         if self.rotary is not None:
             packed_positions = packing.positions(positions)  # (1, N)
+            # by default each token's index in its padded row: below the padded length
+            below = packing.length if positions is None else None
             heads = split_heads(qk, 2 * self.n_heads)  # (1, 2H, N, Dh)
-            qk = merge_heads(self.rotary(heads, positions=packed_positions))  # (1, N, 2D)
+            rotated = self.rotary(heads, positions=packed_positions, positions_below=below)
+            qk = merge_heads(rotated)  # (1, N, 2D)
         q, k = split_heads(packing.unpack(qk), 2 * self.n_heads).split(self.n_heads, dim=1)
         return q, k, split_heads(packing.unpack(v), self.n_heads)  # (B, H, L, Dh) each
 

@@ -141,14 +141,15 @@ def build_attention_mask(
         return AttentionMask(None, None, None, False, query_padding)
     allowed = allowed.reshape((1,) * (4 - allowed.ndim) + allowed.shape)  # (B|1, H|1, L|1, S)
     dead = ~allowed.any(dim=-1, keepdim=True)  # (B|1, H|1, L|1, 1)
-    if _no_dead_row(dead):  # nothing to open or zero: every layer skips that work
+    if _known_no_dead_row(dead):  # nothing to open or zero: every layer skips that work
         return AttentionMask(allowed, None, None, False, query_padding)
     return AttentionMask(allowed | dead, dead, dead.all(dim=1), False, query_padding)
 
 
-def _no_dead_row(dead: torch.Tensor) -> bool:
-    """Whether no row is dead, read back where that is free: eager, on the CPU (a CUDA read
-    would sync; a captured graph keeps the general path, which gives the same results)."""
+def _known_no_dead_row(dead: torch.Tensor) -> bool:
+    """Whether it is known that no row is dead: read back where that is free, eager on the
+    CPU; elsewhere False, unread (a CUDA read would sync; a captured graph keeps the general
+    path, which gives the same results)."""
     if dead.device.type != "cpu" or torch.compiler.is_compiling():
         return False
     return not bool(dead.any())

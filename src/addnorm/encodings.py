@@ -252,14 +252,15 @@ class SinusoidalPositionalEncoding(nn.Module):
         return self.table.shape[0]
 
     def _formula(self, rows: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """PE rows ``0 .. rows-1`` from the formula, in ``dtype`` on ``device``.
+        """PE rows ``0 .. rows-1`` from the formula, in ``dtype`` on ``device``, on the
+        module's checked settings (the caller has checked ``rows`` with
+        :func:`check_table_size`).
 
         Shapes:
             returns: (P, D), P = rows
         """
-        return sinusoidal_encoding(
-            rows, self.d_model, base=self.base, layout=self.layout, dtype=dtype, device=device
-        )
+        positions = torch.arange(rows, device=device)  # (P,)
+        return _sinusoids(positions, self.d_model, self.base, self.layout).to(dtype)
 
     def reserve(self, length: int) -> None:
         """Enlarge the table to at least ``length`` rows (``max_len`` grows with it).
@@ -283,6 +284,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         super()._apply(fn, recurse)
         table = self.table
         if table is not before and table.is_floating_point() and not table.is_meta:
+            check_table_size("max_len", table.shape[0], self.d_model, table.device)
             self.table = self._formula(table.shape[0], table.dtype, table.device)
         return self
 

@@ -15,6 +15,7 @@ Each variant is its own class whose forward is its formula: :class:`FeedForward`
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +27,7 @@ from addnorm._checks import (
     check_int,
     check_probability,
     check_tensor,
+    unchecked_module,
 )
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "FeedForward",
     "GatedFeedForward",
     "ReLU",
+    "feedforward_from_checked",
     "make_feedforward",
 ]
 
@@ -49,9 +52,10 @@ class ReLU(nn.ReLU):
     """``nn.ReLU`` whose ``inplace=True`` overwrites its input only when no gradient is wanted.
 
     In training, w1's output is a view of the matrix product's result, and an in-place op on a
-    view makes autograd copy the whole base back in the backward pass (``CopySlices``): that
-    cost 7% of a translator training step, more than the allocation it saves. Without
-    gradients (inference) it writes in place, as ``nn.ReLU(inplace=True)`` does.
+    view makes autograd copy the whole base back in the backward pass (``CopySlices``): a
+    second pass over the (B, L, F) hidden layer, which costs more than the allocation it
+    saves. Without gradients (inference) it writes in place, as ``nn.ReLU(inplace=True)``
+    does.
     """
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
@@ -62,8 +66,8 @@ class ReLU(nn.ReLU):
 class GELU(nn.GELU):
     """``nn.GELU`` with ``nn.ReLU``'s ``inplace`` option: with ``inplace=True`` it overwrites
     its input when no gradient is wanted (with gradients it stays ``F.gelu``, see
-    :class:`ReLU`). The FFN builds it in place on w1's output, a tensor only the FFN holds: a
-    new (B, L, F) tensor per call was a tenth of a DiT-digits forward.
+    :class:`ReLU`). The FFN builds it in place on w1's output, a tensor only the FFN holds, so
+    inference allocates no second (B, L, F) tensor, the widest of a block.
     """
 
     def __init__(self, approximate: str = "none", *, inplace: bool = False) -> None:
@@ -85,14 +89,16 @@ class GELU(nn.GELU):
 
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
     # max(0, h), the paper's; in place without gradients: h is w1's output, a tensor only the
-    # FFN holds, and a new (B, L, F) tensor per call cost 6% of an inference layer at D 512
-    # (torch.nn's fast path is in place too)
+    # FFN holds, so no second (B, L, F) tensor, a layer's widest, is allocated (torch.nn's
+    # fast path is in place too)
     "relu": lambda: ReLU(inplace=True),
     "gelu": lambda: GELU("none", inplace=True),  # h * Phi(h), exact erf
     "gelu_tanh": lambda: GELU("tanh", inplace=True),  # GPT-2 / BERT's tanh approximation
     "swiglu": nn.SiLU,  # silu(x W1) * (x W3): W1 is the gate, W3 the value
 }
 GATED_ACTIVATIONS = ("swiglu",)  # built as GatedFeedForward
+
+_FF = TypeVar("_FF", bound="FeedForward")
 
 
 class FeedForward(nn.Module):
@@ -115,9 +121,9 @@ class FeedForward(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        self.d_model = check_int("d_model", d_model, min_value=1)
-        self.d_ff = check_int("d_ff", d_ff, min_value=1)
-        self.activation = check_choice("activation", activation, ACTIVATIONS)
+        d_model = check_int("d_model", d_model, min_value=1)
+        d_ff = check_int("d_ff", d_ff, min_value=1)
+        check_choice("activation", activation, ACTIVATIONS)
         dropout = check_probability("dropout", dropout)
         check_bool("bias", bias)
         if activation in GATED_ACTIVATIONS and not isinstance(self, GatedFeedForward):
@@ -126,10 +132,27 @@ class FeedForward(nn.Module):
                 f"projection w3; build it with make_feedforward(..., activation={activation!r}) "
                 "or GatedFeedForward(...)"
             )
-        self.w1 = nn.Linear(self.d_model, self.d_ff, bias=bias)
+        self._build(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
+
+    @classmethod
+    def from_checked(
+        cls: type[_FF], d_model: int, d_ff: int, *, activation: str, dropout: float, bias: bool
+    ) -> _FF:
+        """The module the constructor builds, from arguments a frozen config validated
+        already (a ``LayerConfig``'s fields): none is checked again. The class must suit the
+        activation (see :func:`feedforward_from_checked`)."""
+        ff = unchecked_module(cls)
+        ff._build(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
+        return ff
+
+    def _build(
+        self, d_model: int, d_ff: int, *, activation: str, dropout: float, bias: bool
+    ) -> None:
+        self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
+        self.w1 = nn.Linear(d_model, d_ff, bias=bias)
         self.act = ACTIVATIONS[activation]()
         self.dropout = nn.Dropout(dropout)
-        self.w2 = nn.Linear(self.d_ff, self.d_model, bias=bias)
+        self.w2 = nn.Linear(d_ff, d_model, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``w2(dropout(act(w1(x))))``.
@@ -166,7 +189,12 @@ class GatedFeedForward(FeedForward):
     ) -> None:
         check_choice("activation", activation, GATED_ACTIVATIONS)
         super().__init__(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
-        self.w3 = nn.Linear(self.d_model, self.d_ff, bias=bias)
+
+    def _build(
+        self, d_model: int, d_ff: int, *, activation: str, dropout: float, bias: bool
+    ) -> None:
+        super()._build(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
+        self.w3 = nn.Linear(d_model, d_ff, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``w2(dropout(act(w1(x)) * w3(x)))``, ``act`` = SiLU.
@@ -192,5 +220,20 @@ def make_feedforward(
     A gated activation (``"swiglu"``) gives a :class:`GatedFeedForward`, any other a plain
     :class:`FeedForward` (both are ``FeedForward`` instances); the class checks the arguments.
     """
-    cls = GatedFeedForward if activation in GATED_ACTIVATIONS else FeedForward
+    cls = _feedforward_class(activation)
     return cls(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
+
+
+def feedforward_from_checked(
+    d_model: int, d_ff: int, *, activation: str, dropout: float, bias: bool
+) -> FeedForward:
+    """:func:`make_feedforward` for arguments a frozen config validated already (a
+    ``LayerConfig``'s fields), built without checking them again."""
+    cls = _feedforward_class(activation)
+    return cls.from_checked(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
+
+
+def _feedforward_class(activation: str) -> type[FeedForward]:
+    """:class:`GatedFeedForward` for a gated activation (``"swiglu"``), else
+    :class:`FeedForward`."""
+    return GatedFeedForward if activation in GATED_ACTIVATIONS else FeedForward

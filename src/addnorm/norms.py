@@ -54,6 +54,7 @@ from addnorm._checks import (
     check_int,
     check_tensor,
     check_weight_dtype,
+    unchecked_module,
 )
 
 __all__ = [
@@ -61,12 +62,15 @@ __all__ = [
     "GroupNorm",
     "LayerNorm",
     "NORM_KINDS",
+    "N_GROUPS",
     "NoNorm",
     "RMSNorm",
     "make_norm",
+    "norm_from_checked",
 ]
 
 NORM_KINDS = ("layer", "batch", "rms", "group")
+N_GROUPS = 32  # GroupNorm's groups when a kind is built by name (the GroupNorm paper's default)
 
 
 def _check_norm_input(
@@ -87,6 +91,11 @@ def _check_norm_input(
 
 def _check_eps(eps: object) -> float:
     return check_float("eps", eps, min_value=0.0)
+
+
+def _check_groups(n_groups: int, d_model: int) -> None:
+    if d_model % n_groups != 0:
+        raise ValueError(f"d_model ({d_model}) must be divisible by n_groups ({n_groups})")
 
 
 def _statistics_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -178,13 +187,25 @@ class LayerNorm(nn.Module):
         elementwise_affine: bool = True,
     ) -> None:
         super().__init__()
-        self.d_model = check_int("d_model", d_model, min_value=1)
-        self.eps = _check_eps(eps)
+        d_model = check_int("d_model", d_model, min_value=1)
+        eps = _check_eps(eps)
         check_bool("bias", bias)
-        self.elementwise_affine = check_bool("elementwise_affine", elementwise_affine)
-        self.weight = nn.Parameter(torch.ones(self.d_model)) if elementwise_affine else None
+        check_bool("elementwise_affine", elementwise_affine)
+        self._build(d_model, eps=eps, bias=bias, elementwise_affine=elementwise_affine)
+
+    @classmethod
+    def from_checked(cls, d_model: int, *, eps: float, bias: bool) -> LayerNorm:
+        """The norm the constructor builds, from arguments a frozen config validated already
+        (a ``LayerConfig``'s fields): none is checked again."""
+        norm = unchecked_module(cls)
+        norm._build(d_model, eps=eps, bias=bias, elementwise_affine=True)
+        return norm
+
+    def _build(self, d_model: int, *, eps: float, bias: bool, elementwise_affine: bool) -> None:
+        self.d_model, self.eps, self.elementwise_affine = d_model, eps, elementwise_affine
+        self.weight = nn.Parameter(torch.ones(d_model)) if elementwise_affine else None
         has_bias = bias and elementwise_affine
-        self.bias = nn.Parameter(torch.zeros(self.d_model)) if has_bias else None
+        self.bias = nn.Parameter(torch.zeros(d_model)) if has_bias else None
 
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Normalize each token over its features; ``padding_mask`` is accepted and ignored.
@@ -211,9 +232,20 @@ class RMSNorm(nn.Module):
 
     def __init__(self, d_model: int, *, eps: float | None = None) -> None:
         super().__init__()
-        self.d_model = check_int("d_model", d_model, min_value=1)
-        self.eps = None if eps is None else _check_eps(eps)
-        self.weight = nn.Parameter(torch.ones(self.d_model))
+        d_model = check_int("d_model", d_model, min_value=1)
+        self._build(d_model, eps=None if eps is None else _check_eps(eps))
+
+    @classmethod
+    def from_checked(cls, d_model: int, *, eps: float | None) -> RMSNorm:
+        """The norm the constructor builds, from arguments a frozen config validated already
+        (a ``LayerConfig``'s fields): none is checked again."""
+        norm = unchecked_module(cls)
+        norm._build(d_model, eps=eps)
+        return norm
+
+    def _build(self, d_model: int, *, eps: float | None) -> None:
+        self.d_model, self.eps = d_model, eps
+        self.weight = nn.Parameter(torch.ones(d_model))
 
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Scale each token by its root mean square; ``padding_mask`` is accepted and ignored.
@@ -275,15 +307,26 @@ class BatchNorm(nn.Module):
 
     def __init__(self, d_model: int, *, eps: float = 1e-5, momentum: float | None = 0.1) -> None:
         super().__init__()
-        self.d_model = check_int("d_model", d_model, min_value=1)
-        self.eps = _check_eps(eps)
+        d_model = check_int("d_model", d_model, min_value=1)
+        eps = _check_eps(eps)
         if momentum is not None:
             momentum = check_float("momentum", momentum, min_value=0.0, max_value=1.0)
-        self.momentum = momentum
-        self.weight = nn.Parameter(torch.ones(self.d_model))
-        self.bias = nn.Parameter(torch.zeros(self.d_model))
-        self.register_buffer("running_mean", torch.zeros(self.d_model))
-        self.register_buffer("running_var", torch.ones(self.d_model))
+        self._build(d_model, eps=eps, momentum=momentum)
+
+    @classmethod
+    def from_checked(cls, d_model: int, *, eps: float) -> BatchNorm:
+        """The norm the constructor builds (momentum 0.1), from arguments a frozen config
+        validated already (a ``LayerConfig``'s fields): none is checked again."""
+        norm = unchecked_module(cls)
+        norm._build(d_model, eps=eps, momentum=0.1)
+        return norm
+
+    def _build(self, d_model: int, *, eps: float, momentum: float | None) -> None:
+        self.d_model, self.eps, self.momentum = d_model, eps, momentum
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+        self.register_buffer("running_mean", torch.zeros(d_model))
+        self.register_buffer("running_var", torch.ones(d_model))
         self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
 
     def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> BatchNorm:
@@ -370,13 +413,25 @@ class GroupNorm(nn.Module):
 
     def __init__(self, n_groups: int, d_model: int, *, eps: float = 1e-5) -> None:
         super().__init__()
-        self.n_groups = check_int("n_groups", n_groups, min_value=1)
-        self.d_model = check_int("d_model", d_model, min_value=1)
-        if d_model % n_groups != 0:
-            raise ValueError(f"d_model ({d_model}) must be divisible by n_groups ({n_groups})")
-        self.eps = _check_eps(eps)
-        self.weight = nn.Parameter(torch.ones(self.d_model))
-        self.bias = nn.Parameter(torch.zeros(self.d_model))
+        n_groups = check_int("n_groups", n_groups, min_value=1)
+        d_model = check_int("d_model", d_model, min_value=1)
+        _check_groups(n_groups, d_model)
+        self._build(n_groups, d_model, eps=_check_eps(eps))
+
+    @classmethod
+    def from_checked(cls, n_groups: int, d_model: int, *, eps: float) -> GroupNorm:
+        """The norm the constructor builds, from a ``d_model`` and ``eps`` a frozen config
+        validated already (a ``LayerConfig``'s), which are not checked again. The group
+        count is no config field: ``d_model`` is still checked against it."""
+        _check_groups(n_groups, d_model)
+        norm = unchecked_module(cls)
+        norm._build(n_groups, d_model, eps=eps)
+        return norm
+
+    def _build(self, n_groups: int, d_model: int, *, eps: float) -> None:
+        self.n_groups, self.d_model, self.eps = n_groups, d_model, eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
 
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Normalize each sample's feature groups over the group and its real positions.
@@ -439,7 +494,7 @@ def make_norm(
     *,
     eps: float | None = 1e-5,
     bias: bool = True,
-    n_groups: int = 32,
+    n_groups: int = N_GROUPS,
 ) -> nn.Module:
     """Build the norm named by ``kind``: ``"layer" | "batch" | "rms" | "group"``.
 
@@ -464,3 +519,16 @@ def make_norm(
     if kind == "batch":
         return BatchNorm(d_model, eps=eps)
     return GroupNorm(n_groups, d_model, eps=eps)
+
+
+def norm_from_checked(kind: str, d_model: int, *, eps: float, bias: bool) -> nn.Module:
+    """:func:`make_norm` for arguments a frozen config validated already (a ``LayerConfig``'s
+    fields), built without checking them again. ``bias`` is LayerNorm's (the other kinds fix
+    theirs); a GroupNorm has ``N_GROUPS`` groups."""
+    if kind == "layer":
+        return LayerNorm.from_checked(d_model, eps=eps, bias=bias)
+    if kind == "rms":
+        return RMSNorm.from_checked(d_model, eps=eps)
+    if kind == "batch":
+        return BatchNorm.from_checked(d_model, eps=eps)
+    return GroupNorm.from_checked(N_GROUPS, d_model, eps=eps)

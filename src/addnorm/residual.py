@@ -16,13 +16,12 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _NormBase
 
-from addnorm._checks import check_choice, check_int, check_probability
+from addnorm._checks import check_choice, check_int, check_probability, unchecked_module
 from addnorm.norms import NoNorm, _check_norm_input, make_norm
 
-__all__ = ["NORM_POSITIONS", "POSITIONS", "AddNorm"]
+__all__ = ["NORM_POSITIONS", "AddNorm"]
 
 NORM_POSITIONS = ("post", "pre")
-POSITIONS = NORM_POSITIONS  # the former name, kept as an alias
 
 # torch's own last-dim norms (and the identity), whose forward takes no padding_mask.
 _MASKLESS_TORCH_NORMS = (nn.LayerNorm, nn.RMSNorm, nn.Identity)
@@ -67,14 +66,32 @@ class AddNorm(nn.Module):
         eps: float = 1e-5,
     ) -> None:
         super().__init__()
-        self.d_model = check_int("d_model", d_model, min_value=1)
-        self.norm_position = check_choice("norm_position", norm_position, NORM_POSITIONS)
+        d_model = check_int("d_model", d_model, min_value=1)
+        norm_position = check_choice("norm_position", norm_position, NORM_POSITIONS)
         if isinstance(norm, str):
-            norm = make_norm(norm, self.d_model, eps=eps)
+            norm = make_norm(norm, d_model, eps=eps)
         else:
-            _check_injected_norm(norm, self.d_model)
+            _check_injected_norm(norm, d_model)
+        dropout = check_probability("dropout", dropout)
+        self._build(d_model, norm_position=norm_position, norm=norm, dropout=dropout)
+
+    @classmethod
+    def from_checked(
+        cls, d_model: int, *, norm_position: str, norm: nn.Module, dropout: float
+    ) -> AddNorm:
+        """The module the constructor builds, from arguments a frozen config validated
+        already (a ``LayerConfig``'s fields, and ``norm`` built from them): none is checked
+        again."""
+        add_norm = unchecked_module(cls)
+        add_norm._build(d_model, norm_position=norm_position, norm=norm, dropout=dropout)
+        return add_norm
+
+    def _build(
+        self, d_model: int, *, norm_position: str, norm: nn.Module, dropout: float
+    ) -> None:
+        self.d_model, self.norm_position = d_model, norm_position
         self.norm = norm
-        self.dropout = nn.Dropout(check_probability("dropout", dropout))
+        self.dropout = nn.Dropout(dropout)
         maskless = isinstance(norm, _MASKLESS_TORCH_NORMS) and not isinstance(norm, NoNorm)
         self._norm_takes_padding_mask = not maskless
 

@@ -10,6 +10,7 @@ import torch
 from tolerances import FLOAT64_EXACT
 from torch import nn
 
+from addnorm import attention, feedforward, norms, residual
 from addnorm.attention import (
     AttentionMask,
     MultiHeadAttention,
@@ -17,8 +18,11 @@ from addnorm.attention import (
     self_attention_mask,
 )
 from addnorm.cache import KVCache, LayerCache
+from addnorm.feedforward import make_feedforward
+from addnorm.norms import make_norm
+from addnorm.residual import AddNorm
 from addnorm.transformer.config import LayerConfig
-from addnorm.transformer.layers import DecoderLayer, EncoderLayer
+from addnorm.transformer.layers import DecoderLayer, EncoderLayer, norm_module, xavier_init_
 
 D, H, FF = 16, 4, 32
 F64 = torch.float64  # every comparison below is float64, so FLOAT64_EXACT bounds it
@@ -193,6 +197,59 @@ def test_bias_false_removes_every_linear_and_layer_norm_bias():
     layer = DecoderLayer(LayerConfig(D, H, FF, bias=False))
     names = [name for name, _ in layer.named_parameters()]
     assert not [n for n in names if n.endswith("bias")], names
+
+
+def _settings(module: nn.Module) -> dict:
+    """A module's own attributes (sizes, eps, dropout, choices), nn.Module's tables left out."""
+    return {k: v for k, v in vars(module).items() if not isinstance(v, dict | set)}
+
+
+@pytest.mark.parametrize("norm", ["layer", "batch", "rms", "group"])
+@pytest.mark.parametrize("activation", ["relu", "swiglu"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_layer_parts_equal_those_the_parts_public_constructors_build(norm, activation, bias):
+    """A layer builds its parts from the validated config without checking its fields again
+    (``from_checked``). Oracle: the same parts from their public constructors, which check
+    them, in the layer's order and from the same seed."""
+    d, eps = 32, 1e-3  # d: a multiple of GroupNorm's 32 groups
+    cfg = LayerConfig(d, H, 64, dropout=0.1, activation=activation, norm=norm, norm_eps=eps,
+                      norm_position="pre", bias=bias)
+    torch.manual_seed(0)
+    layer = EncoderLayer(cfg)
+    torch.manual_seed(0)
+    ref = nn.Module()
+    ref.self_attn = MultiHeadAttention(d, H, dropout=0.1, bias=bias)
+    ref.ff = make_feedforward(d, 64, activation=activation, dropout=0.1, bias=bias)
+    for name in ("attn_add_norm", "ff_add_norm"):  # make_norm: bias=False for LayerNorm only
+        kind = make_norm(norm, d, eps=eps, bias=bias or norm != "layer")
+        setattr(ref, name, AddNorm(d, norm_position="pre", norm=kind, dropout=0.1))
+    xavier_init_(ref)
+    pairs = list(zip(layer.named_modules(), ref.named_modules(), strict=True))[1:]
+    for (name, ours), (ref_name, theirs) in pairs:
+        assert (name, type(ours), repr(ours)) == (ref_name, type(theirs), repr(theirs))
+        assert _settings(ours) == _settings(theirs), name
+    assert layer.state_dict().keys() == ref.state_dict().keys()
+    for key, value in layer.state_dict().items():
+        assert torch.equal(value, ref.state_dict()[key]), key
+
+
+def test_a_layer_does_not_check_its_configs_fields_again(monkeypatch):
+    """LayerConfig checked them when it was built (docs/design.md, "Validation"): building
+    the layers and the config's norm calls no check of the parts' modules."""
+    cfg = LayerConfig(D, H, FF, activation="swiglu")
+
+    def checked_again(*args, **kwargs):
+        raise AssertionError(f"a config field checked again: {args}")
+
+    for module in (attention, feedforward, norms, residual):
+        for name in ("check_int", "check_float", "check_probability", "check_choice", "check_bool"):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, checked_again)
+    EncoderLayer(cfg)
+    DecoderLayer(cfg)
+    norm_module(cfg)
+    with pytest.raises(AssertionError, match="checked again"):  # a part built alone checks
+        norms.LayerNorm(D)
 
 
 def test_dropout_reaches_attention_sublayers_and_ffn():

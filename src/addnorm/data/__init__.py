@@ -1,5 +1,7 @@
 """Data that ships with the install: the date-normalization task (generated), character text
-from ``pydoc_data.topics``, character tokenizers and training batch sources."""
+from ``pydoc_data.topics``, scikit-learn's digits (``digits``), character tokenizers, a
+pretrained model's ``tokenizer.json`` (``pretrained_tokenizer``) and training batch
+sources."""
 
 from addnorm.data.batches import DateBatches, TextBatches
 from addnorm.data.dates import FORMATS, format_date, random_examples

@@ -66,7 +66,7 @@ class Digits:
 def load_digits(split: str) -> Digits:
     """The ``train`` or ``test`` split of scikit-learn's digits (see the module docstring)."""
     check_choice("split", split, SPLITS)
-    from sklearn.datasets import load_digits as sklearn_digits  # ~0.2 s; only when needed
+    from sklearn.datasets import load_digits as sklearn_digits  # a slow import: when needed
 
     data = sklearn_digits()
     pixels = np.asarray(data.images, dtype=np.float32)  # (1797, 8, 8), 0..16

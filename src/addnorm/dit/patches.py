@@ -84,7 +84,7 @@ def grid_to_tokens(features: torch.Tensor) -> torch.Tensor:
 
     The result is contiguous: a transposed view would carry its channels-first layout into
     the residual stream (elementwise ops keep their input's layout), and every Linear and
-    norm of every block would then copy it first (about 10% of a DiT-digits forward).
+    norm of every block would then copy it first; one copy here replaces them all.
 
     Shapes:
         features: (B, D, h, w)

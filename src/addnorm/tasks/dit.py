@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from addnorm._checks import check_choice, check_float, check_int
+from addnorm._checks import check_choice, check_float
 from addnorm.data.batches import DigitBatches
 from addnorm.data.digits import IMAGE_SIZE, N_CLASSES, to_pixel_scale
 from addnorm.diffusion import Diffusion, guided_eps_fn
@@ -37,9 +37,10 @@ class SampleSettings:
     Fréchet distance of 0.26-0.28, scale 3 gave 0.98-1.00 and 0.57-0.60 (DiT's paper uses
     1.5 for FID and 4 for its figures).
 
-    Accepted: ``steps >= 1`` (and at most the task's ``n_steps``, checked by
-    :meth:`DiTTask.sample`), any finite ``guidance >= 0``. Every step count works with both
-    methods (:mod:`addnorm.diffusion.spacing`). A guidance scale whose samples overflow
+    Accepted: ``steps`` from 1 to the task's ``n_steps``, checked where both bounds are known,
+    by the sampler (:meth:`addnorm.diffusion.Diffusion.sample`); any finite
+    ``guidance >= 0``. Every step count works with both methods
+    (:mod:`addnorm.diffusion.spacing`). A guidance scale whose samples overflow
     float32 (far beyond any useful one: measured where ``guidance * |cond - uncond|`` passes
     about 1e19) raises FloatingPointError from the sampler instead of returning NaN; see
     :func:`addnorm.diffusion.guided_eps_fn` for why no fixed bound would be honest."""
@@ -49,7 +50,6 @@ class SampleSettings:
     guidance: float = 3.0
 
     def __post_init__(self) -> None:
-        check_int("steps", self.steps, min_value=1)
         check_choice("method", self.method, ("ddim", "ddpm"))
         check_float("guidance", self.guidance, min_value=0.0)
 
@@ -78,9 +78,10 @@ class DiTTask:
 
     @staticmethod
     def default_train_config() -> TrainConfig:
-        """About 4 minutes on 2 CPU cores (2500 steps of 64 digits at 0.09-0.11 s each); the
-        EMA of the weights (decay 0.995: a horizon of ~200 steps, short enough for a short run)
-        is what gets sampled and scored."""
+        """2500 steps of 64 digits, sized to end within the ``max_minutes`` budget on a 2-core
+        CPU (``addnorm bench --only small`` times one such step); the EMA of the weights
+        (decay 0.995: a horizon of ~200 steps, short enough for a short run) is what gets
+        sampled and scored."""
         return TrainConfig(
             max_steps=2500,
             max_minutes=4.25,

@@ -171,7 +171,7 @@ def check_run_fits(plan: RunPlan, device: str) -> None:
     model_cfg = task.prepare(model_cfg)
     if task.name == "translate":
         _check_translate_eval_size(train_cfg.eval_size)
-    length, eval_batch = _sequence_length(task, model_cfg, train_cfg)
+    length, eval_batch = _length_and_eval_batch(task, model_cfg, train_cfg)
     limit = available_memory(device)
     if limit is None:
         return
@@ -222,7 +222,7 @@ def _length(settings: dict, fixed: int | None) -> int:
     return settings["seq_len"] if fixed is None else fixed
 
 
-def _sequence_length(task, model_cfg, train_cfg):
+def _length_and_eval_batch(task, model_cfg, train_cfg):
     """The tokens of one sequence (None: ``seq_len``) and the evaluation batch (a function of
     the settings) of ``task``."""
     if task.name == "translate":

@@ -3,10 +3,11 @@
 A run directory holds ``addnorm-run.json`` (the marker that proves addnorm started the run;
 see ``addnorm.training.run_dir``), ``checkpoints/`` (see ``addnorm.training.checkpoint``),
 ``metrics.jsonl`` (one line per logged step), ``loss.png`` (the loss curve) and, after a run
-that was not stopped by a signal, ``metrics.json`` (the held-out figures: ``test_exact_match`` for
-translate, ``val_bpc`` for lm; ``"weights"``: ``"ema"`` when the run kept an EMA of its
-weights (``ema_decay > 0``) and was scored with it, else ``"raw"``; ``"samples"``: a few
-held-out predictions for translate, text continuations for lm).
+that was not stopped by a signal, ``metrics.json`` (the held-out figures: ``test_exact_match``
+for translate, ``val_bpc`` for lm, ``class_agreement`` and its companions for dit;
+``"weights"``: ``"ema"`` when the run kept an EMA of its weights (``ema_decay > 0``) and was
+scored with it, else ``"raw"``; ``"samples"``: a few held-out predictions for translate, text
+continuations for lm, one generated digit per class for dit).
 
 ``train_run`` is the run-orchestration entry (the CLI's ``addnorm train`` and ``addnorm demo``
 call it): unlike the library, it owns the global random state (it seeds every global generator

@@ -1,8 +1,8 @@
 """``Task``: what the run orchestration (``addnorm.tasks.run``) and the CLI need from a
 task.
 
-``TranslateTask`` and ``LMTask`` meet it; ``addnorm.tasks.run.TASKS`` maps task names to their
-classes.
+``TranslateTask``, ``LMTask`` and ``DiTTask`` meet it; ``addnorm.tasks.run.TASKS`` maps task
+names to their classes.
 Model configs and models are typed loosely here (each task takes its own config class and
 model), and each task narrows them in its own signatures.
 """

@@ -82,12 +82,12 @@ class TranslateTask:
     def default_train_config() -> TrainConfig:
         """Settings that reach >= 98% exact match within the default time budget on 2 cores.
 
-        600 steps of 64 examples take 30-80 s on 2 idle cores and reached 99.80-99.90% (seed 0)
-        and 99.65% (seed 1) held-out test exact match in our runs (800 steps: 99.95%); the
-        loss reaches its floor by about step 300. The cosine schedule ends at ``max_steps``,
-        so a short step budget lets a slow machine finish it well inside the 4-minute time
-        budget instead of being stopped by the clock at a high learning rate. Label
-        smoothing 0.1 is the paper's value (it also helped here).
+        600 steps of 64 examples reached 99.80-99.90% (seed 0) and 99.65% (seed 1) held-out
+        test exact match in our runs (800 steps: 99.95%); the loss reaches its floor by about
+        step 300. The cosine schedule ends at ``max_steps``, so a short step budget lets a
+        slow machine finish it well inside the 4-minute time budget instead of being stopped
+        by the clock at a high learning rate (``addnorm bench --only small`` times one step).
+        Label smoothing 0.1 is the paper's value (it also helped here).
         """
         return TrainConfig(
             max_steps=600,

@@ -1,6 +1,7 @@
 """Training: a generic trainer (AdamW, schedules, clipping, accumulation, bf16, EMA, budgets,
-exact resume), atomic safetensors checkpoints, metrics, and the two tasks (``translate``,
-``lm``) wired to the models."""
+exact resume), atomic safetensors checkpoints, metrics, run folders, memory estimates and
+data parallelism. The tasks that wire it to the models live above it, in
+:mod:`addnorm.tasks`."""
 
 from addnorm.safe_files import CheckpointError
 from addnorm.training.checkpoint import load_checkpoint, save_checkpoint

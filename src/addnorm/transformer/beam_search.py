@@ -182,7 +182,7 @@ def _add_finished(beams: _Beams, sequences: Tensor, scores: Tensor) -> None:
 
 
 def _update_done(beams: _Beams, length: int, max_new: int, penalty: float) -> None:
-    """Mark rows whose K finished hypotheses no live beam can beat (see ``_beam_search``)."""
+    """Mark rows whose K finished hypotheses no live beam can beat (see :func:`beam_search`)."""
     best_sum = beams.alive_scores.amax(dim=-1)  # (B,), <= 0 or -inf
     reachable = torch.maximum(
         best_sum / float(length + 1) ** penalty, best_sum / float(max_new) ** penalty

@@ -31,13 +31,12 @@ from addnorm.family import ActivationShape
 from addnorm.feedforward import ACTIVATIONS, GATED_ACTIVATIONS
 from addnorm.norms import NORM_KINDS
 from addnorm.packing import check_unpad
-from addnorm.residual import POSITIONS
+from addnorm.residual import NORM_POSITIONS
 
 __all__ = [
     "EMBED_SCALES",
     "LM_PRESETS",
     "POSITION_ENCODINGS",
-    "POSITION_KINDS",
     "PRESETS",
     "TRANSFORMER_PRESETS",
     "LMConfig",
@@ -46,7 +45,6 @@ __all__ = [
 ]
 
 POSITION_ENCODINGS = ("sinusoidal", "learned", "rotary", "none")
-POSITION_KINDS = POSITION_ENCODINGS  # its name before position_encoding and norm_position
 # The factor on the token embeddings: the paper's sqrt(d_model) (section 3.4), or none (GPT-2,
 # BERT: their tables are trained at the scale of the position table).
 EMBED_SCALES = ("sqrt_d_model", "none")
@@ -123,7 +121,7 @@ def _check_layer(cfg: LayerConfig | _ModelConfig) -> None:
     check_probability("dropout", cfg.dropout)
     check_choice("activation", cfg.activation, tuple(ACTIVATIONS))
     check_choice("norm", cfg.norm, NORM_KINDS)
-    check_choice("norm_position", cfg.norm_position, POSITIONS)
+    check_choice("norm_position", cfg.norm_position, NORM_POSITIONS)
     check_float("norm_eps", cfg.norm_eps, min_value=0.0)
     if not isinstance(cfg.bias, bool):
         raise TypeError(f"bias must be a bool, got {cfg.bias!r}")
@@ -176,8 +174,9 @@ class _ModelConfig(_ConfigBase):
         )
 
 
-def _check_body(cfg: TransformerConfig | LMConfig) -> None:
-    """Checks shared by both generating configs: the layer settings, causality, positions."""
+def _check_generating_config(cfg: TransformerConfig | LMConfig) -> None:
+    """Checks shared by both generating configs: the layer settings, causality (no GroupNorm),
+    the model's edges and the tied output."""
     _check_layer(cfg)
     if cfg.norm == "group":
         raise ValueError(
@@ -185,14 +184,14 @@ def _check_body(cfg: TransformerConfig | LMConfig) -> None:
             "positions, so a causal decoder would see the future (use 'layer' or 'rms'; "
             "addnorm.norms.GroupNorm stays available for non-causal stacks)"
         )
-    _check_input_layer(cfg)
+    _check_model_edges(cfg)
     if not isinstance(cfg.tie_output, bool):
         raise TypeError(f"tie_output must be a bool, got {cfg.tie_output!r}")
 
 
-def _check_input_layer(cfg: Any) -> None:
-    """Checks every whole-model config shares (``EncoderConfig`` too): the position code and
-    its table, the embedding scale, the final norm."""
+def _check_model_edges(cfg: Any) -> None:
+    """Checks every whole-model config shares (``EncoderConfig`` too), of the parts around its
+    layers: the position code and its table, the embedding scale, the final norm."""
     check_choice("position_encoding", cfg.position_encoding, POSITION_ENCODINGS)
     check_choice("embed_scale", cfg.embed_scale, EMBED_SCALES)
     check_float("position_base", cfg.position_base, min_value=1.0, min_inclusive=False)
@@ -292,7 +291,7 @@ class TransformerConfig(_ModelConfig):
     unpad: bool = False
 
     def __post_init__(self) -> None:
-        _check_body(self)
+        _check_generating_config(self)
         check_unpad(self.unpad, self.norm)  # group norm is refused above anyway
         check_int("src_vocab_size", self.src_vocab_size, min_value=1)
         check_int("tgt_vocab_size", self.tgt_vocab_size, min_value=1)
@@ -374,7 +373,7 @@ class LMConfig(_ModelConfig):
     eos_id: int = 2
 
     def __post_init__(self) -> None:
-        _check_body(self)
+        _check_generating_config(self)
         check_int("vocab_size", self.vocab_size, min_value=1)
         check_int("n_layers", self.n_layers, min_value=1)
         names = ("bos_id", "eos_id") if self.pad_id is None else ("pad_id", "bos_id", "eos_id")

@@ -188,9 +188,10 @@ def check_step(tokens: torch.Tensor, cache: object, *, needs_memory: bool) -> No
 
 # Inductor settings of a decode step compiled for the CPU (on other devices: the defaults).
 # - decompose_mm_pass: a one-row matmul (batch 1) becomes a fused multiply-and-sum kernel,
-#   which streams the weights at memory speed; torch's own matrix-vector product reads them
-#   about 5x slower at these sizes (17 projections of a 4-layer, D 256 model: 1.7 ms -> 0.36
-#   ms on a 2-core AVX2 machine).
+#   which streams the weights at memory speed; torch's own matrix-vector product falls well
+#   short of it at a small model's widths. The projections are most of a decode step's
+#   work, so this is most of what compiling gains (``addnorm bench --only decoding
+#   --compile`` and benchmarks/compiled_decoding.py time the step both ways).
 # - cpp_wrapper: the code that calls the step's kernels is C++ rather than Python.
 CPU_STEP_OPTIONS: dict[str, Any] = {
     "post_grad_fusion_options": {"decompose_mm_pass": {}},
@@ -210,8 +211,9 @@ def compiled_step(step: StepFn) -> StepFn:
 
     Build one wrapper per ``generate`` call: its first call checks all of dynamo's guards
     (and compiles on a miss); its later calls, the same model, cache and shapes one step on,
-    skip the guards that every cached graph shares (``skip_guard_eval_unsafe``), which cost
-    more than a fifth of a small model's compiled step. CPU steps compile with
+    skip the guards that every cached graph shares (``skip_guard_eval_unsafe``): checked in
+    Python at every call, they are a large share of a small model's compiled step, whose
+    kernels are short. CPU steps compile with
     :data:`CPU_STEP_OPTIONS`.
 
     Shapes:

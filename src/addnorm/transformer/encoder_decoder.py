@@ -8,8 +8,9 @@ in :mod:`addnorm.transformer.embedding`; decoding hooks in :mod:`addnorm.transfo
 
 Decoding: ``start(...) -> (cache, logits (B, V))`` runs the source once and fills a
 preallocated :class:`~addnorm.cache.DecodingCache`; ``step(tokens (B, 1), cache) -> logits
-(B, V)`` feeds one token per row; ``generate`` drives them with
-:func:`addnorm.transformer.generation.generate_tokens`, never emitting ``pad_id`` or ``bos_id``.
+(B, V)`` feeds one token per row; ``generate`` checks its settings once
+(:func:`~addnorm.transformer.decoding.start_generation`) and drives them with the one decode
+loop, :func:`addnorm.transformer.generation.decode`, never emitting ``pad_id`` or ``bos_id``.
 """
 
 from __future__ import annotations

@@ -40,8 +40,8 @@ from addnorm.packing import check_unpad
 from addnorm.pretrained import PretrainedMixin
 from addnorm.transformer.config import (
     EmbedScale,
-    _check_input_layer,
     _check_layer,
+    _check_model_edges,
     _check_token_id,
     _ModelConfig,
 )
@@ -53,7 +53,7 @@ from addnorm.transformer.embedding import (
     position_module,
     rotary_for,
 )
-from addnorm.transformer.layers import EncoderLayer, layer_norm_module
+from addnorm.transformer.layers import EncoderLayer, norm_module
 from addnorm.transformer.stacks import Encoder
 
 __all__ = ["ClsPooler", "EncoderConfig", "EncoderEmbedder", "EncoderModel", "mean_pool"]
@@ -112,7 +112,7 @@ class EncoderConfig(_ModelConfig):
         check_unpad(self.unpad, self.norm)
         check_int("vocab_size", self.vocab_size, min_value=1)
         check_int("n_layers", self.n_layers, min_value=1)
-        _check_input_layer(self)
+        _check_model_edges(self)
         check_int("n_token_types", self.n_token_types, min_value=0)
         check_bool("embed_norm", self.embed_norm)
         check_bool("pooler", self.pooler)
@@ -165,7 +165,7 @@ class EncoderEmbedder(nn.Module):
         self.token_types = (
             nn.Embedding(cfg.n_token_types, cfg.d_model) if cfg.n_token_types else None
         )
-        self.norm = layer_norm_module(cfg.layer_config()) if cfg.embed_norm else NoNorm()
+        self.norm = norm_module(cfg.layer_config()) if cfg.embed_norm else NoNorm()
         self.dropout = nn.Dropout(cfg.dropout)
         self.reset_parameters()
 

@@ -50,11 +50,12 @@ class GenerationConfig:
             GPT-2's) writes the first stop id instead (see :attr:`fill_id`).
         compile: run the model's cached ``step`` compiled (``torch.compile(fullgraph=True)``)
             over a cache in the static layout (see :mod:`addnorm.cache`): the first call
-            pays the compile (20-30 s on a 2-core CPU; a few seconds once inductor's disk
-            cache holds the kernels), later steps and calls with the same shapes reuse it.
-            At batch 1 on the CPU a step is then about 3-5x faster (see
-            :func:`addnorm.transformer.decoding.compiled_step`). The tokens are those of
-            eager decoding (up to floating-point rounding).
+            pays the compile (less once inductor's disk cache holds the kernels), later
+            steps and calls with the same shapes reuse it. It pays off for long or repeated
+            generations, most at batch 1 on the CPU, where the step's one-row products
+            become fused kernels (see :func:`addnorm.transformer.decoding.compiled_step`;
+            benchmarks/compiled_decoding.py prints the compile time and the speed-up). The
+            tokens are those of eager decoding (up to floating-point rounding).
     """
 
     max_new_tokens: int = 64

@@ -2,8 +2,9 @@
 
 Shapes legend: B batch, L sequence length, L0 prompt length, D d_model, V vocab,
 N generated tokens. Embeddings, positions, padding and decoding work as for the
-encoder-decoder (see :mod:`addnorm.transformer`); prompts for generation are left-padded and
-each row's positions count its real tokens only.
+encoder-decoder (see :mod:`addnorm.transformer.embedding` and
+:mod:`addnorm.transformer.decoding`); prompts for generation are left-padded and each row's
+positions count its real tokens only.
 """
 
 from __future__ import annotations

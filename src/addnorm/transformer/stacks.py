@@ -31,7 +31,7 @@ from addnorm.norms import NoNorm
 from addnorm.packing import Packing, check_unpad
 from addnorm.rotary import RotaryEmbedding
 from addnorm.transformer.config import LayerConfig
-from addnorm.transformer.layers import DecoderLayer, EncoderLayer, layer_norm_module
+from addnorm.transformer.layers import DecoderLayer, EncoderLayer, norm_module
 
 __all__ = ["Decoder", "Encoder", "EncoderDecoder"]
 
@@ -42,7 +42,7 @@ def _final_norm(final_norm: bool | None, cfg: LayerConfig) -> nn.Module:
         final_norm = cfg.norm_position == "pre"
     if not isinstance(final_norm, bool):
         raise TypeError(f"final_norm must be a bool or None, got {type(final_norm).__name__}")
-    return layer_norm_module(cfg) if final_norm else NoNorm()
+    return norm_module(cfg) if final_norm else NoNorm()
 
 
 def _layer_caches(cache: object, n_layers: int) -> list[LayerCache] | list[None]:
