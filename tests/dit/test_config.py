@@ -81,8 +81,27 @@ def test_configs_are_frozen_and_replace_validates_again():
         ({"d_freq": 2, "timestep_downscale_freq_shift": 1.0}, ValueError,
          r"d_freq // 2 \(1\) must exceed timestep_downscale_freq_shift \(1.0\)"),
         ({"norm_eps": -1.0}, ValueError, r"norm_eps must be >= 0.0, got -1.0"),
+        ({"conditioning": "per-block"}, ValueError,
+         r"conditioning must be one of 'shared', 'per_block'; got 'per-block'"),
     ],
 )
 def test_bad_values_raise_naming_them(changes, error, match):
     with pytest.raises(error, match=match):
         dataclasses.replace(DIT_PRESETS["DiT-digits"], **changes)
+
+
+@pytest.mark.parametrize("name", ["DiT-digits", "DiT-digits-tiny"])
+def test_per_block_counts_match_the_built_model(name):
+    # Provenance: the built model's sum(numel). Per block: one timestep MLP and label table
+    # more than the shared layout has, (256 D + D + D^2 + D) + (n_classes + 1) D each.
+    shared = DIT_PRESETS[name]
+    cfg = dataclasses.replace(shared, conditioning="per_block")
+    dit = DiT(cfg)
+    built = sum(p.numel() for p in dit.parameters())
+    d = cfg.d_model
+    pair = (256 * d + d + d * d + d) + (cfg.n_classes + 1) * d
+    assert built == sum(p.numel() for p in DiT(shared).parameters()) + (cfg.n_layers - 1) * pair
+    assert cfg.count_parameters() == built  # the label table has its null row (dropout 0.1)
+    assert cfg.count_buffers() == sum(b.numel() for b in dit.buffers())
+    assert cfg.activation_shape() == shared.activation_shape()  # the blocks' widths alone
+    assert DiTConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg

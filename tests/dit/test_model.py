@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from tolerances import FLOAT64_EXACT
+from tolerances import FLOAT32_MODEL, FLOAT64_EXACT
 
 from addnorm.dit import DIT_PRESETS, DiT, DiTBlock, DiTConfig
 
@@ -237,3 +237,165 @@ def test_a_forward_hook_on_every_block_fires_in_order():
         block.register_forward_hook(lambda module, args, out: fired.append(module))
     dit(*inputs())
     assert fired == blocks and len(blocks) == CFG.n_layers
+
+
+# ------------------------------------------------- per-block conditioning (diffusers' layout)
+
+PER_BLOCK = dataclasses.replace(CFG, conditioning="per_block")
+
+
+def shared_as_per_block(shared: DiT) -> DiT:
+    """A per-block DiT holding ``shared``'s weights, its embedders copied into every block."""
+    dit = DiT(dataclasses.replace(shared.cfg, conditioning="per_block")).to(F64)
+    weights = {k: v for k, v in shared.state_dict().items()
+               if not k.startswith(("timestep_embed.", "class_embed."))}
+    for i in range(shared.cfg.n_layers):
+        for name in ("timestep_embed", "class_embed"):
+            for key, value in getattr(shared, name).state_dict().items():
+                weights[f"block_embeds.{i}.{name}.{key}"] = value
+    dit.load_state_dict(weights)
+    return dit.train(shared.training)
+
+
+def test_a_fresh_per_block_dit_outputs_exactly_zero():
+    # adaLN-Zero holds in either layout: the final modulation and linear start at zero.
+    torch.manual_seed(0)
+    dit = DiT(PER_BLOCK)
+    x, t, y = inputs()
+    out = dit(x.float(), t.float(), y)
+    assert out.shape == (4, 8, 8, 8)
+    assert torch.equal(out, torch.zeros_like(out))
+    # Each block's pair follows DiT's rule (N(0, 0.02^2) tables, zero timestep biases), and
+    # the blocks' pairs are separate draws.
+    tables = [embed.class_embed.table.weight for embed in dit.block_embeds]
+    assert not torch.equal(tables[0], tables[1])
+    assert all(torch.equal(e.timestep_embed.w1.bias, torch.zeros(32)) for e in dit.block_embeds)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_per_block_with_equal_embedders_is_the_shared_model(training):
+    # In eval mode the same weights give the same function. In training the one label-dropout
+    # draw (the same generator, the same draw as the shared layout's) is used by every block
+    # and by the final layer; a block drawing its own would drop other labels.
+    shared = model().train(training)
+    per_block = shared_as_per_block(shared)
+    x, t, y = inputs()
+    for seed in range(4):  # p = 0.1, 4 rows: a draw drops some label in 1 - 0.9**16 = 81%
+        a = shared(x, t, y, generator=torch.Generator().manual_seed(seed))
+        b = per_block(x, t, y, generator=torch.Generator().manual_seed(seed))
+        torch.testing.assert_close(b, a, rtol=0, atol=0)  # the same float64 operations
+
+
+def test_per_block_training_drops_one_draw_of_labels_for_every_block():
+    # Oracle: eval mode with force_drop_ids = the draw label_drops makes with that generator.
+    dit = model(PER_BLOCK).train()
+    x, t, y = inputs()
+    for seed in range(4):
+        drops = torch.rand(4, generator=torch.Generator().manual_seed(seed)) < 0.1
+        trained = dit(x, t, y, generator=torch.Generator().manual_seed(seed))
+        forced = dit.eval()(x, t, y, force_drop_ids=drops)
+        dit.train()
+        torch.testing.assert_close(trained, forced, rtol=0, atol=0)
+
+
+def test_per_block_forced_drops_and_guidance_use_the_null_class():
+    dit = model(PER_BLOCK)
+    x, t, y = inputs()
+    drop = torch.tensor([True, False, True, False])
+    null = torch.where(drop, 5, y)
+    torch.testing.assert_close(dit(x, t, y, force_drop_ids=drop), dit(x, t, null), rtol=0, atol=0)
+    # Guidance's identity at scale 1: uncond + 1 * (cond - uncond) = cond.
+    y = torch.tensor([2, 4, 5, 5])
+    out = dit.forward_with_cfg(x, t, y, 1.0)
+    torch.testing.assert_close(out[:2], dit(x[:2], t[:2], y[:2]), **FLOAT64_EXACT)
+
+
+def test_every_block_uses_its_own_conditioning_and_the_final_layer_block_0s():
+    # Oracle: the model's parts called by hand with c_i = block_embeds[i](t, y).
+    dit = model(PER_BLOCK)
+    x, t, y = inputs()
+    h = dit.patch_embed(x) + dit.pos_embed
+    cs = [embed(t, y) for embed in dit.block_embeds]
+    assert not torch.allclose(cs[0], cs[1])
+    for block, c in zip(dit.blocks, cs, strict=True):
+        h = block(h, c)
+    patches = dit.final_layer(h, cs[0])
+    expected = patches.reshape(4, 4, 4, 2, 2, 8).permute(0, 5, 1, 3, 2, 4).reshape(4, 8, 8, 8)
+    torch.testing.assert_close(dit(x, t, y), expected, rtol=0, atol=0)
+
+
+def test_a_per_block_dit_saves_and_loads_its_layout(tmp_path):
+    dit = model(PER_BLOCK)
+    dit.save_pretrained(tmp_path)
+    loaded = DiT.from_pretrained(tmp_path).eval()
+    assert loaded.cfg == PER_BLOCK
+    x, t, y = inputs()
+    torch.testing.assert_close(loaded(x, t, y), dit(x, t, y), rtol=0, atol=0)
+
+
+def test_a_config_saved_before_the_option_loads_shared():
+    data = CFG.to_dict()
+    del data["conditioning"]
+    assert DiTConfig.from_dict(data) == CFG and CFG.conditioning == "shared"
+
+
+@torch.no_grad()
+def test_a_per_block_dit_compiles_with_fullgraph_and_exports(fresh_dynamo):
+    from torch._dynamo.utils import counters
+
+    from addnorm.export import export_program, sample_inputs
+
+    dit = model(PER_BLOCK)
+    compiled = torch.compile(dit, fullgraph=True, dynamic=True, backend="eager")
+    for batch in (2, 3):
+        x, t, y = inputs(batch)
+        torch.testing.assert_close(compiled(x, t, y), dit(x, t, y), **FLOAT64_EXACT)
+    assert counters["stats"]["unique_graphs"] == 1
+    dit = dit.float()  # export's sample inputs are float32
+    program = export_program(dit)
+    example = sample_inputs(dit, batch=5, seed=3)  # another batch size than the capture's
+    # The program runs eager's aten kernels; one decomposed on export would reorder float32
+    # sums: at most two float32 implementations of one small model apart (tolerances.py).
+    torch.testing.assert_close(program.module()(**example), dit(**example), **FLOAT32_MODEL)
+
+
+def test_a_per_block_forward_reads_its_inputs_back_once():
+    from test_host_reads import CountReads
+
+    dit = model(PER_BLOCK)
+    with CountReads() as counter:
+        dit(*inputs())
+    assert counter.total == 1, counter.reads  # the boundary's one check of t and y
+
+
+def test_per_block_embedders_shard_with_the_model_under_per_layer_fsdp():
+    """Each block sharded alone (FSDP2, as ``addnorm train --fsdp`` does), the root holding
+    the embedders: the final layer reads block 0's conditioning outside block 0's forward."""
+    import socket
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    if dist.is_initialized():
+        pytest.skip("a process group already exists in this process")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        reference = model(PER_BLOCK)
+        sharded = model(PER_BLOCK)
+        for block in sharded.blocks:
+            fully_shard(block, mesh=mesh)
+        fully_shard(sharded, mesh=mesh)
+        out, expected = sharded(*inputs()), reference(*inputs())
+        torch.testing.assert_close(out, expected, rtol=0, atol=0)  # one rank: the same ops
+        out.sum().backward()
+        expected.sum().backward()
+        got = sharded.block_embeds[0].timestep_embed.w1.weight.grad.full_tensor()
+        torch.testing.assert_close(got, reference.block_embeds[0].timestep_embed.w1.weight.grad,
+                                   rtol=0, atol=0)
+    finally:
+        dist.destroy_process_group()

@@ -3,6 +3,7 @@ presets, patches and 2-D positions, label embedding, adaLN-Zero blocks, the mode
 classifier-free guidance, and conversion to and from DiT's and diffusers' checkpoints."""
 
 from addnorm.dit.block import DiTBlock
+from addnorm.dit.conditioning import ConditionEmbedder
 from addnorm.dit.config import DIT_PRESETS, DiTConfig
 from addnorm.dit.final_layer import FinalLayer
 from addnorm.dit.guidance import classifier_free_guidance
@@ -16,6 +17,7 @@ from addnorm.dit.positions import sincos_2d_positions
 __all__ = [
     "DIT_PRESETS",
     "ClassEmbedder",
+    "ConditionEmbedder",
     "DiT",
     "DiTBlock",
     "DiTConfig",

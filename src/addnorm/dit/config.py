@@ -10,11 +10,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from addnorm._checks import check_bool, check_float, check_int, check_probability
+from addnorm._checks import (
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    check_probability,
+)
 from addnorm.family import ActivationShape
 from addnorm.transformer.config import _ConfigBase
 
-__all__ = ["DIT_PRESETS", "DiTConfig"]
+__all__ = ["CONDITIONINGS", "DIT_PRESETS", "DiTConfig"]
+
+# Where the conditioning c = timestep_embed(t) + class_embed(y) is computed (DiTConfig).
+CONDITIONINGS = ("shared", "per_block")
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,10 @@ class DiTConfig(_ConfigBase):
             and in diffusers' port).
         ff_norm_eps: epsilon of the norm before the MLP: 1e-6 in DiT; diffusers' port uses
             its config's ``norm_eps`` there (1e-5 by default).
+        conditioning: ``"shared"`` (DiT): one timestep MLP and label table compute one ``c``
+            for every block and the final layer. ``"per_block"`` (diffusers'
+            ``DiTTransformer2DModel``): block i has its own pair and its own ``c_i``; the
+            final layer uses block 0's (:mod:`addnorm.dit.conditioning`).
     """
 
     input_size: int = 32
@@ -63,6 +76,7 @@ class DiTConfig(_ConfigBase):
     timestep_downscale_freq_shift: float = 0.0
     norm_eps: float = 1e-6
     ff_norm_eps: float = 1e-6
+    conditioning: str = "shared"
 
     def __post_init__(self) -> None:
         check_int("input_size", self.input_size, min_value=1)
@@ -112,6 +126,7 @@ class DiTConfig(_ConfigBase):
             )
         check_float("norm_eps", self.norm_eps, min_value=0.0)
         check_float("ff_norm_eps", self.ff_norm_eps, min_value=0.0)
+        check_choice("conditioning", self.conditioning, CONDITIONINGS)
 
     @property
     def out_channels(self) -> int:
@@ -135,16 +150,19 @@ class DiTConfig(_ConfigBase):
 
     def count_parameters(self) -> int:
         """The parameters of ``DiT(self)``, without building it: within 2% of the built
-        model's (the label table is counted with its null row)."""
+        model's (the label table is counted with its null row). The timestep MLP and label
+        table are counted once, or once per block with ``conditioning="per_block"``."""
         d, patch = self.d_model, self.patch_size * self.patch_size
         c_out = self.out_channels
         attention = 4 * d * d + 4 * d
         mlp = 2 * d * self.d_ff + self.d_ff + d
         modulation = 6 * d * d + 6 * d  # adaLN: shift, scale and gate of both sublayers
-        embed = patch * self.in_channels * d + d + (self.d_freq * d + d + d * d + d)
-        labels = (self.n_classes + 1) * d
+        patches = patch * self.in_channels * d + d
+        conditioning = (self.d_freq * d + d + d * d + d) + (self.n_classes + 1) * d
+        n_conditionings = self.n_layers if self.conditioning == "per_block" else 1
         final = 2 * d * d + 2 * d + d * patch * c_out + patch * c_out
-        return embed + labels + self.n_layers * (attention + mlp + modulation) + final
+        blocks = self.n_layers * (attention + mlp + modulation)
+        return patches + n_conditionings * conditioning + blocks + final
 
     def count_buffers(self) -> int:
         """The numbers of ``DiT(self)``'s fixed 2-D position table (grid_size^2 x D)."""

@@ -29,9 +29,14 @@ differs from DiT, and the differences become :class:`DiTConfig` options:
 - separate ``to_q`` / ``to_k`` / ``to_v``; ``learn_sigma`` is ``out_channels == 2 *
   in_channels``; the label table always has the null row (its dropout is fixed at 0.1);
 - every block holds its own timestep MLP and label table (``norm1.emb``) and computes the
-  conditioning again; the final layer uses block 0's. Converted checkpoints hold the same
-  weights in every block; :func:`from_diffusers` refuses blocks whose embedders differ. In
-  training mode each block also drops labels independently, unlike DiT;
+  conditioning again; the final layer uses block 0's. The paper's converted checkpoints
+  hold the same weights in every block: :func:`from_diffusers` makes them the shared
+  layout (DiT's). A model whose blocks' embedders differ (built or fine-tuned in diffusers)
+  becomes the per-block layout, ``conditioning="per_block"``: ``block_embeds.i`` holds
+  block i's pair (:mod:`addnorm.dit.conditioning`). :func:`to_diffusers` copies the
+  shared pair into every block, or each block's own. In training mode diffusers draws the
+  label dropout again in every block and for the final layer; addnorm draws once per
+  forward, for all of them;
 - its positions are a non-persistent buffer (recomputed, the same 2-D code);
 - it returns ``Transformer2DModelOutput(sample=...)`` (or a tuple), not a tensor.
 """
@@ -74,7 +79,17 @@ def to_dit_state_dict(model: DiT) -> dict[str, torch.Tensor]:
     """``model``'s weights under the reference DiT's keys (tensors shared, not copied)."""
     if not isinstance(model, DiT):
         raise TypeError(f"model must be an addnorm DiT, got {type(model).__name__}")
+    _check_shared_conditioning(model.cfg)
     return {_dit_key(k): v for k, v in model.state_dict().items()}
+
+
+def _check_shared_conditioning(cfg: DiTConfig) -> None:
+    if cfg.conditioning != "shared":
+        raise ValueError(
+            f"the reference DiT has one timestep MLP and label table for all blocks; a config "
+            f"with conditioning={cfg.conditioning!r} has one per block (use diffusers' layout: "
+            "to_diffusers / from_diffusers)"
+        )
 
 
 def from_dit_state_dict(state_dict: Mapping[str, torch.Tensor], cfg: DiTConfig) -> DiT:
@@ -90,6 +105,7 @@ def from_dit_state_dict(state_dict: Mapping[str, torch.Tensor], cfg: DiTConfig) 
         raise TypeError(f"cfg must be a DiTConfig, got {type(cfg).__name__}")
     if not isinstance(state_dict, Mapping):
         raise TypeError(f"state_dict must be a mapping, got {type(state_dict).__name__}")
+    _check_shared_conditioning(cfg)
     model = DiT(cfg)
     ours = model.state_dict()
     renamed = {_dit_key(k): k for k in ours}
@@ -145,7 +161,8 @@ def _check_positions(loaded: torch.Tensor, fixed: torch.Tensor) -> None:
 # ---------------------------------------------------------------------------------- diffusers
 
 _EMB = "norm1.emb."  # a diffusers block's embedders (timestep MLP, label table)
-_SHARED = {  # diffusers key inside a block's norm1.emb -> addnorm key
+_EMBEDDERS = {  # diffusers key inside a block's norm1.emb -> addnorm key (shared layout;
+    # prefixed "block_embeds.i." in the per-block layout)
     "timestep_embedder.linear_1.weight": "timestep_embed.w1.weight",
     "timestep_embedder.linear_1.bias": "timestep_embed.w1.bias",
     "timestep_embedder.linear_2.weight": "timestep_embed.w2.weight",
@@ -175,7 +192,7 @@ def _diffusers_class() -> Any:
     return DiTTransformer2DModel
 
 
-def _config_from_diffusers(model: Any) -> DiTConfig:
+def _config_from_diffusers(model: Any, conditioning: str) -> DiTConfig:
     """The :class:`DiTConfig` of a diffusers DiT; ValueError for what addnorm's cannot hold."""
     c = model.config
     unsupported = {
@@ -206,35 +223,45 @@ def _config_from_diffusers(model: Any) -> DiTConfig:
         learn_sigma=out_channels == 2 * c.in_channels, d_freq=time_proj.num_channels,
         timestep_flip_sin_to_cos=bool(time_proj.flip_sin_to_cos),
         timestep_downscale_freq_shift=float(time_proj.downscale_freq_shift),
-        norm_eps=1e-6, ff_norm_eps=float(c.norm_eps),
+        norm_eps=1e-6, ff_norm_eps=float(c.norm_eps), conditioning=conditioning,
     )
+
+
+def _diffusers_conditioning(theirs: Mapping[str, torch.Tensor], n_layers: int) -> str:
+    """``"shared"`` when every block's embedders equal block 0's (the paper's converted
+    checkpoints), else ``"per_block"``."""
+    for key in _EMBEDDERS:
+        first = theirs[f"transformer_blocks.0.{_EMB}{key}"]
+        for i in range(1, n_layers):
+            if not torch.equal(theirs[f"transformer_blocks.{i}.{_EMB}{key}"], first):
+                return "per_block"
+    return "shared"
+
+
+def _our_embedder_key(cfg: DiTConfig, i: int, key: str) -> str:
+    """The addnorm key of block i's embedder weight ``key`` (an ``_EMBEDDERS`` value)."""
+    return key if cfg.conditioning == "shared" else f"block_embeds.{i}.{key}"
 
 
 def from_diffusers(model: Any) -> DiT:
     """A :class:`DiT` computing what a diffusers ``DiTTransformer2DModel`` computes.
 
-    The differences from DiT (module docstring) become config options; the result takes
-    the source's dtype, device and train/eval mode. Raises ValueError for what addnorm's DiT
-    cannot hold (another activation, no attention bias, dropout, affine norms, or blocks
-    whose timestep / label embedders differ).
+    The differences from DiT (module docstring) become config options: blocks whose
+    timestep and label embedders all hold the same weights give the shared layout
+    (``conditioning="shared"``, DiT's), others the per-block one. The result takes the
+    source's dtype, device and train/eval mode. Raises ValueError for what addnorm's DiT
+    cannot hold (another activation, no attention bias, dropout, affine norms).
     """
     cls = _diffusers_class()
     if not isinstance(model, cls):
         raise TypeError(f"model must be a diffusers DiTTransformer2DModel, got {type(model)}")
-    cfg = _config_from_diffusers(model)
     theirs = model.state_dict()
+    cfg = _config_from_diffusers(model, _diffusers_conditioning(theirs, model.config.num_layers))
     converted: dict[str, torch.Tensor] = {}
-    for key, ours in _SHARED.items():
-        first = theirs[f"transformer_blocks.0.{_EMB}{key}"]
-        for i in range(cfg.n_layers):
-            if not torch.equal(theirs[f"transformer_blocks.{i}.{_EMB}{key}"], first):
-                raise ValueError(
-                    f"transformer_blocks.{i}.{_EMB}{key} differs from block 0's: addnorm's "
-                    "DiT has one timestep MLP and label table for all blocks"
-                )
-        converted[ours] = first
     for i in range(cfg.n_layers):
         src, dst = f"transformer_blocks.{i}.", f"blocks.{i}."
+        for key, ours in _EMBEDDERS.items():  # shared: block 0's equal every other block's
+            converted[_our_embedder_key(cfg, i, ours)] = theirs[f"{src}{_EMB}{key}"]
         for kind in ("weight", "bias"):
             for their_name, our_name in _BLOCK.items():
                 converted[f"{dst}{our_name}.{kind}"] = theirs[f"{src}{their_name}.{kind}"]
@@ -276,8 +303,9 @@ def to_diffusers(model: DiT) -> Any:
 
     Needs a config in diffusers' conventions (``timestep_downscale_freq_shift=1``,
     ``norm_eps=1e-6``, ``mlp_ratio=4``, 256 timestep channels, a null class), as
-    :func:`from_diffusers` makes; ValueError otherwise. The embedders are copied into every
-    block. A ``class_dropout`` other than diffusers' fixed 0.1 is set on each block's
+    :func:`from_diffusers` makes; ValueError otherwise. The shared layout's embedders are
+    copied into every block; the per-block layout's ``block_embeds.i`` into block i. A
+    ``class_dropout`` other than diffusers' fixed 0.1 is set on each block's
     ``class_embedder.dropout_prob``; diffusers' config cannot record it, so it is lost by
     ``save_pretrained``. The result takes ``model``'s dtype, device and train/eval mode.
     """
@@ -301,8 +329,8 @@ def to_diffusers(model: DiT) -> Any:
             converted[f"{their_name}.{kind}"] = ours[f"{our_name}.{kind}"]
     for i in range(cfg.n_layers):
         src, dst = f"blocks.{i}.", f"transformer_blocks.{i}."
-        for key, our_key in _SHARED.items():
-            converted[f"{dst}{_EMB}{key}"] = ours[our_key]
+        for key, our_key in _EMBEDDERS.items():
+            converted[f"{dst}{_EMB}{key}"] = ours[_our_embedder_key(cfg, i, our_key)]
         for kind in ("weight", "bias"):
             for their_name, our_name in _BLOCK.items():
                 converted[f"{dst}{their_name}.{kind}"] = ours[f"{src}{our_name}.{kind}"]

@@ -16,7 +16,13 @@ from torch import nn
 
 from addnorm._checks import check_bool_mask, check_int, check_probability, check_tensor
 
-__all__ = ["ClassEmbedder", "check_class_ids", "check_class_range", "class_id_tensor"]
+__all__ = [
+    "ClassEmbedder",
+    "check_class_ids",
+    "check_class_range",
+    "class_id_tensor",
+    "label_drops",
+]
 
 
 def class_id_tensor(y: object, batch: int | None = None) -> torch.Tensor:
@@ -48,6 +54,30 @@ def check_class_ids(y: object, n_ids: int) -> torch.Tensor:
         low, high = torch.stack(torch.aminmax(y)).tolist()  # one sync
         check_class_range(low, high, n_ids)
     return y
+
+
+def label_drops(
+    y: torch.Tensor,
+    class_dropout: float,
+    *,
+    training: bool,
+    force_drop_ids: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor | None:
+    """Which labels become the null class: ``force_drop_ids`` where given (in any mode),
+    else in training a draw with probability ``class_dropout`` (with ``generator``), else
+    None (none). The one draw of :class:`ClassEmbedder`, and of a per-block DiT, whose
+    blocks all drop the labels it picks.
+
+    Shapes:
+        y: (B,); force_drop_ids: (B,) bool
+        returns: (B,) bool, True = dropped; or None
+    """
+    if force_drop_ids is not None:
+        return force_drop_ids
+    if training and class_dropout > 0:
+        return torch.rand(y.shape, generator=generator, device=y.device) < class_dropout
+    return None
 
 
 class ClassEmbedder(nn.Module):
@@ -91,9 +121,10 @@ class ClassEmbedder(nn.Module):
         if force_drop_ids is not None:
             check_bool_mask("force_drop_ids (True = drop)", force_drop_ids, tuple(y.shape))
             self._check_null_row()
-        drop = force_drop_ids
-        if drop is None and self.training and self.has_null_class:
-            drop = torch.rand(y.shape, generator=generator, device=y.device) < self.class_dropout
+        drop = label_drops(
+            y, self.class_dropout, training=self.training, force_drop_ids=force_drop_ids,
+            generator=generator,
+        )
         if drop is not None:
             y = torch.where(drop, self.null_id, y)  # (B,)
         return self._rows(y)  # (B, D)

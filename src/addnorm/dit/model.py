@@ -5,6 +5,10 @@
     h = block(h, c)   for each of the N blocks       # adaLN-Zero DiT blocks
     out = unpatchify(final_layer(h, c))              # (noise | variance) per pixel
 
+With ``conditioning="per_block"`` (diffusers' layout) block i has its own embedders,
+``c_i = block_embeds[i](t, y)``, runs as ``block_i(h, c_i)``, and the final layer takes
+``c_0``, as diffusers' final layer reads block 0's embedders (:mod:`addnorm.dit.conditioning`).
+
 Shapes legend: B batch, C input channels, C_out output channels (2C with learned variance),
 H = W = input_size, p patch size, g = H / p patches per side, N = g * g tokens, D d_model.
 
@@ -30,10 +34,11 @@ from addnorm._checks import (
     check_weight_dtype,
 )
 from addnorm.dit.block import DiTBlock
+from addnorm.dit.conditioning import ConditionEmbedder
 from addnorm.dit.config import DiTConfig
 from addnorm.dit.final_layer import FinalLayer
 from addnorm.dit.guidance import classifier_free_guidance
-from addnorm.dit.labels import ClassEmbedder, check_class_range, class_id_tensor
+from addnorm.dit.labels import ClassEmbedder, check_class_range, class_id_tensor, label_drops
 from addnorm.dit.patches import PatchEmbed, unpatchify
 from addnorm.dit.positions import sincos_2d_positions
 from addnorm.family import DynamicShapes, ExportPart
@@ -49,7 +54,12 @@ class DiT(PretrainedMixin, nn.Module):
     Submodules: ``patch_embed`` (:class:`PatchEmbed`), ``timestep_embed``
     (:class:`~addnorm.timestep.TimestepEmbedder`: 256 sinusoid channels ``[cos | sin]``,
     Linear-SiLU-Linear), ``class_embed`` (:class:`ClassEmbedder`), ``blocks`` (N
-    :class:`DiTBlock`), ``final_layer`` (:class:`FinalLayer`).
+    :class:`DiTBlock`), ``final_layer`` (:class:`FinalLayer`). With
+    ``conditioning="per_block"``, ``block_embeds`` (N :class:`ConditionEmbedder`, each a
+    ``timestep_embed`` and a ``class_embed``) replaces ``timestep_embed`` and ``class_embed``.
+    They are the model's own modules, beside the blocks rather than inside them: block 0's
+    also conditions the final layer, and a block sharded alone (FSDP2) is unsharded only
+    while it runs.
 
     ``pos_embed`` (1, N, D) is a *buffer*, saved in the state dict under DiT's key but never
     a parameter (DiT holds it as a frozen ``nn.Parameter``): it is not trained, not handed to
@@ -68,11 +78,21 @@ class DiT(PretrainedMixin, nn.Module):
         d = cfg.d_model
         self.patch_embed = PatchEmbed(cfg.in_channels, d, cfg.patch_size)
         self.register_buffer("pos_embed", torch.zeros(1, cfg.grid_size**2, d))
-        self.timestep_embed = TimestepEmbedder(
-            d, d_freq=cfg.d_freq, flip_sin_to_cos=cfg.timestep_flip_sin_to_cos,
-            downscale_freq_shift=cfg.timestep_downscale_freq_shift,
-        )
-        self.class_embed = ClassEmbedder(cfg.n_classes, d, class_dropout=cfg.class_dropout)
+        if cfg.conditioning == "shared":
+            self.timestep_embed = TimestepEmbedder(
+                d, d_freq=cfg.d_freq, flip_sin_to_cos=cfg.timestep_flip_sin_to_cos,
+                downscale_freq_shift=cfg.timestep_downscale_freq_shift,
+            )
+            self.class_embed = ClassEmbedder(cfg.n_classes, d, class_dropout=cfg.class_dropout)
+        else:
+            self.block_embeds = nn.ModuleList(
+                ConditionEmbedder(
+                    d, n_classes=cfg.n_classes, class_dropout=cfg.class_dropout,
+                    d_freq=cfg.d_freq, flip_sin_to_cos=cfg.timestep_flip_sin_to_cos,
+                    downscale_freq_shift=cfg.timestep_downscale_freq_shift,
+                )
+                for _ in range(cfg.n_layers)
+            )
         self.blocks = nn.ModuleList(
             DiTBlock(d, cfg.n_heads, d_ff=cfg.d_ff, norm_eps=cfg.norm_eps,
                      ff_norm_eps=cfg.ff_norm_eps)
@@ -92,6 +112,7 @@ class DiT(PretrainedMixin, nn.Module):
         - patch embedding: Xavier-uniform on the Conv2d weight viewed as a Linear
           ``(D, C * p * p)``, zero bias;
         - label table ~ N(0, 0.02^2); timestep MLP weights ~ N(0, 0.02^2) (biases 0);
+          every block's pair alike with ``conditioning="per_block"``;
         - adaLN-Zero: every modulation Linear (blocks and final layer) and the final
           ``linear`` are zero, weight and bias. So every gate is 0 (each block is the
           identity) and the output is exactly zero.
@@ -107,8 +128,13 @@ class DiT(PretrainedMixin, nn.Module):
         nn.init.xavier_uniform_(proj.weight.view(proj.weight.shape[0], -1))  # (D, C*p*p)
         if proj.bias is not None:
             nn.init.zeros_(proj.bias)
-        nn.init.normal_(self.class_embed.table.weight, std=0.02)
-        self.timestep_embed.reset_parameters()
+        modules = list(self.modules())
+        for module in modules:  # the label tables first, then the timestep MLPs
+            if isinstance(module, ClassEmbedder):
+                nn.init.normal_(module.table.weight, std=0.02)
+        for module in modules:
+            if isinstance(module, TimestepEmbedder):
+                module.reset_parameters()
         zeroed: list[nn.Module] = [cast(DiTBlock, b).adaLN_modulation for b in self.blocks]
         zeroed += [self.final_layer.adaLN_modulation, self.final_layer.linear]
         for module in zeroed:  # weights and biases
@@ -141,12 +167,34 @@ class DiT(PretrainedMixin, nn.Module):
         x, t, y = self._checked_inputs(x, t, y, force_drop_ids)
         grid = self.cfg.grid_size
         h = self.patch_embed(x) + self.pos_embed  # (B, N, D)
-        y_emb = self.class_embed(y, force_drop_ids=force_drop_ids, generator=generator)
-        c = self.timestep_embed(t) + y_emb  # (B, D)
-        for block in self.blocks:
+        conditions = self._conditions(t, y, force_drop_ids, generator)  # N x (B, D)
+        for block, c in zip(self.blocks, conditions, strict=True):
             h = block(h, c)  # (B, N, D)
-        patches = self.final_layer(h, c)  # (B, N, p*p*C_out)
+        patches = self.final_layer(h, conditions[0])  # (B, N, p*p*C_out)
         return unpatchify(patches, self.cfg.patch_size, (grid, grid))  # (B, C_out, H, W)
+
+    def _conditions(
+        self,
+        t: torch.Tensor,
+        y: torch.Tensor,
+        force_drop_ids: torch.Tensor | None,
+        generator: torch.Generator | None,
+    ) -> list[torch.Tensor]:
+        """Each block's c: one for all (shared), or each block's own (per-block), whose label
+        tables all drop the labels of one draw.
+
+        Shapes:
+            t: (B,); y: (B,); force_drop_ids: (B,) bool
+            returns: N x (B, D)
+        """
+        if self.cfg.conditioning == "shared":
+            y_emb = self.class_embed(y, force_drop_ids=force_drop_ids, generator=generator)
+            return [self.timestep_embed(t) + y_emb] * self.cfg.n_layers
+        drops = label_drops(
+            y, self.cfg.class_dropout, training=self.training, force_drop_ids=force_drop_ids,
+            generator=generator,
+        )
+        return [embed(t, y, force_drop_ids=drops) for embed in self.block_embeds]
 
     def forward_with_cfg(
         self, x: torch.Tensor, t: torch.Tensor, y: torch.Tensor, guidance_scale: float
