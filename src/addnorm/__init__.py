@@ -3,10 +3,11 @@
 Conventions shared by every module (shapes legend, mask polarity) are in docs/design.md.
 ``addnorm.load`` opens training runs as well as pretrained folders, so it lives above the tasks
 (:mod:`addnorm.tasks.loading`); it is imported on first use, keeping ``import addnorm`` to the
-models.
+models. Type checkers see it as it is (typed ``Any``, or as the class passed:
+``addnorm.load(path, TransformerLM)``).
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from addnorm._version import __version__ as __version__
 from addnorm.attention import (
@@ -48,6 +49,9 @@ from addnorm.transformer.generation_config import GenerationConfig
 from addnorm.transformer.layers import DecoderLayer, EncoderLayer
 from addnorm.transformer.lm import TransformerLM
 from addnorm.transformer.stacks import Decoder, Encoder, EncoderDecoder
+
+if TYPE_CHECKING:  # at run time, __getattr__ imports it when first asked for
+    from addnorm.tasks.loading import load as load
 
 __all__ = [
     "AddNorm",

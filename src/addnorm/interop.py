@@ -10,18 +10,25 @@
   ``BertModel`` <-> :class:`~addnorm.transformer.encoder_model.EncoderModel` and GPT-2 <->
   :class:`~addnorm.transformer.lm.TransformerLM`
   (:mod:`addnorm.transformer.transformers_interop`; transformers is imported only inside
-  them, see the ``transformers`` extra).
+  them, see the ``transformers`` extra); :func:`from_transformers_folder` for a folder that
+  transformers' ``save_pretrained`` wrote, read without transformers (``addnorm.load`` calls
+  it for such a folder).
 """
 
 from addnorm.dit.interop import from_diffusers, from_dit_state_dict, to_diffusers, to_dit_state_dict
 from addnorm.transformer.interop import from_torch, to_torch
-from addnorm.transformer.transformers_interop import from_transformers, to_transformers
+from addnorm.transformer.transformers_interop import (
+    from_transformers,
+    from_transformers_folder,
+    to_transformers,
+)
 
 __all__ = [
     "from_diffusers",
     "from_dit_state_dict",
     "from_torch",
     "from_transformers",
+    "from_transformers_folder",
     "to_diffusers",
     "to_dit_state_dict",
     "to_torch",

@@ -3,8 +3,13 @@
 A pretrained directory holds two files, the layout Hugging Face users know:
 
 - ``config.json``: ``{"addnorm_class": "TransformerLM", "config": {...}, "addnorm_version":
-  "0.1.0"}``, where ``config`` is the model config's ``to_dict()`` (read back with its
-  ``from_dict()``, which refuses unknown fields);
+  "0.1.0", ...}``, where ``config`` is the model config's ``to_dict()`` (read back with its
+  ``from_dict()``, which refuses unknown fields). For the tools of the Hugging Face ecosystem,
+  which look for them, it also says what it holds: ``"model_type": "addnorm-transformer-lm"``
+  (``addnorm-`` and the class name: a type no transformers architecture has, so
+  ``AutoConfig.from_pretrained`` refuses the folder by that name instead of misreading it),
+  ``"architectures": ["TransformerLM"]`` and a ``"note"`` on how to load it. Reading ignores
+  these three keys, so folders written before them load as ever;
 - ``model.safetensors``: the state dict, each tensor stored once. Tied weights (a
   ``TransformerLM`` whose ``to_logits`` reuses the embedding table) are saved under their first
   name only and tied again on loading.
@@ -12,9 +17,13 @@ A pretrained directory holds two files, the layout Hugging Face users know:
 ``PretrainedMixin.from_pretrained`` opens such a directory (any registered class through the
 mixin itself) and returns the model in eval mode; ``addnorm.load``
 (:mod:`addnorm.tasks.loading`) opens it too, or a run written by ``addnorm train``, which needs
-the tasks above. Every failure to read a directory raises
-:class:`~addnorm.safe_files.CheckpointError` naming the file and what is wrong with it (the
-CLI turns it into exit status 1); bad arguments raise ``TypeError`` / ``ValueError``.
+the tasks above, or a folder of Hugging Face transformers' ``save_pretrained``
+(:func:`addnorm.transformer.transformers_folder.from_transformers_folder`, which reads it with
+the checked steps of this module: :func:`read_config_json`, :func:`read_weights_header`,
+:func:`check_size`, :func:`check_fits`, :func:`read_weights`, :func:`load_state`). Every
+failure to read a directory raises :class:`~addnorm.safe_files.CheckpointError` naming the file
+and what is wrong with it (the CLI turns it into exit status 1); bad arguments raise
+``TypeError`` / ``ValueError``.
 
 This module sits below training: it imports the parts and helpers under it
 (:mod:`addnorm.safe_files`, :mod:`addnorm._memory`) and nothing of training or the tasks.
@@ -43,7 +52,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -72,8 +82,15 @@ __all__ = [
     "PretrainedMixin",
     "check_device",
     "check_dtype",
+    "check_fits",
     "check_path",
+    "check_size",
     "for_inference",
+    "load_state",
+    "model_type_of",
+    "read_config_json",
+    "read_weights",
+    "read_weights_header",
     "state_dict_without_aliases",
 ]
 
@@ -135,10 +152,15 @@ class PretrainedMixin:
         directory = check_path(path)
         if directory.exists() and not directory.is_dir():
             raise ValueError(f"path must be a directory, got the file {directory}")
+        class_name = type(self).__name__
         config = {
-            "addnorm_class": type(self).__name__,
+            "addnorm_class": class_name,
             "addnorm_version": __version__,
             "config": self.cfg.to_dict(),
+            # What the folder holds, for Hugging Face's tools (ignored when read back).
+            "model_type": model_type_of(class_name),
+            "architectures": [class_name],
+            "note": _NOTE.format(name=class_name),
         }
         tensors = {  # CPU copies, each shared tensor once
             name: tensor.detach().to("cpu", copy=True).contiguous()
@@ -195,12 +217,27 @@ class PretrainedMixin:
         except (TypeError, ValueError) as err:
             raise CheckpointError(f"{directory / CONFIG_FILE}: bad {name} config: {err}") from None
         weights = directory / WEIGHTS_FILE
-        saved = _read_header(weights)
-        _check_size(target, cfg, saved, directory)  # before anything is allocated
+        saved = read_weights_header(weights)
+        check_size(target, cfg, saved, directory)  # before anything is allocated
         model: Any = target(cfg)  # type: ignore[call-arg]
-        _check_fits(model, saved, weights)  # before any data is read
-        saved_dtype = _load_weights(model, weights, saved)
+        check_fits(model, saved, weights)  # before any data is read
+        saved_dtype = load_state(model, read_weights(weights, saved))
         return for_inference(model, dtype=dtype or saved_dtype, device=device)
+
+
+def model_type_of(class_name: str) -> str:
+    """The ``model_type`` that ``save_pretrained`` writes for an addnorm class:
+    ``"addnorm-"`` and the class name in lower case, split at words (``TransformerLM`` ->
+    ``"addnorm-transformer-lm"``, ``DiT`` -> ``"addnorm-dit"``)."""
+    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z][a-z]|[A-Z]{2})", "-", class_name)
+    return "addnorm-" + words.lower()
+
+
+_NOTE = (
+    "An addnorm {name}, not a transformers model: load it with addnorm.load(path) (the addnorm "
+    "package); addnorm.to_transformers converts the families that transformers has "
+    "(EncoderModel to BertModel, TransformerLM to GPT2LMHeadModel)."
+)
 
 
 def state_dict_without_aliases(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -231,8 +268,12 @@ def _identity(tensor: torch.Tensor) -> tuple:
     )
 
 
-def _read_header(path: Path) -> dict[str, TensorInfo]:
-    """The weights file's tensors (names, dtypes, shapes) from its header; no data is read."""
+def read_weights_header(path: Path) -> dict[str, TensorInfo]:
+    """The weights file's tensors (names, dtypes, shapes) from its header; no data is read.
+
+    Raises:
+        CheckpointError: the file is missing, not a regular file, or its header is damaged.
+    """
     try:
         return read_safetensors_header(path, what="pretrained weights")
     except FileNotFoundError:
@@ -241,18 +282,30 @@ def _read_header(path: Path) -> dict[str, TensorInfo]:
         raise CheckpointError(f"cannot read {err}") from None
 
 
-def _check_size(
-    target: type, cfg: Any, saved: dict[str, TensorInfo], directory: Path
+def check_size(
+    target: type,
+    cfg: Any,
+    saved: dict[str, TensorInfo],
+    directory: Path,
+    *,
+    names: Mapping[str, str] | None = None,
 ) -> None:
     """Refuse, before anything is allocated, a config whose model would hold more numbers
     than the weights file (a config edited to a larger model), compute tables far larger than
-    it, have more than ``MAX_LAYERS`` layers per stack, or not fit in memory."""
+    it, have more than ``MAX_LAYERS`` layers per stack, or not fit in memory.
+
+    ``saved`` is the weights file's header; ``names`` maps the config's field names to those
+    ``config.json`` spells (a Hugging Face config's ``hidden_size`` for ``d_model``), for the
+    message. Raises :class:`CheckpointError` naming the setting.
+    """
     where = directory / CONFIG_FILE
+    spelled = names or {}
     for field in _fields(cfg):
         value = getattr(cfg, field.name)
         if field.name.endswith("layers") and isinstance(value, int) and value > MAX_LAYERS:
             raise CheckpointError(
-                f"{where}: {field.name} ({value}) is more than {MAX_LAYERS} layers per stack"
+                f"{where}: {spelled.get(field.name, field.name)} ({value}) is more than "
+                f"{MAX_LAYERS} layers per stack"
             )
     stored = sum(info.numel for info in saved.values())
     estimate, exact = _size_estimate(target, cfg)
@@ -263,20 +316,20 @@ def _check_size(
         raise CheckpointError(
             f"{where}: its {target.__name__} would hold {_numbers(params)}, more than the "
             f"{_numbers(stored)} of {directory / WEIGHTS_FILE}{margin}: the config was "
-            f"edited or belongs to other weights{_blame(cfg, lambda c: estimate(c)[0])}"
+            f"edited or belongs to other weights{_blame(cfg, lambda c: estimate(c)[0], spelled)}"
         )
     if computed > max(stored, MAX_COMPUTED_NUMBERS):
         raise CheckpointError(
             f"{where}: its {target.__name__} would compute tables (position codes) of "
             f"{_numbers(computed)}, more than its stored numbers and than "
-            f"{MAX_COMPUTED_NUMBERS}{_blame(cfg, lambda c: estimate(c)[1])}"
+            f"{MAX_COMPUTED_NUMBERS}{_blame(cfg, lambda c: estimate(c)[1], spelled)}"
         )
     limit = available_memory("cpu")
     if limit is not None and 4 * (params + computed) > limit:
         raise CheckpointError(
             f"{where}: its {target.__name__} would hold {_numbers(params + computed)}, more "
             f"than the {format_bytes(limit)} of memory available"
-            f"{_blame(cfg, lambda c: sum(estimate(c)))}"
+            f"{_blame(cfg, lambda c: sum(estimate(c)), spelled)}"
         )
 
 
@@ -337,9 +390,9 @@ def _unique(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return dict(kept.values())
 
 
-def _blame(cfg: Any, estimate: Callable[[Any], int]) -> str:
+def _blame(cfg: Any, estimate: Callable[[Any], int], names: Mapping[str, str]) -> str:
     """``"; the setting that makes it large: d_ff (10**11)"``: the int field whose default
-    value shrinks ``estimate`` the most ("" if none does)."""
+    value shrinks ``estimate`` the most ("" if none does), spelled as ``names`` says."""
     best, best_value = None, estimate(cfg)
     for field in _fields(cfg):
         value = getattr(cfg, field.name)
@@ -353,7 +406,7 @@ def _blame(cfg: Any, estimate: Callable[[Any], int]) -> str:
             best, best_value = field.name, smaller
     if best is None:
         return ""
-    return f"; the setting that makes it large: {best} ({getattr(cfg, best)})"
+    return f"; the setting that makes it large: {names.get(best, best)} ({getattr(cfg, best)})"
 
 
 def _fields(cfg: Any) -> tuple[dataclasses.Field, ...]:
@@ -361,9 +414,10 @@ def _fields(cfg: Any) -> tuple[dataclasses.Field, ...]:
     return dataclasses.fields(cfg) if dataclasses.is_dataclass(cfg) else ()
 
 
-def _check_fits(model: nn.Module, saved: dict[str, TensorInfo], path: Path) -> None:
+def check_fits(model: nn.Module, saved: dict[str, TensorInfo], path: Path) -> None:
     """Check the saved tensors' names, shapes and dtypes against ``model`` (built from the
-    config), naming every problem; tied parameters may be saved under any of their names."""
+    config), naming every problem in a :class:`CheckpointError` about ``path``; tied
+    parameters may be saved under any of their names."""
     expected = model.state_dict()
     groups = _alias_groups(expected)
     missing = [names[0] for names in groups if not any(n in saved for n in names)]
@@ -410,11 +464,9 @@ def _listed(items: list[str], limit: int = 20) -> str:
     return f"{items[:limit]} and {len(items) - limit} more"
 
 
-def _load_weights(
-    model: nn.Module, path: Path, header: dict[str, TensorInfo]
-) -> torch.dtype | None:
-    """Load ``path`` (its header already checked by ``_check_fits``) into ``model``; return
-    the saved floating dtype (None when the saved floating tensors have several)."""
+def read_weights(path: Path, header: dict[str, TensorInfo]) -> dict[str, torch.Tensor]:
+    """The tensors of the weights file ``path`` (on the CPU), which must still hold what its
+    ``header`` (read and checked first) says."""
     try:
         saved = load_file(path, device="cpu")
     except (SafetensorError, OSError, ValueError) as err:
@@ -422,6 +474,13 @@ def _load_weights(
     found = {key: TensorInfo(t.dtype, tuple(t.shape)) for key, t in saved.items()}
     if found != header:
         raise CheckpointError(f"{path} changed while it was read: load it again")
+    return saved
+
+
+def load_state(model: nn.Module, saved: dict[str, torch.Tensor]) -> torch.dtype | None:
+    """Load ``saved`` (its names, shapes and dtypes checked by :func:`check_fits`) into
+    ``model`` and tie its weights again; return the saved floating dtype (None when the saved
+    floating tensors have several)."""
     expected = model.state_dict()
     full = {}
     for names in _alias_groups(expected):
@@ -458,6 +517,36 @@ def for_inference(
 
 def _read_config(directory: Path) -> tuple[str, dict]:
     """``(addnorm_class, config fields)`` of ``directory/config.json``, its structure checked."""
+    data = read_config_json(directory)
+    path = directory / CONFIG_FILE
+    name, config = data.get("addnorm_class"), data.get("config")
+    if name is None and isinstance(data.get("model_type"), str):
+        raise CheckpointError(
+            f"{path} is a folder of Hugging Face transformers (model_type "
+            f"{_short(data['model_type'])}), not of addnorm's save_pretrained: load it with "
+            "addnorm.load(path)"
+        )
+    if not isinstance(name, str):
+        raise CheckpointError(f"{path} must name the model in 'addnorm_class', got {name!r}")
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path} must hold the model's fields in a 'config' object")
+    return name, config
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def read_config_json(directory: Path) -> dict[str, Any]:
+    """The JSON object of ``directory/config.json``, read without trusting it (a regular
+    file, at most ``MAX_JSON_BYTES``, nested at most ``MAX_JSON_DEPTH`` deep); its fields are
+    the caller's to check.
+
+    Raises:
+        CheckpointError: the directory or the file is missing or not what it must be, or the
+            file is not valid JSON or not an object.
+    """
     if not directory.exists():
         raise CheckpointError(f"pretrained directory not found: {directory}")
     if not directory.is_dir():
@@ -475,12 +564,7 @@ def _read_config(directory: Path) -> tuple[str, dict]:
         raise CheckpointError(f"{path} is refused: {err}") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} must hold a JSON object, got {type(data).__name__}")
-    name, config = data.get("addnorm_class"), data.get("config")
-    if not isinstance(name, str):
-        raise CheckpointError(f"{path} must name the model in 'addnorm_class', got {name!r}")
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{path} must hold the model's fields in a 'config' object")
-    return name, config
+    return data
 
 
 def check_path(path: object) -> Path:

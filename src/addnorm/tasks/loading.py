@@ -1,16 +1,25 @@
-"""``addnorm.load``: a model saved either way, ready for inference.
+"""``addnorm.load``: a model saved any way addnorm reads, ready for inference.
 
-A folder holds a model in one of two layouts: a pretrained directory (``config.json`` +
-``model.safetensors``, written by ``save_pretrained``; :mod:`addnorm.pretrained`) or a run
-written by ``addnorm train`` (its checkpoints; :func:`addnorm.tasks.run.load_trained`
-rebuilds the model through its task). Knowing both, this function sits above the tasks;
+A folder holds a model in one of three layouts: a pretrained directory (``config.json`` +
+``model.safetensors``, written by ``save_pretrained``; :mod:`addnorm.pretrained`), a folder
+that Hugging Face transformers' ``save_pretrained`` wrote (BERT or GPT-2, converted:
+:func:`~addnorm.transformer.transformers_folder.from_transformers_folder`), or a run written
+by ``addnorm train`` (its checkpoints; :func:`addnorm.tasks.run.load_trained` rebuilds the
+model through its task). Knowing all three, this function sits above the tasks;
 ``addnorm/__init__.py`` exports it without importing the tasks until it is first called.
+
+Types: which class a folder holds is known only when it is read, so ``load(path)`` is typed
+``Any``: ``addnorm.load(path).generate(ids)`` type-checks (under ``mypy --strict`` too) and
+is checked when it runs. Name the class to have a type checker check the calls as well:
+``addnorm.load(path, TransformerLM)`` is typed ``TransformerLM``, and refuses a folder that
+holds another class (before building it, for the two pretrained layouts).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar, overload
 
 import torch
 from torch import nn
@@ -24,34 +33,76 @@ from addnorm.pretrained import (
     check_dtype,
     check_path,
     for_inference,
+    read_config_json,
 )
 from addnorm.safe_files import CheckpointError
 from addnorm.tasks.run import WEIGHTS, load_trained
 from addnorm.training.checkpoint import MANIFEST, list_checkpoints
+from addnorm.transformer.transformers_folder import (
+    from_transformers_folder,
+    transformers_class_of,
+)
 
 __all__ = ["load"]
 
+_M = TypeVar("_M", bound=nn.Module)
 
+
+@overload
 def load(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
+    cls: None = None,
     *,
     weights: str = "ema",
     dtype: torch.dtype | str | None = None,
     device: torch.device | str | None = None,
-) -> nn.Module:
+) -> Any: ...
+
+
+@overload
+def load(
+    path: str | os.PathLike[str],
+    cls: type[_M],
+    *,
+    weights: str = "ema",
+    dtype: torch.dtype | str | None = None,
+    device: torch.device | str | None = None,
+) -> _M: ...
+
+
+def load(
+    path: str | os.PathLike[str],
+    cls: type[nn.Module] | None = None,
+    *,
+    weights: str = "ema",
+    dtype: torch.dtype | str | None = None,
+    device: torch.device | str | None = None,
+) -> Any:
     """The model in ``path``, ready for inference (eval mode).
 
     ``path`` is a pretrained directory (``config.json`` + ``model.safetensors``, from
-    ``save_pretrained``), or a run directory or one of its checkpoints written by
-    ``addnorm train``. From a run, ``weights="ema"`` (the default) loads the exponential moving
-    average of the weights when the run kept one (what a finished run was scored with) and the
-    trained weights otherwise; ``"raw"`` always loads the trained weights. A pretrained
-    directory holds one set of weights, which either choice loads. ``dtype`` and ``device`` as
-    in :meth:`~addnorm.pretrained.PretrainedMixin.from_pretrained`.
+    ``save_pretrained``), a folder of Hugging Face transformers' ``save_pretrained`` whose
+    ``config.json`` names a ``model_type`` addnorm converts ("bert": an
+    :class:`~addnorm.transformer.encoder_model.EncoderModel`; "gpt2": a
+    :class:`~addnorm.transformer.lm.TransformerLM`), or a run directory or one of its
+    checkpoints written by ``addnorm train``. From a run, ``weights="ema"`` (the default) loads
+    the exponential moving average of the weights when the run kept one (what a finished run
+    was scored with) and the trained weights otherwise; ``"raw"`` always loads the trained
+    weights. A pretrained directory holds one set of weights, which either choice loads.
+    ``dtype`` and ``device`` as in
+    :meth:`~addnorm.pretrained.PretrainedMixin.from_pretrained`.
+
+    ``cls`` (optional): the class the caller expects, e.g. ``TransformerLM``; the result is
+    typed as it (without it, ``Any``: see the module docstring), and a folder holding another
+    class is refused.
 
     Raises:
-        CheckpointError: ``path`` holds neither, or what it holds is missing or damaged.
+        CheckpointError: ``path`` holds none of these, what it holds is missing or damaged,
+            or it holds a model that is not a ``cls``.
+        TypeError: ``cls`` is not an ``nn.Module`` class.
     """
+    if cls is not None and not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise TypeError(f"cls must be an nn.Module class or None, got {cls!r}")
     check_choice("weights", weights, WEIGHTS)
     dtype = check_dtype(dtype)
     device = check_device(device)
@@ -60,13 +111,44 @@ def load(
         what = "does not exist" if not directory.exists() else "is a file, not a directory"
         raise CheckpointError(f"cannot load {directory}: it {what}")
     if os.path.lexists(directory / CONFIG_FILE):  # a dangling symlink is named, not skipped
-        model: Any = PretrainedMixin.from_pretrained(directory, dtype=dtype, device=device)
-        return model
-    if not (directory / MANIFEST).exists() and not list_checkpoints(directory):
+        model = _load_pretrained(directory, cls, dtype=dtype, device=device)
+    elif not (directory / MANIFEST).exists() and not list_checkpoints(directory):
         raise CheckpointError(
             f"{directory} holds no addnorm model: expected {CONFIG_FILE} and {WEIGHTS_FILE} "
-            f"(save_pretrained), or a run or checkpoint of addnorm train ({MANIFEST} or "
-            f"checkpoints/step-*/{MANIFEST})"
+            f"(save_pretrained, addnorm's or transformers'), or a run or checkpoint of addnorm "
+            f"train ({MANIFEST} or checkpoints/step-*/{MANIFEST})"
         )
-    _, model, _ = load_trained(directory, weights=weights)
-    return for_inference(model, dtype=dtype, device=device)
+    else:
+        _, trained, _ = load_trained(directory, weights=weights)
+        model = for_inference(trained, dtype=dtype, device=device)
+    if cls is not None and not isinstance(model, cls):
+        raise CheckpointError(f"{directory} holds a {type(model).__name__}, not a {cls.__name__}")
+    return model
+
+
+def _load_pretrained(
+    directory: Path,
+    cls: type[nn.Module] | None,
+    *,
+    dtype: torch.dtype | None,
+    device: torch.device | None,
+) -> nn.Module:
+    """The model of a folder with a ``config.json``: addnorm's layout (``addnorm_class``) or
+    transformers' (``model_type``); a ``cls`` it does not hold is refused before building."""
+    config = read_config_json(directory)
+    if "addnorm_class" not in config and "model_type" in config:
+        target = transformers_class_of(config, directory / CONFIG_FILE)
+        if cls is not None and not issubclass(target, cls):
+            raise CheckpointError(
+                f"{directory} holds a Hugging Face model (model_type "
+                f"{config['model_type']!r}) that loads as {target.__name__}, not {cls.__name__}"
+            )
+        return from_transformers_folder(directory, dtype=dtype, device=device)
+    if "addnorm_class" not in config:
+        raise CheckpointError(
+            f"{directory / CONFIG_FILE} must name the model in 'addnorm_class' (a folder of "
+            "addnorm's save_pretrained) or 'model_type' (one of transformers')"
+        )
+    loader = cls if cls is not None and issubclass(cls, PretrainedMixin) else PretrainedMixin
+    model: Any = loader.from_pretrained(directory, dtype=dtype, device=device)
+    return model

@@ -3,7 +3,8 @@
 Variants come from ``dataclasses.replace(cfg, ...)`` (validated again); checkpoints store a
 config as JSON through ``to_dict()`` / ``from_dict()``. The named configurations, one typed
 dict per model: ``TRANSFORMER_PRESETS`` (the paper's base model and small CPU-sized ones) and
-``LM_PRESETS``; ``PRESETS`` holds both (``addnorm.presets`` looks them up by config type).
+``LM_PRESETS``; ``PRESETS`` holds both by name, each entry typed as its own config (a
+``TypedDict``, ``Presets``); ``addnorm.presets`` looks them up by config type.
 
 Each model config tells its model's size without building it: ``count_parameters()`` (within
 2% of the built model's: every bias and norm vector is counted whether the config has it or
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypedDict, TypeVar
 
 from addnorm._checks import (
     check_choice,
@@ -41,6 +42,7 @@ __all__ = [
     "TRANSFORMER_PRESETS",
     "LMConfig",
     "LayerConfig",
+    "Presets",
     "TransformerConfig",
 ]
 
@@ -220,10 +222,11 @@ _WHY_DISTINCT = {
 
 
 def _check_distinct_ids(cfg: TransformerConfig | LMConfig, pairs: list[tuple[str, str]]) -> None:
-    """Each pair of special token ids must hold two different ids (reasons above)."""
+    """Each pair of special token ids must hold two different ids (reasons above); None (no
+    such token, in an LMConfig) is no id."""
     for first, second in pairs:
         a, b = getattr(cfg, first), getattr(cfg, second)
-        if a == b:
+        if a is not None and a == b:
             why = _WHY_DISTINCT[first, second]
             raise ValueError(f"{first} ({a}) must differ from {second} ({b}): {why}")
 
@@ -347,8 +350,15 @@ class LMConfig(_ModelConfig):
     and ends documents; generation only refuses to emit ``pad_id``).
 
     ``pad_id=None`` declares that the vocabulary has no padding token (GPT-2): every id is a
-    real token, and padding is given only through ``padding_mask``. ``embed_scale="none"``
-    with ``position_encoding="learned"`` is GPT-2's input layer, ``E[ids] + P[positions]``.
+    real token, and padding is given only through ``padding_mask``. ``bos_id=None`` /
+    ``eos_id=None`` likewise declare no start / stop token (a Hugging Face GPT-2 config whose
+    ids lie outside its vocabulary, which transformers runs): generation then stops only at
+    ``max_new_tokens`` or a ``stop_fn``. ``embed_scale="none"`` with
+    ``position_encoding="learned"`` is GPT-2's input layer, ``E[ids] + P[positions]``.
+
+    Attributes:
+        vocab_size: V, the one vocabulary.
+        n_layers: N, the decoder blocks.
     """
 
     vocab_size: int = 256
@@ -369,16 +379,16 @@ class LMConfig(_ModelConfig):
     embed_scale: EmbedScale = "sqrt_d_model"
     tie_output: bool = True
     pad_id: int | None = 0
-    bos_id: int = 1
-    eos_id: int = 2
+    bos_id: int | None = 1
+    eos_id: int | None = 2
 
     def __post_init__(self) -> None:
         _check_generating_config(self)
         check_int("vocab_size", self.vocab_size, min_value=1)
         check_int("n_layers", self.n_layers, min_value=1)
-        names = ("bos_id", "eos_id") if self.pad_id is None else ("pad_id", "bos_id", "eos_id")
-        for name in names:
-            _check_token_id(name, getattr(self, name), "vocab_size", self.vocab_size)
+        for name in ("pad_id", "bos_id", "eos_id"):  # None: no such token
+            if getattr(self, name) is not None:
+                _check_token_id(name, getattr(self, name), "vocab_size", self.vocab_size)
         _check_distinct_ids(self, [("pad_id", "bos_id"), ("pad_id", "eos_id")])
 
     def count_parameters(self) -> int:
@@ -421,5 +431,17 @@ LM_PRESETS: dict[str, LMConfig] = {
     "lm-tiny": LMConfig(vocab_size=128, d_model=64, n_heads=4, n_layers=2, d_ff=256),
     "lm-small": LMConfig(vocab_size=256, d_model=128, n_heads=4, n_layers=4, d_ff=512),
 }
-# Both families' presets by name (the names are distinct): ``addnorm.PRESETS["tiny"]``.
-PRESETS: dict[str, TransformerConfig | LMConfig] = {**TRANSFORMER_PRESETS, **LM_PRESETS}
+# Both families' presets by name (the names are distinct), each typed as its own config, so
+# ``addnorm.PRESETS["tiny"]`` is a TransformerConfig and ``addnorm.PRESETS["lm-tiny"]`` an
+# LMConfig to a type checker, without an ``isinstance``. A name held in a variable is looked
+# up in its family's dict (``LM_PRESETS[name]``), which a type checker types as well.
+# tests/test_presets.py holds PRESETS to the two dicts (a preset added there belongs here).
+Presets = TypedDict("Presets", {
+    "base": TransformerConfig, "tiny": TransformerConfig, "small": TransformerConfig,
+    "lm-tiny": LMConfig, "lm-small": LMConfig,
+})
+PRESETS: Presets = {
+    "base": TRANSFORMER_PRESETS["base"], "tiny": TRANSFORMER_PRESETS["tiny"],
+    "small": TRANSFORMER_PRESETS["small"],
+    "lm-tiny": LM_PRESETS["lm-tiny"], "lm-small": LM_PRESETS["lm-small"],
+}
