@@ -10,6 +10,7 @@ history and stops matching the brute-force oracle. Oracles used below: a per-row
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -422,6 +423,102 @@ def test_length_penalty_keeps_searching_while_a_long_beam_could_still_win():
     assert cache.length > 2 + 1
 
 
+@pytest.mark.parametrize("beam_stop", ["heuristic", "k_finished"])
+def test_hugging_faces_stopping_rules_end_where_the_exact_one_searches_on(beam_stop):
+    # The chain of the two tests above, length_penalty 1. After step 2 the K = 2 finished
+    # hypotheses score ~-15 (two tokens) and the live beams ~-60. "k_finished" (Hugging
+    # Face's early_stopping=True) stops: K have finished. "heuristic" (early_stopping=False)
+    # scores the live beam at its current length, ~-60 / 2 = -30 < -15, and stops too, where
+    # "exact" goes on because ~-60 / 50 could still win.
+    chain = SecondOrderChain(vocab=5, seed=14)
+    chain.table[..., 1] += 30.0
+    config = GenerationConfig(max_new_tokens=50, strategy="beam", num_beams=2, eos_id=1,
+                              beam_stop=beam_stop)
+    out, cache = run(chain, prompts(3, 5), config)
+    assert out.tolist() == [[1]] * 3
+    assert cache.length == 2 + 1
+
+
+@examples(15)
+@given(seed=st.integers(0, 10_000), stop_ids=st.sampled_from([(2,), (0, 3)]))
+def test_without_a_length_penalty_the_heuristic_is_the_exact_rule(seed, stop_ids):
+    # length_penalty 0: the best score a live beam can reach is its sum now, at any length,
+    # which is what the heuristic compares: the two rules are one.
+    chain = SecondOrderChain(vocab=6, seed=seed, scale=1.5)
+    config = GenerationConfig(max_new_tokens=7, strategy="beam", num_beams=3, eos_id=stop_ids,
+                              length_penalty=0.0)
+    exact, _ = run(chain, prompts(3, 6, seed=seed), config)
+    heuristic, _ = run(chain, prompts(3, 6, seed=seed),
+                       dataclasses.replace(config, beam_stop="heuristic"))
+    assert torch.equal(exact, heuristic)
+
+
+@examples(20)
+@given(seed=st.integers(0, 10_000), rows=st.integers(1, 4),
+       length_penalty=st.sampled_from([0.0, 1.0, -0.5]))
+def test_exhaustive_beam_returns_the_r_best_hypotheses_best_first(seed, rows, length_penalty):
+    # Oracle: the enumeration of test_exhaustive_beam_with_stop_tokens_matches_brute_force,
+    # ranked; row b * r + j is row b's j-th best.
+    vocab, n, stop_ids = 3, 3, (2,)
+    chain = SecondOrderChain(vocab=vocab, seed=seed, scale=1.5)
+    prompt = prompts(2, vocab, seed=seed)
+    config = GenerationConfig(max_new_tokens=n, strategy="beam", num_beams=vocab**n,
+                              eos_id=stop_ids, length_penalty=length_penalty,
+                              num_return_sequences=rows)
+    out, _ = run(chain, prompt, config)
+    assert out.shape[0] == 2 * rows
+    for b, prompt_row in enumerate(prompt.tolist()):
+        ranked = ranked_hypotheses(chain, prompt_row, vocab, n, stop_ids, length_penalty)
+        got = [strip(row, stop_ids) for row in out[b * rows : (b + 1) * rows].tolist()]
+        assert got == [seq for _, seq in ranked[:rows]]
+
+
+def ranked_hypotheses(chain, prompt_row, vocab, n, stop_ids, length_penalty):
+    """Every hypothesis :func:`brute_force_best` considers, best first."""
+    candidates = []
+    for length in range(1, n + 1):
+        for seq in itertools.product(range(vocab), repeat=length):
+            ends = seq[-1] in stop_ids
+            if any(t in stop_ids for t in seq[:-1]) or (length < n and not ends):
+                continue
+            score = chain.log_prob(prompt_row, list(seq)) / length**length_penalty
+            candidates.append((score, list(seq)))
+    return sorted(candidates, reverse=True)
+
+
+@examples(15)
+@given(strategy=st.sampled_from(["greedy", "sample", "beam"]), min_new=st.integers(0, 5),
+       seed=st.integers(0, 10_000))
+def test_no_stop_token_comes_before_min_new_tokens(strategy, min_new, seed):
+    # The stop token has logit +30 everywhere: without the rule every row would end at once;
+    # with it the stop comes exactly at token min_new + 1 (greedy, sampling, and the best
+    # beam, whose length penalty 0 ranks ~0 above everything else).
+    chain = SecondOrderChain(vocab=5, seed=seed)
+    chain.table[..., 1] += 30.0
+    config = GenerationConfig(max_new_tokens=8, strategy=strategy, eos_id=1, num_beams=2,
+                              length_penalty=0.0, min_new_tokens=min_new)
+    out, _ = run(chain, prompts(3, 5, seed=seed), config, torch.Generator().manual_seed(seed))
+    for row in out.tolist():
+        assert 1 not in row[:min_new] and row[min_new] == 1, row
+
+
+def test_sampled_return_sequences_are_grouped_per_prompt_row_and_drawn_apart():
+    # A chain whose every row is certain (+50): each of a row's r samples is its greedy row.
+    certain = SecondOrderChain(vocab=6, seed=16, scale=0.1)
+    winners = torch.randint(6, (6, 6, 1), generator=torch.Generator().manual_seed(2))
+    certain.table.scatter_add_(-1, winners, torch.full((6, 6, 1), 50.0, dtype=torch.float64))
+    prompt = prompts(3, 6, seed=1)
+    greedy, _ = run(certain, prompt, GenerationConfig(max_new_tokens=6))
+    sample = GenerationConfig(max_new_tokens=6, strategy="sample", num_return_sequences=4)
+    out, cache = run(certain, prompt, sample, torch.Generator().manual_seed(0))
+    assert torch.equal(out, greedy.repeat_interleave(4, dim=0))
+    assert torch.equal(cache.history[:, :2], prompt.repeat_interleave(4, dim=0))
+    # a near-flat chain: a row's 4 samples of 6 tokens are independent, so they differ
+    flat = SecondOrderChain(vocab=6, seed=16, scale=0.1)
+    out, _ = run(flat, prompt, sample, torch.Generator().manual_seed(0))
+    assert all(len(set(map(tuple, out[b * 4 : b * 4 + 4].tolist()))) > 1 for b in range(3))
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_beam_and_sampling_run_on_cuda_like_on_cpu():
     cpu_chain = SecondOrderChain(vocab=6, seed=15)
@@ -461,6 +558,12 @@ def test_beam_and_sampling_run_on_cuda_like_on_cpu():
         ({"pad_id": -1}, ValueError, "pad_id"),
         ({"top_k": 5}, ValueError, "top_k=5"),
         ({"strategy": "beam", "temperature": 0.7}, ValueError, "temperature=0.7"),
+        ({"min_new_tokens": -1}, ValueError, "min_new_tokens"),
+        ({"num_return_sequences": 0}, ValueError, "num_return_sequences"),
+        ({"num_return_sequences": 2}, ValueError, "needs strategy='sample' or 'beam'"),
+        ({"strategy": "beam", "num_beams": 2, "num_return_sequences": 3}, ValueError,
+         "must be <= num_beams"),
+        ({"beam_stop": "never"}, ValueError, "beam_stop"),
     ],
 )
 def test_bad_generation_config_is_rejected_with_its_name(kwargs, error, words):
@@ -535,6 +638,10 @@ def test_bad_step_function_output_is_reported_with_the_step(strategy, bad_output
         (lambda f, c: generate_tokens(f, torch.zeros(2, 5), object(),
                                       GenerationConfig(max_new_tokens=2, strategy="beam")),
          TypeError, "reorder"),
+        (lambda f, c: generate_tokens(f, torch.zeros(2, 5), object(),
+                                      GenerationConfig(max_new_tokens=2, strategy="sample",
+                                                       num_return_sequences=2)),
+         TypeError, "num_return_sequences > 1 needs cache.reorder"),
         (lambda f, c: generate_tokens(f, torch.zeros(2, 5), c,
                                       GenerationConfig(max_new_tokens=2, strategy="sample"),
                                       generator=3),

@@ -5,8 +5,10 @@ B input rows become B * K beams (row ``b`` holds beams ``b * K .. b * K + K - 1`
 follows through ``cache.reorder``). Each step extends every live beam by every token, keeps
 the K best by summed log-probability, and moves those that emit a stop token to the row's
 finished hypotheses, scored with the length penalty. A row is done when no live beam can beat
-its K-th finished one. The rules against repetition apply to the log-probs, as in Hugging
-Face's beam search.
+its K-th finished one (``beam_stop="exact"``), or by one of Hugging Face's two other rules.
+The rules against repetition, and ``min_new_tokens``, apply to the log-probs, as in Hugging
+Face's beam search, whose tokens these are for the same log-probs (its ``early_stopping``
+"never", False and True are ``beam_stop`` "exact", "heuristic" and "k_finished").
 """
 
 from __future__ import annotations
@@ -50,17 +52,32 @@ def beam_search(
     that do not end in a stop token form the next beams. At ``max_new_tokens`` the remaining
     beams finish too. Score: ``sum log p / n ** length_penalty`` (n generated tokens).
 
-    Stopping rule (exact, not a heuristic): a row is done once its K-th best finished
-    hypothesis scores >= the best score any live beam could still reach. Log-probs are <= 0,
-    so a beam's sum s can only fall; its best reachable score is s / n ** length_penalty at
-    the most favourable final length n in [current + 1, max_new_tokens], which is one of the
-    two ends. A row with fewer than K finished hypotheses goes on while it has a live beam.
-    Decoding stops when every row is done or at ``max_new_tokens``; each row returns its best
-    finished hypothesis.
+    Stopping rule, ``config.beam_stop`` (a done row takes no more finished hypotheses):
+
+    - ``"exact"``: a row is done once its K-th best finished hypothesis scores >= the best
+      score any live beam could still reach. Log-probs are <= 0, so a beam's sum s can only
+      fall; its best reachable score is s / n ** length_penalty at the most favourable final
+      length n in [current + 1, max_new_tokens], which is one of the two ends. Hugging Face's
+      ``early_stopping="never"`` bounds it at the current length instead of current + 1 when
+      ``length_penalty`` < 0, also a bound no live beam can beat: the same hypotheses.
+    - ``"heuristic"`` (Hugging Face's default, ``early_stopping=False``): done once the K-th
+      best finished hypothesis scores >= s / n ** length_penalty, the best live beam scored
+      at its current length n; with ``length_penalty`` > 0 a longer beam might still win.
+    - ``"k_finished"`` (``early_stopping=True``): done once K hypotheses have finished.
+
+    A row with fewer than K finished hypotheses goes on while it has a live beam. Decoding
+    stops when every row is done or at ``max_new_tokens``; each row returns its
+    ``config.num_return_sequences`` best finished hypotheses, best first (row ``b * r + j``
+    is row ``b``'s j-th best).
 
     ``repetition_penalty`` and ``no_repeat_ngram_size`` act on each beam's log-probs, its
     history being the prompt followed by the beam's own tokens (Hugging Face's order).
-    ``banned`` (n,) long: ids never emitted (their logits set to -inf), or None.
+    ``banned`` (n,) long: ids never emitted (their logits set to -inf), or None. The stop
+    ids get -inf log-probs while fewer than ``config.min_new_tokens`` tokens are generated.
+
+    Shapes:
+        logits: (B, V); seen: the prompt's ids and padding (B, L0)
+        returns: (B * num_return_sequences, N) long
     """
     batch, vocab = logits.shape
     k, max_new, penalty = config.num_beams, config.max_new_tokens, config.length_penalty
@@ -71,6 +88,7 @@ def beam_search(
     dtype = torch.promote_types(logits.dtype, torch.float32)
     is_stop = torch.zeros(vocab, dtype=torch.bool, device=device)
     is_stop[list(config.stop_ids)] = True
+    stop_ids = torch.tensor(config.stop_ids, dtype=torch.long, device=device)
     cache.reorder(torch.arange(batch, device=device).repeat_interleave(k))  # B -> B * K rows
     logits = logits.repeat_interleave(k, dim=0)  # (B * K, V): beam copies of each row
     fill = config.fill_id if config.fill_id is not None else 0  # None: nothing ends early
@@ -88,6 +106,8 @@ def beam_search(
         bad = watch.note(name, step, logits)  # (B * K,), no host sync
         logits = logits.masked_fill(bad[:, None], 0.0)  # kept finite until reported
         log_probs = F.log_softmax(logits.to(dtype), dim=-1)  # (B * K, V)
+        if step < config.min_new_tokens:
+            log_probs = log_probs.index_fill(-1, stop_ids, float("-inf"))
         if config.reshapes_logits:
             log_probs = _beam_reshape(log_probs, prompt, beams.alive_tokens, config)
         log_probs = log_probs.view(batch, k, vocab)  # (B, K, V)
@@ -98,7 +118,7 @@ def beam_search(
             scores = beams.alive_scores / float(length) ** penalty
             _add_finished(beams, beams.alive_tokens, scores.masked_fill(~ending, float("-inf")))
             break
-        _update_done(beams, length, max_new, penalty)
+        _update_done(beams, length, max_new, penalty, config.beam_stop)
         flags = torch.stack([(~beams.done).any(), watch.bad_rows(no_rows).any()])  # live, bad
         live, faulty = flags.tolist()  # the one host sync of the step
         watch.check(faulty)
@@ -107,8 +127,9 @@ def beam_search(
         rows = torch.arange(batch, device=device)[:, None] * k  # (B, 1)
         cache.reorder((rows + parent).reshape(-1))  # (B * K,) follow each beam's parent
     watch.check()
-    n = int(beams.fin_lengths[:, 0].max())
-    return beams.fin_tokens[:, 0, :n]  # (B, N): the best hypothesis of each row
+    r = config.num_return_sequences
+    n = int(beams.fin_lengths[:, :r].max())
+    return beams.fin_tokens[:, :r, :n].reshape(batch * r, n)  # (B * r, N), best first
 
 
 def _beam_reshape(
@@ -181,10 +202,17 @@ def _add_finished(beams: _Beams, sequences: Tensor, scores: Tensor) -> None:
     beams.fin_lengths = all_lengths.gather(1, best)
 
 
-def _update_done(beams: _Beams, length: int, max_new: int, penalty: float) -> None:
-    """Mark rows whose K finished hypotheses no live beam can beat (see :func:`beam_search`)."""
+def _update_done(beams: _Beams, length: int, max_new: int, penalty: float, rule: str) -> None:
+    """Mark the rows that ``rule`` (``beam_stop``) ends, ``length`` tokens into the search
+    (see :func:`beam_search`); a row without a live beam is done whatever the rule."""
     best_sum = beams.alive_scores.amax(dim=-1)  # (B,), <= 0 or -inf
-    reachable = torch.maximum(
-        best_sum / float(length + 1) ** penalty, best_sum / float(max_new) ** penalty
-    )
+    if rule == "k_finished":
+        beams.done |= torch.isfinite(beams.fin_scores[:, -1]) | torch.isneginf(best_sum)
+        return
+    if rule == "heuristic":
+        reachable = best_sum / float(length) ** penalty
+    else:
+        reachable = torch.maximum(
+            best_sum / float(length + 1) ** penalty, best_sum / float(max_new) ** penalty
+        )
     beams.done |= beams.fin_scores[:, -1] >= reachable

@@ -15,6 +15,8 @@ loop, :func:`addnorm.transformer.generation.decode`, never emitting ``pad_id`` o
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 from torch.export import Dim
@@ -31,6 +33,8 @@ from addnorm.transformer.decoding import (
     decoding_step,
     model_generation_config,
     start_generation,
+    transformers_call,
+    with_prompt,
 )
 from addnorm.transformer.embedding import (
     Embedder,
@@ -42,7 +46,7 @@ from addnorm.transformer.embedding import (
     rotary_for,
 )
 from addnorm.transformer.generation import decode, prompt_history
-from addnorm.transformer.generation_config import GenerationConfig
+from addnorm.transformer.generation_config import TRANSFORMERS_NAMES, GenerationConfig
 from addnorm.transformer.layers import DecoderLayer, EncoderLayer
 from addnorm.transformer.stacks import Decoder, Encoder
 
@@ -226,31 +230,70 @@ class Transformer(PretrainedMixin, nn.Module):
         *,
         src_padding_mask: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
+        return_prompt: bool | None = None,
+        attention_mask: torch.Tensor | None = None,
+        generation_config: Any = None,
+        max_new_tokens: int | None = None,
+        max_length: int | None = None,
+        min_new_tokens: int | None = None,
+        min_length: int | None = None,
+        do_sample: bool | None = None,
+        num_beams: int | None = None,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        repetition_penalty: float | None = None,
+        no_repeat_ngram_size: int | None = None,
+        length_penalty: float | None = None,
+        early_stopping: bool | str | None = None,
+        num_return_sequences: int | None = None,
+        eos_token_id: int | list[int] | None = None,
+        pad_token_id: int | None = None,
+        **other_settings: Any,
     ) -> torch.Tensor:
         """Decode target tokens for each source row as ``config`` says (default
-        :attr:`generation_config`).
+        :attr:`generation_config`), or as Hugging Face's ``generate`` would.
 
-        The output omits ``bos_id``; after a row's stop token it holds ``cfg.pad_id``.
-        ``pad_id`` and ``bos_id`` are never generated (their logits are set to -inf), so
-        neither may be a stop token. ``generator`` is used by sampling.
+        addnorm's call returns the new tokens only (no ``bos_id``); after a row's stop token
+        it holds ``cfg.pad_id``. ``pad_id`` and ``bos_id`` are never generated (their logits
+        are set to -inf), so neither may be a stop token. ``generator`` is used by sampling.
+
+        Hugging Face's call (as :meth:`TransformerLM.generate <addnorm.TransformerLM.generate>`):
+        ``attention_mask`` is the source's (1 = real token; the negation of
+        ``src_padding_mask``), ``max_length`` and ``min_length`` count the decoder's start
+        token, as transformers' encoder-decoders do, and the output starts with that token
+        (``bos_id``), as theirs does. ``return_prompt`` chooses either way (True: ``bos_id``
+        first).
 
         Shapes:
-            src_ids: (B, S); src_padding_mask: (B, S)
-            returns: (B, N) long, N <= config.max_new_tokens
+            src_ids: (B, S); src_padding_mask, attention_mask: (B, S)
+            returns: (B * r, N), N <= max_new_tokens; (B * r, 1 + N) with ``bos_id``
         """
+        # Hugging Face's settings by name, as given (None: not given)
+        names = {name: value for name, value in locals().items() if name in TRANSFORMERS_NAMES}
+        names.update(other_settings)  # refused unless they change no token (from_transformers)
+        src_ids = id_tensor("src_ids", src_ids, None)  # structure only (no read)
+        call = transformers_call(
+            self.cfg, config, generation_config=generation_config, names=names,
+            attention_mask=attention_mask, padding_mask=src_padding_mask,
+            return_prompt=return_prompt, mask_shape=tuple(src_ids.shape), prompt_length=1,
+        )
         never_emit = {"pad_id": self.cfg.pad_id, "bos_id": self.cfg.bos_id}
         device = self.tgt_embed.tokens.weight.device
-        config = start_generation(self.cfg, config, never_emit, generator=generator,
-                                  stop_fn=None, device=device)
+        checked = start_generation(self.cfg, call.config, never_emit, generator=generator,
+                                   stop_fn=None, device=device)
         cache, logits = self.start(
-            src_ids, src_padding_mask=src_padding_mask, max_new_tokens=config.max_new_tokens,
-            static=config.compile,
+            src_ids, src_padding_mask=call.padding_mask, max_new_tokens=checked.max_new_tokens,
+            static=checked.compile,
         )  # the source checked (values: one host sync)
-        return decode(
-            decoding_step(self.step, config), logits, cache, config, generator=generator,
+        new = decode(
+            decoding_step(self.step, checked), logits, cache, checked, generator=generator,
             seen=prompt_history(None, None, logits), stop_fn=None,
             banned=banned_ids(never_emit, logits.device),
         )
+        if not call.return_prompt:
+            return new
+        return with_prompt(torch.full_like(src_ids[:, :1], self.cfg.bos_id), new)
 
     # What export, size estimates and distributed wrapping read (addnorm.family.ModelFamily).
     layer_classes = (EncoderLayer, DecoderLayer)

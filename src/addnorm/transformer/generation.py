@@ -18,7 +18,12 @@ stop token itself is part of the output and every later position holds ``fill_id
 or the first stop id when ``pad_id`` is None, Hugging Face's convention). Decoding ends when
 every row has ended, or after ``max_new_tokens`` tokens; the result has N <= ``max_new_tokens``
 columns (the longest row). N tokens take N - 1 calls of ``step_fn``: the last token is never
-fed back.
+fed back. The stop ids are never picked before ``min_new_tokens`` tokens (their logits -inf).
+
+``num_return_sequences`` r > 1 with sampling draws r rows per input row: the cache is
+reordered once to B * r rows (``cache.reorder``, as for beam search; row ``b`` becomes rows
+``b * r .. b * r + r - 1``), then every row samples on its own, as Hugging Face's
+``generate`` does.
 
 Before a token is picked, the rules against repetition of :mod:`addnorm.transformer.repetition`
 (``repetition_penalty``, ``no_repeat_ngram_size``; Hugging Face's conventions) reshape the
@@ -62,9 +67,10 @@ def generate_tokens(
     ``step``: :func:`decode`).
 
     Runs under ``torch.no_grad()``. ``generator`` is used by sampling only; it must live on the
-    logits' device. Beam search returns, per input row, the best finished hypothesis by
-    length-penalised score (see ``GenerationConfig.length_penalty`` and
-    :func:`addnorm.transformer.beam_search.beam_search`).
+    logits' device. Beam search returns, per input row, the ``num_return_sequences`` best
+    finished hypotheses by length-penalised score (see ``GenerationConfig.length_penalty``
+    and :func:`addnorm.transformer.beam_search.beam_search`); sampling with
+    ``num_return_sequences`` r > 1 needs ``cache.reorder`` too (r rows per input row).
 
     ``prompt_ids`` (with ``prompt_padding_mask``, True = padding) are the tokens already seen
     before the first new one, for ``repetition_penalty`` and ``no_repeat_ngram_size``: a
@@ -81,8 +87,10 @@ def generate_tokens(
         first_logits: (B, V), the logits for the first new token.
         step_fn: tokens (B', 1), cache -> logits (B', V); B' = B, or B * num_beams for beam.
         prompt_ids, prompt_padding_mask: (B, L0)
-        stop_fn: tokens (B, n) -> (B,) bool, True = the row ends with its n-th token
-        returns: LongTensor (B, N) with N <= max_new_tokens, ``fill_id`` after a stop.
+        stop_fn: tokens (B', n) -> (B',) bool, True = the row ends with its n-th token;
+            B' = B * num_return_sequences
+        returns: LongTensor (B * num_return_sequences, N) with N <= max_new_tokens,
+            ``fill_id`` after a stop.
     """
     if not isinstance(config, GenerationConfig):
         raise TypeError(f"config must be a GenerationConfig, got {type(config).__name__}")
@@ -99,9 +107,11 @@ def generate_tokens(
             raise ValueError(f"{name} ({token}) must be < the vocabulary size V ({vocab})")
     seen = _prompt_history(prompt_ids, prompt_padding_mask, logits)
     check_decoding_options(config, generator, stop_fn, logits.device)
-    if config.strategy == "beam" and not callable(getattr(cache, "reorder", None)):
-        raise TypeError(f"beam search needs cache.reorder(index); {type(cache).__name__} has none")
-    rows = logits.shape[0] * (config.num_beams if config.strategy == "beam" else 1)
+    copies = config.num_beams if config.strategy == "beam" else config.num_return_sequences
+    if copies > 1 and not callable(getattr(cache, "reorder", None)):
+        what = "beam search" if config.strategy == "beam" else "num_return_sequences > 1"
+        raise TypeError(f"{what} needs cache.reorder(index); {type(cache).__name__} has none")
+    rows = logits.shape[0] * copies
     checked_step = _checked_outputs(step_fn, (rows, vocab))
     return decode(checked_step, logits, cache, config, generator=generator, seen=seen,
                   stop_fn=stop_fn)
@@ -161,10 +171,16 @@ def decode(
 
     Shapes:
         first_logits: (B, V); seen: the prompt's ids and padding (B, L0)
-        returns: (B, N) long
+        returns: (B * num_return_sequences, N) long
     """
     if config.strategy == "beam":
         return beam_search(step_fn, first_logits, cache, config, seen, banned)
+    if config.num_return_sequences > 1:  # r samples per row: rows b * r .. b * r + r - 1
+        index = torch.arange(first_logits.shape[0], device=first_logits.device)
+        index = index.repeat_interleave(config.num_return_sequences)  # (B * r,)
+        cache.reorder(index)
+        first_logits = first_logits.index_select(0, index)  # (B * r, V)
+        seen = (seen[0].index_select(0, index), seen[1].index_select(0, index))
     return _decode_token_by_token(step_fn, first_logits, cache, config, generator, seen,
                                   stop_fn, banned)
 
@@ -242,6 +258,8 @@ def _decode_token_by_token(
         if banned is not None:
             logits = logits.index_fill(-1, banned, float("-inf"))  # (B, V)
         bad = watch.note(_logits_name(step), step, logits)  # (B,), no host sync
+        if step < config.min_new_tokens:
+            logits = logits.index_fill(-1, stop_ids, float("-inf"))  # no stop token yet
         if config.reshapes_logits:
             logits = _reshaped_logits(logits, _history(seen, tokens), config, ended, step, watch)
         next_token = _next_token(logits, config, generator, bad)  # (B,)

@@ -7,13 +7,53 @@ sampling) and :mod:`addnorm.transformer.beam_search`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from addnorm._checks import check_bool, check_choice, check_float, check_int
 
-__all__ = ["STRATEGIES", "GenerationConfig"]
+__all__ = [
+    "BEAM_STOPS",
+    "STRATEGIES",
+    "TRANSFORMERS_DEFAULT_NEW_TOKENS",
+    "TRANSFORMERS_NAMES",
+    "GenerationConfig",
+    "transformers_settings",
+]
 
 STRATEGIES = ("greedy", "sample", "beam")
+# When beam search stops; Hugging Face's early_stopping="never", False and True, in order.
+BEAM_STOPS = ("exact", "heuristic", "k_finished")
+
+# Hugging Face's generation settings that addnorm implements (``from_transformers``).
+TRANSFORMERS_NAMES = (
+    "max_new_tokens", "max_length", "min_new_tokens", "min_length", "do_sample", "num_beams",
+    "temperature", "top_k", "top_p", "repetition_penalty", "no_repeat_ngram_size",
+    "length_penalty", "early_stopping", "num_return_sequences", "eos_token_id", "pad_token_id",
+)
+# Hugging Face's length when none is set: 20 new tokens (transformers 5; a model's learned
+# positions may cap it, see addnorm.transformer.decoding.transformers_call).
+TRANSFORMERS_DEFAULT_NEW_TOKENS = 20
+# Keys that never change the tokens: metadata, the cache switch, and the first decoder token
+# (fixed by the model: the encoder-decoder's generate checks it against its bos_id).
+_NO_EFFECT = frozenset({
+    "transformers_version", "_from_model_config", "_commit_hash", "_original_object_hash",
+    "use_cache", "bos_token_id", "decoder_start_token_id",
+})
+# Settings addnorm does not implement, accepted at the value that switches them off.
+_OFF: dict[str, object] = {
+    "output_attentions": False, "output_hidden_states": False, "output_scores": False,
+    "output_logits": False, "return_dict_in_generate": False, "remove_invalid_values": False,
+    "renormalize_logits": False, "low_memory": False, "token_healing": False,
+    "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "diversity_penalty": 0.0,
+    "encoder_repetition_penalty": 1.0, "encoder_no_repeat_ngram_size": 0,
+    "num_beam_groups": 1, "guidance_scale": 1.0,
+}
+_OFF_WHEN_EMPTY = frozenset({
+    "bad_words_ids", "force_words_ids", "suppress_tokens", "begin_suppress_tokens",
+    "sequence_bias", "stop_strings",
+})
 
 
 @dataclass(frozen=True)
@@ -56,6 +96,20 @@ class GenerationConfig:
             become fused kernels (see :func:`addnorm.transformer.decoding.compiled_step`;
             benchmarks/compiled_decoding.py prints the compile time and the speed-up). The
             tokens are those of eager decoding (up to floating-point rounding).
+        min_new_tokens: n >= 0; the stop tokens (``eos_id``) are never picked before a row
+            has n new tokens (Hugging Face's ``min_new_tokens``: their logits are -inf until
+            then). More than ``max_new_tokens`` just means no row stops at a stop token.
+        num_return_sequences: r >= 1 output rows per input row, grouped by input row (rows
+            ``b * r .. b * r + r - 1`` continue row ``b``): r independent samples
+            (``"sample"``), or the r best hypotheses, best first (``"beam"``, r <=
+            ``num_beams``). Greedy decoding refuses r > 1 (every row would be the same).
+        beam_stop: beam search only; when a row stops searching (see
+            :func:`addnorm.transformer.beam_search.beam_search`). ``"exact"``: once no live
+            beam can still beat its ``num_beams``-th finished hypothesis (Hugging Face's
+            ``early_stopping="never"``); ``"heuristic"``: once the best live beam, scored at
+            its current length, does not beat it (``early_stopping=False``, Hugging Face's
+            default); ``"k_finished"``: as soon as ``num_beams`` hypotheses have finished
+            (``early_stopping=True``).
     """
 
     max_new_tokens: int = 64
@@ -70,6 +124,9 @@ class GenerationConfig:
     eos_id: int | tuple[int, ...] | None = None
     pad_id: int | None = 0
     compile: bool = False
+    min_new_tokens: int = 0
+    num_return_sequences: int = 1
+    beam_stop: str = "exact"
 
     def __post_init__(self) -> None:
         check_int("max_new_tokens", self.max_new_tokens, min_value=1)
@@ -92,6 +149,10 @@ class GenerationConfig:
         if self.pad_id is not None:
             check_int("pad_id", self.pad_id, min_value=0)
         check_bool("compile", self.compile)
+        check_int("min_new_tokens", self.min_new_tokens, min_value=0)
+        check_int("num_return_sequences", self.num_return_sequences, min_value=1)
+        check_choice("beam_stop", self.beam_stop, BEAM_STOPS)
+        self._check_return_sequences()
         if isinstance(self.eos_id, list):
             object.__setattr__(self, "eos_id", tuple(self.eos_id))
         _check_eos_id(self.eos_id)
@@ -101,6 +162,19 @@ class GenerationConfig:
             raise ValueError(
                 f"{', '.join(used)} only apply to strategy='sample', "
                 f"got strategy={self.strategy!r}"
+            )
+
+    def _check_return_sequences(self) -> None:
+        rows = self.num_return_sequences
+        if rows > 1 and self.strategy == "greedy":
+            raise ValueError(
+                f"num_return_sequences={rows} needs strategy='sample' or 'beam': greedy "
+                "decoding would return the same row every time"
+            )
+        if self.strategy == "beam" and rows > self.num_beams:
+            raise ValueError(
+                f"num_return_sequences ({rows}) must be <= num_beams ({self.num_beams}): beam "
+                "search returns each row's best finished hypotheses"
             )
 
     @property
@@ -126,51 +200,192 @@ class GenerationConfig:
     @classmethod
     def from_transformers(
         cls,
+        settings: object = None,
+        /,
         *,
-        do_sample: bool = False,
-        num_beams: int = 1,
-        max_new_tokens: int = 64,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        length_penalty: float = 1.0,
-        repetition_penalty: float = 1.0,
-        no_repeat_ngram_size: int = 0,
-        eos_token_id: int | list[int] | tuple[int, ...] | None = None,
-        pad_token_id: int | None = None,
+        prompt_length: int | None = None,
         compile: bool = False,
+        **names: Any,
     ) -> GenerationConfig:
-        """A config from the argument names of Hugging Face's ``generate``.
+        """A config from Hugging Face's generation settings, with Hugging Face's meaning.
 
-        The mapping: ``do_sample=False, num_beams=1`` is ``strategy="greedy"``;
-        ``do_sample=True, num_beams=1`` is ``"sample"``; ``do_sample=False, num_beams=K > 1``
-        is ``"beam"`` with ``num_beams=K``. ``eos_token_id`` is ``eos_id``, ``pad_token_id``
-        is ``pad_id``; every other name is the field of the same name, with the same meaning.
-        Two differences: ``top_k`` defaults to None (Hugging Face's ``GenerationConfig``
-        defaults to 50; pass ``top_k=50`` for its sampling), and settings that do not apply
-        to the strategy (``temperature`` without sampling) raise instead of being ignored
-        with a warning. A model's ``generate`` needs its own pad id::
+        ``settings``: a ``transformers.GenerationConfig``, or a mapping such as its
+        ``to_diff_dict()``; ``names``: the same names as keywords, which win over
+        ``settings`` (as ``generate``'s keywords win over its ``generation_config``). None
+        means unset, as in transformers; an unset name takes Hugging Face's default.
+        ``GenerationConfig.from_transformers(**hf_config.to_diff_dict())`` works too.
+
+        The mapping (Hugging Face -> addnorm):
+
+        - ``do_sample=False, num_beams=1`` -> ``strategy="greedy"``; ``do_sample=True,
+          num_beams=1`` -> ``"sample"``; ``do_sample=False, num_beams=K > 1`` -> ``"beam"``
+          with ``num_beams=K``. Beam sampling (both) is refused.
+        - ``max_new_tokens`` -> ``max_new_tokens`` (default 20, transformers 5's). Else
+          ``max_length``, which counts the prompt: ``max_new_tokens = max_length -
+          prompt_length`` (``prompt_length``: a decoder-only model's prompt, padding
+          included; 1, the start token, for an encoder-decoder). ``max_new_tokens`` wins when
+          both are set, as in transformers.
+        - ``min_new_tokens`` -> ``min_new_tokens``; else ``min_length`` - ``prompt_length``.
+        - ``temperature``, ``top_k`` (default 50; 0 switches it off), ``top_p`` (1.0: off):
+          sampling only. Outside sampling, values other than these defaults raise (Hugging
+          Face ignores them with a warning).
+        - ``early_stopping`` (beam search) -> ``beam_stop``: False (the default) ->
+          ``"heuristic"``, True -> ``"k_finished"``, ``"never"`` -> ``"exact"``.
+        - ``eos_token_id`` (an int or a list) -> ``eos_id``; ``pad_token_id`` -> ``pad_id``;
+          ``repetition_penalty``, ``no_repeat_ngram_size``, ``length_penalty``,
+          ``num_return_sequences``: the field of the same name.
+
+        Ignored, as they never change the tokens: ``transformers_version``,
+        ``_from_model_config`` and other metadata, ``use_cache``, ``bos_token_id`` and
+        ``decoder_start_token_id`` (the first decoder token is the model's; an
+        encoder-decoder's ``generate`` checks them against its ``bos_id``). Settings addnorm
+        does not implement (``typical_p``, ``output_scores``, ``num_beam_groups``, ...) are
+        accepted only at the value that switches them off; any other value, and any unknown
+        name, raises a ValueError naming them all. A model's ``generate`` takes these names
+        directly (with its own eos and pad ids as the defaults)::
 
             GenerationConfig.from_transformers(do_sample=True, top_p=0.9,
                 eos_token_id=model.cfg.eos_id, pad_token_id=model.cfg.pad_id)
         """
-        check_bool("do_sample", do_sample)
-        check_int("num_beams", num_beams, min_value=1)
-        if do_sample and num_beams > 1:
-            raise ValueError(
-                f"do_sample=True with num_beams={num_beams} (beam sampling) is not supported; "
-                "use do_sample=True with num_beams=1, or do_sample=False for beam search"
-            )
-        strategy = "beam" if num_beams > 1 else "sample" if do_sample else "greedy"
-        beams = {"num_beams": num_beams} if strategy == "beam" else {}
-        if isinstance(eos_token_id, list):
-            eos_token_id = tuple(eos_token_id)
-        return cls(
-            max_new_tokens=max_new_tokens, strategy=strategy, temperature=temperature,
-            top_k=top_k, top_p=top_p, length_penalty=length_penalty,
-            repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
-            eos_id=eos_token_id, pad_id=pad_token_id, compile=compile, **beams,
+        given = transformers_settings(settings)
+        given.update((name, value) for name, value in names.items() if value is not None)
+        if prompt_length is not None:
+            check_int("prompt_length", prompt_length, min_value=0)
+        check_bool("compile", compile)
+        return cls(**_fields_from_transformers(given, prompt_length), compile=compile)
+
+
+def transformers_settings(settings: object) -> dict[str, Any]:
+    """Hugging Face's generation settings as a dict of the names that are set (not None):
+    from a ``transformers.GenerationConfig`` (its ``to_diff_dict()``), a mapping, or None."""
+    if settings is None:
+        return {}
+    if isinstance(settings, GenerationConfig):
+        raise TypeError(
+            "this is addnorm's GenerationConfig; pass it as generate's config, not as Hugging "
+            "Face's generation_config"
         )
+    to_diff_dict = getattr(settings, "to_diff_dict", None)
+    if callable(to_diff_dict):
+        settings = to_diff_dict()
+    if not isinstance(settings, Mapping):
+        raise TypeError(
+            "Hugging Face's generation settings must be a transformers.GenerationConfig or a "
+            f"mapping of its names (to_diff_dict()), got {type(settings).__name__}"
+        )
+    for name in settings:
+        if not isinstance(name, str):
+            raise TypeError(f"generation setting names must be strings, got {name!r}")
+    return {name: value for name, value in settings.items() if value is not None}
+
+
+def _fields_from_transformers(names: dict[str, Any], prompt_length: int | None) -> dict[str, Any]:
+    """GenerationConfig's fields (but ``compile``) from Hugging Face's set names."""
+    _refuse_unimplemented(names)
+    do_sample = check_bool("do_sample", names.get("do_sample", False))
+    num_beams = check_int("num_beams", names.get("num_beams", 1), min_value=1)
+    if do_sample and num_beams > 1:
+        raise ValueError(
+            f"do_sample=True with num_beams={num_beams} (beam sampling) is not supported; "
+            "use do_sample=True with num_beams=1, or do_sample=False for beam search"
+        )
+    strategy = "beam" if num_beams > 1 else "sample" if do_sample else "greedy"
+    beam_stop = _beam_stop(names.get("early_stopping", False))  # checked for every strategy
+    eos = names.get("eos_token_id")
+    fields = {
+        "strategy": strategy,
+        "max_new_tokens": _new_tokens(names, "max_new_tokens", "max_length", prompt_length),
+        "min_new_tokens": _new_tokens(names, "min_new_tokens", "min_length", prompt_length),
+        "repetition_penalty": names.get("repetition_penalty", 1.0),
+        "no_repeat_ngram_size": names.get("no_repeat_ngram_size", 0),
+        "length_penalty": names.get("length_penalty", 1.0),
+        "num_return_sequences": names.get("num_return_sequences", 1),
+        "eos_id": tuple(eos) if isinstance(eos, list) else eos,
+        "pad_id": names.get("pad_token_id"),
+        **_sampling_fields(names, strategy),
+    }
+    if strategy == "beam":
+        fields.update(num_beams=num_beams, beam_stop=beam_stop)
+    return fields
+
+
+def _refuse_unimplemented(names: Mapping[str, object]) -> None:
+    """Raise naming every setting that would change the tokens and that addnorm lacks."""
+    refused = []
+    for name, value in names.items():
+        if name in TRANSFORMERS_NAMES or name in _NO_EFFECT:
+            continue
+        if name in _OFF_WHEN_EMPTY and isinstance(value, list | tuple | dict) and not value:
+            continue
+        if name in _OFF and _is_off(value, _OFF[name]):
+            continue
+        refused.append(f"{name}={value!r}")
+    if refused:
+        raise ValueError(
+            "addnorm does not implement these Hugging Face generation settings: "
+            f"{', '.join(refused)}; it implements {', '.join(TRANSFORMERS_NAMES)}"
+        )
+
+
+def _is_off(value: object, off: object) -> bool:
+    if isinstance(off, bool):
+        return value is off
+    return not isinstance(value, bool) and value == off
+
+
+def _beam_stop(early_stopping: object) -> str:
+    """Hugging Face's ``early_stopping`` as addnorm's ``beam_stop``."""
+    if early_stopping is True:
+        return "k_finished"
+    if early_stopping is False:
+        return "heuristic"
+    if early_stopping == "never":
+        return "exact"
+    raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
+
+
+def _new_tokens(
+    names: Mapping[str, Any], new_name: str, total_name: str, prompt_length: int | None
+) -> int:
+    """``max_new_tokens`` (or ``min_new_tokens``), else from the total that counts the
+    prompt (``max_length``, ``min_length``), else Hugging Face's default."""
+    if new_name in names:
+        return names[new_name]
+    if total_name not in names:
+        return TRANSFORMERS_DEFAULT_NEW_TOKENS if new_name == "max_new_tokens" else 0
+    total = check_int(total_name, names[total_name], min_value=0)
+    if prompt_length is None:
+        raise ValueError(
+            f"{total_name} counts the prompt's tokens: pass prompt_length (or {new_name}), or "
+            "pass it to a model's generate, which knows its prompt"
+        )
+    if new_name == "min_new_tokens":
+        return max(total - prompt_length, 0)
+    if total <= prompt_length:
+        raise ValueError(
+            f"max_length ({total}) leaves no new token after a prompt of {prompt_length} "
+            "tokens; set max_new_tokens instead"
+        )
+    return total - prompt_length
+
+
+def _sampling_fields(names: Mapping[str, Any], strategy: str) -> dict[str, Any]:
+    """temperature, top_k and top_p; their defaults (and the values that switch them off)
+    are left out, so outside sampling only a setting that would matter reaches the check."""
+    fields = {}
+    for name, off in (("temperature", 1.0), ("top_p", 1.0), ("top_k", 0)):
+        if name in names and _differs(names[name], off):
+            fields[name] = names[name]
+    if strategy == "sample" and "top_k" not in names:
+        fields["top_k"] = 50  # Hugging Face's default
+    elif strategy != "sample" and not _differs(names.get("top_k", 50), 50):
+        fields.pop("top_k", None)  # the default, which Hugging Face ignores outside sampling
+    return fields
+
+
+def _differs(value: object, default: object) -> bool:
+    """Whether a setting differs from its default (a bool always does: it is refused)."""
+    return isinstance(value, bool) or value != default
 
 
 def _check_eos_id(eos_id: object) -> None:

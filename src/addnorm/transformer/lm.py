@@ -9,6 +9,8 @@ positions count its real tokens only.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 from torch.export import Dim
@@ -25,6 +27,8 @@ from addnorm.transformer.decoding import (
     decoding_step,
     model_generation_config,
     start_generation,
+    transformers_call,
+    with_prompt,
 )
 from addnorm.transformer.embedding import (
     Embedder,
@@ -36,7 +40,7 @@ from addnorm.transformer.embedding import (
     rotary_for,
 )
 from addnorm.transformer.generation import decode, prompt_history
-from addnorm.transformer.generation_config import GenerationConfig
+from addnorm.transformer.generation_config import TRANSFORMERS_NAMES, GenerationConfig
 from addnorm.transformer.layers import EncoderLayer
 from addnorm.transformer.stacks import Encoder
 from addnorm.transformer.stop_strings import StopFn
@@ -187,41 +191,93 @@ class TransformerLM(PretrainedMixin, nn.Module):
         padding_mask: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
         stop_fn: StopFn | None = None,
+        return_prompt: bool | None = None,
+        attention_mask: torch.Tensor | None = None,
+        generation_config: Any = None,
+        max_new_tokens: int | None = None,
+        max_length: int | None = None,
+        min_new_tokens: int | None = None,
+        min_length: int | None = None,
+        do_sample: bool | None = None,
+        num_beams: int | None = None,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        repetition_penalty: float | None = None,
+        no_repeat_ngram_size: int | None = None,
+        length_penalty: float | None = None,
+        early_stopping: bool | str | None = None,
+        num_return_sequences: int | None = None,
+        eos_token_id: int | list[int] | None = None,
+        pad_token_id: int | None = None,
+        **other_settings: Any,
     ) -> torch.Tensor:
         """Continue each (left-padded) prompt as ``config`` says (default
-        :attr:`generation_config`).
+        :attr:`generation_config`), or as Hugging Face's ``generate`` would.
 
-        The prompt counts as seen for ``config.repetition_penalty`` and
-        ``config.no_repeat_ngram_size`` (padding excluded); ``stop_fn`` (greedy and sampling)
-        ends rows early, e.g. at stop strings (``generation.stop_at_strings``).
+        addnorm's call: ``generate(prompt_ids, config, padding_mask=..., generator=...,
+        stop_fn=...)`` returns the new tokens only. The prompt counts as seen for
+        ``config.repetition_penalty`` and ``config.no_repeat_ngram_size`` (padding excluded);
+        ``stop_fn`` (greedy and sampling) ends rows early, e.g. at stop strings
+        (``generation.stop_at_strings``). After a row's stop token the output holds
+        ``config.fill_id``. ``pad_id`` is never generated (its logits are set to -inf), so it
+        may not be a stop token. ``generator`` is used by sampling.
 
-        The output holds the new tokens only; after a row's stop token it holds ``cfg.pad_id``.
-        ``pad_id`` is never generated (its logits are set to -inf), so it may not be a stop
-        token. ``generator`` is used by sampling.
+        Hugging Face's call: ``attention_mask`` (1 = real token, the negation of
+        ``padding_mask``; give one of them), ``generation_config`` (a
+        ``transformers.GenerationConfig`` or a dict such as its ``to_diff_dict()``) and the
+        settings from ``max_new_tokens`` to ``pad_token_id``, with transformers' meaning and
+        defaults (:meth:`GenerationConfig.from_transformers`; ``max_length`` and
+        ``min_length`` count the prompt, padding included). A keyword at None counts as not
+        given (transformers reads an explicit ``eos_token_id=None`` as "no stop token": use
+        an addnorm config with ``eos_id=None`` for that; ``top_k=0`` switches top-k off).
+        ``other_settings``: the rest of Hugging Face's names, accepted only at a value that
+        changes no token (``use_cache``, ``output_scores=False``, ``typical_p=1.0``, ...);
+        any other value, and any unknown name, raises a ValueError naming it. Such a call
+        returns the prompt followed by the new tokens, as transformers does, and gives
+        transformers' tokens for the same weights (one difference: the repetition rules never
+        count padding). An addnorm ``config`` cannot be combined with these settings
+        (ValueError); see :func:`addnorm.transformer.decoding.transformers_call`.
+
+        ``return_prompt``: True puts the prompt (as given) before the new tokens, False
+        returns the new tokens only; None (the default) is False for addnorm's call and True
+        for Hugging Face's. With ``num_return_sequences`` r, rows ``b * r .. b * r + r - 1``
+        continue prompt row ``b``.
 
         Shapes:
-            prompt_ids: (B, L0); padding_mask: (B, L0), True = padding (left)
-            returns: (B, N) long, N <= config.max_new_tokens
+            prompt_ids: (B, L0); padding_mask, attention_mask: (B, L0), left padding
+            returns: (B * r, N), N <= max_new_tokens; (B * r, L0 + N) with the prompt
         """
+        # Hugging Face's settings by name, as given (None: not given)
+        names = {name: value for name, value in locals().items() if name in TRANSFORMERS_NAMES}
+        names.update(other_settings)  # refused unless they change no token (from_transformers)
+        prompt_ids = id_tensor("prompt_ids", prompt_ids, None)  # structure only (no read)
+        call = transformers_call(
+            self.cfg, config, generation_config=generation_config, names=names,
+            attention_mask=attention_mask, padding_mask=padding_mask,
+            return_prompt=return_prompt, mask_shape=tuple(prompt_ids.shape),
+            prompt_length=prompt_ids.shape[1],
+        )
         never_emit = {"pad_id": self.cfg.pad_id}
         device = self.embed.tokens.weight.device
-        config = start_generation(self.cfg, config, never_emit, generator=generator,
-                                  stop_fn=stop_fn, device=device)
+        checked = start_generation(self.cfg, call.config, never_emit, generator=generator,
+                                   stop_fn=stop_fn, device=device)
+        padding_mask = call.padding_mask
         cache, logits = self.start(
-            prompt_ids, padding_mask=padding_mask, max_new_tokens=config.max_new_tokens,
-            static=config.compile,
+            prompt_ids, padding_mask=padding_mask, max_new_tokens=checked.max_new_tokens,
+            static=checked.compile,
         )  # the prompt checked (values: one host sync)
-        if config.reshapes_logits:  # the prompt counts as seen, its padding excluded
-            ids = prompt_ids.long()
+        if checked.reshapes_logits:  # the prompt counts as seen, its padding excluded
             if padding_mask is None and self.cfg.pad_id is not None:
-                padding_mask = ids == self.cfg.pad_id  # the model's default
-            seen = prompt_history(ids, padding_mask, logits)
+                padding_mask = prompt_ids == self.cfg.pad_id  # the model's default
+            seen = prompt_history(prompt_ids, padding_mask, logits)
         else:
             seen = prompt_history(None, None, logits)
-        return decode(
-            decoding_step(self.step, config), logits, cache, config, generator=generator,
+        new = decode(
+            decoding_step(self.step, checked), logits, cache, checked, generator=generator,
             seen=seen, stop_fn=stop_fn, banned=banned_ids(never_emit, logits.device),
         )
+        return with_prompt(prompt_ids, new) if call.return_prompt else new
 
     # What export, size estimates and distributed wrapping read (addnorm.family.ModelFamily).
     layer_classes = (EncoderLayer,)
