@@ -67,15 +67,18 @@ class TranslateTask:
 
     @staticmethod
     def default_model_config() -> TransformerConfig:
-        """The "tiny" preset with rotary positions, no dropout and an unpadded encoder
-        (vocabulary sizes filled in by ``prepare``). Rotary positions help the model copy
-        digits: in our earlier 1200-step runs they took held-out exact match from 99.65-99.8%
-        (sinusoidal) to 99.95-100%. About half of a batch's source tokens are padding, which
-        ``unpad`` leaves out of the encoder's position-wise work (the same values at every real
-        token)."""
+        """The "tiny" preset with the seeds' sinusoidal positions, no dropout and an unpadded
+        encoder (vocabulary sizes filled in by ``prepare``).
+
+        Sinusoidal, as the seed documents teach: with the default training settings (600
+        steps), seeds 0, 1, 2 reached 99.65, 99.70 and 99.25% held-out test exact match
+        (``position_encoding="rotary"``: 99.90, 99.70, 99.85%), every one above the 99% bar,
+        and a sinusoidal step does less work than a rotary one. About half of a batch's source
+        tokens are padding, which ``unpad`` leaves out of the encoder's position-wise work
+        (the same values at every real token)."""
         return dataclasses.replace(
             TRANSFORMER_PRESETS["tiny"], dropout=0.0, share_embeddings=False,
-            position_encoding="rotary", unpad=True,
+            position_encoding="sinusoidal", unpad=True,
         )
 
     @staticmethod
