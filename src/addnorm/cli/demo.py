@@ -1,10 +1,16 @@
 """``addnorm demo`` (``make demo``): train the two main jobs with their defaults and show them.
 
-1. The date translator (encoder-decoder Transformer): the ``translate`` task's default run (a
-   4-minute budget), a table of held-out dates written in many languages with the model's
-   answers, and the exact-match accuracy on 2000 held-out test dates.
-2. The Diffusion Transformer: the ``dit`` task's default run on scikit-learn's digits (a
-   5-minute budget), its class agreement, and a grid of samples, one row per class.
+1. The date translator (encoder-decoder Transformer): the ``translate`` task's default run
+   (its step budget and time cap, ``TranslateTask.default_train_config()``), a table of
+   held-out dates written in many languages with the model's answers, and the exact-match
+   accuracy on the held-out test dates.
+2. The Diffusion Transformer: the ``dit`` task's default run on scikit-learn's digits (its
+   budgets, ``DiTTask.default_train_config()``), its class agreement, and a grid of samples,
+   one row per class.
+
+``demo --help`` states both budgets, read from those configs. Where a time cap stops training
+before half its steps (a slow or busy machine), the demo says so on stderr, with the steps that
+ran, before the (undertrained) results (:mod:`addnorm.cli.time_cap`).
 
 Checkpoints, ``metrics.json`` and ``loss.png`` stay in the run directories, so
 ``addnorm translate "21 Nov 2026"`` and ``addnorm sample --out grid.png`` work afterwards.
@@ -29,6 +35,7 @@ import torch
 from addnorm.cli.checks import UsageError, apply_runtime_flags, check_out_dir, out_dir
 from addnorm.cli.exits import EXIT_OK, SIGNAL_STOPS, exit_on_sigterm, report_signal_stop
 from addnorm.cli.shared_flags import add_runtime_flags
+from addnorm.cli.time_cap import UNDERTRAINED_SHARE, warn_if_cut_short
 from addnorm.data.dates import dates_in_split, format_date
 from addnorm.tasks.run import load_trained, train_run
 from addnorm.tasks.translate import TranslateTask
@@ -53,9 +60,18 @@ DEMO_FORMATS = (
 
 
 def add_parser(subparsers) -> None:
-    """Register ``addnorm demo``."""
+    """Register ``addnorm demo``; its help states the budgets of the tasks' default configs."""
+    from addnorm.tasks.dit import DiTTask
+
+    translate_cfg = TranslateTask.default_train_config()
+    dit_cfg = DiTTask.default_train_config()
     demo = subparsers.add_parser(
-        "demo", help="train the date translator and the digits DiT, and show them at work"
+        "demo", help="train the date translator and the digits DiT, and show them at work",
+        description="Train the date translator (up to "
+        f"{_budget(translate_cfg)}), then the digits DiT (up to {_budget(dit_cfg)}), with "
+        "the tasks' default settings, and show what each learned. Training stops at the step "
+        "budget or the time cap, whichever comes first; a time cap that stops it before "
+        f"{UNDERTRAINED_SHARE:.0%} of its steps is reported as a warning.",
     )
     demo.add_argument(
         "--out", type=out_dir, default=Path("runs/translate"),
@@ -66,14 +82,19 @@ def add_parser(subparsers) -> None:
         "--max-minutes",
         type=float,
         default=None,
-        help="the translator's training time budget (default: the task's, 4 minutes)",
+        help="the translator's training time cap, in minutes (default: the task's, "
+        f"{translate_cfg.max_minutes:g}; its step budget is {translate_cfg.max_steps})",
     )
-    demo.add_argument("--dit-out", type=out_dir, default=Path("runs/dit"))
+    demo.add_argument(
+        "--dit-out", type=out_dir, default=Path("runs/dit"),
+        help="the DiT's run folder (default runs/dit); replaced as --out is",
+    )
     demo.add_argument(
         "--dit-max-minutes",
         type=float,
         default=None,
-        help="the DiT's training time budget (default: the task's, 5 minutes)",
+        help="the DiT's training time cap, in minutes (default: the task's, "
+        f"{dit_cfg.max_minutes:g}; its step budget is {dit_cfg.max_steps})",
     )
     demo.add_argument("--no-dit", action="store_true", help="only the date translator")
     add_runtime_flags(demo)
@@ -152,6 +173,7 @@ def run_demo(
     )
     if summary.stopped_by in SIGNAL_STOPS:
         return report_signal_stop(summary, "translate")
+    warn_if_cut_short(summary, train_cfg, prefix="addnorm demo")
     floor = smoothed_loss_floor(train_cfg.label_smoothing, task.tgt_tok.vocab_size)
     print(
         f"  trained {summary.step} steps in {summary.elapsed_s:.0f} s "
@@ -215,6 +237,7 @@ def run_dit_demo(
     )
     if summary.stopped_by in SIGNAL_STOPS:
         return report_signal_stop(summary, "dit")
+    warn_if_cut_short(summary, train_cfg, prefix="addnorm demo", flag="--dit-max-minutes")
     m = summary.metrics
     print(
         f"  trained {summary.step} steps in {summary.elapsed_s:.0f} s (stopped by "
@@ -247,6 +270,12 @@ def run_dit_demo(
     )
     print(f"  try: addnorm sample --class 7 --n 10 --checkpoint {run_dir} --out sevens.png")
     return 0
+
+
+def _budget(train_cfg) -> str:
+    """A config's training budget in words: ``600 steps or 4 minutes``."""
+    cap = "" if train_cfg.max_minutes is None else f" or {train_cfg.max_minutes:g} minutes"
+    return f"{train_cfg.max_steps} steps{cap}"
 
 
 def _loss(value: float | None) -> str:

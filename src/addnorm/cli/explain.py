@@ -6,9 +6,12 @@
     addnorm explain                  the same as ``addnorm explain all --quick``
 
 Each experiment writes ``OUT/NAME/figure.png`` and ``OUT/NAME/result.json`` (its headline
-numbers, the claim in one sentence, ``"supported"`` as the numbers decide) and prints its
-headline; every run rewrites ``OUT/index.html`` from all results present, so the page shows
-every experiment run so far. The experiments live in :mod:`addnorm.experiments`.
+numbers, the claim in one sentence with the seed posts it comes from, and the verdict the
+numbers decide: ``"supported"`` true or false, or null with ``"verdict": "undecided"`` and
+``"undecided_because"`` where the run cannot tell, as a quick run's few training steps cannot)
+and prints its headline; every run rewrites ``OUT/index.html`` from all results present, so
+the page shows every experiment run so far. The experiments live in
+:mod:`addnorm.experiments`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import torch
 
 from addnorm.cli.checks import check_out_dir, out_dir
 from addnorm.experiments import CLAIMS, EXPERIMENTS, write_index, write_outcome
+from addnorm.experiments.outcome import VERDICTS
 
 __all__ = ["ALL", "add_parser", "list_experiments", "run", "run_explain"]
 
@@ -30,15 +34,22 @@ ALL = "all"
 def add_parser(subparsers) -> None:
     """Register ``addnorm explain``."""
     explain = subparsers.add_parser(
-        "explain", help="run the SPEC claims as experiments: figures, numbers, an HTML page",
+        "explain",
+        help="run the seed documents' ten claims as experiments: figures, numbers, a page",
         description="Run one experiment (NAME), or all, writing OUT/NAME/figure.png, "
-        "OUT/NAME/result.json and OUT/index.html. With no NAME: all --quick.",
+        "OUT/NAME/result.json and OUT/index.html, a page that stands alone (each claim in "
+        "full, with the seed post it comes from). Each verdict is decided by the numbers: "
+        "supported, NOT supported, or undecided where the run cannot tell (a quick run's "
+        "few training steps). With no NAME: all --quick.",
     )
     explain.add_argument("name", nargs="?", choices=[*EXPERIMENTS, ALL], metavar="NAME",
                          help="an experiment (see --list) or 'all'; default: all --quick")
     explain.add_argument("--list", action="store_true", help="list the experiments and exit")
-    explain.add_argument("--quick", action="store_true",
-                         help="a reduced run (seconds each; what the tests run)")
+    explain.add_argument(
+        "--quick", action="store_true",
+        help="a reduced run (seconds each; what the tests run): the claims whose training it "
+        "cannot finish (postln-vs-preln, length-extrapolation) come out undecided",
+    )
     explain.add_argument("--out", type=out_dir, default=Path("runs/explain"),
                          help="output folder (default: runs/explain)")
 
@@ -75,19 +86,22 @@ def run_explain(out_dir: Path, name: str | None = None, *, quick: bool = False,
     # numbers do not depend on a machine's core count.
     torch.set_num_threads(1)
     start = time.perf_counter()
-    n_supported = 0
+    counts = dict.fromkeys(VERDICTS.values(), 0)
     for i, current in enumerate(names, start=1):
         began = time.perf_counter()
         outcome = EXPERIMENTS[current](quick=quick)
         folder = write_outcome(outcome, out_dir)
-        n_supported += outcome.supported
-        verdict = "supported" if outcome.supported else "NOT SUPPORTED"
-        print(f"[{i}/{len(names)}] {current} ({time.perf_counter() - began:.1f} s): {verdict}",
+        counts[outcome.verdict] += 1
+        shown = outcome.verdict.upper() if outcome.supported is False else outcome.verdict
+        print(f"[{i}/{len(names)}] {current} ({time.perf_counter() - began:.1f} s): {shown}",
               flush=True)
         print(f"    {outcome.headline}", flush=True)
+        if outcome.supported is None:
+            print(f"    undecided: {outcome.undecided_because}", flush=True)
         print(f"    -> {folder / 'figure.png'}", flush=True)
     page = write_index(out_dir, list(EXPERIMENTS))
     mode = "quick" if quick else "full"
-    print(f"{n_supported}/{len(names)} claims supported ({mode} run, "
+    print(f"{counts['supported']}/{len(names)} claims supported, {counts['not supported']} not "
+          f"supported, {counts['undecided']} undecided ({mode} run, "
           f"{time.perf_counter() - start:.0f} s); page: {page}")
     return 0

@@ -22,23 +22,39 @@ __all__ = ["add_parser", "run"]
 def add_parser(subparsers) -> None:
     """Register ``addnorm generate``."""
     generate = subparsers.add_parser("generate", help="continue a prompt with a trained lm")
-    generate.add_argument("--prompt", required=True)
-    generate.add_argument("--max-new-tokens", type=int, default=200)
-    generate.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
-    generate.add_argument("--top-k", type=int, default=None)
-    generate.add_argument("--top-p", type=float, default=None)
+    generate.add_argument("--prompt", required=True,
+                          help="the text to continue (characters of the run's vocabulary)")
+    generate.add_argument(
+        "--max-new-tokens", type=int, default=200,
+        help="characters to generate, >= 1 (more than the model's max_len is cut to it)",
+    )
+    generate.add_argument("--temperature", type=float, default=0.8,
+                          help="sampling temperature, finite and >= 0; 0 = greedy")
+    generate.add_argument(
+        "--top-k", type=int, default=None,
+        help="sample from the K most likely characters only, K >= 1 (default: all)",
+    )
+    generate.add_argument(
+        "--top-p", type=float, default=None,
+        help="nucleus sampling: from the fewest characters whose probability adds up to P, "
+        "0 < P <= 1 (default: all)",
+    )
     generate.add_argument(
         "--stop", action="append", default=[], metavar="TEXT",
         help="stop once the continuation holds TEXT and cut the output before it (repeatable)",
     )
-    generate.add_argument("--seed", type=seed, default=0)
+    generate.add_argument("--seed", type=seed, default=0,
+                          help="seeds the sampling, 0 to 2**64 - 1")
     generate.add_argument(
         "--compile", action="store_true",
         help="run the decode step compiled (torch.compile): the first call compiles for "
         "seconds (time printed to stderr), each token after is faster; pays off for long "
         "outputs at batch 1",
     )
-    generate.add_argument("--checkpoint", type=Path, default=Path("runs/lm"))
+    generate.add_argument(
+        "--checkpoint", type=Path, default=Path("runs/lm"),
+        help="an lm run folder (its newest checkpoint) or one checkpoint folder",
+    )
     add_inference_flags(generate)
 
 

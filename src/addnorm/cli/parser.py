@@ -11,6 +11,9 @@ subcommand's flags and handler live in its own module (``SUBCOMMANDS``).
     addnorm bench [--quick] [--json FILE] [--only GROUP ...] [--compile] [--bf16]
     addnorm demo [--out DIR] [--max-minutes M]
     addnorm explain [NAME | all] [--quick] [--list] [--out DIR]
+    addnorm --version
+
+Every flag's ``--help`` states its default (:mod:`addnorm.cli.help_format`).
 
 Model flags (``--d-model``, ``--norm-position``, ...) are derived from the fields of
 ``TransformerConfig`` / ``LMConfig``, trainer flags (``--max-steps``, ``--lr``, ...) from
@@ -60,6 +63,7 @@ from addnorm.cli import (
 )
 from addnorm.cli.checks import UsageError
 from addnorm.cli.exits import EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from addnorm.cli.help_format import DefaultsFormatter
 from addnorm.safe_files import CheckpointError
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
@@ -82,7 +86,12 @@ SUBCOMMANDS = {
 
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: ``addnorm <cmd>: error: <msg>`` on stderr, exit 2
-    (instead of the whole usage). Subparsers inherit the class."""
+    (instead of the whole usage), and each flag's default in ``--help``. Subparsers inherit
+    the class."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", DefaultsFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(message.split())}\n")
@@ -90,11 +99,15 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
+    from addnorm._version import __version__
+
     parser = _Parser(
         prog="addnorm",
         description="The Transformer, part by part: train, translate dates, "
         "generate text, draw digits with a Diffusion Transformer, inspect checkpoints.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
+                        help="print addnorm's version and exit")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in SUBCOMMANDS.values():
         module.add_parser(subparsers)

@@ -24,7 +24,10 @@ def add_parser(subparsers) -> None:
         description="Generate digits with a trained dit run: a PNG grid for people and, with "
         "--save-array, an (N, 8, 8) array on the digits' own 0..16 scale for programs.",
     )
-    sample.add_argument("--checkpoint", type=Path, default=Path("runs/dit"))
+    sample.add_argument(
+        "--checkpoint", type=Path, default=Path("runs/dit"),
+        help="a dit run folder (its newest checkpoint) or one checkpoint folder",
+    )
     sample.add_argument(
         "--class", dest="digit", type=int, default=None,
         help="the digit to draw, 0-9 (default: every class in turn)",
@@ -34,14 +37,24 @@ def add_parser(subparsers) -> None:
         "--steps", type=int, default=50,
         help="sampling steps, 1 to the run's diffusion steps (default 50)",
     )
-    sample.add_argument("--method", choices=("ddim", "ddpm"), default="ddim")
+    sample.add_argument(
+        "--method", choices=("ddim", "ddpm"), default="ddim",
+        help="ddim (deterministic, eta 0, on DiT's strided steps: 0, 20, ..., 980 for 50 of "
+        "1000) or ddpm (ancestral, on DiT's evenly divided steps: 0, 20, 41, ..., 999)",
+    )
     sample.add_argument(
         "--guidance", type=float, default=3.0,
         help="classifier-free guidance scale, finite and >= 0; 1 = none (default 3.0)",
     )
-    sample.add_argument("--seed", type=seed, default=0)
-    sample.add_argument("--out", type=Path, required=True, metavar="GRID.png")
-    sample.add_argument("--save-array", type=Path, default=None, metavar="SAMPLES.npy")
+    sample.add_argument("--seed", type=seed, default=0,
+                        help="seeds the starting noise (and ddpm's), 0 to 2**64 - 1")
+    sample.add_argument("--out", type=Path, required=True, metavar="GRID.png",
+                        help="the PNG grid to write (its folder is created)")
+    sample.add_argument(
+        "--save-array", type=Path, default=None, metavar="SAMPLES.npy",
+        help="also write the samples as an (N, 8, 8) float array, 0..16 scale (default: not "
+        "written)",
+    )
     sample.add_argument("--quiet", action="store_true", help="no progress bar")
     add_inference_flags(sample)
 

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from addnorm.cli.bf16 import BF16_HELP, warn_if_bf16_on_cpu
 from addnorm.cli.checks import (
     UsageError,
     apply_runtime_flags,
@@ -26,6 +27,7 @@ from addnorm.cli.checks import (
 )
 from addnorm.cli.exits import EXIT_OK, SIGNAL_STOPS, exit_on_sigterm, report_signal_stop
 from addnorm.cli.shared_flags import add_runtime_flags
+from addnorm.cli.time_cap import warn_if_cut_short
 from addnorm.training.config import TrainConfig
 
 if TYPE_CHECKING:
@@ -84,6 +86,15 @@ def add_parser(subparsers) -> None:
             model_fields=add_dataclass_flags(sub, defaults, skip=TASK_OWNED),
             train_fields=add_dataclass_flags(sub, task_cls.default_train_config()),
         )
+        _document_bf16(sub, task_cls.default_train_config().bf16)
+
+
+def _document_bf16(parser: argparse.ArgumentParser, default: bool) -> None:
+    """``--bf16``'s help: where it wins and where it loses, measured (:mod:`addnorm.cli.bf16`),
+    in place of the config field's one line."""
+    for action in parser._actions:
+        if action.dest == "bf16":
+            action.help = f"{BF16_HELP} (default {default!r})"
 
 
 @exit_on_sigterm
@@ -138,6 +149,8 @@ def _train_here(args, device: str) -> int:
             if main:
                 _check_again_under_lock(args, plan.resume)
                 _announce(args, plan.train_cfg, device)
+                warn_if_bf16_on_cpu(plan.train_cfg.bf16, device,
+                                    prefix=f"addnorm train {args.task}")
             summary = train_run(
                 args.task,
                 plan.model_cfg,
@@ -154,6 +167,7 @@ def _train_here(args, device: str) -> int:
         return SIGNAL_STOPS.get(summary.stopped_by, ("", EXIT_OK))[1]
     if summary.stopped_by in SIGNAL_STOPS:
         return report_signal_stop(summary, args.task)
+    warn_if_cut_short(summary, plan.train_cfg, prefix=f"addnorm train {args.task}")
     _report(args.task, plan.task_cls.metric, summary)
     return EXIT_OK
 

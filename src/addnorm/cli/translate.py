@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from addnorm.cli.exits import EXIT_FAILED, EXIT_OK
+from addnorm.cli.help_format import RawDescriptionDefaultsFormatter
 from addnorm.cli.shared_flags import add_inference_flags, load_task_model
 from addnorm.cli.translate_input import Input, batched, open_stdin, refusal, stdin_inputs
 
@@ -30,10 +31,13 @@ def add_parser(subparsers) -> None:
         description="Write each date as ISO 8601 (YYYY-MM-DD): one output line per input "
         "(a blank input line gets a blank output line).",
         epilog=_epilog(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=RawDescriptionDefaultsFormatter,
     )
     translate.add_argument("text", nargs="*", help="dates to normalize (default: stdin lines)")
-    translate.add_argument("--checkpoint", type=Path, default=Path("runs/translate"))
+    translate.add_argument(
+        "--checkpoint", type=Path, default=Path("runs/translate"),
+        help="a translate run folder (its newest checkpoint) or one checkpoint folder",
+    )
     add_inference_flags(translate)
 
 

@@ -4,13 +4,17 @@
 ``--norm-position {post,pre}``, ``--bias/--no-bias``, ... one flag per field, typed from the
 field's annotation: int, float, str, bool (``--x/--no-x``), ``T | None`` ("none" = None),
 ``Literal[...]`` and the model configs' string options (choices). The flags default to "not
-given", so only what a user types overrides the config's defaults.
+given", so only what a user types overrides the config's defaults. Each flag's help is the
+field's entry in its class's ``Attributes:`` docstring section, then the default.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
+import re
+import sys
 import types
 import typing
 from collections.abc import Callable
@@ -48,11 +52,55 @@ def _parse_bool(text: str) -> bool:
     return lowered == "true"
 
 
+def field_docs(cls: type) -> dict[str, str]:
+    """Each field's description from the ``Attributes:`` sections of ``cls``'s docstring, its
+    bases', and then those of the other dataclasses of its module (a config that documents its
+    fields "as in" a sibling's), joined onto one line; ``"a, b: text"`` describes both."""
+    module = sys.modules.get(cls.__module__)
+    siblings = [
+        value for value in vars(module).values()
+        if isinstance(value, type) and dataclasses.is_dataclass(value)
+        and value.__module__ == cls.__module__
+    ] if module is not None else []
+    docs: dict[str, str] = {}
+    for source in [*cls.__mro__, *siblings]:
+        for names, text in _attribute_entries(inspect.getdoc(source) or ""):
+            for name in names:
+                docs.setdefault(name, text)
+    return docs
+
+
+_ENTRY = re.compile(r"^(\w+(?:, \w+)*): (.*)$")
+
+
+def _attribute_entries(doc: str) -> list[tuple[list[str], str]]:
+    """``(names, text)`` for each entry of the ``Attributes:`` section of ``doc`` (entries
+    indented by 4, continuation lines deeper), with reST markup (````x````) dropped."""
+    entries: list[tuple[list[str], str]] = []
+    inside = False
+    for line in doc.splitlines():
+        if line.strip() == "Attributes:":
+            inside = True
+            continue
+        if not inside:
+            continue
+        if line and not line.startswith(" "):  # the section ended
+            break
+        match = _ENTRY.match(line[4:]) if line.startswith("    ") else None
+        if match and not line.startswith("     "):
+            entries.append((match.group(1).split(", "), match.group(2).strip()))
+        elif line.strip() and entries:
+            names, text = entries[-1]
+            entries[-1] = (names, f"{text} {line.strip()}")
+    return [(names, text.replace("``", "")) for names, text in entries]
+
+
 def add_dataclass_flags(
     parser: argparse.ArgumentParser, defaults: object, *, skip: tuple | set = ()
 ) -> list[str]:
     """Add one ``--field-name`` flag per field of the dataclass instance ``defaults``, typed
-    from the field's annotation; the help shows the value in ``defaults``.
+    from the field's annotation; the help is the field's description (:func:`field_docs`)
+    and the value in ``defaults``.
 
     Flags default to "not given" (``argparse.SUPPRESS``), so only the flags a user types
     override the defaults. Returns the field names that got a flag.
@@ -61,6 +109,7 @@ def add_dataclass_flags(
         raise TypeError(f"defaults must be a dataclass instance, got {defaults!r}")
     cls = type(defaults)
     hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
     parsers: dict[object, Callable[[str], object]] = {
         bool: _parse_bool,
         int: int,
@@ -79,7 +128,7 @@ def add_dataclass_flags(
         kwargs: dict = {
             "dest": field.name,
             "default": argparse.SUPPRESS,
-            "help": f"default {getattr(defaults, field.name)!r}",
+            "help": _help(docs.get(field.name), getattr(defaults, field.name)),
         }
         if base is bool and not optional:
             group.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
@@ -96,3 +145,10 @@ def add_dataclass_flags(
             )
         names.append(field.name)
     return names
+
+
+def _help(description: str | None, default: object) -> str:
+    """A flag's help: the field's description and its default (``%`` escaped for argparse)."""
+    shown = "none" if default is None else repr(default)
+    text = f"{description} (default {shown})" if description else f"default {shown}"
+    return text.replace("%", "%%")
