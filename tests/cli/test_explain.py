@@ -31,6 +31,7 @@ def test_one_experiment_writes_its_files_headline_and_the_page(tmp_path, capsys)
     page = (tmp_path / "index.html").read_text()
     assert page.count("data:image/png;base64,") == 1  # the others: "not run"
     assert "Not run yet" in page
+    assert "SPEC" not in page and "seed post 003" in page  # stands alone
 
 
 def test_no_name_runs_every_experiment_quickly(tmp_path, capsys, monkeypatch):
@@ -41,14 +42,21 @@ def test_no_name_runs_every_experiment_quickly(tmp_path, capsys, monkeypatch):
     def fake(name):
         def run(*, quick: bool = False):
             seen.append((name, quick))
-            return Outcome(name=name, claim="c", method="m", headline="h", supported=True,
-                           numbers={}, figure=new_figure(1, 1), quick=quick)
+            undecided = name == "length-extrapolation"
+            return Outcome(name=name, claim="c", method="m", headline="h",
+                           supported=None if undecided else True, numbers={},
+                           figure=new_figure(1, 1), quick=quick,
+                           undecided_because="too few steps" if undecided else "")
         return run
 
     monkeypatch.setattr(explain, "EXPERIMENTS", {name: fake(name) for name in EXPERIMENTS})
     assert main(["explain", "--out", str(tmp_path)]) == 0
     assert seen == [(name, True) for name in EXPERIMENTS]
-    assert f"[{len(EXPERIMENTS)}/{len(EXPERIMENTS)}]" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"[{len(EXPERIMENTS)}/{len(EXPERIMENTS)}]" in out
+    assert "length-extrapolation" in out and "undecided: too few steps" in out
+    n = len(EXPERIMENTS)
+    assert f"{n - 1}/{n} claims supported, 0 not supported, 1 undecided (quick run" in out
 
 
 def test_an_unknown_name_exits_2(tmp_path, capsys):

@@ -1,5 +1,6 @@
 """postln-vs-preln: what the quick run can decide is the gradient profile at initialisation
-(Xiong et al., 2020, Fig. 3); whether Post-LN trains worse is left to the full run."""
+(Xiong et al., 2020, Fig. 3); whether Post-LN trains worse is left to the full run, so the
+quick run's verdict is "undecided"."""
 
 from addnorm.experiments import postln_vs_preln
 
@@ -19,6 +20,8 @@ def test_quick_run_records_both_gradient_profiles_and_four_loss_curves():
     outcome = postln_vs_preln.run(quick=True)
     assert outcome.numbers["gradients_hold"]  # the same seeds as above
     assert len(outcome.numbers["final_loss"]) == 4
-    # supported also needs the training gap, which a few steps cannot show: it is decided
-    # by the numbers, so it may only be true if that gap was measured.
-    assert outcome.supported == outcome.numbers["training_holds"]
+    # The training gap needs a model that has learned something; after 10 steps every loss
+    # is at chance (ln 16 = 2.77; measured 2.79-2.84), far above ln 16 - LEARNED = 2.27.
+    assert not outcome.numbers["training_learned"]
+    assert outcome.supported is None and outcome.verdict == "undecided"
+    assert "10 steps" in outcome.undecided_because and "400" in outcome.undecided_because

@@ -1,4 +1,4 @@
-"""SPEC claim 5: BatchNorm's output for a sentence changes with the padding in its batch.
+"""Claim 5 (seed post 003): BatchNorm's output for a sentence changes with the padding in its batch.
 
 One sentence of 4 tokens is normalized in batches padded to longer and longer lengths (pad
 tokens embed as zeros, as a zeroed padding row would). BatchNorm with padding in its
@@ -17,6 +17,7 @@ CLAIM = (
     "The same sentence is normalized differently by BatchNorm depending on how much padding "
     "its batch holds; LayerNorm, and BatchNorm that leaves padding out, give the same output."
 )
+SEEDS = ("003",)  # the seed posts the claim comes from
 N_TOKENS, D_MODEL, SEED = 4, 16, 0
 
 
@@ -68,7 +69,7 @@ def run(*, quick: bool = False) -> Outcome:
         f"padding_mask by {max(masked):.1e}, LayerNorm by {max(ln):.1e}"
     )
     return Outcome(
-        name=NAME, claim=CLAIM, headline=headline, supported=supported, quick=quick,
+        name=NAME, claim=CLAIM, seeds=SEEDS, headline=headline, supported=supported, quick=quick,
         method=(f"A batch of three {N_TOKENS}-token sequences (d_model {D_MODEL}, seed {SEED}, "
                 f"values ~ N(1, 2^2)) padded with {n_pads} zero tokens; addnorm.BatchNorm in "
                 "training mode with and without padding_mask, and addnorm.LayerNorm; the first "

@@ -1,11 +1,15 @@
-"""SPEC claim 8: sinusoidal positions work past the longest training length; a learned
-table cannot.
+"""Claim 8 (seed posts 000 and 002): sinusoidal positions work past the longest training
+length; a learned table cannot.
 
 Three small decoder-only :class:`TransformerLM` s, identical but for ``position_encoding``
 (sinusoidal, rotary, learned), learn to copy: ``[bos, a_1 .. a_n, sep, a_1 .. a_n]`` with
 n up to ``TRAIN_MAX`` tokens. They are then scored (teacher forcing, argmax) on the copy
 half for longer n. The learned table has rows for the test lengths, but rows past the
 training length never receive a gradient: they stay at their random initialisation.
+
+The comparison past the training length means something only once a model has learned to
+copy at the lengths it trained on (accuracy ``WORKS`` there); until then, as after the quick
+run's 10 steps, every model is at chance everywhere and the claim is undecided.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ CLAIM = (
     "A model with sinusoidal (or rotary) positions still works on sequences longer than any "
     "seen in training; one with a learned position table does not."
 )
+SEEDS = ("000", "002")  # the seed posts the claim comes from
 N_SYMBOLS, SEP, FIRST_SYMBOL = 16, 3, 4  # ids 0, 1, 2: pad, bos, eos
 TRAIN_MAX, BATCH, LR = 8, 32, 1e-3
 ENCODINGS = ("sinusoidal", "rotary", "learned")
@@ -94,8 +99,19 @@ def run(*, quick: bool = False) -> Outcome:
             untouched_rows = (table[beyond:] - initial[beyond:]).abs().max().item()
     longer = [i for i, n in enumerate(test_ns) if n > TRAIN_MAX]
     long_acc = {e: sum(acc[e][i] for i in longer) / len(longer) for e in ENCODINGS}
-    supported = (long_acc["sinusoidal"] >= WORKS and
-                 long_acc["sinusoidal"] > long_acc["learned"] + 0.1)
+    seen = [i for i, n in enumerate(test_ns) if n <= TRAIN_MAX]
+    seen_acc = {e: sum(acc[e][i] for i in seen) / len(seen) for e in ENCODINGS}
+    undecided_because = ""
+    supported: bool | None = (long_acc["sinusoidal"] >= WORKS and
+                              long_acc["sinusoidal"] > long_acc["learned"] + 0.1)
+    if max(seen_acc.values()) < WORKS:
+        supported = None
+        undecided_because = (
+            f"after {n_steps} steps no model copies even at the trained lengths (best accuracy "
+            f"{max(seen_acc.values()):.2f} at n <= {TRAIN_MAX}, chance {1 / N_SYMBOLS:.2f}), so "
+            "there is nothing to compare past them"
+            + ("; the full run (without --quick) trains 800 steps" if quick else "")
+        )
 
     fig = new_figure(8, 5)
     ax = fig.subplots()
@@ -115,7 +131,7 @@ def run(*, quick: bool = False) -> Outcome:
             f"{e} {acc[e][test_ns.index(TRAIN_MAX)]:.2f}" for e in ENCODINGS) + ")"
     )
     return Outcome(
-        name=NAME, claim=CLAIM, headline=headline, supported=supported, quick=quick,
+        name=NAME, claim=CLAIM, seeds=SEEDS, headline=headline, supported=supported, quick=quick,
         method=(f"TransformerLM (d_model 64, 2 layers, 4 heads) per position_encoding, "
                 f"{n_steps} AdamW steps (lr {LR:g}, batch {BATCH}) on copying n = 1..{TRAIN_MAX}"
                 f" of {N_SYMBOLS} symbols; accuracy on n in {test_ns} over {n_batches} batches "
@@ -123,6 +139,6 @@ def run(*, quick: bool = False) -> Outcome:
                 "the learned table's by 0.1."),
         numbers={"test_n": test_ns, "accuracy": acc, "accuracy_past_training": long_acc,
                  "learned_rows_past_training_max_change": untouched_rows,
-                 "train_max_n": TRAIN_MAX},
-        figure=fig,
+                 "accuracy_at_trained_lengths": seen_acc, "train_max_n": TRAIN_MAX},
+        figure=fig, undecided_because=undecided_because,
     )

@@ -1,8 +1,12 @@
 """What every experiment returns, and how it is written: ``figure.png`` and ``result.json``.
 
-An experiment is a module with ``NAME``, ``CLAIM`` (the SPEC claim in one sentence) and
-``run(*, quick=False) -> Outcome``. ``supported`` is decided by the numbers the run produced,
-never set by hand; the page and the JSON say plainly when a claim did not hold.
+An experiment is a module with ``NAME``, ``CLAIM`` (the claim in one sentence), ``SEEDS``
+(the seed documents it comes from: five blog posts on the Transformer, numbered 000 to 004)
+and ``run(*, quick=False) -> Outcome``. The verdict is decided by the numbers the run
+produced, never set by hand: ``supported`` is True (the numbers bear the claim out), False
+(they contradict it) or None, *undecided*: the run's own evidence cannot decide it (a quick
+run's few training steps learn nothing to compare), and ``undecided_because`` says why. The
+page and the JSON say plainly when a claim did not hold and when a run could not tell.
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["Outcome", "new_figure", "write_outcome"]
+__all__ = ["VERDICTS", "Outcome", "new_figure", "write_outcome"]
 
 DPI = 100
+# ``Outcome.verdict`` by ``supported``.
+VERDICTS = {True: "supported", False: "not supported", None: "undecided"}
 
 
 @dataclass
@@ -30,27 +36,47 @@ class Outcome:
         claim: the claim tested, in one sentence.
         method: what was run, in a sentence or two (sizes, seeds, steps).
         headline: what came out, in one line with the key numbers.
-        supported: whether the numbers bear the claim out.
+        supported: True if the numbers bear the claim out, False if they contradict it, None
+            if the run cannot decide it (then ``undecided_because`` is required).
         numbers: the headline numbers (JSON-serialisable).
         figure: the figure, drawn on a bare Agg canvas.
         quick: whether this was the reduced run.
+        seeds: the seed documents the claim comes from (``("001", "003")``).
+        undecided_because: why the run cannot decide the claim; empty when it can.
     """
 
     name: str
     claim: str
     method: str
     headline: str
-    supported: bool
+    supported: bool | None
     numbers: dict[str, Any]
     figure: Figure = field(repr=False)
     quick: bool = False
+    seeds: tuple[str, ...] = ()
+    undecided_because: str = ""
+
+    def __post_init__(self) -> None:
+        if not (self.supported is None or isinstance(self.supported, bool)):
+            raise TypeError(f"supported must be True, False or None, got {self.supported!r}")
+        if (self.supported is None) != bool(self.undecided_because):
+            raise ValueError(
+                "undecided_because must be given exactly when supported is None (undecided), "
+                f"got supported={self.supported!r}, undecided_because={self.undecided_because!r}"
+            )
+
+    @property
+    def verdict(self) -> str:
+        """``"supported"``, ``"not supported"`` or ``"undecided"``."""
+        return VERDICTS[self.supported]
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON record (everything but the figure)."""
+        """The JSON record (everything but the figure); ``supported`` is null when undecided."""
         return {
-            "name": self.name, "claim": self.claim, "method": self.method,
-            "headline": self.headline, "supported": self.supported, "quick": self.quick,
-            "numbers": self.numbers,
+            "name": self.name, "claim": self.claim, "seeds": list(self.seeds),
+            "method": self.method, "headline": self.headline, "verdict": self.verdict,
+            "supported": self.supported, "undecided_because": self.undecided_because,
+            "quick": self.quick, "numbers": self.numbers,
         }
 
 

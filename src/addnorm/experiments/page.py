@@ -1,7 +1,10 @@
 """``index.html``: every experiment's figure with its claim, method, outcome and verdict.
 
 The page is one self-contained file: figures are embedded as base64 PNG data URLs and the
-style sheet is inline, so it opens from disk in a browser with no server and no network.
+style sheet is inline, so it opens from disk in a browser with no server and no network. It
+also stands alone in what it says: each claim is stated in full with the seed documents it
+comes from, and the page says what those are; it points to no file a reader may not have.
+Verdicts: supported, NOT supported, or undecided (the run could not tell, and why).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ img { max-width: 100%; border: 1px solid #ddd; }
 .verdict { font-weight: bold; padding: 0.1em 0.5em; border-radius: 0.3em; }
 .held { background: #d8f0d8; color: #155d15; }
 .failed { background: #f8d8d8; color: #8a1010; }
+.undecided { background: #fbeec8; color: #6b4a00; }
 .missing { background: #eee; color: #555; }
 dt { font-weight: bold; float: left; width: 8em; }
 dd { margin-left: 9em; }
@@ -42,10 +46,16 @@ def write_index(out_dir: Path, names: list[str]) -> Path:
         sections.append(_section(name, record, out_dir / name / "figure.png", verdict))
     body = (
         "<h1>addnorm explain: the seed documents' claims, run</h1>"
-        "<p>Each section states a claim from SPEC.md, what was run to test it with the "
-        "addnorm library, what came out, and whether the numbers support the claim "
-        "(decided by the code, not by hand). Numbers are in each "
-        "<code>NAME/result.json</code>.</p>"
+        "<p>addnorm grew from five blog posts (in Korean, numbered 000 to 004) that explain "
+        "the Transformer part by part on the way to the Diffusion Transformer: positional "
+        "encoding, normalization, the feed-forward network, Add &amp; Norm, the diffusion "
+        "timestep embedding. Each section below states one claim those posts make, in full, "
+        "with the posts it comes from; what was run to test it with the addnorm library; "
+        "what came out; and the verdict, decided by the code from the numbers, not by hand: "
+        "<em>supported</em>, <em>NOT supported</em>, or <em>undecided</em> where the run "
+        "cannot tell (a quick run trains for a few steps only; the full run, "
+        "<code>addnorm explain NAME</code> without <code>--quick</code>, decides). "
+        "Numbers are in each <code>NAME/result.json</code>.</p>"
         '<table class="summary"><tr><th>experiment</th><th>verdict</th></tr>'
         + "".join(rows) + "</table>" + "".join(sections)
     )
@@ -70,24 +80,45 @@ def _verdict(record: dict | None) -> str:
     if record is None:
         return '<span class="verdict missing">not run</span>'
     quick = " (quick run)" if record.get("quick") else ""
+    if record["supported"] is None:
+        return f'<span class="verdict undecided">undecided: this run cannot tell{quick}</span>'
     if record["supported"]:
         return f'<span class="verdict held">claim held{quick}</span>'
     return f'<span class="verdict failed">claim NOT supported by this run{quick}</span>'
+
+
+def _judgement(record: dict) -> str:
+    """The Verdict entry: what the verdict means for this claim, in a sentence."""
+    if record["supported"] is None:
+        why = record.get("undecided_because") or "its evidence is insufficient"
+        return f"Undecided: this run cannot decide the claim: {why}"
+    if record["supported"]:
+        return "The numbers support the claim."
+    return "The numbers do NOT support the claim in this run; see the figure and result.json."
+
+
+def _source(record: dict) -> str:
+    """Where the claim comes from: ``seed posts 001 and 003``."""
+    seeds = list(record.get("seeds") or [])
+    if not seeds:
+        return "the seed posts"
+    named = seeds[0] if len(seeds) == 1 else f"{', '.join(seeds[:-1])} and {seeds[-1]}"
+    return f"seed post{'s' if len(seeds) > 1 else ''} {named}"
 
 
 def _section(name: str, record: dict | None, figure: Path, verdict: str) -> str:
     title = f'<section id="{name}"><h2>{html.escape(name)} {verdict}</h2>'
     if record is None:
         return title + f"<p>Not run yet: <code>addnorm explain {name}</code>.</p></section>"
+    claim = f"{record['claim']} (from {_source(record)})"
     items = "".join(
-        f"<dt>{label}</dt><dd>{html.escape(str(record[key]))}</dd>"
-        for label, key in (("Claim", "claim"), ("What was run", "method"),
-                           ("What came out", "headline"))
+        f"<dt>{label}</dt><dd>{html.escape(str(text))}</dd>"
+        for label, text in (("Claim", claim), ("What was run", record["method"]),
+                            ("What came out", record["headline"]),
+                            ("Verdict", _judgement(record)))
     )
-    held = ("The numbers support the claim." if record["supported"] else
-            "The numbers do NOT support the claim in this run; see the figure and result.json.")
     image = ""
     if figure.is_file():
         data = base64.b64encode(figure.read_bytes()).decode("ascii")
         image = f'<img alt="{html.escape(name)} figure" src="data:image/png;base64,{data}">'
-    return f"{title}<dl>{items}<dt>Verdict</dt><dd>{held}</dd></dl>{image}</section>"
+    return f"{title}<dl>{items}</dl>{image}</section>"

@@ -1,4 +1,4 @@
-"""SPEC claim 1: the sinusoidal encoding as a heat map (positions by dimensions).
+"""Claim 1 (seed post 002): the sinusoidal encoding as a heat map (positions by dimensions).
 
 Panels for several d_model and bases; the first is seed 002's "The dog ran fast" example
 (d_model = 4, base = 100), its four rows printed on the cells. Seed 002 also notes that the
@@ -18,7 +18,8 @@ CLAIM = (
     "The sinusoidal position code stays in [-1, 1] for every d_model and base, and the "
     "smaller d_model is, the faster it changes along the positions."
 )
-# SPEC section 1, seed 002: rows for positions 0..3 with d_model = 4 and base = 100.
+SEEDS = ("002",)  # the seed posts the claim comes from
+# Seed 002's "The dog ran fast": rows for positions 0..3 with d_model = 4 and base = 100.
 SEED_EXAMPLE = [
     [0.0, 1.0, 0.0, 1.0],
     [0.8415, 0.5403, 0.0998, 0.9950],
@@ -59,14 +60,15 @@ def run(*, quick: bool = False) -> Outcome:
                  "(even columns sin, odd columns cos)", fontsize=14)
     headline = (
         f"max |PE| = {max_abs:.4f} over {len(PANELS)} tables; seed example (d=4, base=100) "
-        f"matches SPEC to {seed_error:.1e}; mean step per position "
+        f"matches seed 002's digits to {seed_error:.1e}; mean step per position "
         + ", ".join(f"d={d}: {s:.3f}" for d, s in steps.items())
     )
     return Outcome(
-        name=NAME, claim=CLAIM, headline=headline, supported=supported, quick=quick,
+        name=NAME, claim=CLAIM, seeds=SEEDS, headline=headline, supported=supported, quick=quick,
         method=(f"sinusoidal_encoding for positions 0..{n_positions - 1}, d_model in "
-                f"{sorted({d for d, _ in PANELS})}, base 10000 and 100, plus seed 002's d=4, "
-                "base=100 table compared with the digits printed in SPEC section 1."),
+                f"{sorted({d for d, _ in PANELS})}, base 10000 and 100, plus seed 002's "
+                "\"The dog ran fast\" table (d=4, base=100) compared with the digits it prints: "
+                + "; ".join(f"pos {p} {row}" for p, row in enumerate(SEED_EXAMPLE)) + "."),
         numbers={"max_abs_value": max_abs, "seed_example_max_error": seed_error,
                  "mean_step_by_d_model": {str(d): s for d, s in steps.items()},
                  "step_falls_as_d_model_grows": slower_with_d},

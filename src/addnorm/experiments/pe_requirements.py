@@ -1,5 +1,5 @@
-"""SPEC claim 3: the five requirements of a position code (SPEC section 1), checked for the
-raw index, the length-normalized index, a binary code and the sinusoids.
+"""Claim 3 (seed post 002): the five requirements of a position code (``REQUIREMENTS``),
+checked for the raw index, the length-normalized index, a binary code and the sinusoids.
 
 Each requirement becomes one number with a pass threshold:
 
@@ -30,6 +30,7 @@ CLAIM = (
     "Of the raw index, the length-normalized index, a binary code and the sinusoids, only "
     "the sinusoids meet all five requirements of a position code."
 )
+SEEDS = ("002",)  # the seed posts the claim comes from
 N_POSITIONS, D_MODEL, N_BITS = 512, 64, 10
 Code = Callable[[int], torch.Tensor]  # sequence length -> (P, width) codes of its positions
 
@@ -100,7 +101,7 @@ def run(*, quick: bool = False) -> Outcome:
         for name, f in failures.items()
     )
     return Outcome(
-        name=NAME, claim=CLAIM, headline=headline, supported=supported, quick=quick,
+        name=NAME, claim=CLAIM, seeds=SEEDS, headline=headline, supported=supported, quick=quick,
         method=(f"Codes for {N_POSITIONS} positions: p, p / (n - 1), {N_BITS}-bit binary, "
                 f"sinusoidal_encoding with d_model {D_MODEL}; each requirement measured as "
                 "described in addnorm.experiments.pe_requirements and compared with seed 002's "

@@ -1,5 +1,5 @@
-"""SPEC claim 2: PE(pos + k) = T(k) PE(pos) for all pos and k, and PE(p) . PE(p + k)
-depends on k only.
+"""Claim 2 (seed posts 000 and 002): PE(pos + k) = T(k) PE(pos) for all pos and k, and
+PE(p) . PE(p + k) depends on k only.
 
 ``T(k)`` comes from :func:`addnorm.relative_shift_matrix`; the check runs in float64 over
 every pair (pos, k) of a grid, so the error is rounding alone.
@@ -17,6 +17,7 @@ CLAIM = (
     "A fixed matrix T(k) maps PE(pos) to PE(pos + k) for every pos, to float precision, and "
     "PE(p) . PE(p + k) depends on the offset k only."
 )
+SEEDS = ("000", "002")  # the seed posts the claim comes from
 TOLERANCE = 1e-9  # float64 rounding of angles up to ~2000 rad is ~1e-13
 
 
@@ -78,7 +79,7 @@ def run(*, quick: bool = False) -> Outcome:
         f"{n_offsets} offsets (d_model={d_model}); spread of PE(p).PE(p+k) over p = {spread:.1e}"
     )
     return Outcome(
-        name=NAME, claim=CLAIM, headline=headline, supported=supported, quick=quick,
+        name=NAME, claim=CLAIM, seeds=SEEDS, headline=headline, supported=supported, quick=quick,
         method=(f"float64 sinusoidal_encoding (base 10000, d_model {d_model}) for every pos < "
                 f"{n_positions} and k < {n_offsets}, against relative_shift_matrix(k); dot "
                 f"products from starts p in {starts}. Tolerance {TOLERANCE:g}."),

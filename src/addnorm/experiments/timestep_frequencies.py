@@ -1,4 +1,4 @@
-"""SPEC claim 9: the diffusion timestep embedding's frequencies span 1 .. 1/max_period.
+"""Claim 9 (seed post 004): the diffusion timestep embedding's frequencies span 1 .. 1/max_period.
 
 The frequencies are read back from the embedding itself: at t = 1 the sine half holds
 sin(f) with every f <= 1 < pi/2, so asin recovers f. The second panel shows why the input
@@ -19,6 +19,7 @@ CLAIM = (
     "timestep_embedding's frequencies run from 1 down to about 1/max_period, so timesteps "
     "fed in [0, 1] instead of 0..999 leave most channels nearly constant."
 )
+SEEDS = ("004",)  # the seed posts the claim comes from
 DIM, MAX_PERIOD = 256, 10000
 CONSTANT = 0.05  # a channel whose range over all timesteps is below this barely moves
 
@@ -74,7 +75,7 @@ def run(*, quick: bool = False) -> Outcome:
         f"{flat_unit}/{DIM} for t in [0, 1]"
     )
     return Outcome(
-        name=NAME, claim=CLAIM, headline=headline, supported=supported, quick=quick,
+        name=NAME, claim=CLAIM, seeds=SEEDS, headline=headline, supported=supported, quick=quick,
         method=(f"timestep_embedding(t, {DIM}, max_period={MAX_PERIOD}) in float64; "
                 f"frequencies read back at t = 1; channel ranges over {n_steps} timesteps "
                 f"evenly spaced in 0..999 and in [0, 1]; 'nearly constant' = range < "
