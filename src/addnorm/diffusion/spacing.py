@@ -37,6 +37,45 @@ one -1 (diffusers 0.42.1, n = 1000: 62 counts, K = 61 the first).
 The sampler's default (``spacing=None``) is the reference's convention: ``strided`` for DDIM
 (DiT's ``create_diffusion("ddim50")``), ``sections`` for DDPM (DiT's ``sample.py``, which
 calls ``create_diffusion("250")``).
+
+How a spacing maps to the two references (checked against diffusers 0.42.1's
+``DDIMScheduler``, ``scheduling_ddim.py``):
+
+| addnorm      | facebookresearch/DiT      | diffusers ``DDIMScheduler``                       |
+|--------------|---------------------------|---------------------------------------------------|
+| ``strided``  | ``"ddimK"`` where it has  | ``"leading"`` where K divides n or DiT has no     |
+|              | one                       | ``ddimK``: the same samples                       |
+| ``sections`` | ``"K"``                   | none                                              |
+| ``leading``  | ``"ddimK"`` where K       | ``"leading"`` (``steps_offset=0``): the same      |
+|              | divides n                 | samples for every K                               |
+| ``trailing`` | none                      | ``"trailing"``: the same samples where K divides n|
+| ``linspace`` | none                      | ``"linspace"``: the same steps, *other samples*   |
+
+The visited steps are diffusers' ``set_timesteps`` for each of its three names (``steps_offset``
+0; ``trailing`` cut to K steps, above). The update differs. addnorm's sampler, like DiT's
+respacing, steps from each visited step to the *next visited one*: its ``abar_prev`` is
+``abar`` at the next lower visited step, and 1 after the lowest (x_0 has no noise).
+diffusers' ``DDIMScheduler.step`` always steps back by a fixed ``n // K``
+(``prev_timestep = timestep - num_train_timesteps // num_inference_steps``), whatever the
+spacing, and below 0 uses ``final_alpha_cumprod``: 1 with ``set_alpha_to_one=True`` (its
+default), ``abar[0]`` with False. So, with ``set_alpha_to_one=True`` and the same
+``abar`` table:
+
+- ``leading`` gives diffusers' DDIM samples for every K (its steps are ``n // K`` apart).
+- ``trailing`` gives them where K divides n (steps ``n / K`` apart); for other K its visited
+  steps are ``n / K`` apart, rounded, and diffusers steps ``n // K`` back from each, landing
+  beside the next one (n = 1000, K = 30: from 966 diffusers updates to ``abar[933]``, then
+  calls the model at 932; here the update goes to ``abar[932]``), so the samples differ.
+- ``linspace`` has diffusers' steps, ``round(i (n - 1) / (K - 1))``, but for every K other
+  than 1 and n their spacing ``(n - 1) / (K - 1)`` is not ``n // K`` (n = 1000, K = 50:
+  999, 979, ..., 41, 20, 0, while diffusers steps back 20 each time: 41 -> 21, 20 -> 0,
+  0 -> "-20" = x_0), so diffusers' ``"linspace"`` samples are not these: it uses the
+  ``abar`` of steps it never visits. addnorm's ``linspace`` walks its own steps consistently.
+- ``set_alpha_to_one=False`` changes diffusers' last update for every spacing; addnorm has
+  no such option (its last step always ends at ``abar = 1``, DiT's rule).
+
+``tests/diffusion/test_sampling_reference.py`` holds ``leading`` and ``trailing`` (K = 50) to
+diffusers' samples to 1e-12 in float64.
 """
 
 from __future__ import annotations
