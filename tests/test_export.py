@@ -128,6 +128,22 @@ def test_the_export_command_writes_a_checked_onnx_file(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert out.is_file() and "max |difference|" in printed
     assert main(["export", str(run), "--out", str(out), "--part", "encoder"]) == 2
+    assert "a TransformerLM exports forward" in capsys.readouterr().err
+
+
+def test_the_export_command_takes_a_pretrained_folder_of_any_family(tmp_path, capsys):
+    # The BERT-family EncoderModel has no training task: a save_pretrained folder is its form.
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    from addnorm.cli.parser import main
+
+    torch.manual_seed(0)
+    folder = EncoderModel(EncoderConfig(vocab_size=50, d_model=32, n_heads=2, n_layers=1,
+                                        d_ff=64, max_len=64)).save_pretrained(tmp_path / "enc")
+    out = tmp_path / "enc.onnx"
+    assert main(["export", str(folder), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert out.is_file() and "EncoderModel's forward" in printed and "max |difference|" in printed
 
 
 def test_a_model_without_a_padding_token_exports_on_masked_batches():

@@ -1,8 +1,13 @@
-"""``addnorm export CHECKPOINT --out MODEL.onnx``: a trained run's model as an ONNX file.
+"""``addnorm export MODEL --out MODEL.onnx``: a model as an ONNX file, any family.
 
     addnorm export runs/lm --out lm.onnx                       # ids, padding_mask -> logits
     addnorm export runs/translate --out enc.onnx --part encoder  # src_ids, mask -> memory
     addnorm export runs/dit --out dit.onnx                     # x, t, y -> noise (| variance)
+    addnorm export my-encoder --out enc.onnx                   # ids, padding_mask -> hidden
+
+``MODEL`` is whatever :func:`addnorm.load` opens: an ``addnorm train`` run or checkpoint, a
+``save_pretrained`` folder (the BERT-family ``EncoderModel`` included), or a transformers
+BERT or GPT-2 folder. ``--part`` takes the parts the model's family exports.
 
 The file is written by :func:`addnorm.export.to_onnx` (batch and lengths dynamic; input names
 in :mod:`addnorm.export`), then run with onnxruntime on fresh left- and right-padded batches
@@ -31,24 +36,28 @@ def add_parser(subparsers) -> None:
 
     export = subparsers.add_parser(
         "export",
-        help="write a trained model as ONNX, checked against PyTorch",
-        description="Write a trained model (lm, translate or dit run) as an ONNX file with a "
+        help="write a model as ONNX, checked against PyTorch",
+        description="Write a model (an addnorm train run or checkpoint, a save_pretrained "
+        "folder of any family, or a transformers BERT or GPT-2 folder) as an ONNX file with a "
         "dynamic batch and sequence lengths, then check it with onnxruntime against PyTorch "
         "on padded batches of other sizes.",
     )
-    export.add_argument("checkpoint", type=Path, help="a checkpoint or run directory")
+    export.add_argument(
+        "checkpoint", type=Path,
+        help="a run or checkpoint directory, or a pretrained folder (what addnorm.load opens)",
+    )
     export.add_argument(
         "--out", type=Path, required=True, metavar="MODEL.onnx",
         help="the ONNX file to write (its folder must exist; an existing file is replaced)",
     )
     export.add_argument(
         "--part", choices=PARTS, default="forward",
-        help="forward (default): the whole forward; encoder: the translator's encoder only",
+        help="forward: the whole forward; encoder: the translator's encoder only",
     )
     export.add_argument(
         "--weights", choices=("ema", "raw"), default="ema",
-        help="ema (default): the checkpoint's moving average of the weights if it has one; "
-        "raw: the trained weights",
+        help="ema: a run's moving average of the weights if it has one; raw: the trained "
+        "weights (a pretrained folder holds one set)",
     )
     export.add_argument(
         "--no-check", action="store_true", help="skip the onnxruntime comparison"
@@ -60,13 +69,14 @@ def run(args: argparse.Namespace) -> int:
     from addnorm.cli.checks import UsageError, check_out_file
     from addnorm.cli.exits import EXIT_FAILED, EXIT_OK
     from addnorm.export import onnx_max_error, to_onnx
-    from addnorm.tasks.run import load_trained
-    from addnorm.transformer.encoder_decoder import Transformer
+    from addnorm.tasks.loading import load
 
     check_out_file(args.out)
-    task, model, _ = load_trained(args.checkpoint, device="cpu", weights=args.weights)
-    if args.part == "encoder" and not isinstance(model, Transformer):
-        raise UsageError(f"--part encoder needs a translate run; {args.checkpoint} is {task.name}")
+    model = load(args.checkpoint, weights=args.weights, device="cpu")
+    name = type(model).__name__
+    if args.part not in model.export_parts:
+        parts = ", ".join(model.export_parts)
+        raise UsageError(f"--part {args.part}: a {name} exports {parts}; {args.checkpoint}")
     try:
         path = to_onnx(model, args.out, part=args.part)
     except ImportError as err:
@@ -76,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
-    print(f"wrote {path}: the {task.name} model's {args.part}")
+    print(f"wrote {path}: the {name}'s {args.part}")
     if args.no_check:
         return EXIT_OK
     try:
