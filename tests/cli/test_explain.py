@@ -62,3 +62,23 @@ def test_no_name_runs_every_experiment_quickly(tmp_path, capsys, monkeypatch):
 def test_an_unknown_name_exits_2(tmp_path, capsys):
     assert main(["explain", "no-such-claim", "--out", str(tmp_path)]) == 2
     assert "no-such-claim" in capsys.readouterr().err
+
+
+def test_another_reading_is_printed_with_its_own_verdict(tmp_path, capsys, monkeypatch):
+    import addnorm.cli.explain as explain
+    from addnorm.experiments.outcome import Reading
+
+    def fake(*, quick: bool = False):
+        stronger = Reading(claim="a stronger reading", supported=False, headline="0.35 < 0.5")
+        return Outcome(name="length-extrapolation", claim="c", method="m", headline="h",
+                       supported=True, numbers={}, figure=new_figure(1, 1), quick=quick,
+                       also=(stronger,))
+
+    monkeypatch.setattr(explain, "EXPERIMENTS", {"length-extrapolation": fake})
+    assert main(["explain", "length-extrapolation", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "length-extrapolation" in out and "supported" in out
+    assert "also tested (not supported): a stronger reading" in out and "0.35 < 0.5" in out
+    assert "1/1 claims supported, 0 not supported" in out  # the seed's claim alone counts
+    record = json.loads((tmp_path / "length-extrapolation" / "result.json").read_text())
+    assert record["also"][0]["verdict"] == "not supported"

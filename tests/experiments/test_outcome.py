@@ -8,7 +8,7 @@ import re
 import pytest
 
 from addnorm.experiments import _MODULES, EXPERIMENTS, Outcome, write_index, write_outcome
-from addnorm.experiments.outcome import new_figure
+from addnorm.experiments.outcome import Reading, new_figure
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -76,3 +76,23 @@ def test_every_experiment_names_the_seed_posts_its_claim_comes_from():
 def test_experiment_names_are_cli_names():
     assert all(name == name.lower() and " " not in name for name in EXPERIMENTS)
     assert "all" not in EXPERIMENTS
+
+
+def test_another_reading_keeps_its_own_verdict_in_the_json_and_on_the_page(tmp_path):
+    outcome = _outcome(True)
+    outcome.also = (Reading(claim="stronger <claim>", supported=False, headline="0.35 < 0.5"),
+                    Reading(claim="other", supported=None, headline="h2", undecided_because="w"))
+    record = json.loads((write_outcome(outcome, tmp_path) / "result.json").read_text())
+    assert record["verdict"] == "supported"  # the seed's claim, not folded with the others
+    assert [r["verdict"] for r in record["also"]] == ["not supported", "undecided"]
+    assert record["also"][1]["undecided_because"] == "w"
+    page = write_index(tmp_path, ["toy"]).read_text()
+    assert "Also tested" in page and "stronger &lt;claim&gt;" in page
+    assert "reading NOT supported" in page and "claim held" in page
+
+
+def test_a_reading_checks_its_verdict_like_an_outcome():
+    with pytest.raises(ValueError, match="undecided_because"):
+        Reading(claim="c", supported=None, headline="h")
+    with pytest.raises(TypeError, match="True, False or None"):
+        Reading(claim="c", supported="yes", headline="h")  # type: ignore[arg-type]

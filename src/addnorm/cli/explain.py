@@ -10,7 +10,9 @@ numbers, the claim in one sentence with the seed posts it comes from, and the ve
 numbers decide: ``"supported"`` true or false, or null with ``"verdict": "undecided"`` and
 ``"undecided_because"`` where the run cannot tell, as a quick run's few training steps cannot)
 and prints its headline; every run rewrites ``OUT/index.html`` from all results present, so
-the page shows every experiment run so far. The experiments live in
+the page shows every experiment run so far. Each claim is stated as its seed post states
+it; another reading an experiment also tests (a stronger restatement) is printed after it
+with its own verdict (``also`` in result.json). The experiments live in
 :mod:`addnorm.experiments`.
 """
 
@@ -35,7 +37,8 @@ def add_parser(subparsers) -> None:
     """Register ``addnorm explain``."""
     explain = subparsers.add_parser(
         "explain",
-        help="run the seed documents' ten claims as experiments: figures, numbers, a page",
+        help=f"run the seed documents' {len(EXPERIMENTS)} claims as experiments: figures, "
+        "numbers, a page",
         description="Run one experiment (NAME), or all, writing OUT/NAME/figure.png, "
         "OUT/NAME/result.json and OUT/index.html, a page that stands alone (each claim in "
         "full, with the seed post it comes from). Each verdict is decided by the numbers: "
@@ -47,8 +50,9 @@ def add_parser(subparsers) -> None:
     explain.add_argument("--list", action="store_true", help="list the experiments and exit")
     explain.add_argument(
         "--quick", action="store_true",
-        help="a reduced run (seconds each; what the tests run): the claims whose training it "
-        "cannot finish (postln-vs-preln, length-extrapolation) come out undecided",
+        help="a reduced run (seconds each; what the tests run): where its few training steps "
+        "cannot decide a claim (postln-vs-preln, bn-learning-rate, length-extrapolation's "
+        "stronger reading), it says undecided",
     )
     explain.add_argument("--out", type=out_dir, default=Path("runs/explain"),
                          help="output folder (default: runs/explain)")
@@ -98,6 +102,9 @@ def run_explain(out_dir: Path, name: str | None = None, *, quick: bool = False,
         print(f"    {outcome.headline}", flush=True)
         if outcome.supported is None:
             print(f"    undecided: {outcome.undecided_because}", flush=True)
+        for reading in outcome.also:
+            print(f"    also tested ({reading.verdict}): {reading.claim}", flush=True)
+            print(f"      {reading.headline}", flush=True)
         print(f"    -> {folder / 'figure.png'}", flush=True)
     page = write_index(out_dir, list(EXPERIMENTS))
     mode = "quick" if quick else "full"

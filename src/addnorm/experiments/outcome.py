@@ -7,6 +7,11 @@ produced, never set by hand: ``supported`` is True (the numbers bear the claim o
 (they contradict it) or None, *undecided*: the run's own evidence cannot decide it (a quick
 run's few training steps learn nothing to compare), and ``undecided_because`` says why. The
 page and the JSON say plainly when a claim did not hold and when a run could not tell.
+
+``CLAIM`` states the claim as the seed post states it. Where the project also tests another
+reading (a stronger one, as a restatement may claim more than the seed; or what would make a
+claim true), that reading is an :class:`Reading` in ``Outcome.also``, with its own verdict,
+shown beside the main one and never folded into it.
 """
 
 from __future__ import annotations
@@ -20,11 +25,49 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["VERDICTS", "Outcome", "new_figure", "write_outcome"]
+__all__ = ["VERDICTS", "Outcome", "Reading", "new_figure", "write_outcome"]
 
 DPI = 100
 # ``Outcome.verdict`` by ``supported``.
 VERDICTS = {True: "supported", False: "not supported", None: "undecided"}
+
+
+def _check_verdict(supported: object, undecided_because: str) -> None:
+    if not (supported is None or isinstance(supported, bool)):
+        raise TypeError(f"supported must be True, False or None, got {supported!r}")
+    if (supported is None) != bool(undecided_because):
+        raise ValueError(
+            "undecided_because must be given exactly when supported is None (undecided), "
+            f"got supported={supported!r}, undecided_because={undecided_because!r}"
+        )
+
+
+@dataclass(frozen=True)
+class Reading:
+    """Another reading of an experiment's claim, tested by the same run, with its own verdict.
+
+    Attributes:
+        claim: the reading, in one sentence (e.g. a restatement stronger than the seed's).
+        supported, undecided_because: its verdict, as in :class:`Outcome`.
+        headline: what came out for it, in one line.
+    """
+
+    claim: str
+    supported: bool | None
+    headline: str
+    undecided_because: str = ""
+
+    def __post_init__(self) -> None:
+        _check_verdict(self.supported, self.undecided_because)
+
+    @property
+    def verdict(self) -> str:
+        """``"supported"``, ``"not supported"`` or ``"undecided"``."""
+        return VERDICTS[self.supported]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"claim": self.claim, "verdict": self.verdict, "supported": self.supported,
+                "undecided_because": self.undecided_because, "headline": self.headline}
 
 
 @dataclass
@@ -43,6 +86,7 @@ class Outcome:
         quick: whether this was the reduced run.
         seeds: the seed documents the claim comes from (``("001", "003")``).
         undecided_because: why the run cannot decide the claim; empty when it can.
+        also: other readings of the claim the run tests, each with its own verdict.
     """
 
     name: str
@@ -55,15 +99,10 @@ class Outcome:
     quick: bool = False
     seeds: tuple[str, ...] = ()
     undecided_because: str = ""
+    also: tuple[Reading, ...] = ()
 
     def __post_init__(self) -> None:
-        if not (self.supported is None or isinstance(self.supported, bool)):
-            raise TypeError(f"supported must be True, False or None, got {self.supported!r}")
-        if (self.supported is None) != bool(self.undecided_because):
-            raise ValueError(
-                "undecided_because must be given exactly when supported is None (undecided), "
-                f"got supported={self.supported!r}, undecided_because={self.undecided_because!r}"
-            )
+        _check_verdict(self.supported, self.undecided_because)
 
     @property
     def verdict(self) -> str:
@@ -76,7 +115,8 @@ class Outcome:
             "name": self.name, "claim": self.claim, "seeds": list(self.seeds),
             "method": self.method, "headline": self.headline, "verdict": self.verdict,
             "supported": self.supported, "undecided_because": self.undecided_because,
-            "quick": self.quick, "numbers": self.numbers,
+            "quick": self.quick, "also": [reading.to_dict() for reading in self.also],
+            "numbers": self.numbers,
         }
 
 

@@ -4,7 +4,10 @@ The page is one self-contained file: figures are embedded as base64 PNG data URL
 style sheet is inline, so it opens from disk in a browser with no server and no network. It
 also stands alone in what it says: each claim is stated in full with the seed documents it
 comes from, and the page says what those are; it points to no file a reader may not have.
-Verdicts: supported, NOT supported, or undecided (the run could not tell, and why).
+Verdicts: supported, NOT supported, or undecided (the run could not tell, and why). A claim
+is stated as its seed post states it; another reading the run also tests (a stronger
+restatement, or what would make the claim true) follows under "Also tested", with its own
+verdict.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ img { max-width: 100%; border: 1px solid #ddd; }
 .failed { background: #f8d8d8; color: #8a1010; }
 .undecided { background: #fbeec8; color: #6b4a00; }
 .missing { background: #eee; color: #555; }
+.also { margin: 0.3em 0; }
 dt { font-weight: bold; float: left; width: 8em; }
 dd { margin-left: 9em; }
 table.summary { border-collapse: collapse; }
@@ -42,21 +46,30 @@ def write_index(out_dir: Path, names: list[str]) -> Path:
     rows, sections = [], []
     for name, record in zip(names, records, strict=True):
         verdict = _verdict(record)
-        rows.append(f'<tr><td><a href="#{name}">{name}</a></td><td>{verdict}</td></tr>')
+        others = " ".join(_badge(r["supported"], "", "reading")
+                          for r in (record or {}).get("also") or [])
+        rows.append(f'<tr><td><a href="#{name}">{name}</a></td><td>{verdict}</td>'
+                    f"<td>{others}</td></tr>")
         sections.append(_section(name, record, out_dir / name / "figure.png", verdict))
     body = (
         "<h1>addnorm explain: the seed documents' claims, run</h1>"
         "<p>addnorm grew from five blog posts (in Korean, numbered 000 to 004) that explain "
         "the Transformer part by part on the way to the Diffusion Transformer: positional "
         "encoding, normalization, the feed-forward network, Add &amp; Norm, the diffusion "
-        "timestep embedding. Each section below states one claim those posts make, in full, "
-        "with the posts it comes from; what was run to test it with the addnorm library; "
+        "timestep embedding. Each section below states one claim those posts make, in full "
+        "and as the post states it, with the posts it comes from; what was run to test it "
+        "with the addnorm library; "
         "what came out; and the verdict, decided by the code from the numbers, not by hand: "
         "<em>supported</em>, <em>NOT supported</em>, or <em>undecided</em> where the run "
         "cannot tell (a quick run trains for a few steps only; the full run, "
         "<code>addnorm explain NAME</code> without <code>--quick</code>, decides). "
+        "Where addnorm also tests another reading of a claim (a stronger restatement, or what "
+        "would make it true), it follows under <em>Also tested</em> with its own verdict. "
+        "A verdict that rests on training compares several seeds, and counts a difference "
+        "only when it exceeds their spread. "
         "Numbers are in each <code>NAME/result.json</code>.</p>"
-        '<table class="summary"><tr><th>experiment</th><th>verdict</th></tr>'
+        '<table class="summary"><tr><th>experiment</th><th>the seed\'s claim</th>'
+        "<th>other readings also tested</th></tr>"
         + "".join(rows) + "</table>" + "".join(sections)
     )
     page = (
@@ -79,12 +92,32 @@ def _load(folder: Path) -> dict | None:
 def _verdict(record: dict | None) -> str:
     if record is None:
         return '<span class="verdict missing">not run</span>'
-    quick = " (quick run)" if record.get("quick") else ""
-    if record["supported"] is None:
+    return _badge(record["supported"], " (quick run)" if record.get("quick") else "")
+
+
+def _badge(supported: bool | None, quick: str, noun: str = "claim") -> str:
+    if supported is None:
         return f'<span class="verdict undecided">undecided: this run cannot tell{quick}</span>'
-    if record["supported"]:
-        return f'<span class="verdict held">claim held{quick}</span>'
-    return f'<span class="verdict failed">claim NOT supported by this run{quick}</span>'
+    if supported:
+        return f'<span class="verdict held">{noun} held{quick}</span>'
+    return f'<span class="verdict failed">{noun} NOT supported by this run{quick}</span>'
+
+
+def _also(record: dict) -> str:
+    """The "Also tested" entry: each other reading with its verdict, headline and reason."""
+    readings = record.get("also") or []
+    if not readings:
+        return ""
+    items = []
+    for reading in readings:
+        why = reading.get("undecided_because") or ""
+        items.append(
+            f'<div class="also">{_badge(reading["supported"], "", "reading")} '
+            f"{html.escape(reading['claim'])} <em>Came out:</em> "
+            f"{html.escape(reading['headline'])}"
+            + (f" <em>Undecided:</em> {html.escape(why)}" if why else "") + "</div>"
+        )
+    return f"<dt>Also tested</dt><dd>{''.join(items)}</dd>"
 
 
 def _judgement(record: dict) -> str:
@@ -116,7 +149,7 @@ def _section(name: str, record: dict | None, figure: Path, verdict: str) -> str:
         for label, text in (("Claim", claim), ("What was run", record["method"]),
                             ("What came out", record["headline"]),
                             ("Verdict", _judgement(record)))
-    )
+    ) + _also(record)
     image = ""
     if figure.is_file():
         data = base64.b64encode(figure.read_bytes()).decode("ascii")
