@@ -15,15 +15,18 @@ import signal
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from properties import examples
 from tolerances import FLOAT32_ROUNDED, FLOAT64_EXACT, u
 from torch import nn
 
 from addnorm.training.checkpoint import list_checkpoints, load_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.ema import EMA
-from addnorm.training.metrics import plot_loss_curve, read_metrics
+from addnorm.training.metrics import plot_loss_curve, plot_quality, read_metrics
 from addnorm.training.schedules import SCHEDULES, LRSchedule, noam_lr, warmup_cosine_lr
-from addnorm.training.trainer import Trainer, make_optimizer
+from addnorm.training.trainer import Probe, Trainer, make_optimizer
 
 
 class SumBatches:
@@ -49,7 +52,7 @@ def mse_loss(model, batch):
     return nn.functional.mse_loss(model(batch["x"]), batch["y"]), batch["x"].shape[0]
 
 
-def make_trainer(run_dir, *, loss_fn=mse_loss, **overrides) -> Trainer:
+def make_trainer(run_dir, *, loss_fn=mse_loss, probe: Probe | None = None, **overrides) -> Trainer:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 32), nn.Dropout(0.1), nn.ReLU(), nn.Linear(32, 1))
     settings = dict(
@@ -65,7 +68,8 @@ def make_trainer(run_dir, *, loss_fn=mse_loss, **overrides) -> Trainer:
     settings.update(overrides)
     config = TrainConfig(**settings)
     schedule = LRSchedule("cosine", config.lr, config.warmup, total_steps=30)
-    return Trainer(model, loss_fn, SumBatches(), config, run_dir=run_dir, schedule=schedule)
+    return Trainer(model, loss_fn, SumBatches(), config, run_dir=run_dir, schedule=schedule,
+                   probe=probe)
 
 
 def losses(run_dir) -> list[float]:
@@ -211,6 +215,52 @@ def test_ema_follows_its_update_rule():
     torch.testing.assert_close(ema.state_dict()["weight"], expected, **FLOAT32_ROUNDED)
     ema.copy_to(model)
     torch.testing.assert_close(model.weight, expected, **FLOAT32_ROUNDED)
+
+
+@examples(20)
+@given(decay=st.floats(0.0, 0.9999), n=st.integers(0, 10**6))
+def test_ema_warmup_decays_by_the_smaller_of_its_decay_and_1_plus_n_over_10_plus_n(decay, n):
+    # The rule restated (TensorFlow's num_updates), and its two ends: 0.1 at update 0, so
+    # the first average is 90% the trained weights; the set decay once (1+n)/(10+n) passes it.
+    ema = EMA(nn.Linear(2, 1), decay=decay, warmup=True)
+    assert ema.decay_at(n) == min(decay, (1 + n) / (10 + n))
+    assert EMA(nn.Linear(2, 1), decay=decay).decay_at(n) == decay  # no warm-up: constant
+    assert ema.decay_at(0) == min(decay, 0.1)
+
+
+def test_a_resumed_run_with_ema_warmup_equals_the_uninterrupted_run(tmp_path):
+    # The warm-up reads the update's number, which a checkpoint's step restores.
+    whole = make_trainer(tmp_path / "whole", ema_warmup=True)
+    whole.fit()
+    first_half = make_trainer(tmp_path / "split", max_steps=12, ema_warmup=True)
+    first_half.fit()
+    second_half = make_trainer(tmp_path / "split", ema_warmup=True)
+    second_half.load(load_checkpoint(tmp_path / "split"))
+    second_half.fit()
+    for name, value in whole.ema.state_dict().items():
+        assert torch.equal(second_half.ema.state_dict()[name], value)
+
+
+def test_a_probe_scores_the_averaged_weights_every_n_steps_into_the_metrics(tmp_path):
+    seen: list[torch.Tensor] = []
+
+    def score(model: nn.Module) -> dict[str, float]:
+        seen.append(model[0].weight.detach().clone())
+        assert not model.training and not torch.is_grad_enabled()
+        return {"agreement": float(len(seen))}
+
+    trainer = make_trainer(tmp_path, max_steps=12, probe=Probe(every=4, score=score))
+    trainer.fit()
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    probed = {r["step"]: r["probe_agreement"] for r in records if "probe_agreement" in r}
+    assert probed == {4: 1.0, 8: 2.0}  # not at 12, the last step: the run's evaluation's
+    # the scored weights were the EMA's (decay 0.9 here), not the trained ones
+    assert not torch.equal(seen[-1], trainer.model[0].weight.detach())  # not the live model
+    png = plot_quality(tmp_path / "metrics.jsonl", tmp_path / "quality.png",
+                       metric="agreement", final=(records[-1]["elapsed_s"], 0.5))
+    assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plot_quality(tmp_path / "metrics.jsonl", tmp_path / "none.png",
+                        metric="missing") is None  # no probe of that metric: no figure
 
 
 @pytest.mark.parametrize(

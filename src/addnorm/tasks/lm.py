@@ -147,6 +147,11 @@ class LMTask:
             count += n
         return {"val_bpc": total / count / math.log(2), "val_chars": count}
 
+    def probe(self, train_cfg: TrainConfig) -> None:
+        """No probe during training: the held-out figures come at the end (and the loss
+        curve shows the way there)."""
+        return None
+
     def evaluate_run(self, model: TransformerLM, train_cfg: TrainConfig) -> dict[str, float]:
         """The held-out figures of a finished run (``evaluate`` on ``seq_len`` windows, at most
         ``eval_size`` of them)."""

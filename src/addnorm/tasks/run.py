@@ -48,7 +48,7 @@ from addnorm.tasks.translate import TranslateTask
 from addnorm.training import distributed
 from addnorm.training.checkpoint import LoadedCheckpoint, load_checkpoint
 from addnorm.training.config import TrainConfig
-from addnorm.training.metrics import plot_loss_curve
+from addnorm.training.metrics import plot_loss_curve, plot_quality
 from addnorm.training.run_dir import (
     RunLock,
     check_fresh_run_dir,
@@ -214,6 +214,7 @@ def train_run(
             schedule=schedule,
             run_info=run_info,
             progress=progress,
+            probe=task.probe(train_cfg),
         )
         if resume is not None:
             trainer.load(resume)
@@ -267,6 +268,13 @@ def _finish(
             metrics["compile_s"] = result.compile_s
         metrics.update(task.evaluate_run(model, train_cfg))
         metrics["samples"] = task.run_samples(model)
+        final = (result.elapsed_s, float(metrics[task.metric]))
+        quality = plot_quality(
+            run_dir / "metrics.jsonl", run_dir / "quality.png", metric=task.metric,
+            final=final, ylabel=task.loss_label, title=f"{task.name}: where quality arrives",
+        )
+        if quality is not None:
+            metrics["quality_figure"] = quality.name
         text = json.dumps(metrics, indent=1)
         write_file_atomic(run_dir / "metrics.json", lambda tmp: tmp.write_text(text, "utf-8"))
     return RunSummary(

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from torch import nn
 
 from addnorm.training.config import TrainConfig
+from addnorm.training.trainer import Probe
 
 __all__ = ["Task"]
 
@@ -43,6 +44,10 @@ class Task(Protocol):
     def loss_fn(self, train_cfg: TrainConfig) -> Any: ...
 
     def evaluate_run(self, model: Any, train_cfg: TrainConfig) -> dict[str, Any]: ...
+
+    def probe(self, train_cfg: TrainConfig) -> Probe | None:
+        """A look at quality during training (plotted against training time), or None."""
+        ...
 
     def run_samples(self, model: Any) -> list[dict[str, str]]: ...
 

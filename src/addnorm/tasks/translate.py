@@ -182,6 +182,11 @@ class TranslateTask:
             metrics[f"n_{split}"] = len(examples)
         return metrics
 
+    def probe(self, train_cfg: TrainConfig) -> None:
+        """No probe during training: the held-out figures come at the end (and the loss
+        curve shows the way there)."""
+        return None
+
     def evaluate_run(self, model: Transformer, train_cfg: TrainConfig) -> dict[str, float]:
         """The held-out figures of a finished run (``evaluate`` with ``eval_size``)."""
         return self.evaluate(model, n=train_cfg.eval_size)

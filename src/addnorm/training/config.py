@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from addnorm._checks import (
+    check_bool,
     check_choice,
     check_float,
     check_int,
@@ -48,6 +49,10 @@ class TrainConfig:
         label_smoothing: F.cross_entropy's label_smoothing (the paper: 0.1).
         grad_clip: max global gradient norm; 0 disables clipping.
         ema_decay: decay of the exponential moving average of the weights; 0 disables it.
+        ema_warmup: at update n (from 0) decay by ``min(ema_decay, (1 + n) / (10 + n))``, so
+            the average forgets the initial weights within tens of steps rather than the
+            ``1 / (1 - ema_decay)`` a constant decay takes (TensorFlow's num_updates rule);
+            for short runs.
         bf16: run forward and loss under bfloat16 autocast.
         seed: seeds the weights, dropout and the data order; 0 to 2**64 - 1.
         checkpoint_every: save every this many steps (0 = only at the end).
@@ -79,6 +84,7 @@ class TrainConfig:
     label_smoothing: float = 0.1
     grad_clip: float = 1.0
     ema_decay: float = 0.0
+    ema_warmup: bool = False
     bf16: bool = False
     seed: int = 0
     checkpoint_every: int = 500
@@ -114,6 +120,7 @@ class TrainConfig:
         check_probability("label_smoothing", self.label_smoothing)
         check_float("grad_clip", self.grad_clip, min_value=0.0)
         check_probability("ema_decay", self.ema_decay)
+        check_bool("ema_warmup", self.ema_warmup)
         for name in ("bf16", "activation_checkpointing", "fsdp", "compile"):
             value = getattr(self, name)
             if not isinstance(value, bool):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from addnorm._checks import check_probability
+from addnorm._checks import check_bool, check_probability
 
 __all__ = ["EMA"]
 
@@ -22,23 +22,33 @@ class EMA:
     Args:
         model: the model being trained; its current weights start the average.
         decay: the weight of the old average at each update, in [0, 1).
+        warmup: at update ``n`` (counted from 0) use ``min(decay, (1 + n) / (10 + n))``, so
+            the average leaves the initial weights behind within tens of updates (TensorFlow's
+            ``ExponentialMovingAverage`` with ``num_updates``).
     """
 
-    def __init__(self, model: nn.Module, decay: float) -> None:
+    def __init__(self, model: nn.Module, decay: float, *, warmup: bool = False) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
         self.decay = check_probability("decay", decay)
+        self.warmup = check_bool("warmup", warmup)
         self.shadow: dict[str, torch.Tensor] = {
             name: _wide(value).clone() for name, value in model.state_dict().items()
         }
 
+    def decay_at(self, n: int) -> float:
+        """The decay of update ``n`` (counted from 0)."""
+        return min(self.decay, (1 + n) / (10 + n)) if self.warmup else self.decay
+
     @torch.no_grad()
-    def update(self, model: nn.Module) -> None:
-        """Move the average one step towards ``model``'s current weights."""
+    def update(self, model: nn.Module, n: int = 0) -> None:
+        """Move the average one step towards ``model``'s current weights; ``n`` is the
+        update's number (from 0), which the warm-up reads."""
+        decay = self.decay_at(n)
         for name, value in model.state_dict().items():
             average = self.shadow[name]
             if average.is_floating_point():
-                average.lerp_(value.to(average.dtype), 1.0 - self.decay)
+                average.lerp_(value.to(average.dtype), 1.0 - decay)
             else:
                 average.copy_(value)
 

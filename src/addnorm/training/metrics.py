@@ -18,7 +18,7 @@ from pathlib import Path
 
 from addnorm.safe_files import write_file_atomic
 
-__all__ = ["MAX_LINE_BYTES", "MetricsLog", "plot_loss_curve", "read_metrics"]
+__all__ = ["MAX_LINE_BYTES", "MetricsLog", "plot_loss_curve", "plot_quality", "read_metrics"]
 
 # A record is about 150 bytes; a longer line is no record and is skipped unread.
 MAX_LINE_BYTES = 2**16
@@ -141,6 +141,54 @@ def plot_loss_curve(
     ax.set_title(title or "training loss")
     lines = ax.get_lines() + lr_axis.get_lines()
     ax.legend(lines, [str(line.get_label()) for line in lines], loc="center right")
+    png_path = Path(png_path)
+    fig.savefig(png_path, dpi=100)
+    return png_path
+
+
+def plot_quality(
+    metrics_path: str | os.PathLike,
+    png_path: str | os.PathLike,
+    *,
+    metric: str,
+    final: tuple[float, float] | None = None,
+    probe_label: str = "probe",
+    final_label: str = "final evaluation",
+    ylabel: str = "loss",
+    title: str = "",
+) -> Path | None:
+    """Draw where quality arrives: the probes' ``metric`` (records' ``probe_<metric>``) and
+    the training loss against training time, with the final evaluation as one marked point
+    (``final``: its training time in seconds and value). None when no record holds a probe.
+
+    Draws on a bare ``Figure`` with an Agg canvas, so no global matplotlib backend is set.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    records = [r for r in read_metrics(metrics_path) if "elapsed_s" in r]
+    probed = [r for r in records if isinstance(r.get(f"probe_{metric}"), int | float)]
+    if not probed:
+        return None
+    fig = Figure(figsize=(7, 4), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.plot([r["elapsed_s"] for r in probed], [r[f"probe_{metric}"] for r in probed],
+            "o-", color="tab:green", label=f"{metric} ({probe_label})")
+    if final is not None:
+        ax.plot([final[0]], [final[1]], "*", markersize=14, color="tab:red",
+                label=f"{metric} ({final_label})")
+    ax.set_xlabel("training time (s)")
+    ax.set_ylabel(metric.replace("_", " "))
+    ax.set_ylim(0.0, 1.02)
+    loss_axis = ax.twinx()
+    loss_axis.plot([r["elapsed_s"] for r in records], [r["loss"] for r in records],
+                   color="tab:blue", alpha=0.5, label="training loss")
+    loss_axis.set_ylabel(ylabel)
+    loss_axis.set_yscale("log")
+    ax.set_title(title or f"{metric.replace('_', ' ')} and loss against training time")
+    lines = ax.get_lines() + loss_axis.get_lines()
+    ax.legend(lines, [str(line.get_label()) for line in lines], loc="lower right")
     png_path = Path(png_path)
     fig.savefig(png_path, dpi=100)
     return png_path

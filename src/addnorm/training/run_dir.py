@@ -69,7 +69,9 @@ _MAX_PID = 2**31 - 1  # pid_t is a signed 32-bit int
 # Lock files held by a RunLock(reentrant=True) of this process: resolved path -> record.
 _LENT: dict[Path, str] = {}
 # What a run writes besides the marker (samples.png: the dit demo's grid).
-RUN_FILES = ("checkpoints", "metrics.jsonl", "metrics.json", "loss.png", "samples.png")
+RUN_FILES = (
+    "checkpoints", "metrics.jsonl", "metrics.json", "loss.png", "samples.png", "quality.png"
+)
 _FORMAT = "addnorm-run"
 _VERSION = 1
 _log = logging.getLogger(__name__)

@@ -40,6 +40,7 @@ and so its checkpoint keys, stay the same; ``TrainResult.compile_s`` is the firs
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import math
 import os
@@ -79,6 +80,7 @@ from addnorm.training.state import (
 __all__ = [
     "STOP_SIGNALS",
     "BatchSource",
+    "Probe",
     "Trainer",
     "TrainResult",
     "check_checkpoint_fits",
@@ -105,6 +107,19 @@ class BatchSource(Protocol):
     def load_state_dict(self, state: dict) -> None:
         """Continue the data order saved by ``state_dict``."""
         ...
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A cheap look at quality during training: every ``every`` steps (but the last, which the
+    run's own evaluation scores), ``score`` is called with a scratch copy of the weights a
+    finished run is scored with (the EMA's when the run keeps one), in eval mode and without
+    gradients; its numbers go into that step's
+    ``metrics.jsonl`` record, so a resumed run keeps them. Single-process runs only; the
+    time it takes is left out of the records' training time (``elapsed_s``)."""
+
+    every: int
+    score: Callable[[nn.Module], dict[str, float]]
 
 
 @dataclass(frozen=True)
@@ -224,6 +239,7 @@ class Trainer:
         schedule: the learning rate of each step.
         run_info: JSON saved in every checkpoint (what is needed to rebuild the model).
         progress: show a tqdm progress bar on stderr (rank 0 only).
+        probe: a :class:`Probe` of quality along the way (ignored with several processes).
 
     With a process group, ``model`` is wrapped for data parallelism (or sharded, with
     ``config.fsdp``) here, and ``batches`` gives each rank its share of the global batch.
@@ -240,6 +256,7 @@ class Trainer:
         schedule: LRSchedule,
         run_info: dict | None = None,
         progress: bool = False,
+        probe: Probe | None = None,
     ) -> None:
         if not isinstance(config, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
@@ -253,6 +270,9 @@ class Trainer:
         self.schedule = schedule
         self.run_info = run_info or {}
         self.progress = progress and distributed.is_main()
+        self.probe = None if distributed.is_distributed() else probe
+        self._probe_model: nn.Module | None = None  # the scratch copy, built at the first probe
+        self._probe_s = 0.0  # time spent probing in this invocation (left out of elapsed_s)
         self.device = next(model.parameters()).device
         self.forward_model = distributed.prepare_model(
             model, activation_checkpointing=config.activation_checkpointing, fsdp=config.fsdp
@@ -261,7 +281,10 @@ class Trainer:
             self.forward_model = cast(nn.Module, torch.compile(self.forward_model))
         self.optimizer = make_optimizer(model, config)
         self._optimizer_view = distributed.OptimizerView(model, self.optimizer)
-        self.ema = EMA(model, config.ema_decay) if config.ema_decay > 0 else None
+        self.ema = (
+            EMA(model, config.ema_decay, warmup=config.ema_warmup) if config.ema_decay > 0
+            else None
+        )
         self.step = 0
         self.elapsed_s = 0.0
         self._resumed_from: int | None = None
@@ -312,6 +335,7 @@ class Trainer:
             dynamic_ncols=True,
         )
         start, loss, stopped_by = time.monotonic(), None, "max_steps"
+        self._probe_s = 0.0
         window = {"tokens": 0, "time": time.monotonic()}
         compile_s = None
         self._phase = "idle"
@@ -332,10 +356,16 @@ class Trainer:
                     compile_s = time.monotonic() - step_start
                 window["tokens"] += tokens
                 bar.update(1)
-                if self.step % self.config.log_every == 0 or self.step == self.config.max_steps:
-                    self._log(log, bar, loss, window, start)
+                probing = (  # not at the last step: the run's own evaluation scores that one
+                    self.probe is not None and self.step % self.probe.every == 0
+                    and self.step < self.config.max_steps
+                )
+                logged = self.step % self.config.log_every == 0
+                if logged or probing or self.step == self.config.max_steps:
+                    scores = self._run_probe(window) if probing else {}
+                    self._log(log, bar, loss, window, start, scores)
                 if self.config.checkpoint_every and self.step % self.config.checkpoint_every == 0:
-                    self.save(elapsed_now=time.monotonic() - start)
+                    self.save(elapsed_now=time.monotonic() - start - self._probe_s)
         except KeyboardInterrupt:
             stopped_by = self._stop_requested or "interrupt"
             if self._phase == "update":
@@ -348,14 +378,14 @@ class Trainer:
             for signum, handler in previous_handlers.items():
                 signal.signal(signum, handler)
             self._phase = "idle"
-        self.elapsed_s += time.monotonic() - start
+        self.elapsed_s += time.monotonic() - start - self._probe_s
         path = self.save()
         return TrainResult(self.step, loss, path, stopped_by, self.elapsed_s, compile_s)
 
     def _abandon_half_step(self, start: float, stopped_by: str) -> TrainResult:
         """After an interrupt inside the optimizer/EMA update: keep the newest checkpoint on
         disk (writing the half-updated weights would break exact resume)."""
-        self.elapsed_s += time.monotonic() - start
+        self.elapsed_s += time.monotonic() - start - self._probe_s
         saved = list_checkpoints(self.run_dir)
         if not saved:
             raise KeyboardInterrupt(
@@ -426,7 +456,7 @@ class Trainer:
         self._phase = "update"
         self.optimizer.step()
         if self.ema is not None:
-            self.ema.update(self.model)
+            self.ema.update(self.model, self.step)  # the update's number: steps before it
         self.step += 1
         self._phase = "idle"
         return mean_loss, tokens
@@ -446,7 +476,29 @@ class Trainer:
             draws = random.Random(f"{self.config.seed}/{self.step}/{distributed.rank()}")
             torch.manual_seed(draws.getrandbits(63))
 
-    def _log(self, log: MetricsLog | None, bar, loss: float, window: dict, start: float) -> None:
+    @torch.no_grad()
+    def _run_probe(self, window: dict) -> dict[str, float]:
+        """The probe's numbers for the current weights (see :class:`Probe`), timed apart (its
+        time is left out of ``elapsed_s`` and of the log window's throughput)."""
+        assert self.probe is not None
+        began = time.monotonic()
+        if self._probe_model is None:
+            self._probe_model = copy.deepcopy(self.model)
+        scratch = self._probe_model
+        if self.ema is not None:
+            self.ema.copy_to(scratch)
+        else:
+            scratch.load_state_dict(self.model.state_dict())
+        scores = self.probe.score(scratch.eval())
+        spent = time.monotonic() - began
+        self._probe_s += spent
+        window["time"] += spent
+        return {f"probe_{name}": float(value) for name, value in scores.items()}
+
+    def _log(
+        self, log: MetricsLog | None, bar, loss: float, window: dict, start: float,
+        scores: dict[str, float],
+    ) -> None:
         if log is None:
             return
         now = time.monotonic()
@@ -458,7 +510,8 @@ class Trainer:
                 "loss": loss,
                 "lr": lr,
                 "tokens_per_s": tokens_per_s,
-                "elapsed_s": self.elapsed_s + now - start,
+                "elapsed_s": self.elapsed_s + now - start - self._probe_s,
+                **scores,
             }
         )
         bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:.0f}")
