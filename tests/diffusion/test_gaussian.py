@@ -232,3 +232,30 @@ def test_bad_inputs_are_refused_naming_the_values(call, error, message):
     x0, noise, _ = data()
     with pytest.raises(error, match=message):
         call(Diffusion(), x0, torch.tensor([0, 1, 2, 5, 3]), noise)
+
+
+@pytest.mark.parametrize(
+    ("gamma", "error", "message"),
+    [(0.0, ValueError, "min_snr_gamma must be > 0"), (-5, ValueError, "must be > 0"),
+     (float("inf"), ValueError, "must be finite"), ("5", TypeError, "must be a number")],
+)
+def test_min_snr_gamma_must_be_a_positive_number(gamma, error, message):
+    with pytest.raises(error, match=message):
+        Diffusion(min_snr_gamma=gamma)
+
+
+@pytest.mark.parametrize("prediction", ["epsilon", "v"])
+def test_a_min_snr_weight_scales_each_samples_loss_and_a_huge_gamma_only_rescales_v(prediction):
+    # Identity: the weighted per-sample loss is w(t) times the unweighted one. With gamma far
+    # above every step's SNR, min(SNR, gamma) = SNR: w = 1 for eps, SNR / (SNR + 1) = abar for
+    # v (both float64 products of the same numbers: FLOAT64_EXACT).
+    x0, noise, _ = data()
+    t = torch.tensor([0, 1, 2, 500, 999])
+    output = torch.randn_like(x0, dtype=torch.float64)
+    x0, noise = x0.double(), noise.double()
+    plain = Diffusion(prediction=prediction).loss(output, x0, t, noise, reduction="none")
+    huge = Diffusion(prediction=prediction, min_snr_gamma=1e30)
+    weighted = huge.loss(output, x0, t, noise, reduction="none")
+    abar = huge.noise_schedule.alphas_cumprod[t]
+    expected = plain if prediction == "epsilon" else plain * abar
+    torch.testing.assert_close(weighted, expected, **FLOAT64_EXACT)
