@@ -1,6 +1,7 @@
-"""The ``dit`` task: its loss is Diffusion.loss of the model at q_sample (restated here), a
-tiny run lowers the loss, resuming is exact, and (slow) the default run reaches the issue's
-bar of class_agreement >= 0.95."""
+"""The ``dit`` task: its loss is the MSE to the prediction target at q_sample (restated
+here, for v and for eps), a tiny run lowers the loss, resuming is exact, a run probes its
+quality into quality.png, runs saved before ``prediction`` existed load as eps, and (slow)
+the default run reaches the issue's bar of class_agreement >= 0.95."""
 
 from __future__ import annotations
 
@@ -17,10 +18,15 @@ from addnorm.tasks.run import train_run
 from addnorm.training.config import TrainConfig
 
 
-def test_the_loss_is_the_mse_to_the_noise_at_q_sample():
-    """Restated: x_t = sqrt(abar) x0 + sqrt(1 - abar) eps; loss = mean (model(x_t) - eps)^2."""
+@pytest.mark.parametrize("gamma", [5.0, None, 0.5])
+@pytest.mark.parametrize("prediction", ["v", "epsilon"])
+def test_the_loss_is_the_weighted_mse_to_the_target_at_q_sample(prediction, gamma):
+    """Restated: x_t = sqrt(abar) x0 + sqrt(1 - abar) eps; loss = mean over the batch of
+    w(t) * mean (model(x_t) - target)^2 with target eps, or v = sqrt(abar) eps - sqrt(1 - abar)
+    x0 (Salimans & Ho, 2022), and the Min-SNR weight w = min(SNR, gamma) / SNR (eps) or
+    / (SNR + 1) (v), SNR = abar / (1 - abar) (Hang et al., 2023); w = 1 without gamma."""
     torch.manual_seed(0)
-    task = DiTTask()
+    task = DiTTask(prediction=prediction, min_snr_gamma=gamma)
     model = task.build_model(task.prepare(DIT_PRESETS["DiT-digits-tiny"]))
     with torch.no_grad():  # a fresh DiT outputs zero: perturb it so the loss is not trivial
         for p in model.parameters():
@@ -29,7 +35,14 @@ def test_the_loss_is_the_mse_to_the_noise_at_q_sample():
     batch = DigitBatches(batch_size=6, n_steps=1000, seed=1).next_batch()
     abar = task.diffusion.noise_schedule.alphas_cumprod[batch["t"]].float()[:, None, None, None]
     x_t = abar.sqrt() * batch["images"] + (1 - abar).sqrt() * batch["noise"]
-    expected = (model(x_t, batch["t"], batch["labels"]) - batch["noise"]).square().mean()
+    target = batch["noise"]
+    if prediction == "v":
+        target = abar.sqrt() * batch["noise"] - (1 - abar).sqrt() * batch["images"]
+    snr = abar.flatten() / (1 - abar.flatten())
+    weight = torch.ones_like(snr) if gamma is None else snr.clamp(max=gamma) / (
+        snr if prediction == "epsilon" else snr + 1)
+    per_sample = (model(x_t, batch["t"], batch["labels"]) - target).square().mean(dim=(1, 2, 3))
+    expected = (weight * per_sample).mean()
     loss, n = task.loss_fn(TrainConfig())(model, batch)
     # float32; the task may round x_t's coefficients otherwise (a few u apart), and two float32
     # evaluations of one small model then differ within FLOAT32_MODEL.
@@ -59,6 +72,33 @@ def test_a_tiny_run_lowers_the_loss_and_resumes_exactly(tmp_path):
         resume=load_checkpoint(tmp_path / "resumed"),
     )
     assert resumed.metrics["train_loss"] == whole.metrics["train_loss"]  # bit for bit
+
+
+def test_a_run_saved_before_the_prediction_settings_loads_as_dits_unweighted_epsilon():
+    # DiT's own target, which every run before the setting was trained on.
+    old = DiTTask.from_dict({"n_steps": 1000, "schedule": "linear"})
+    assert old.prediction == "epsilon" and old.diffusion.min_snr_gamma is None
+    assert DiTTask().to_dict() == {"n_steps": 1000, "schedule": "linear", "prediction": "v",
+                                   "min_snr_gamma": 5.0}
+    new = DiTTask.from_dict(DiTTask().to_dict()).diffusion
+    assert (new.prediction, new.min_snr_gamma) == ("v", 5.0)
+
+
+def test_a_run_probes_its_quality_into_quality_png(tmp_path, monkeypatch):
+    import addnorm.tasks.dit as dit_task
+    from addnorm.training.metrics import read_metrics
+
+    monkeypatch.setattr(dit_task, "PROBE_EVERY", 5)
+    monkeypatch.setattr(dit_task, "PROBE_PER_CLASS", 1)
+    train_cfg = dataclasses.replace(
+        DiTTask.default_train_config(), max_steps=10, max_minutes=None, batch_size=8,
+        warmup=2, log_every=5, checkpoint_every=0, eval_size=20,
+    )
+    summary = train_run("dit", DIT_PRESETS["DiT-digits-tiny"], train_cfg, tmp_path)
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in records if "probe_class_agreement" in r] == [5]  # 10: the end
+    assert summary.metrics["quality_figure"] == "quality.png"
+    assert (tmp_path / "quality.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_the_task_refuses_a_model_without_a_trained_null_class():

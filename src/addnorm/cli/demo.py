@@ -224,7 +224,9 @@ def run_dit_demo(
         f"  model: DiT, d_model {model_cfg.d_model}, {model_cfg.n_layers} adaLN-Zero blocks, "
         f"{model_cfg.n_heads} heads, patch {model_cfg.patch_size} ({model_cfg.grid_size ** 2} "
         f"tokens), {sum(p.numel() for p in task.build_model(model_cfg).parameters()):,} "
-        f"parameters; {task.n_steps}-step {task.schedule} diffusion"
+        f"parameters; {task.n_steps}-step {task.schedule} diffusion, {task.prediction}-"
+        f"prediction" + ("" if task.min_snr_gamma is None
+                         else f", Min-SNR-{task.min_snr_gamma:g} loss weights")
     )
     print(
         f"  training: up to {train_cfg.max_steps} steps or {train_cfg.max_minutes:g} minutes "
@@ -247,7 +249,9 @@ def run_dit_demo(
     print(
         f"  class agreement: {100 * m['class_agreement']:.1f}% of {train_cfg.eval_size} samples "
         f"are labelled as their requested class by a classifier with "
-        f"{100 * m['judge_test_accuracy']:.1f}% held-out accuracy on real digits"
+        f"{100 * m['judge_test_accuracy']:.1f}% held-out accuracy on real digits; "
+        f"{100 * m['class_agreement_independent']:.1f}% by an independent one (3 nearest "
+        f"neighbours, {100 * m['independent_test_accuracy']:.1f}%)"
     )
     print(
         f"  Fréchet distance to real digits: {m['frechet_distance']:.3f} (real vs real: "
@@ -264,9 +268,10 @@ def run_dit_demo(
         title=f"DiT samples: {settings.method.upper()} {settings.steps} steps, "
         f"guidance {settings.guidance:g}",
     )
+    quality = f"\n  quality:    {run_dir / m['quality_figure']}" if "quality_figure" in m else ""
     print(
         f"  sample grid: {grid}\n  checkpoint: {summary.checkpoint}\n"
-        f"  loss curve: {summary.loss_png}\n  metrics:    {run_dir / 'metrics.json'}"
+        f"  loss curve: {summary.loss_png}{quality}\n  metrics:    {run_dir / 'metrics.json'}"
     )
     print(f"  try: addnorm sample --class 7 --n 10 --checkpoint {run_dir} --out sevens.png")
     return 0
