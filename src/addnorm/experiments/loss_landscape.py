@@ -186,8 +186,14 @@ def _summary(values, name: str, checks: dict[str, bool]) -> str:
                      + f", gradient change {name} " + _range(values[name][DECIDING[1]][i])
                      + " vs no norm " + _range(values[PLAIN][DECIDING[1]][i]))
     failed = [check for check, ok in checks.items() if not ok]
-    verdict = ("smoother in every comparison" if not failed
+    compared = [lr for lr in LRS if any(key.endswith(f" at lr {lr:g}") for key in checks)]
+    skipped = [f"{lr:g}" for lr in LRS if lr not in compared]
+    verdict = ("no comparison (no rate where both nets left their plateau)" if not checks
+               else "smoother in every comparison" if not failed
                else "not smoother in: " + ", ".join(failed))
+    if checks and skipped:
+        verdict += (f" (compared at lr {', '.join(f'{lr:g}' for lr in compared)} only: at lr "
+                    f"{', '.join(skipped)} a net had not left its initial plateau)")
     accuracy = ", ".join(f"lr {lr:g} {_range(values[PLAIN]['accuracy'][i])} vs "
                          f"{_range(values[name]['accuracy'][i])}" for i, lr in enumerate(LRS))
     return (f"{'; '.join(parts)} ({N_RUNS} seeds, min-max): {name} {verdict}; test accuracy "
