@@ -113,5 +113,6 @@ def test_masked_batchnorm_on_cuda_equals_the_cpu_result():
     cpu = addnorm.BatchNorm(16).double()
     gpu = copy.deepcopy(cpu).to(CUDA)
     # float64 reductions over <= 24 tokens in CUDA's order: ~1e-15 apart.
-    torch.testing.assert_close(gpu(x.to(CUDA), padding).cpu(), cpu(x, padding), **FLOAT64_EXACT)
+    out = gpu(x.to(CUDA), padding.to(CUDA)).cpu()
+    torch.testing.assert_close(out, cpu(x, padding), **FLOAT64_EXACT)
     torch.testing.assert_close(gpu.running_var.cpu(), cpu.running_var, **FLOAT64_EXACT)

@@ -552,3 +552,14 @@ def test_no_norm_returns_its_input_itself_with_or_without_a_mask(shape):
     padding_mask = torch.zeros(shape[:2], dtype=torch.bool)
     assert norm(x, padding_mask=padding_mask) is x and norm(x, None) is x
 
+
+
+@pytest.mark.parametrize("norm", ["layer", "batch", "rms", "group"])
+def test_a_padding_mask_on_another_device_is_refused_naming_both(norm):
+    # The meta device stands in for another accelerator on a CPU-only machine (structure only:
+    # no value is read, so a meta mask reaches the check as a CUDA one would).
+    x = torch.randn(2, 3, 8)
+    mask = torch.zeros(2, 3, dtype=torch.bool, device="meta")
+    with pytest.raises(ValueError, match=r"padding_mask \(True = padding\) is on meta but what "
+                                         r"it masks is on cpu"):
+        make_norm(norm, 8, n_groups=2)(x, padding_mask=mask)

@@ -190,8 +190,14 @@ def same_shape(shape: Sequence[int], want: Sequence[int]) -> bool:
     return len(shape) == len(want) and all(a == b for a, b in zip(shape, want, strict=True))
 
 
-def check_bool_mask(name: str, mask: object, shape: Sequence[int] | None = None) -> torch.Tensor:
-    """A boolean mask whose shape equals ``shape`` exactly (when given).
+def check_bool_mask(
+    name: str,
+    mask: object,
+    shape: Sequence[int] | None = None,
+    device: torch.device | None = None,
+) -> torch.Tensor:
+    """A boolean mask whose shape equals ``shape`` exactly (when given), on ``device`` (when
+    given: the device of the tensor it masks).
 
     Masks are never float: a float mask is ambiguous (additive -inf or multiplicative 0/1?),
     so it is rejected with the polarity the caller must use spelled out in ``name``.
@@ -202,6 +208,14 @@ def check_bool_mask(name: str, mask: object, shape: Sequence[int] | None = None)
         raise TypeError(f"{name} must have dtype torch.bool, got {mask.dtype}")
     if shape is not None and not same_shape(mask.shape, shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(mask.shape)}")
+    want = None if device is None else torch.device(device)
+    if want is not None and (
+        mask.device.type != want.type or want.index not in (None, mask.device.index)
+    ):
+        raise ValueError(
+            f"{name} is on {mask.device} but what it masks is on {device}; move it there "
+            f"({name.split(' ')[0]}.to({str(device)!r}))"
+        )
     return mask
 
 

@@ -127,7 +127,7 @@ def build_attention_mask(
         allowed = _check_attend_mask(attend_mask, batch, n_heads, query_len, key_len)
     if padding_mask is not None:
         name = "padding_mask (True = padding)"
-        padding_mask = check_bool_mask(name, padding_mask, (batch, key_len))
+        padding_mask = check_bool_mask(name, padding_mask, (batch, key_len), device)
         if self_attention:
             query_padding = padding_mask[:, key_len - query_len :]  # (B, L): the new keys
         keep = ~padding_mask[:, None, None, :]  # (B, 1, 1, S)

@@ -85,7 +85,9 @@ def _check_norm_input(
             "padding_mask is only meaningful for (B, L, D) input; "
             f"got x of shape {tuple(x.shape)} (B, D)"
         )
-    padding_mask = check_bool_mask("padding_mask (True = padding)", padding_mask, x.shape[:2])
+    padding_mask = check_bool_mask(
+        "padding_mask (True = padding)", padding_mask, x.shape[:2], x.device
+    )
     return x, padding_mask
 
 
