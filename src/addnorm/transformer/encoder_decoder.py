@@ -15,7 +15,7 @@ loop, :func:`addnorm.transformer.generation.decode`, never emitting ``pad_id`` o
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -46,9 +46,12 @@ from addnorm.transformer.embedding import (
     rotary_for,
 )
 from addnorm.transformer.generation import decode, prompt_history
-from addnorm.transformer.generation_config import TRANSFORMERS_NAMES, GenerationConfig
+from addnorm.transformer.generation_config import GenerationConfig, TransformersSettings
 from addnorm.transformer.layers import DecoderLayer, EncoderLayer
 from addnorm.transformer.stacks import Decoder, Encoder
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 
 __all__ = ["Transformer"]
 
@@ -233,23 +236,7 @@ class Transformer(PretrainedMixin, nn.Module):
         return_prompt: bool | None = None,
         attention_mask: torch.Tensor | None = None,
         generation_config: Any = None,
-        max_new_tokens: int | None = None,
-        max_length: int | None = None,
-        min_new_tokens: int | None = None,
-        min_length: int | None = None,
-        do_sample: bool | None = None,
-        num_beams: int | None = None,
-        temperature: float | None = None,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        repetition_penalty: float | None = None,
-        no_repeat_ngram_size: int | None = None,
-        length_penalty: float | None = None,
-        early_stopping: bool | str | None = None,
-        num_return_sequences: int | None = None,
-        eos_token_id: int | list[int] | None = None,
-        pad_token_id: int | None = None,
-        **other_settings: Any,
+        **settings: Unpack[TransformersSettings],
     ) -> torch.Tensor:
         """Decode target tokens for each source row as ``config`` says (default
         :attr:`generation_config`), or as Hugging Face's ``generate`` would.
@@ -269,9 +256,9 @@ class Transformer(PretrainedMixin, nn.Module):
             src_ids: (B, S); src_padding_mask, attention_mask: (B, S)
             returns: (B * r, N), N <= max_new_tokens; (B * r, 1 + N) with ``bos_id``
         """
-        # Hugging Face's settings by name, as given (None: not given)
-        names = {name: value for name, value in locals().items() if name in TRANSFORMERS_NAMES}
-        names.update(other_settings)  # refused unless they change no token (from_transformers)
+        # Hugging Face's settings by name, as given (None: not given); names beyond
+        # TransformersSettings are refused unless they change no token (from_transformers)
+        names: dict[str, object] = dict(settings)
         src_ids = id_tensor("src_ids", src_ids, None)  # structure only (no read)
         call = transformers_call(
             self.cfg, config, generation_config=generation_config, names=names,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from addnorm._checks import check_bool, check_choice, check_float, check_int
 
@@ -18,6 +18,7 @@ __all__ = [
     "STRATEGIES",
     "TRANSFORMERS_DEFAULT_NEW_TOKENS",
     "TRANSFORMERS_NAMES",
+    "TransformersSettings",
     "GenerationConfig",
     "transformers_settings",
 ]
@@ -26,12 +27,31 @@ STRATEGIES = ("greedy", "sample", "beam")
 # When beam search stops; Hugging Face's early_stopping="never", False and True, in order.
 BEAM_STOPS = ("exact", "heuristic", "k_finished")
 
-# Hugging Face's generation settings that addnorm implements (``from_transformers``).
-TRANSFORMERS_NAMES = (
-    "max_new_tokens", "max_length", "min_new_tokens", "min_length", "do_sample", "num_beams",
-    "temperature", "top_k", "top_p", "repetition_penalty", "no_repeat_ngram_size",
-    "length_penalty", "early_stopping", "num_return_sequences", "eos_token_id", "pad_token_id",
-)
+
+
+class TransformersSettings(TypedDict, total=False):
+    """Hugging Face's generation settings that addnorm implements (``from_transformers``), as
+    the models' ``generate`` takes them by keyword (``**settings``); None = not given."""
+
+    max_new_tokens: int | None
+    max_length: int | None
+    min_new_tokens: int | None
+    min_length: int | None
+    do_sample: bool | None
+    num_beams: int | None
+    temperature: float | None
+    top_k: int | None
+    top_p: float | None
+    repetition_penalty: float | None
+    no_repeat_ngram_size: int | None
+    length_penalty: float | None
+    early_stopping: bool | str | None
+    num_return_sequences: int | None
+    eos_token_id: int | list[int] | None
+    pad_token_id: int | None
+
+
+TRANSFORMERS_NAMES = tuple(TransformersSettings.__annotations__)
 # Hugging Face's length when none is set: 20 new tokens (transformers 5; a model's learned
 # positions may cap it, see addnorm.transformer.decoding.transformers_call).
 TRANSFORMERS_DEFAULT_NEW_TOKENS = 20

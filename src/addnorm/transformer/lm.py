@@ -9,7 +9,7 @@ positions count its real tokens only.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -40,10 +40,13 @@ from addnorm.transformer.embedding import (
     rotary_for,
 )
 from addnorm.transformer.generation import decode, prompt_history
-from addnorm.transformer.generation_config import TRANSFORMERS_NAMES, GenerationConfig
+from addnorm.transformer.generation_config import GenerationConfig, TransformersSettings
 from addnorm.transformer.layers import EncoderLayer
 from addnorm.transformer.stacks import Encoder
 from addnorm.transformer.stop_strings import StopFn
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 
 __all__ = ["TransformerLM"]
 
@@ -194,23 +197,7 @@ class TransformerLM(PretrainedMixin, nn.Module):
         return_prompt: bool | None = None,
         attention_mask: torch.Tensor | None = None,
         generation_config: Any = None,
-        max_new_tokens: int | None = None,
-        max_length: int | None = None,
-        min_new_tokens: int | None = None,
-        min_length: int | None = None,
-        do_sample: bool | None = None,
-        num_beams: int | None = None,
-        temperature: float | None = None,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        repetition_penalty: float | None = None,
-        no_repeat_ngram_size: int | None = None,
-        length_penalty: float | None = None,
-        early_stopping: bool | str | None = None,
-        num_return_sequences: int | None = None,
-        eos_token_id: int | list[int] | None = None,
-        pad_token_id: int | None = None,
-        **other_settings: Any,
+        **settings: Unpack[TransformersSettings],
     ) -> torch.Tensor:
         """Continue each (left-padded) prompt as ``config`` says (default
         :attr:`generation_config`), or as Hugging Face's ``generate`` would.
@@ -226,12 +213,13 @@ class TransformerLM(PretrainedMixin, nn.Module):
         Hugging Face's call: ``attention_mask`` (1 = real token, the negation of
         ``padding_mask``; give one of them), ``generation_config`` (a
         ``transformers.GenerationConfig`` or a dict such as its ``to_diff_dict()``) and the
-        settings from ``max_new_tokens`` to ``pad_token_id``, with transformers' meaning and
-        defaults (:meth:`GenerationConfig.from_transformers`; ``max_length`` and
+        settings of :class:`~addnorm.transformer.generation_config.TransformersSettings`, with
+        transformers' meaning and defaults (:meth:`GenerationConfig.from_transformers`;
+        ``max_length`` and
         ``min_length`` count the prompt, padding included). A keyword at None counts as not
         given (transformers reads an explicit ``eos_token_id=None`` as "no stop token": use
         an addnorm config with ``eos_id=None`` for that; ``top_k=0`` switches top-k off).
-        ``other_settings``: the rest of Hugging Face's names, accepted only at a value that
+        Other keywords: the rest of Hugging Face's names, accepted only at a value that
         changes no token (``use_cache``, ``output_scores=False``, ``typical_p=1.0``, ...);
         any other value, and any unknown name, raises a ValueError naming it. Such a call
         returns the prompt followed by the new tokens, as transformers does, and gives
@@ -248,9 +236,9 @@ class TransformerLM(PretrainedMixin, nn.Module):
             prompt_ids: (B, L0); padding_mask, attention_mask: (B, L0), left padding
             returns: (B * r, N), N <= max_new_tokens; (B * r, L0 + N) with the prompt
         """
-        # Hugging Face's settings by name, as given (None: not given)
-        names = {name: value for name, value in locals().items() if name in TRANSFORMERS_NAMES}
-        names.update(other_settings)  # refused unless they change no token (from_transformers)
+        # Hugging Face's settings by name, as given (None: not given); names beyond
+        # TransformersSettings are refused unless they change no token (from_transformers)
+        names: dict[str, object] = dict(settings)
         prompt_ids = id_tensor("prompt_ids", prompt_ids, None)  # structure only (no read)
         call = transformers_call(
             self.cfg, config, generation_config=generation_config, names=names,
