@@ -36,9 +36,11 @@ from typing import NamedTuple, Protocol
 
 import torch
 from torch import nn
+from torch.export import Dim
 
 from addnorm._checks import assert_in_graph, check_bool_mask, check_tensor, refuse_tracing
 from addnorm.encodings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from addnorm.family import DynamicShapes, padded_tokens
 from addnorm.rotary import RotaryEmbedding
 
 __all__ = [
@@ -214,6 +216,23 @@ _LEFT_PADDING_ONLY = (
 def learned_max_len(cfg: EmbeddingSettings) -> int | None:
     """The learned position table's length, which bounds L; None for the other kinds."""
     return cfg.max_len if cfg.position_encoding == "learned" else None
+
+
+def ids_example_inputs(
+    vocab_size: int, pad_id: int | None, *, batch: int, length: int, generator: torch.Generator
+) -> dict[str, torch.Tensor]:
+    """The example inputs of a model called as ``model(ids, padding_mask=...)`` (the LM, the
+    encoder model): ``ids`` and ``padding_mask`` (B, L), an unpadded, a right- and a
+    left-padded row (:func:`~addnorm.family.padded_tokens`)."""
+    ids, padding = padded_tokens(batch, length, vocab_size, pad_id, generator)
+    return {"ids": ids, "padding_mask": padding}
+
+
+def ids_dynamic_shapes(cfg: EmbeddingSettings) -> DynamicShapes:
+    """Their dynamic axes: the batch and the length (at most ``max_len`` with learned
+    positions)."""
+    batch, length = Dim("batch", min=1), Dim("length", min=1, max=learned_max_len(cfg))
+    return {"ids": {0: batch, 1: length}, "padding_mask": {0: batch, 1: length}}
 
 
 def position_module(cfg: EmbeddingSettings) -> nn.Module | None:

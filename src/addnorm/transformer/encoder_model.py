@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.export import Dim
 
 from addnorm._checks import (
     check_bool,
@@ -34,7 +33,7 @@ from addnorm._checks import (
     check_int,
     check_tensor,
 )
-from addnorm.family import ActivationShape, DynamicShapes, ExportPart, padded_tokens
+from addnorm.family import ActivationShape, DynamicShapes, ExportPart
 from addnorm.norms import NoNorm
 from addnorm.packing import check_unpad
 from addnorm.pretrained import PretrainedMixin
@@ -47,6 +46,8 @@ from addnorm.transformer.config import (
 )
 from addnorm.transformer.embedding import (
     check_ids,
+    ids_dynamic_shapes,
+    ids_example_inputs,
     init_token_table_,
     learned_max_len,
     model_inputs,
@@ -290,14 +291,12 @@ class EncoderModel(PretrainedMixin, nn.Module):
         self, part: str, *, batch: int, length: int, generator: torch.Generator
     ) -> dict[str, torch.Tensor]:
         """ids and padding_mask (B, L): an unpadded, a right- and a left-padded row."""
-        cfg = self.cfg
-        ids, padding = padded_tokens(batch, length, cfg.vocab_size, cfg.pad_id, generator)
-        return {"ids": ids, "padding_mask": padding}
+        return ids_example_inputs(self.cfg.vocab_size, self.cfg.pad_id, batch=batch,
+                                  length=length, generator=generator)
 
     def dynamic_shapes(self) -> DynamicShapes:
         """The batch and the length (at most ``max_len`` with learned positions)."""
-        batch, length = Dim("batch", min=1), Dim("length", min=1, max=learned_max_len(self.cfg))
-        return {"ids": {0: batch, 1: length}, "padding_mask": {0: batch, 1: length}}
+        return ids_dynamic_shapes(self.cfg)
 
 
 def mean_pool(hidden: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from torch.export import Dim
 
 from addnorm._checks import check_int
 from addnorm.cache import DecodingCache
-from addnorm.family import DynamicShapes, ExportPart, padded_tokens
+from addnorm.family import DynamicShapes, ExportPart
 from addnorm.pretrained import PretrainedMixin
 from addnorm.transformer.config import LMConfig
 from addnorm.transformer.decoding import (
@@ -34,6 +33,8 @@ from addnorm.transformer.embedding import (
     Embedder,
     Tokens,
     id_tensor,
+    ids_dynamic_shapes,
+    ids_example_inputs,
     learned_max_len,
     model_inputs,
     output_projection,
@@ -275,11 +276,9 @@ class TransformerLM(PretrainedMixin, nn.Module):
         self, part: str, *, batch: int, length: int, generator: torch.Generator
     ) -> dict[str, torch.Tensor]:
         """ids and padding_mask (B, L): an unpadded, a right- and a left-padded row."""
-        cfg = self.cfg
-        ids, padding = padded_tokens(batch, length, cfg.vocab_size, cfg.pad_id, generator)
-        return {"ids": ids, "padding_mask": padding}
+        return ids_example_inputs(self.cfg.vocab_size, self.cfg.pad_id, batch=batch,
+                                  length=length, generator=generator)
 
     def dynamic_shapes(self) -> DynamicShapes:
         """The batch and the length (at most ``max_len`` with learned positions)."""
-        batch, length = Dim("batch", min=1), Dim("length", min=1, max=learned_max_len(self.cfg))
-        return {"ids": {0: batch, 1: length}, "padding_mask": {0: batch, 1: length}}
+        return ids_dynamic_shapes(self.cfg)
