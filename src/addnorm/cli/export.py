@@ -32,6 +32,7 @@ TOLERANCE = 1e-3  # largest |onnxruntime - PyTorch| accepted (float32 kernels di
 
 def add_parser(subparsers) -> None:
     """Register ``addnorm export`` on the subcommand parsers ``subparsers``."""
+    from addnorm.cli.shared_flags import add_weights_flag
     from addnorm.export import PARTS
 
     export = subparsers.add_parser(
@@ -54,11 +55,7 @@ def add_parser(subparsers) -> None:
         "--part", choices=PARTS, default="forward",
         help="forward: the whole forward; encoder: the translator's encoder only",
     )
-    export.add_argument(
-        "--weights", choices=("ema", "raw"), default="ema",
-        help="ema: a run's moving average of the weights if it has one; raw: the trained "
-        "weights (a pretrained folder holds one set)",
-    )
+    add_weights_flag(export)
     export.add_argument(
         "--no-check", action="store_true", help="skip the onnxruntime comparison"
     )

@@ -12,7 +12,10 @@ import argparse
 
 from addnorm.cli.checks import UsageError, apply_runtime_flags
 
-__all__ = ["add_device_flags", "add_inference_flags", "add_runtime_flags", "load_task_model"]
+__all__ = [
+    "add_device_flags", "add_inference_flags", "add_runtime_flags", "add_weights_flag",
+    "load_task_model",
+]
 
 
 def add_device_flags(parser: argparse.ArgumentParser) -> None:
@@ -34,15 +37,19 @@ def add_runtime_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def add_inference_flags(parser: argparse.ArgumentParser) -> None:
-    add_device_flags(parser)
+def add_weights_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--weights",
         choices=("ema", "raw"),
         default="ema",
-        help="ema (default): the checkpoint's moving average of the weights if it has one, "
-        "else the trained weights; raw: the trained weights",
+        help="ema (default): a run's moving average of the weights if it has one, else the "
+        "trained weights; raw: the trained weights (a pretrained folder holds one set)",
     )
+
+
+def add_inference_flags(parser: argparse.ArgumentParser) -> None:
+    add_device_flags(parser)
+    add_weights_flag(parser)
 
 
 def load_task_model(args: argparse.Namespace, task_name: str):
