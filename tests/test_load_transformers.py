@@ -195,7 +195,7 @@ def _nothing_built_or_read():
         return load_file(*args, **kwargs)
 
     with recording(EncoderModel), recording(TransformerLM), \
-            mock.patch("addnorm.pretrained.load_file", recording_load):
+            mock.patch("addnorm.pretrained_files.load_file", recording_load):
         yield record
     assert all(device == "meta" for device in record["builds"]), record["builds"]
     assert record["reads"] == []
@@ -245,7 +245,7 @@ def test_a_tensor_of_the_wrong_shape_is_named_before_its_data_is_read(tmp_path):
     tensors = load_file(directory / WEIGHTS_FILE)
     tensors["transformer.h.1.mlp.c_fc.weight"] = torch.zeros(32, 100)  # (in, out): out 128
     save_file(tensors, directory / WEIGHTS_FILE)
-    with mock.patch("addnorm.pretrained.load_file") as read, \
+    with mock.patch("addnorm.pretrained_files.load_file") as read, \
             pytest.raises(CheckpointError, match=r"blocks.layers.1.ff.w1.weight: saved"):
         addnorm.load(directory)
     read.assert_not_called()

@@ -26,15 +26,13 @@ from torch import nn
 
 from addnorm._checks import check_choice
 from addnorm.pretrained import (
-    CONFIG_FILE,
-    WEIGHTS_FILE,
     PretrainedMixin,
     check_device,
     check_dtype,
     check_path,
     for_inference,
-    read_config_json,
 )
+from addnorm.pretrained_files import CONFIG_FILE, WEIGHTS_FILE, read_config_json
 from addnorm.safe_files import CheckpointError
 from addnorm.tasks.run import WEIGHTS, load_trained
 from addnorm.training.checkpoint import MANIFEST, list_checkpoints

@@ -30,15 +30,12 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from addnorm.pretrained import (
+from addnorm.pretrained import check_device, check_dtype, check_path, for_inference
+from addnorm.pretrained_files import (
     CONFIG_FILE,
     WEIGHTS_FILE,
-    check_device,
-    check_dtype,
     check_fits,
-    check_path,
     check_size,
-    for_inference,
     load_state,
     read_config_json,
     read_weights,
