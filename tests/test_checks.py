@@ -1,4 +1,4 @@
-"""Tests for addnorm._checks: the argument validation used at every public boundary.
+"""Tests for addnorm.utils.checks: the argument validation used at every public boundary.
 
 Provenance of expected values: identities (a NumPy scalar is accepted as the Python number of
 the same value, so results equal those for the Python number) and the error contract of
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from addnorm._checks import check_bool, check_dtype, check_float, check_int
 from addnorm.encodings import relative_shift_matrix, sinusoidal_encoding
 from addnorm.feedforward import FeedForward
 from addnorm.norms import LayerNorm, make_norm
 from addnorm.timestep import timestep_embedding
+from addnorm.utils.checks import check_bool, check_dtype, check_float, check_int
 
 
 @pytest.mark.parametrize("value", [4, np.int64(4), np.int32(4), np.uint8(4)])

@@ -24,7 +24,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from properties import examples
 
-from addnorm import _memory
 from addnorm.encodings import (
     SinusoidalPositionalEncoding,
     relative_shift_matrix,
@@ -32,6 +31,7 @@ from addnorm.encodings import (
 )
 from addnorm.rotary import RotaryEmbedding
 from addnorm.timestep import TimestepEmbedder, timestep_embedding
+from addnorm.utils import memory as _memory
 
 BOUNDED = examples(25)
 HUGE = st.integers(2**40, 2**62)  # x 8 bytes: >= 8 TiB, more than any machine here

@@ -30,11 +30,11 @@ from torch._dynamo.utils import counters
 from torch.export import Dim
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 
-from addnorm._checks import same_shape
 from addnorm.export import export_program
 from addnorm.transformer import Transformer, TransformerLM
 from addnorm.transformer.config import LMConfig, TransformerConfig
 from addnorm.transformer.encoder_model import EncoderConfig, EncoderModel
+from addnorm.utils.checks import same_shape
 
 V, PAD, MAX_LEN = 19, 0, 16
 F64 = torch.float64

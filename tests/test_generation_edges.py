@@ -18,13 +18,13 @@ from hypothesis import strategies as st
 from properties import examples
 from tolerances import FLOAT64_EXACT
 
-from addnorm._memory import device_memory
+from addnorm.generation.config import GenerationConfig
+from addnorm.generation.decoding import check_cache_fits
+from addnorm.generation.loop import _sampling_probs, generate_tokens
 from addnorm.transformer.config import LMConfig, TransformerConfig
-from addnorm.transformer.decoding import check_cache_fits
 from addnorm.transformer.encoder_decoder import Transformer
-from addnorm.transformer.generation import _sampling_probs, generate_tokens
-from addnorm.transformer.generation_config import GenerationConfig
 from addnorm.transformer.lm import TransformerLM
+from addnorm.utils.memory import device_memory
 
 BOUNDED = examples(25)
 SUBNORMAL_64 = 5e-324  # the smallest positive float64
@@ -286,7 +286,7 @@ def test_start_refuses_a_cache_beyond_the_memory_before_allocating(kind, monkeyp
     """Both models' ``start`` ask check_cache_fits before DecodingCache.allocate: with the
     device's memory set to what M positions of cache take, M new tokens start and M + 1 are
     refused naming M (the LM's prompt positions count too; the seq2seq decoder has none)."""
-    import addnorm.transformer.decoding as decoding
+    import addnorm.generation.decoding as decoding
 
     model = cached_model(kind, "rotary")
     cfg = model.cfg

@@ -26,7 +26,7 @@ def _modules_after(code: str) -> list[str]:
 
 def test_import_addnorm_loads_nothing_above_the_models():
     loaded = _modules_after("import addnorm")
-    assert "addnorm.transformer.lm" in loaded and "addnorm.pretrained" in loaded
+    assert "addnorm.transformer.lm" in loaded and "addnorm.pretrained.mixin" in loaded
     assert [m for m in loaded if m.startswith(ABOVE_THE_MODELS)] == []
 
 

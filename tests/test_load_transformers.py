@@ -32,10 +32,10 @@ from tolerances import FLOAT32_MODEL
 
 import addnorm
 from addnorm import EncoderModel, TransformerLM
-from addnorm._memory import MAX_LAYERS
-from addnorm.pretrained import CONFIG_FILE, WEIGHTS_FILE, PretrainedMixin
-from addnorm.safe_files import MAX_JSON_DEPTH, CheckpointError
-from addnorm.transformer.transformers_folder import SHARD_INDEX, from_transformers_folder
+from addnorm.interop.hf_folder import SHARD_INDEX, from_transformers_folder
+from addnorm.pretrained.mixin import CONFIG_FILE, WEIGHTS_FILE, PretrainedMixin
+from addnorm.utils.files import MAX_JSON_DEPTH, CheckpointError
+from addnorm.utils.memory import MAX_LAYERS
 
 transformers = pytest.importorskip("transformers")
 
@@ -195,7 +195,7 @@ def _nothing_built_or_read():
         return load_file(*args, **kwargs)
 
     with recording(EncoderModel), recording(TransformerLM), \
-            mock.patch("addnorm.pretrained_files.load_file", recording_load):
+            mock.patch("addnorm.pretrained.files.load_file", recording_load):
         yield record
     assert all(device == "meta" for device in record["builds"]), record["builds"]
     assert record["reads"] == []
@@ -245,7 +245,7 @@ def test_a_tensor_of_the_wrong_shape_is_named_before_its_data_is_read(tmp_path):
     tensors = load_file(directory / WEIGHTS_FILE)
     tensors["transformer.h.1.mlp.c_fc.weight"] = torch.zeros(32, 100)  # (in, out): out 128
     save_file(tensors, directory / WEIGHTS_FILE)
-    with mock.patch("addnorm.pretrained_files.load_file") as read, \
+    with mock.patch("addnorm.pretrained.files.load_file") as read, \
             pytest.raises(CheckpointError, match=r"blocks.layers.1.ff.w1.weight: saved"):
         addnorm.load(directory)
     read.assert_not_called()
@@ -322,7 +322,7 @@ def test_an_addnorm_folder_from_before_the_model_type_still_loads(tmp_path):
 
 
 def test_model_types_spell_the_class_names():
-    from addnorm.pretrained import model_type_of
+    from addnorm.pretrained.mixin import model_type_of
 
     assert [model_type_of(n) for n in ("TransformerLM", "DiT", "EncoderModel", "Transformer")] \
         == ["addnorm-transformer-lm", "addnorm-dit", "addnorm-encoder-model",

@@ -18,12 +18,12 @@ from safetensors.torch import load_file, save_file
 import addnorm
 from addnorm import DiT, Transformer, TransformerLM
 from addnorm.dit.config import DiTConfig
-from addnorm.pretrained import CONFIG_FILE, WEIGHTS_FILE, PretrainedMixin
-from addnorm.safe_files import CheckpointError
+from addnorm.pretrained.mixin import CONFIG_FILE, WEIGHTS_FILE, PretrainedMixin
 from addnorm.tasks.lm import LMTask
 from addnorm.tasks.run import load_trained, train_run
 from addnorm.training.checkpoint import load_checkpoint, save_checkpoint
 from addnorm.training.config import TrainConfig
+from addnorm.utils.files import CheckpointError
 
 LM_CFG = addnorm.PRESETS["lm-tiny"]
 SEQ2SEQ_CFG = dataclasses.replace(addnorm.PRESETS["tiny"], n_encoder_layers=1, n_decoder_layers=1)

@@ -33,17 +33,22 @@ from torch import nn
 
 import addnorm
 from addnorm import DiT, Transformer, TransformerLM
-from addnorm._memory import MAX_LAYERS
 from addnorm.dit.config import DiTConfig
-from addnorm.pretrained import CONFIG_FILE, MAX_COMPUTED_NUMBERS, WEIGHTS_FILE, PretrainedMixin
-from addnorm.safe_files import (
+from addnorm.pretrained.mixin import (
+    CONFIG_FILE,
+    MAX_COMPUTED_NUMBERS,
+    WEIGHTS_FILE,
+    PretrainedMixin,
+)
+from addnorm.transformer.encoder_model import EncoderConfig, EncoderModel
+from addnorm.utils.files import (
     MAX_JSON_BYTES,
     MAX_JSON_DEPTH,
     CheckpointError,
     UnsafeFileError,
     read_safetensors_header,
 )
-from addnorm.transformer.encoder_model import EncoderConfig, EncoderModel
+from addnorm.utils.memory import MAX_LAYERS
 
 LM_CFG = dataclasses.replace(addnorm.PRESETS["lm-tiny"], n_layers=1)
 ENCODER_CFG = EncoderConfig(vocab_size=64, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=16)
@@ -100,7 +105,7 @@ def _recorded(cls: type):
         return load_file(*args, **kwargs)
 
     with mock.patch.object(cls, "__init__", recording_init), \
-            mock.patch("addnorm.pretrained_files.load_file", recording_load):
+            mock.patch("addnorm.pretrained.files.load_file", recording_load):
         yield record
 
 
@@ -178,7 +183,7 @@ def test_position_tables_beyond_the_bound_are_refused_naming_max_len(saved):
 
 def test_a_model_larger_than_the_memory_available_is_refused(saved):
     for family in ("lm", "encoder"):  # the configs' count_parameters / count_buffers
-        with mock.patch("addnorm.pretrained_files.available_memory", return_value=1000), \
+        with mock.patch("addnorm.pretrained.files.available_memory", return_value=1000), \
                 pytest.raises(CheckpointError, match="memory available"):
             CLASSES[family].from_pretrained(saved[family])
 
@@ -214,10 +219,10 @@ def test_a_family_that_does_not_count_its_size_is_measured_on_the_meta_device(tm
     message = _refused_before_building(Wide, directory, "config.json")
     assert "the setting that makes it large: width (1000000)" in message
     # 20 float32 numbers are 80 bytes, more than a machine of 79
-    with mock.patch("addnorm.pretrained_files.available_memory", return_value=79), \
+    with mock.patch("addnorm.pretrained.files.available_memory", return_value=79), \
             pytest.raises(CheckpointError, match="memory available"):
         Wide.from_pretrained(_save_wide(tmp_path / "small"))
-    with mock.patch("addnorm.pretrained_files.available_memory", return_value=80):
+    with mock.patch("addnorm.pretrained.files.available_memory", return_value=80):
         assert isinstance(Wide.from_pretrained(tmp_path / "small"), Wide)
 
 
@@ -321,7 +326,7 @@ def test_a_config_json_over_the_size_limit_is_refused_unread(saved):
     with _copy(saved["lm"]) as directory:
         with open(directory / CONFIG_FILE, "r+b") as f:  # sparse: no disk or time spent
             f.truncate(MAX_JSON_BYTES + 1)
-        with mock.patch("addnorm.pretrained_files.parse_json") as parse:
+        with mock.patch("addnorm.pretrained.files.parse_json") as parse:
             _refused_before_building(TransformerLM, directory, f"more than the {MAX_JSON_BYTES}")
         parse.assert_not_called()
 

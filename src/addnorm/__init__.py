@@ -26,6 +26,8 @@ from addnorm.encodings import (
     sinusoidal_encoding,
 )
 from addnorm.feedforward import FeedForward, GatedFeedForward, make_feedforward
+from addnorm.generation.config import GenerationConfig
+from addnorm.generation.loop import generate_tokens
 from addnorm.interop import (
     from_diffusers,
     from_dit_state_dict,
@@ -37,15 +39,13 @@ from addnorm.interop import (
     to_transformers,
 )
 from addnorm.norms import BatchNorm, GroupNorm, LayerNorm, NoNorm, RMSNorm, make_norm
-from addnorm.pretrained import PretrainedMixin
+from addnorm.pretrained.mixin import PretrainedMixin
 from addnorm.residual import AddNorm
 from addnorm.rotary import RotaryEmbedding
 from addnorm.timestep import TimestepEmbedder, timestep_embedding
 from addnorm.transformer.config import PRESETS, LayerConfig, LMConfig, TransformerConfig
 from addnorm.transformer.encoder_decoder import Transformer
 from addnorm.transformer.encoder_model import EncoderConfig, EncoderModel, mean_pool
-from addnorm.transformer.generation import generate_tokens
-from addnorm.transformer.generation_config import GenerationConfig
 from addnorm.transformer.layers import DecoderLayer, EncoderLayer
 from addnorm.transformer.lm import TransformerLM
 from addnorm.transformer.stacks import Decoder, Encoder, EncoderDecoder

@@ -30,13 +30,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from addnorm._checks import (
-    check_int,
-    check_probability,
-    check_tensor,
-    check_weight_dtype,
-    unchecked_module,
-)
 from addnorm.attention_mask import (
     AttentionMask,
     build_attention_mask,
@@ -47,6 +40,13 @@ from addnorm.attention_mask import (
 from addnorm.cache import KVCache
 from addnorm.packing import Packing
 from addnorm.rotary import RotaryEmbedding
+from addnorm.utils.checks import (
+    check_int,
+    check_probability,
+    check_tensor,
+    check_weight_dtype,
+    unchecked_module,
+)
 
 __all__ = [
     "AttentionMask",

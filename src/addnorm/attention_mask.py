@@ -21,8 +21,8 @@ from typing import NamedTuple
 
 import torch
 
-from addnorm._checks import check_bool_mask, check_tensor, same_shape
 from addnorm.packing import Packing
+from addnorm.utils.checks import check_bool_mask, check_tensor, same_shape
 
 __all__ = [
     "AttentionMask",

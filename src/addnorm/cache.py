@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import torch
 
-from addnorm._checks import (
+from addnorm.utils.checks import (
     assert_in_graph,
     check_bool,
     check_bool_mask,

@@ -36,7 +36,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from addnorm._checks import (
+from addnorm.utils.checks import (
     assert_in_graph,
     check_choice,
     check_dtype,
@@ -46,7 +46,7 @@ from addnorm._checks import (
     check_probability,
     check_tensor,
 )
-from addnorm._memory import check_fits
+from addnorm.utils.memory import check_fits
 
 __all__ = [
     "LAYOUTS",
@@ -85,7 +85,7 @@ def check_table_size(name: str, rows: int, width: int, device: torch.device) -> 
 
     Its sines and cosines alone take ``rows * width`` values in :func:`angle_dtype`, and its
     frequencies ``ceil(width / 2)`` more: when that exceeds the memory the device has in all
-    (:func:`addnorm._memory.device_memory`), no computation of it can succeed, and the
+    (:func:`addnorm.utils.memory.device_memory`), no computation of it can succeed, and the
     ValueError names ``name``'s value and the bound. Skipped while a graph is captured (no
     host call there; such rows are a call's own, for tokens already in memory).
     """

@@ -42,8 +42,8 @@ import torch
 from torch import nn
 from torch.export import ExportedProgram
 
-from addnorm._checks import check_choice, check_int
 from addnorm.family import ExportPart, ModelFamily
+from addnorm.utils.checks import check_choice, check_int
 
 __all__ = ["PARTS", "export_program", "onnx_max_error", "run_onnx", "sample_inputs", "to_onnx"]
 

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from addnorm._checks import (
+from addnorm.utils.checks import (
     check_bool,
     check_choice,
     check_int,

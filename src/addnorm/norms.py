@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from addnorm._checks import (
+from addnorm.utils.checks import (
     check_bool,
     check_bool_mask,
     check_choice,

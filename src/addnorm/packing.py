@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from addnorm._checks import check_bool
+from addnorm.utils.checks import check_bool
 
 __all__ = ["Packing", "check_unpad"]
 

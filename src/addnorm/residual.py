@@ -16,8 +16,8 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _NormBase
 
-from addnorm._checks import check_choice, check_int, check_probability, unchecked_module
 from addnorm.norms import NoNorm, _check_norm_input, make_norm
+from addnorm.utils.checks import check_choice, check_int, check_probability, unchecked_module
 
 __all__ = ["NORM_POSITIONS", "AddNorm"]
 

@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from addnorm._checks import check_float, check_int, check_positions, check_tensor
 from addnorm.encodings import angle_dtype, check_table_size
+from addnorm.utils.checks import check_float, check_int, check_positions, check_tensor
 
 __all__ = ["RotaryEmbedding", "rotate_half"]
 

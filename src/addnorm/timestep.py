@@ -29,7 +29,7 @@ import warnings
 import torch
 from torch import nn
 
-from addnorm._checks import check_bool, check_float, check_int
+from addnorm.utils.checks import check_bool, check_float, check_int
 
 __all__ = ["TimestepEmbedder", "timestep_embedding"]
 

@@ -34,10 +34,10 @@ from properties import examples
 import addnorm.bench
 import addnorm.cli.demo
 import addnorm.tasks.run
-from addnorm import _memory
 from addnorm.cli.parser import main
 from addnorm.tasks.run import TASKS
 from addnorm.training import sizes
+from addnorm.utils import memory as _memory
 
 MEMORY = 16_000_000_000  # the pinned memory limit (bytes)
 

@@ -24,14 +24,14 @@ import sys
 import pytest
 import torch
 
-from addnorm import _memory
 from addnorm.cli.parser import main
 from addnorm.cli.translate_input import stdin_inputs
-from addnorm.safe_files import MAX_JSON_DEPTH
 from addnorm.tasks.run import load_trained
 from addnorm.training.checkpoint import find_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.state import seed_everything
+from addnorm.utils import memory as _memory
+from addnorm.utils.files import MAX_JSON_DEPTH
 
 TINY = [
     "--preset", "tiny", "--d-model", "32", "--n-heads", "2", "--d-ff", "64",

@@ -22,7 +22,6 @@ import torch
 from torch import nn
 
 import addnorm.training.checkpoint as checkpoint_module
-from addnorm.safe_files import CheckpointError
 from addnorm.training.checkpoint import (
     CheckpointWriteError,
     find_checkpoint,
@@ -36,6 +35,7 @@ from addnorm.training.state import (
     optimizer_to_parts,
     restore_rng,
 )
+from addnorm.utils.files import CheckpointError
 
 
 def write(run_dir, step, value=0.0, keep=3):

@@ -13,10 +13,8 @@ import time
 
 import pytest
 
-from addnorm._memory import available_memory, format_bytes
 from addnorm.dit import DIT_PRESETS, DiT
 from addnorm.family import ActivationShape
-from addnorm.safe_files import MAX_JSON_DEPTH, parse_json
 from addnorm.training.sizes import (
     SizeError,
     check_model_fits,
@@ -26,6 +24,8 @@ from addnorm.training.sizes import (
 from addnorm.transformer import Transformer, TransformerLM
 from addnorm.transformer.config import PRESETS
 from addnorm.transformer.encoder_model import EncoderConfig, EncoderModel
+from addnorm.utils.files import MAX_JSON_DEPTH, parse_json
+from addnorm.utils.memory import available_memory, format_bytes
 
 TINY, LM = PRESETS["tiny"], PRESETS["lm-tiny"]
 ENCODER = EncoderConfig(vocab_size=100, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_len=64)

@@ -20,8 +20,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from properties import examples
 
-from addnorm.transformer.generation import generate_tokens
-from addnorm.transformer.generation_config import GenerationConfig
+from addnorm.generation.config import GenerationConfig
+from addnorm.generation.loop import generate_tokens
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 

@@ -22,8 +22,8 @@ from transformers import (
 
 import addnorm
 from addnorm import GenerationConfig, TransformerLM, generate_tokens
-from addnorm.transformer.repetition import apply_repetition_rules
-from addnorm.transformer.stop_strings import cut_at_stop, stop_at_strings
+from addnorm.generation.repetition import apply_repetition_rules
+from addnorm.generation.stop_strings import cut_at_stop, stop_at_strings
 
 VOCAB = 12
 

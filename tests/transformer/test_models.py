@@ -14,10 +14,10 @@ from torch import nn
 
 from addnorm.cache import DecodingCache
 from addnorm.encodings import sinusoidal_encoding
+from addnorm.generation.config import GenerationConfig
 from addnorm.transformer import Transformer, TransformerLM
 from addnorm.transformer.config import LMConfig, TransformerConfig
 from addnorm.transformer.embedding import positions_from_padding
-from addnorm.transformer.generation_config import GenerationConfig
 
 V, PAD, BOS, EOS = 23, 0, 1, 2
 F64 = torch.float64  # the models' dtype: FLOAT64_EXACT wherever they stay in it

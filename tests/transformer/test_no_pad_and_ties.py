@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 from tolerances import FLOAT64_EXACT
 
-from addnorm.pretrained import state_dict_without_aliases
+from addnorm.pretrained.mixin import state_dict_without_aliases
 from addnorm.transformer import Transformer, TransformerLM
 from addnorm.transformer.config import LMConfig, TransformerConfig
 from addnorm.transformer.embedding import Embedder

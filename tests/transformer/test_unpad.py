@@ -16,12 +16,12 @@ from tolerances import FLOAT64_EXACT
 from addnorm.attention import MultiHeadAttention, self_attention_mask
 from addnorm.attention_mask import packed_mask
 from addnorm.cache import KVCache
+from addnorm.generation.config import GenerationConfig
 from addnorm.packing import Packing
 from addnorm.rotary import RotaryEmbedding
 from addnorm.transformer.config import PRESETS, LayerConfig, TransformerConfig
 from addnorm.transformer.encoder_decoder import Transformer
 from addnorm.transformer.encoder_model import EncoderConfig, EncoderModel, mean_pool
-from addnorm.transformer.generation_config import GenerationConfig
 from addnorm.transformer.stacks import Encoder
 
 F64 = torch.float64  # every comparison is float64 (the export test casts): FLOAT64_EXACT

@@ -20,8 +20,8 @@ import torch
 
 from addnorm.bench.harness import BenchSettings, Check, Report, interleaved
 from addnorm.bench.references import optional_module
+from addnorm.interop.hf_models import from_transformers
 from addnorm.transformer.lm import TransformerLM
-from addnorm.transformer.transformers_interop import from_transformers
 
 __all__ = ["gpt2_config", "run_decoding"]
 

@@ -55,7 +55,7 @@ def _check_against_diffusers(
 
 def _forward(name: str, batch: int, settings: BenchSettings, report: Report,
              log: Callable[[str], None]) -> None:
-    from addnorm.dit.interop import to_diffusers
+    from addnorm.interop.diffusers import to_diffusers
 
     ours = randomized_dit(name)
     theirs = to_diffusers(ours).eval()
@@ -88,7 +88,7 @@ def _forward(name: str, batch: int, settings: BenchSettings, report: Report,
 
 def _sampling(name: str, batch: int, steps: int, settings: BenchSettings, report: Report,
               log: Callable[[str], None]) -> None:
-    from addnorm.dit.interop import to_diffusers
+    from addnorm.interop.diffusers import to_diffusers
 
     ours = randomized_dit(name)
     theirs = to_diffusers(ours).eval()

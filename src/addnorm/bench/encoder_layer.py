@@ -30,8 +30,8 @@ from addnorm.bench.harness import (
     interleaved,
 )
 from addnorm.bench.references import optional_module
+from addnorm.interop.torch_nn import to_torch
 from addnorm.transformer.config import LayerConfig
-from addnorm.transformer.interop import to_torch
 from addnorm.transformer.layers import EncoderLayer
 
 __all__ = ["run_encoder_layer"]

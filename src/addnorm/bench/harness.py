@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from addnorm._checks import check_choice, check_int
+from addnorm.utils.checks import check_choice, check_int
 
 __all__ = [
     "SIZES",

@@ -42,7 +42,7 @@ def run_padded_batch(settings: BenchSettings, report: Report, log: Callable[[str
     if optional_module("transformers", report.notes) is None:
         report.notes.append(f"{GROUP}: skipped, transformers is missing")
         return
-    from addnorm.transformer.transformers_interop import to_transformers
+    from addnorm.interop.hf_models import to_transformers
 
     small = settings.size == "test"
     cfg = dataclasses.replace(MINILM, d_model=32, n_heads=4, n_layers=2, d_ff=64) if small \

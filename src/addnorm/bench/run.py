@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from addnorm._checks import check_choice
 from addnorm.bench.decoding import run_decoding
 from addnorm.bench.dit import run_dit, run_timestep
 from addnorm.bench.encoder_layer import run_encoder_layer
 from addnorm.bench.harness import BenchSettings, Report, machine_info
 from addnorm.bench.padded_batch import run_padded_batch
 from addnorm.bench.small_models import run_small_models
+from addnorm.utils.checks import check_choice
 
 __all__ = ["GROUPS", "run_bench"]
 

@@ -40,11 +40,11 @@ from addnorm.bench.references import optional_module
 from addnorm.dit.config import DIT_PRESETS
 from addnorm.dit.model import DiT
 from addnorm.encodings import sinusoidal_encoding
+from addnorm.interop.torch_nn import to_torch
 from addnorm.tasks.translate import TranslateTask
 from addnorm.training.config import TrainConfig
 from addnorm.transformer.config import TransformerConfig
 from addnorm.transformer.encoder_decoder import Transformer
-from addnorm.transformer.interop import to_torch
 from addnorm.transformer.stacks import EncoderDecoder
 
 __all__ = ["TorchSeq2Seq", "run_small_models"]
@@ -204,7 +204,7 @@ def _dit(settings: BenchSettings, report: Report, log: Callable[[str], None]) ->
     if optional_module("diffusers", report.notes) is None:
         report.notes.append(f"{GROUP}: the DiT case is skipped, diffusers is missing")
         return
-    from addnorm.dit.interop import to_diffusers
+    from addnorm.interop.diffusers import to_diffusers
 
     name = "DiT-digits-tiny" if settings.size == "test" else "DiT-digits"
     batch = 4 if settings.size == "test" else 64

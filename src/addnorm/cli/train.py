@@ -213,10 +213,10 @@ def _check_again_under_lock(args, resume) -> None:
     """The folder checks of ``_plan`` again, now that the lock keeps other writers out:
     between the first checks and the lock another run may have started, ended or moved on
     there. Raises ``UsageError`` (or ``RunDirError``) saying so."""
-    from addnorm.safe_files import CheckpointError
     from addnorm.tasks.run import has_run
     from addnorm.training.checkpoint import find_checkpoint
     from addnorm.training.run_dir import check_fresh_run_dir
+    from addnorm.utils.files import CheckpointError
 
     if resume is None:
         if has_run(args.out) and not args.overwrite:

@@ -11,11 +11,11 @@ import random
 
 import torch
 
-from addnorm._checks import check_int
 from addnorm.data.dates import dates_in_split, random_examples
 from addnorm.data.digits import load_digits
 from addnorm.data.text import TextCorpus
 from addnorm.data.tokenizers import CharTokenizer
+from addnorm.utils.checks import check_int
 
 __all__ = ["DateBatches", "DigitBatches", "RankShard", "TextBatches", "encode_date_pairs"]
 

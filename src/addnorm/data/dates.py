@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from addnorm._checks import check_choice, check_int
+from addnorm.utils.checks import check_choice, check_int
 
 __all__ = [
     "FIRST_YEAR",

@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from addnorm._checks import check_choice
+from addnorm.utils.checks import check_choice
 
 __all__ = [
     "IMAGE_SIZE",

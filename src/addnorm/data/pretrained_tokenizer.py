@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from addnorm._checks import check_int
+from addnorm.utils.checks import check_int
 
 __all__ = ["EncodedBatch", "PretrainedTokenizer"]
 

@@ -11,8 +11,8 @@ import random
 
 import torch
 
-from addnorm._checks import check_choice, check_int
 from addnorm.data.tokenizers import CharTokenizer
+from addnorm.utils.checks import check_choice, check_int
 
 __all__ = ["TEXT_SPLITS", "TextCorpus", "load_topics_text"]
 

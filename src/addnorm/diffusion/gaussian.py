@@ -29,7 +29,6 @@ import math
 import torch
 from torch import Tensor
 
-from addnorm._checks import check_bool, check_choice, check_float, check_int, check_tensor
 from addnorm.diffusion.likelihood import discretized_gaussian_log_likelihood, normal_kl
 from addnorm.diffusion.reverse import (
     PREDICTIONS,
@@ -41,6 +40,7 @@ from addnorm.diffusion.reverse import (
 from addnorm.diffusion.sampling import METHODS, EpsFn, run_sampler
 from addnorm.diffusion.schedules import NoiseSchedule, beta_schedule, gather
 from addnorm.diffusion.spacing import SPACINGS, spaced_timesteps
+from addnorm.utils.checks import check_bool, check_choice, check_float, check_int, check_tensor
 
 __all__ = ["Diffusion"]
 

@@ -10,9 +10,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from addnorm._checks import check_float, check_int, check_tensor
 from addnorm.diffusion.sampling import EpsFn
 from addnorm.guidance import guided_prediction
+from addnorm.utils.checks import check_float, check_int, check_tensor
 
 __all__ = ["guided_eps_fn"]
 

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from addnorm._checks import check_choice, check_int
+from addnorm.utils.checks import check_choice, check_int
 
 __all__ = ["SCHEDULES", "NoiseSchedule", "beta_schedule", "gather"]
 

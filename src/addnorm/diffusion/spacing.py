@@ -82,7 +82,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from addnorm._checks import check_choice, check_int
+from addnorm.utils.checks import check_choice, check_int
 
 __all__ = ["SPACINGS", "sampling_timesteps", "spaced_timesteps"]
 

@@ -1,13 +1,13 @@
 """The Diffusion Transformer (Peebles & Xie, 2023) built from addnorm's parts: its config and
 presets, patches and 2-D positions, label embedding, adaLN-Zero blocks, the model with
-classifier-free guidance, and conversion to and from DiT's and diffusers' checkpoints."""
+classifier-free guidance. Conversion to and from DiT's and diffusers' checkpoints is in
+:mod:`addnorm.interop`."""
 
 from addnorm.dit.block import DiTBlock
 from addnorm.dit.conditioning import ConditionEmbedder
 from addnorm.dit.config import DIT_PRESETS, DiTConfig
 from addnorm.dit.final_layer import FinalLayer
 from addnorm.dit.guidance import classifier_free_guidance
-from addnorm.dit.interop import from_diffusers, from_dit_state_dict, to_diffusers, to_dit_state_dict
 from addnorm.dit.labels import ClassEmbedder
 from addnorm.dit.model import DiT
 from addnorm.dit.modulation import modulate
@@ -24,12 +24,8 @@ __all__ = [
     "FinalLayer",
     "PatchEmbed",
     "classifier_free_guidance",
-    "from_diffusers",
-    "from_dit_state_dict",
     "modulate",
     "patchify",
     "sincos_2d_positions",
-    "to_diffusers",
-    "to_dit_state_dict",
     "unpatchify",
 ]

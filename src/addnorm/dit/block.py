@@ -18,11 +18,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from addnorm._checks import check_float, check_int, check_tensor
 from addnorm.attention import MultiHeadAttention
 from addnorm.dit.modulation import adaln_modulation, modulate
 from addnorm.feedforward import FeedForward
 from addnorm.norms import LayerNorm
+from addnorm.utils.checks import check_float, check_int, check_tensor
 
 __all__ = ["DiTBlock", "check_tokens_and_conditioning"]
 

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from addnorm._checks import (
+from addnorm.family import ActivationShape
+from addnorm.transformer.config import _ConfigBase
+from addnorm.utils.checks import (
     check_bool,
     check_choice,
     check_float,
     check_int,
     check_probability,
 )
-from addnorm.family import ActivationShape
-from addnorm.transformer.config import _ConfigBase
 
 __all__ = ["CONDITIONINGS", "DIT_PRESETS", "DiTConfig"]
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from addnorm._checks import check_float, check_int
 from addnorm.dit.block import check_tokens_and_conditioning
 from addnorm.dit.modulation import adaln_modulation, modulate
 from addnorm.norms import LayerNorm
+from addnorm.utils.checks import check_float, check_int
 
 __all__ = ["FinalLayer"]
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from addnorm._checks import check_float
 from addnorm.guidance import guided_prediction
+from addnorm.utils.checks import check_float
 
 __all__ = ["classifier_free_guidance"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from addnorm._checks import check_bool_mask, check_int, check_probability, check_tensor
+from addnorm.utils.checks import check_bool_mask, check_int, check_probability, check_tensor
 
 __all__ = [
     "ClassEmbedder",

@@ -26,13 +26,6 @@ import torch
 from torch import nn
 from torch.export import Dim
 
-from addnorm._checks import (
-    assert_in_graph,
-    check_bool_mask,
-    check_float,
-    check_tensor,
-    check_weight_dtype,
-)
 from addnorm.dit.block import DiTBlock
 from addnorm.dit.conditioning import ConditionEmbedder
 from addnorm.dit.config import DiTConfig
@@ -42,8 +35,15 @@ from addnorm.dit.labels import ClassEmbedder, check_class_range, class_id_tensor
 from addnorm.dit.patches import PatchEmbed, unpatchify
 from addnorm.dit.positions import sincos_2d_positions
 from addnorm.family import DynamicShapes, ExportPart
-from addnorm.pretrained import PretrainedMixin
+from addnorm.pretrained.mixin import PretrainedMixin
 from addnorm.timestep import TimestepEmbedder
+from addnorm.utils.checks import (
+    assert_in_graph,
+    check_bool_mask,
+    check_float,
+    check_tensor,
+    check_weight_dtype,
+)
 
 __all__ = ["DiT"]
 
@@ -68,7 +68,7 @@ class DiT(PretrainedMixin, nn.Module):
     """
 
     pos_embed: torch.Tensor
-    config_class = DiTConfig  # save_pretrained / from_pretrained (addnorm.pretrained)
+    config_class = DiTConfig  # save_pretrained / from_pretrained (addnorm.pretrained.mixin)
 
     def __init__(self, cfg: DiTConfig) -> None:
         super().__init__()

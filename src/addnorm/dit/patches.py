@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from addnorm._checks import check_int, check_tensor
+from addnorm.utils.checks import check_int, check_tensor
 
 __all__ = ["PatchEmbed", "grid_to_tokens", "patchify", "unpatchify"]
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from addnorm._checks import check_int
+from addnorm.utils.checks import check_int
 
 __all__ = ["sincos_1d", "sincos_2d_positions"]
 

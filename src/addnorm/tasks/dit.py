@@ -25,13 +25,13 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from addnorm._checks import check_choice, check_float
 from addnorm.data.batches import DigitBatches
 from addnorm.data.digits import IMAGE_SIZE, N_CLASSES, to_pixel_scale
 from addnorm.diffusion import Diffusion, guided_eps_fn
 from addnorm.dit import DIT_PRESETS, DiT, DiTConfig
 from addnorm.training.config import TrainConfig
 from addnorm.training.trainer import Probe
+from addnorm.utils.checks import check_choice, check_float
 
 __all__ = ["DiTTask", "SampleSettings"]
 

@@ -18,10 +18,10 @@ from torch import nn
 from addnorm.data.batches import TextBatches
 from addnorm.data.text import TextCorpus
 from addnorm.data.tokenizers import CharTokenizer
+from addnorm.generation.stop_strings import cut_at_stop, stop_at_strings
 from addnorm.training.config import TrainConfig
 from addnorm.transformer import TransformerLM
 from addnorm.transformer.config import LM_PRESETS, LMConfig
-from addnorm.transformer.stop_strings import cut_at_stop, stop_at_strings
 
 __all__ = ["LMTask", "lm_loss"]
 

@@ -1,9 +1,9 @@
 """``addnorm.load``: a model saved any way addnorm reads, ready for inference.
 
 A folder holds a model in one of three layouts: a pretrained directory (``config.json`` +
-``model.safetensors``, written by ``save_pretrained``; :mod:`addnorm.pretrained`), a folder
+``model.safetensors``, written by ``save_pretrained``; :mod:`addnorm.pretrained.mixin`), a folder
 that Hugging Face transformers' ``save_pretrained`` wrote (BERT or GPT-2, converted:
-:func:`~addnorm.transformer.transformers_folder.from_transformers_folder`), or a run written
+:func:`~addnorm.interop.hf_folder.from_transformers_folder`), or a run written
 by ``addnorm train`` (its checkpoints; :func:`addnorm.tasks.run.load_trained` rebuilds the
 model through its task). Knowing all three, this function sits above the tasks;
 ``addnorm/__init__.py`` exports it without importing the tasks until it is first called.
@@ -24,22 +24,22 @@ from typing import Any, TypeVar, overload
 import torch
 from torch import nn
 
-from addnorm._checks import check_choice
-from addnorm.pretrained import (
+from addnorm.interop.hf_folder import (
+    from_transformers_folder,
+    transformers_class_of,
+)
+from addnorm.pretrained.files import CONFIG_FILE, WEIGHTS_FILE, read_config_json
+from addnorm.pretrained.mixin import (
     PretrainedMixin,
     check_device,
     check_dtype,
     check_path,
     for_inference,
 )
-from addnorm.pretrained_files import CONFIG_FILE, WEIGHTS_FILE, read_config_json
-from addnorm.safe_files import CheckpointError
 from addnorm.tasks.run import WEIGHTS, load_trained
 from addnorm.training.checkpoint import MANIFEST, list_checkpoints
-from addnorm.transformer.transformers_folder import (
-    from_transformers_folder,
-    transformers_class_of,
-)
+from addnorm.utils.checks import check_choice
+from addnorm.utils.files import CheckpointError
 
 __all__ = ["load"]
 
@@ -88,7 +88,7 @@ def load(
     was scored with) and the trained weights otherwise; ``"raw"`` always loads the trained
     weights. A pretrained directory holds one set of weights, which either choice loads.
     ``dtype`` and ``device`` as in
-    :meth:`~addnorm.pretrained.PretrainedMixin.from_pretrained`.
+    :meth:`~addnorm.pretrained.mixin.PretrainedMixin.from_pretrained`.
 
     ``cls`` (optional): the class the caller expects, e.g. ``TransformerLM``; the result is
     typed as it (without it, ``Any``: see the module docstring), and a folder holding another

@@ -22,12 +22,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from addnorm._checks import check_choice, check_known_fields
 from addnorm.tasks.run import TASKS, presets_for, resume_configs
 from addnorm.tasks.task import Task
 from addnorm.training.checkpoint import LoadedCheckpoint, load_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.sizes import SizeError
+from addnorm.utils.checks import check_choice, check_known_fields
 
 __all__ = [
     "TASK_OWNED",
@@ -154,13 +154,13 @@ def check_run_fits(plan: RunPlan, device: str) -> None:
     """Refuse (``RunSizeError``, naming the setting, the estimate and the limit) a run whose
     model, batches or evaluation cannot fit in the memory ``device`` has now, before anything
     is allocated; see ``addnorm.training.sizes``."""
-    from addnorm._memory import MAX_LAYERS, available_memory, format_bytes
     from addnorm.training.sizes import (
         inference_bytes,
         largest_setting,
         replace_fields,
         training_bytes,
     )
+    from addnorm.utils.memory import MAX_LAYERS, available_memory, format_bytes
 
     task_cls, model_cfg, train_cfg = plan.task_cls, plan.model_cfg, plan.train_cfg
     for name in ("n_layers", "n_encoder_layers", "n_decoder_layers"):

@@ -38,9 +38,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from addnorm._checks import check_known_fields
 from addnorm.presets import presets_of
-from addnorm.safe_files import CheckpointError, parse_json, write_file_atomic
 from addnorm.tasks.dit import DiTTask
 from addnorm.tasks.lm import LMTask
 from addnorm.tasks.task import Task
@@ -60,6 +58,8 @@ from addnorm.training.schedules import LRSchedule
 from addnorm.training.sizes import SizeError, check_model_fits
 from addnorm.training.state import seed_everything
 from addnorm.training.trainer import STOP_SIGNALS, Trainer, TrainResult
+from addnorm.utils.checks import check_known_fields
+from addnorm.utils.files import CheckpointError, parse_json, write_file_atomic
 
 __all__ = [
     "RESUMABLE_FIELDS",

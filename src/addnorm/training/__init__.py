@@ -3,12 +3,12 @@ exact resume), atomic safetensors checkpoints, metrics, run folders, memory esti
 data parallelism. The tasks that wire it to the models live above it, in
 :mod:`addnorm.tasks`."""
 
-from addnorm.safe_files import CheckpointError
 from addnorm.training.checkpoint import load_checkpoint, save_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.ema import EMA
 from addnorm.training.schedules import LRSchedule, noam_lr, warmup_cosine_lr
 from addnorm.training.trainer import Trainer, TrainResult
+from addnorm.utils.files import CheckpointError
 
 __all__ = [
     "EMA",

@@ -31,7 +31,7 @@ from deep inside a loader. The manifest must list ``model.safetensors``, ``state
 every other ``.safetensors`` or ``.json`` file in the directory, so no file is read unverified;
 JSON nested deeper than ``MAX_JSON_DEPTH`` or larger than ``MAX_JSON_BYTES`` is refused the
 same way (``parse_json``). ``CheckpointError``, the JSON limits and ``write_file_atomic`` live in
-:mod:`addnorm.safe_files`, below the models, which save and load pretrained folders with them.
+:mod:`addnorm.utils.files`, below the models, which save and load pretrained folders with them.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from addnorm.safe_files import (
+from addnorm.utils.files import (
     MAX_JSON_BYTES,
     CheckpointError,
     UnsafeFileError,

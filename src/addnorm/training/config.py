@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from addnorm._checks import (
+from addnorm.training.schedules import SCHEDULES, ScheduleKind
+from addnorm.utils.checks import (
     check_bool,
     check_choice,
     check_float,
@@ -13,7 +14,6 @@ from addnorm._checks import (
     check_known_fields,
     check_probability,
 )
-from addnorm.training.schedules import SCHEDULES, ScheduleKind
 
 __all__ = ["MAX_LR", "MAX_SEED", "TrainConfig"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from addnorm._checks import check_bool, check_probability
+from addnorm.utils.checks import check_bool, check_probability
 
 __all__ = ["EMA"]
 

@@ -16,7 +16,7 @@ import os
 import stat
 from pathlib import Path
 
-from addnorm.safe_files import write_file_atomic
+from addnorm.utils.files import write_file_atomic
 
 __all__ = ["MAX_LINE_BYTES", "MetricsLog", "plot_loss_curve", "plot_quality", "read_metrics"]
 

@@ -42,8 +42,8 @@ import socket
 from pathlib import Path
 from typing import TypeGuard
 
-from addnorm.safe_files import UnsafeFileError, read_bytes, write_file_atomic
 from addnorm.training.checkpoint import delete_checkpoints
+from addnorm.utils.files import UnsafeFileError, read_bytes, write_file_atomic
 
 __all__ = [
     "ABANDONED_EMPTY_LOCK_S",

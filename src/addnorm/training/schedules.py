@@ -16,7 +16,7 @@ import typing
 from dataclasses import dataclass
 from typing import Literal
 
-from addnorm._checks import check_choice, check_float, check_int
+from addnorm.utils.checks import check_choice, check_float, check_int
 
 __all__ = [
     "SCHEDULES",

@@ -12,7 +12,7 @@ request first, with a message that names the setting, the estimate and the limit
 - ``training_bytes``: float32 weights, gradients, AdamW's two moments (and an EMA copy), plus
   the activations one micro-batch keeps for the backward pass.
 - ``inference_bytes``: the weights plus one layer's activations for a batch.
-- ``check_model_fits``: the weights against ``addnorm._memory.available_memory`` (what the
+- ``check_model_fits``: the weights against ``addnorm.utils.memory.available_memory`` (what the
   machine can give now) and the layers against ``MAX_LAYERS``.
 - ``largest_setting``: which setting makes an estimate large (the one whose default value
   shrinks it most), for the message.
@@ -29,8 +29,8 @@ from collections.abc import Callable
 
 import torch
 
-from addnorm._memory import MAX_LAYERS, available_memory, format_bytes
 from addnorm.family import ActivationShape, FamilyConfig
+from addnorm.utils.memory import MAX_LAYERS, available_memory, format_bytes
 
 __all__ = [
     "SIZE_FIELDS",

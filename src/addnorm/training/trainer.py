@@ -58,7 +58,6 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from addnorm.data.batches import RankShard
-from addnorm.safe_files import CheckpointError
 from addnorm.training import distributed
 from addnorm.training.checkpoint import (
     LoadedCheckpoint,
@@ -76,6 +75,7 @@ from addnorm.training.state import (
     optimizer_to_parts,
     restore_rng,
 )
+from addnorm.utils.files import CheckpointError
 
 __all__ = [
     "STOP_SIGNALS",

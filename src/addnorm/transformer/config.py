@@ -11,7 +11,7 @@ Each model config tells its model's size without building it: ``count_parameters
 not, and a gated feed-forward's second bias is left out, at most one number per weight either
 way), ``count_buffers()`` (the position tables, exactly) and ``activation_shape()`` (the
 layers and widths activations scale with; :class:`addnorm.family.FamilyConfig`). Loading
-(``addnorm.pretrained``) and the estimates made before training (``addnorm.training.sizes``)
+(``addnorm.pretrained.mixin``) and the estimates made before training (``addnorm.training.sizes``)
 ask them.
 """
 
@@ -21,18 +21,18 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, TypeVar
 
-from addnorm._checks import (
+from addnorm.family import ActivationShape
+from addnorm.feedforward import ACTIVATIONS, GATED_ACTIVATIONS
+from addnorm.norms import NORM_KINDS
+from addnorm.packing import check_unpad
+from addnorm.residual import NORM_POSITIONS
+from addnorm.utils.checks import (
     check_choice,
     check_float,
     check_int,
     check_known_fields,
     check_probability,
 )
-from addnorm.family import ActivationShape
-from addnorm.feedforward import ACTIVATIONS, GATED_ACTIVATIONS
-from addnorm.norms import NORM_KINDS
-from addnorm.packing import check_unpad
-from addnorm.residual import NORM_POSITIONS
 
 __all__ = [
     "EMBED_SCALES",

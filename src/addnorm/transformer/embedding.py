@@ -25,7 +25,7 @@ out-of-vocabulary error instead of a device-side assert.
 Compiled and exported: while ``torch.compile`` or ``torch.export`` captures a graph, nothing
 is read back. The inputs take the general path (per-row positions from the padding, and the
 padding mask, always), which gives the eager results on any batch, and the id range becomes
-an in-graph assert (:func:`~addnorm._checks.assert_in_graph`). ``torch.jit.trace`` (which
+an in-graph assert (:func:`~addnorm.utils.checks.assert_in_graph`). ``torch.jit.trace`` (which
 would freeze one batch's choice) is refused.
 """
 
@@ -38,10 +38,10 @@ import torch
 from torch import nn
 from torch.export import Dim
 
-from addnorm._checks import assert_in_graph, check_bool_mask, check_tensor, refuse_tracing
 from addnorm.encodings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from addnorm.family import DynamicShapes, padded_tokens
 from addnorm.rotary import RotaryEmbedding
+from addnorm.utils.checks import assert_in_graph, check_bool_mask, check_tensor, refuse_tracing
 
 __all__ = [
     "EmbeddingSettings",

@@ -4,13 +4,13 @@ Shapes legend: B batch, S source length, L target length, D d_model, V vocab,
 N generated tokens.
 
 Inputs and outputs (token checks, embeddings, positions, tied logits) are shared with the LM
-in :mod:`addnorm.transformer.embedding`; decoding hooks in :mod:`addnorm.transformer.decoding`.
+in :mod:`addnorm.transformer.embedding`; decoding hooks in :mod:`addnorm.generation.decoding`.
 
 Decoding: ``start(...) -> (cache, logits (B, V))`` runs the source once and fills a
 preallocated :class:`~addnorm.cache.DecodingCache`; ``step(tokens (B, 1), cache) -> logits
 (B, V)`` feeds one token per row; ``generate`` checks its settings once
-(:func:`~addnorm.transformer.decoding.start_generation`) and drives them with the one decode
-loop, :func:`addnorm.transformer.generation.decode`, never emitting ``pad_id`` or ``bos_id``.
+(:func:`~addnorm.generation.decoding.start_generation`) and drives them with the one decode
+loop, :func:`addnorm.generation.loop.decode`, never emitting ``pad_id`` or ``bos_id``.
 """
 
 from __future__ import annotations
@@ -21,12 +21,10 @@ import torch
 from torch import nn
 from torch.export import Dim
 
-from addnorm._checks import check_int
 from addnorm.cache import DecodingCache
 from addnorm.family import DynamicShapes, ExportPart, padded_tokens
-from addnorm.pretrained import PretrainedMixin
-from addnorm.transformer.config import TransformerConfig
-from addnorm.transformer.decoding import (
+from addnorm.generation.config import GenerationConfig, TransformersSettings
+from addnorm.generation.decoding import (
     banned_ids,
     check_cache_fits,
     check_step,
@@ -36,6 +34,9 @@ from addnorm.transformer.decoding import (
     transformers_call,
     with_prompt,
 )
+from addnorm.generation.loop import decode, prompt_history
+from addnorm.pretrained.mixin import PretrainedMixin
+from addnorm.transformer.config import TransformerConfig
 from addnorm.transformer.embedding import (
     Embedder,
     Tokens,
@@ -45,10 +46,9 @@ from addnorm.transformer.embedding import (
     output_projection,
     rotary_for,
 )
-from addnorm.transformer.generation import decode, prompt_history
-from addnorm.transformer.generation_config import GenerationConfig, TransformersSettings
 from addnorm.transformer.layers import DecoderLayer, EncoderLayer
 from addnorm.transformer.stacks import Decoder, Encoder
+from addnorm.utils.checks import check_int
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from Python 3.11
@@ -69,7 +69,7 @@ class Transformer(PretrainedMixin, nn.Module):
     after them.
     """
 
-    config_class = TransformerConfig  # save_pretrained / from_pretrained (addnorm.pretrained)
+    config_class = TransformerConfig  # save_pretrained / from_pretrained (addnorm.pretrained.mixin)
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()

@@ -27,16 +27,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from addnorm._checks import (
-    check_bool,
-    check_bool_mask,
-    check_int,
-    check_tensor,
-)
 from addnorm.family import ActivationShape, DynamicShapes, ExportPart
 from addnorm.norms import NoNorm
 from addnorm.packing import check_unpad
-from addnorm.pretrained import PretrainedMixin
+from addnorm.pretrained.mixin import PretrainedMixin
 from addnorm.transformer.config import (
     EmbedScale,
     _check_layer,
@@ -56,6 +50,12 @@ from addnorm.transformer.embedding import (
 )
 from addnorm.transformer.layers import EncoderLayer, norm_module
 from addnorm.transformer.stacks import Encoder
+from addnorm.utils.checks import (
+    check_bool,
+    check_bool_mask,
+    check_int,
+    check_tensor,
+)
 
 __all__ = ["ClsPooler", "EncoderConfig", "EncoderEmbedder", "EncoderModel", "mean_pool"]
 
@@ -225,7 +225,7 @@ class EncoderModel(PretrainedMixin, nn.Module):
     ``save_pretrained`` / ``from_pretrained`` come from :class:`PretrainedMixin`.
     """
 
-    config_class = EncoderConfig  # save_pretrained / from_pretrained (addnorm.pretrained)
+    config_class = EncoderConfig  # save_pretrained / from_pretrained (addnorm.pretrained.mixin)
 
     def __init__(self, cfg: EncoderConfig) -> None:
         super().__init__()

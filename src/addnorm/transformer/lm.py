@@ -3,7 +3,7 @@
 Shapes legend: B batch, L sequence length, L0 prompt length, D d_model, V vocab,
 N generated tokens. Embeddings, positions, padding and decoding work as for the
 encoder-decoder (see :mod:`addnorm.transformer.embedding` and
-:mod:`addnorm.transformer.decoding`); prompts for generation are left-padded and each row's
+:mod:`addnorm.generation.decoding`); prompts for generation are left-padded and each row's
 positions count its real tokens only.
 """
 
@@ -14,12 +14,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from addnorm._checks import check_int
 from addnorm.cache import DecodingCache
 from addnorm.family import DynamicShapes, ExportPart
-from addnorm.pretrained import PretrainedMixin
-from addnorm.transformer.config import LMConfig
-from addnorm.transformer.decoding import (
+from addnorm.generation.config import GenerationConfig, TransformersSettings
+from addnorm.generation.decoding import (
     banned_ids,
     check_cache_fits,
     check_step,
@@ -29,6 +27,10 @@ from addnorm.transformer.decoding import (
     transformers_call,
     with_prompt,
 )
+from addnorm.generation.loop import decode, prompt_history
+from addnorm.generation.stop_strings import StopFn
+from addnorm.pretrained.mixin import PretrainedMixin
+from addnorm.transformer.config import LMConfig
 from addnorm.transformer.embedding import (
     Embedder,
     Tokens,
@@ -40,11 +42,9 @@ from addnorm.transformer.embedding import (
     output_projection,
     rotary_for,
 )
-from addnorm.transformer.generation import decode, prompt_history
-from addnorm.transformer.generation_config import GenerationConfig, TransformersSettings
 from addnorm.transformer.layers import EncoderLayer
 from addnorm.transformer.stacks import Encoder
-from addnorm.transformer.stop_strings import StopFn
+from addnorm.utils.checks import check_int
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from Python 3.11
@@ -64,7 +64,7 @@ class TransformerLM(PretrainedMixin, nn.Module):
     :meth:`tie_weights` after them.
     """
 
-    config_class = LMConfig  # save_pretrained / from_pretrained (addnorm.pretrained)
+    config_class = LMConfig  # save_pretrained / from_pretrained (addnorm.pretrained.mixin)
 
     def __init__(self, cfg: LMConfig) -> None:
         super().__init__()
@@ -214,7 +214,7 @@ class TransformerLM(PretrainedMixin, nn.Module):
         Hugging Face's call: ``attention_mask`` (1 = real token, the negation of
         ``padding_mask``; give one of them), ``generation_config`` (a
         ``transformers.GenerationConfig`` or a dict such as its ``to_diff_dict()``) and the
-        settings of :class:`~addnorm.transformer.generation_config.TransformersSettings`, with
+        settings of :class:`~addnorm.generation.config.TransformersSettings`, with
         transformers' meaning and defaults (:meth:`GenerationConfig.from_transformers`;
         ``max_length`` and
         ``min_length`` count the prompt, padding included). A keyword at None counts as not
@@ -226,7 +226,7 @@ class TransformerLM(PretrainedMixin, nn.Module):
         returns the prompt followed by the new tokens, as transformers does, and gives
         transformers' tokens for the same weights (one difference: the repetition rules never
         count padding). An addnorm ``config`` cannot be combined with these settings
-        (ValueError); see :func:`addnorm.transformer.decoding.transformers_call`.
+        (ValueError); see :func:`addnorm.generation.decoding.transformers_call`.
 
         ``return_prompt``: True puts the prompt (as given) before the new tokens, False
         returns the new tokens only; None (the default) is False for addnorm's call and True

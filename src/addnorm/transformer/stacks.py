@@ -23,7 +23,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from addnorm._checks import check_int, check_tensor
 from addnorm.attention import cross_attention_mask, self_attention_mask
 from addnorm.attention_mask import AttentionMask, packed_mask
 from addnorm.cache import DecodingCache, LayerCache
@@ -32,6 +31,7 @@ from addnorm.packing import Packing, check_unpad
 from addnorm.rotary import RotaryEmbedding
 from addnorm.transformer.config import LayerConfig
 from addnorm.transformer.layers import DecoderLayer, EncoderLayer, norm_module
+from addnorm.utils.checks import check_int, check_tensor
 
 __all__ = ["Decoder", "Encoder", "EncoderDecoder"]
 

@@ -1,8 +1,8 @@
 """What every decoding loop does with the logits of a step: the step function's type
 (``StepFn``), its output checked (``check_logits``: a float (B, V) tensor) and its values
 watched (``LogitWatch``: rows with NaN, +inf or only -inf, reported at the one host sync of a
-step). Greedy and sampling (:mod:`addnorm.transformer.generation`) and beam search
-(:mod:`addnorm.transformer.beam_search`) share them.
+step). Greedy and sampling (:mod:`addnorm.generation.loop`) and beam search
+(:mod:`addnorm.generation.beam_search`) share them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from addnorm._checks import assert_in_graph, check_tensor
+from addnorm.utils.checks import assert_in_graph, check_tensor
 
 __all__ = ["LogitWatch", "StepFn", "check_logits"]
 

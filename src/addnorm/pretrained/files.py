@@ -1,12 +1,12 @@
 """The files of a pretrained folder, read without trusting them.
 
-``config.json`` and ``model.safetensors`` (the layout of :mod:`addnorm.pretrained`), and the
+``config.json`` and ``model.safetensors`` (the layout of :mod:`addnorm.pretrained.mixin`), and the
 steps that open them, shared by addnorm's own folders
-(:meth:`~addnorm.pretrained.PretrainedMixin.from_pretrained`) and Hugging Face transformers'
-(:mod:`addnorm.transformer.transformers_folder`): :func:`read_config_json`,
+(:meth:`~addnorm.pretrained.mixin.PretrainedMixin.from_pretrained`) and Hugging Face transformers'
+(:mod:`addnorm.interop.hf_folder`): :func:`read_config_json`,
 :func:`read_weights_header`, :func:`check_size` (before the model is built), :func:`check_fits`
 (before any data is read), :func:`read_weights`, :func:`load_state`. What each refuses, and
-why, is in :mod:`addnorm.pretrained`'s docstring. Tied tensors are stored once
+why, is in :mod:`addnorm.pretrained.mixin`'s docstring. Tied tensors are stored once
 (:func:`state_dict_without_aliases`) and tied again on loading.
 """
 
@@ -23,8 +23,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
-from addnorm._memory import MAX_LAYERS, available_memory, format_bytes
-from addnorm.safe_files import (
+from addnorm.utils.files import (
     MAX_JSON_BYTES,
     CheckpointError,
     TensorInfo,
@@ -33,6 +32,7 @@ from addnorm.safe_files import (
     read_safetensors_header,
     read_text,
 )
+from addnorm.utils.memory import MAX_LAYERS, available_memory, format_bytes
 
 __all__ = [
     "CONFIG_FILE",

@@ -24,14 +24,8 @@ from hypothesis import strategies as st
 from properties import examples
 from tolerances import FLOAT32_MODEL, FLOAT64_EXACT, u
 
-from addnorm.dit import (
-    DiT,
-    DiTConfig,
-    from_diffusers,
-    from_dit_state_dict,
-    to_diffusers,
-    to_dit_state_dict,
-)
+from addnorm.dit import DiT, DiTConfig
+from addnorm.interop import from_diffusers, from_dit_state_dict, to_diffusers, to_dit_state_dict
 from addnorm.timestep import TimestepEmbedder
 
 F64 = torch.float64

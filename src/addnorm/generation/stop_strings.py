@@ -2,7 +2,7 @@
 
 Token ids do not line up with text (a stop string may span several tokens, or end inside
 one), so the rows' new tokens are decoded after every step and searched as text.
-:func:`stop_at_strings` makes the ``stop_fn`` that :func:`~addnorm.transformer.generation.
+:func:`stop_at_strings` makes the ``stop_fn`` that :func:`~addnorm.generation.loop.
 generate_tokens` and ``TransformerLM.generate`` accept; :func:`cut_at_stop` trims the decoded
 output. The stop string itself is left out of the output (OpenAI's ``stop`` convention).
 """

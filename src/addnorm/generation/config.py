@@ -1,8 +1,8 @@
 """``GenerationConfig``: how a decoder picks its next tokens (greedy, sampling, beam search),
 frozen and validated on construction; ``from_transformers`` reads Hugging Face's names.
 
-The decoding loops that follow it are :mod:`addnorm.transformer.generation` (greedy and
-sampling) and :mod:`addnorm.transformer.beam_search`.
+The decoding loops that follow it are :mod:`addnorm.generation.loop` (greedy and
+sampling) and :mod:`addnorm.generation.beam_search`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from addnorm._checks import check_bool, check_choice, check_float, check_int
+from addnorm.utils.checks import check_bool, check_choice, check_float, check_int
 
 __all__ = [
     "BEAM_STOPS",
@@ -53,7 +53,7 @@ class TransformersSettings(TypedDict, total=False):
 
 TRANSFORMERS_NAMES = tuple(TransformersSettings.__annotations__)
 # Hugging Face's length when none is set: 20 new tokens (transformers 5; a model's learned
-# positions may cap it, see addnorm.transformer.decoding.transformers_call).
+# positions may cap it, see addnorm.generation.decoding.transformers_call).
 TRANSFORMERS_DEFAULT_NEW_TOKENS = 20
 # Keys that never change the tokens: metadata, the cache switch, and the first decoder token
 # (fixed by the model: the encoder-decoder's generate checks it against its bos_id).
@@ -88,7 +88,7 @@ class GenerationConfig:
             included. The division is done on the logits minus their row maximum (softmax
             does not change), so nothing overflows into NaN: a tiny temperature sends every
             non-maximal logit to -inf, which is the limit T -> 0 (uniform over the argmax set;
-            ``_divide_by_temperature`` of :mod:`addnorm.transformer.generation`). 0 itself is
+            ``_divide_by_temperature`` of :mod:`addnorm.generation.loop`). 0 itself is
             refused: use ``strategy="greedy"``.
         top_k: sampling only; keep the ``top_k`` largest logits (applied after temperature).
         top_p: sampling only; nucleus: keep the smallest set of most likely tokens whose
@@ -113,7 +113,7 @@ class GenerationConfig:
             pays the compile (less once inductor's disk cache holds the kernels), later
             steps and calls with the same shapes reuse it. It pays off for long or repeated
             generations, most at batch 1 on the CPU, where the step's one-row products
-            become fused kernels (see :func:`addnorm.transformer.decoding.compiled_step`;
+            become fused kernels (see :func:`addnorm.generation.decoding.compiled_step`;
             benchmarks/compiled_decoding.py prints the compile time and the speed-up). The
             tokens are those of eager decoding (up to floating-point rounding).
         min_new_tokens: n >= 0; the stop tokens (``eos_id``) are never picked before a row
@@ -124,7 +124,7 @@ class GenerationConfig:
             (``"sample"``), or the r best hypotheses, best first (``"beam"``, r <=
             ``num_beams``). Greedy decoding refuses r > 1 (every row would be the same).
         beam_stop: beam search only; when a row stops searching (see
-            :func:`addnorm.transformer.beam_search.beam_search`). ``"exact"``: once no live
+            :func:`addnorm.generation.beam_search.beam_search`). ``"exact"``: once no live
             beam can still beat its ``num_beams``-th finished hypothesis (Hugging Face's
             ``early_stopping="never"``); ``"heuristic"``: once the best live beam, scored at
             its current length, does not beat it (``early_stopping=False``, Hugging Face's

@@ -1,5 +1,5 @@
 """What the models' ``generate`` shares before the decode loop of
-:mod:`addnorm.transformer.generation` runs: the default generation config, a call in Hugging
+:mod:`addnorm.generation.loop` runs: the default generation config, a call in Hugging
 Face's terms read once (:func:`transformers_call`), every setting checked once
 (:func:`start_generation`), the ids never emitted (:func:`banned_ids`), cache checks and the
 compiled step.
@@ -7,7 +7,7 @@ compiled step.
 A ``generate`` call is in Hugging Face's terms when it passes no addnorm ``config`` but one of
 Hugging Face's names: ``attention_mask``, ``generation_config`` or a setting
 (``max_new_tokens``, ``do_sample``, ...: ``TRANSFORMERS_NAMES`` of
-:mod:`~addnorm.transformer.generation_config`). Its settings are then Hugging Face's: its
+:mod:`~addnorm.generation.config`). Its settings are then Hugging Face's: its
 defaults (20 new tokens, greedy, ``early_stopping=False``, ``top_k=50`` when sampling), under
 the model's eos and pad ids, under ``generation_config``, under the keywords (transformers'
 order of precedence), translated by :meth:`GenerationConfig.from_transformers`; and it
@@ -16,7 +16,7 @@ chooses either way). An addnorm ``config`` together with Hugging Face's settings
 one call, one vocabulary.
 
 A model's ``generate`` checks its settings, runs ``start`` (the prompt, once), then calls
-:func:`~addnorm.transformer.generation.decode` with its own ``step``, which is trusted:
+:func:`~addnorm.generation.loop.decode` with its own ``step``, which is trusted:
 nothing is checked again per token. The ids a model must never emit (``pad_id``, and
 ``bos_id`` for the encoder-decoder) get -inf logits at every step. A model whose ``pad_id``
 is None (a vocabulary without padding, GPT-2's) bans nothing as padding; rows that stopped
@@ -31,17 +31,17 @@ from typing import Any
 
 import torch
 
-from addnorm._checks import check_bool
-from addnorm._memory import check_fits, device_memory
 from addnorm.cache import DecodingCache
-from addnorm.transformer.config import LMConfig, TransformerConfig
-from addnorm.transformer.decode_step import StepFn
-from addnorm.transformer.generation import check_decoding_options
-from addnorm.transformer.generation_config import (
+from addnorm.generation.config import (
     TRANSFORMERS_DEFAULT_NEW_TOKENS,
     GenerationConfig,
     transformers_settings,
 )
+from addnorm.generation.loop import check_decoding_options
+from addnorm.generation.step import StepFn
+from addnorm.transformer.config import LMConfig, TransformerConfig
+from addnorm.utils.checks import check_bool
+from addnorm.utils.memory import check_fits, device_memory
 
 __all__ = [
     "GenerationCall",
@@ -175,7 +175,7 @@ def start_generation(
 ) -> GenerationConfig:
     """Every setting of a model's ``generate`` call, checked once before it starts: the
     config against the model (:func:`check_generation_config`), the generator and
-    ``stop_fn`` (:func:`~addnorm.transformer.generation.check_decoding_options`)."""
+    ``stop_fn`` (:func:`~addnorm.generation.loop.check_decoding_options`)."""
     checked = check_generation_config(cfg, config, never_emit)
     check_decoding_options(checked, generator, stop_fn, device)
     return checked
@@ -327,7 +327,7 @@ def with_prompt(prompt: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
 
 def banned_ids(never_emit: Mapping[str, int | None], device: torch.device) -> torch.Tensor | None:
     """The ids a model never emits, as the ``banned`` (n,) long tensor of
-    :func:`~addnorm.transformer.generation.decode`; None when there are none.
+    :func:`~addnorm.generation.loop.decode`; None when there are none.
 
     A generated ``pad_id`` would count as padding when fed back (so the cached steps would no
     longer match a recomputation, and "stopped" would be ambiguous); ``bos_id`` is the

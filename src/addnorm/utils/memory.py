@@ -9,7 +9,7 @@ killed). It is the total, not what is free now: a refusal depends on the machine
 on what other processes hold, and every refused request was impossible. Requests below it may
 still fail in the allocator when memory is in use.
 
-``available_memory`` is what is free now; loading a model (``addnorm.pretrained``) and the
+``available_memory`` is what is free now; loading a model (``addnorm.pretrained.mixin``) and the
 estimates made before training (``addnorm.training.sizes``, the CLI) compare with it, since
 they would allocate at once.
 """

@@ -17,9 +17,9 @@ from torch import nn
 
 from addnorm.attention import MultiHeadAttention, cross_attention_mask, self_attention_mask
 from addnorm.feedforward import FeedForward
+from addnorm.interop.torch_nn import from_torch, to_torch
 from addnorm.rotary import RotaryEmbedding
 from addnorm.transformer.config import LayerConfig
-from addnorm.transformer.interop import from_torch, to_torch
 from addnorm.transformer.layers import DecoderLayer, EncoderLayer
 from addnorm.transformer.stacks import Decoder, Encoder, EncoderDecoder
 

@@ -4,15 +4,15 @@
 lists), read without transformers: ``config.json``'s ``model_type`` says which model it is
 ("bert": ``BertModel``, ``BertFor...`` checkpoints, whose heads are left out, the MiniLM /
 sentence-transformers layout; "gpt2": ``GPT2LMHeadModel``, ``GPT2Model``), and
-:mod:`addnorm.transformer.transformers_layout` where each field and tensor goes.
+:mod:`addnorm.interop.hf_layout` where each field and tensor goes.
 ``addnorm.load`` calls :func:`from_transformers_folder` for such a folder.
 
 The folder is read as addnorm's own pretrained folders are, without trusting it, through the
-checked steps of :mod:`addnorm.pretrained`: regular files of bounded size, JSON of bounded
+checked steps of :mod:`addnorm.pretrained.mixin`: regular files of bounded size, JSON of bounded
 depth, the safetensors headers checked; the model's size estimated from the config and
 refused before anything is allocated; every tensor's name, shape and dtype checked (through
 the conversion's rules, on the headers) before any data is read. A failure is a
-:class:`~addnorm.safe_files.CheckpointError` naming the file and the Hugging Face field
+:class:`~addnorm.utils.files.CheckpointError` naming the file and the Hugging Face field
 (``hidden_size``, not ``d_model``) or tensor.
 """
 
@@ -30,29 +30,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from addnorm.pretrained import check_device, check_dtype, check_path, for_inference
-from addnorm.pretrained_files import (
-    CONFIG_FILE,
-    WEIGHTS_FILE,
-    check_fits,
-    check_size,
-    load_state,
-    read_config_json,
-    read_weights,
-    read_weights_header,
-)
-from addnorm.safe_files import (
-    MAX_JSON_BYTES,
-    CheckpointError,
-    TensorInfo,
-    UnsafeFileError,
-    parse_json,
-    read_text,
-)
-from addnorm.transformer.config import LMConfig
-from addnorm.transformer.encoder_model import EncoderConfig, EncoderModel
-from addnorm.transformer.lm import TransformerLM
-from addnorm.transformer.transformers_layout import (
+from addnorm.interop.hf_layout import (
     BERT_DEFAULTS,
     BERT_NAMES,
     GPT2_DEFAULTS,
@@ -64,6 +42,28 @@ from addnorm.transformer.transformers_layout import (
     gpt2_rules,
     infos_in,
     rules_in,
+)
+from addnorm.pretrained.files import (
+    CONFIG_FILE,
+    WEIGHTS_FILE,
+    check_fits,
+    check_size,
+    load_state,
+    read_config_json,
+    read_weights,
+    read_weights_header,
+)
+from addnorm.pretrained.mixin import check_device, check_dtype, check_path, for_inference
+from addnorm.transformer.config import LMConfig
+from addnorm.transformer.encoder_model import EncoderConfig, EncoderModel
+from addnorm.transformer.lm import TransformerLM
+from addnorm.utils.files import (
+    MAX_JSON_BYTES,
+    CheckpointError,
+    TensorInfo,
+    UnsafeFileError,
+    parse_json,
+    read_text,
 )
 
 __all__ = [
@@ -103,7 +103,7 @@ def from_transformers_folder(
     weights (``pytorch_model.bin``) are refused. Tensors the model has no place for (a
     ``BertFor...`` head, GPT-2's old ``attn.bias`` masks) are left out, as transformers'
     ``BertModel.from_pretrained`` leaves them. ``dtype`` and ``device`` as in
-    :meth:`~addnorm.pretrained.PretrainedMixin.from_pretrained` (default: the saved dtype).
+    :meth:`~addnorm.pretrained.mixin.PretrainedMixin.from_pretrained` (default: the saved dtype).
 
     Raises:
         CheckpointError: a file is missing or damaged, ``model_type`` is not one of
@@ -120,7 +120,7 @@ def load_bert(directory: str | os.PathLike, *, unpad: bool = False) -> EncoderMo
     :func:`from_transformers_folder` for ``model_type`` "bert" only (keys as in
     ``BertModel``, or under ``bert.``); ``unpad=True`` builds it with
     :attr:`EncoderConfig.unpad` (faster on padded batches; the hidden states are then zero at
-    padding). Raises :class:`~addnorm.safe_files.CheckpointError` as that function does.
+    padding). Raises :class:`~addnorm.utils.files.CheckpointError` as that function does.
     """
     model = _load_folder(check_path(directory), dtype=torch.float32, device=None, unpad=unpad,
                          kinds=("bert",))

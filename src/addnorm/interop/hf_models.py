@@ -9,11 +9,11 @@ From model objects, :func:`from_transformers` / :func:`to_transformers`: ``trans
 optional dependency (the ``transformers`` extra), imported inside them only. The result is on
 the source's device and dtype, in its train/eval mode. From a folder that transformers'
 ``save_pretrained`` wrote, without transformers: :func:`from_transformers_folder` and
-:func:`load_bert` (:mod:`addnorm.transformer.transformers_folder`, named here too).
+:func:`load_bert` (:mod:`addnorm.interop.hf_folder`, named here too).
 
 Which weight goes where, and the conventions (GPT-2's special ids: none for padding, and a
 bos/eos id outside the vocabulary becomes None, so generation runs to ``max_new_tokens`` as
-in transformers), are in :mod:`addnorm.transformer.transformers_layout`. Hugging Face's
+in transformers), are in :mod:`addnorm.interop.hf_layout`. Hugging Face's
 ``attention_mask`` (1 = attend) is the negation of ``padding_mask``. Positions: Hugging Face
 counts every slot (``arange(L)``), addnorm each row's real tokens, so outputs agree on
 unpadded and right-padded rows.
@@ -33,11 +33,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from addnorm.transformer.config import LMConfig
-from addnorm.transformer.encoder_model import EncoderConfig, EncoderModel
-from addnorm.transformer.lm import TransformerLM
-from addnorm.transformer.transformers_folder import from_transformers_folder, load_bert
-from addnorm.transformer.transformers_layout import (
+from addnorm.interop.hf_folder import from_transformers_folder, load_bert
+from addnorm.interop.hf_layout import (
     ACTIVATIONS_OUT,
     bert_config,
     bert_rules,
@@ -47,6 +44,9 @@ from addnorm.transformer.transformers_layout import (
     rules_in,
     rules_out,
 )
+from addnorm.transformer.config import LMConfig
+from addnorm.transformer.encoder_model import EncoderConfig, EncoderModel
+from addnorm.transformer.lm import TransformerLM
 
 __all__ = [
     "from_transformers",

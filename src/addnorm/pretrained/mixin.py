@@ -18,20 +18,20 @@ A pretrained directory holds two files, the layout Hugging Face users know:
 mixin itself) and returns the model in eval mode; ``addnorm.load``
 (:mod:`addnorm.tasks.loading`) opens it too, or a run written by ``addnorm train``, which needs
 the tasks above, or a folder of Hugging Face transformers' ``save_pretrained``
-(:func:`addnorm.transformer.transformers_folder.from_transformers_folder`, which reads it with
-the same checked steps, those of :mod:`addnorm.pretrained_files`: ``read_config_json``,
+(:func:`addnorm.interop.hf_folder.from_transformers_folder`, which reads it with
+the same checked steps, those of :mod:`addnorm.pretrained.files`: ``read_config_json``,
 ``read_weights_header``, ``check_size``, ``check_fits``, ``read_weights``, ``load_state``). Every
-failure to read a directory raises :class:`~addnorm.safe_files.CheckpointError` naming the file
+failure to read a directory raises :class:`~addnorm.utils.files.CheckpointError` naming the file
 and what is wrong with it (the CLI turns it into exit status 1); bad arguments raise
 ``TypeError`` / ``ValueError``.
 
 This module sits below training: it imports the parts and helpers under it
-(:mod:`addnorm.safe_files`, :mod:`addnorm._memory`) and nothing of training or the tasks.
+(:mod:`addnorm.utils.files`, :mod:`addnorm.utils.memory`) and nothing of training or the tasks.
 
 Loading trusts neither file, and refuses a tampered directory before it allocates the model:
 
 - both files must be regular files (or symlinks to one): a directory, FIFO or device is
-  refused without being opened (:mod:`addnorm.safe_files`);
+  refused without being opened (:mod:`addnorm.utils.files`);
 - ``config.json`` may have at most ``MAX_JSON_BYTES`` bytes and ``MAX_JSON_DEPTH`` levels of nesting
   (``parse_json``, as the run format); its fields are checked by the config's ``from_dict``;
 - the weights' safetensors header is read first (names, dtypes, shapes; no data). Before the
@@ -60,7 +60,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from addnorm._version import __version__
-from addnorm.pretrained_files import (
+from addnorm.pretrained.files import (
     CONFIG_FILE,
     MAX_COMPUTED_NUMBERS,
     WEIGHTS_FILE,
@@ -72,7 +72,7 @@ from addnorm.pretrained_files import (
     read_weights_header,
     state_dict_without_aliases,
 )
-from addnorm.safe_files import CheckpointError, write_file_atomic
+from addnorm.utils.files import CheckpointError, write_file_atomic
 
 # The folder's file names and the size bound live with the file steps; re-exported here, the
 # module users know, as ``state_dict_without_aliases`` is.

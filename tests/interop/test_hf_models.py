@@ -22,10 +22,10 @@ from tolerances import FLOAT32_MODEL
 
 import addnorm
 from addnorm.interop import from_transformers, to_transformers
+from addnorm.interop.hf_models import load_bert
 from addnorm.transformer import EncoderModel, TransformerLM, mean_pool
 from addnorm.transformer.config import LMConfig
 from addnorm.transformer.encoder_model import EncoderConfig
-from addnorm.transformer.transformers_interop import load_bert
 
 try:
     import transformers

@@ -1,4 +1,4 @@
-"""Beam search over the decoding interface of :mod:`addnorm.transformer.generation` (which
+"""Beam search over the decoding interface of :mod:`addnorm.generation.loop` (which
 calls it for ``strategy="beam"``).
 
 B input rows become B * K beams (row ``b`` holds beams ``b * K .. b * K + K - 1``; the cache
@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from addnorm._memory import check_fits
-from addnorm.transformer.decode_step import LogitWatch, StepFn
-from addnorm.transformer.generation_config import GenerationConfig
-from addnorm.transformer.repetition import apply_repetition_rules
+from addnorm.generation.config import GenerationConfig
+from addnorm.generation.repetition import apply_repetition_rules
+from addnorm.generation.step import LogitWatch, StepFn
+from addnorm.utils.memory import check_fits
 
 __all__ = ["beam_search"]
 

@@ -25,7 +25,7 @@ than they must:
 Files are opened with ``O_NONBLOCK`` and checked again on the open descriptor, so a path
 swapped for a FIFO between the check and the open cannot block the reader.
 
-The loaders above (``addnorm.pretrained``, ``addnorm.training.checkpoint``) turn these errors
+The loaders above (``addnorm.pretrained.mixin``, ``addnorm.training.checkpoint``) turn these errors
 into :class:`CheckpointError` naming the file. This module imports nothing from the rest of
 addnorm: it sits below the models and training.
 """

@@ -1,8 +1,8 @@
 """How Hugging Face transformers lays out BERT and GPT-2, and where each part goes in addnorm.
 
 What the conversions share, whether they start from a transformers model object
-(:func:`~addnorm.transformer.transformers_interop.from_transformers`) or from a folder that
-transformers wrote (:func:`~addnorm.transformer.transformers_folder.from_transformers_folder`):
+(:func:`~addnorm.interop.hf_models.from_transformers`) or from a folder that
+transformers wrote (:func:`~addnorm.interop.hf_folder.from_transformers_folder`):
 the config fields as addnorm configs (:func:`bert_config`, :func:`gpt2_config`) and the weights
 by name (the rules: :func:`bert_rules`, :func:`gpt2_rules`, applied to tensors by
 :func:`rules_in` / :func:`rules_out`, and to a safetensors header by :func:`infos_in`, so a
@@ -41,9 +41,9 @@ from typing import Any
 
 import torch
 
-from addnorm.safe_files import TensorInfo
 from addnorm.transformer.config import LMConfig
 from addnorm.transformer.encoder_model import EncoderConfig
+from addnorm.utils.files import TensorInfo
 
 __all__ = [
     "ACTIVATIONS_OUT",

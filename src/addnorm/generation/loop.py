@@ -1,6 +1,6 @@
 """Decoding algorithms: greedy, sampling (temperature, top-k, top-p) and, in
-:mod:`addnorm.transformer.beam_search`, beam search, as a ``GenerationConfig``
-(:mod:`addnorm.transformer.generation_config`) asks.
+:mod:`addnorm.generation.beam_search`, beam search, as a ``GenerationConfig``
+(:mod:`addnorm.generation.config`) asks.
 
 Every algorithm drives a model through one small interface, so it works for any model that
 exposes it (``addnorm.Transformer`` and ``addnorm.TransformerLM`` do):
@@ -25,7 +25,7 @@ reordered once to B * r rows (``cache.reorder``, as for beam search; row ``b`` b
 ``b * r .. b * r + r - 1``), then every row samples on its own, as Hugging Face's
 ``generate`` does.
 
-Before a token is picked, the rules against repetition of :mod:`addnorm.transformer.repetition`
+Before a token is picked, the rules against repetition of :mod:`addnorm.generation.repetition`
 (``repetition_penalty``, ``no_repeat_ngram_size``; Hugging Face's conventions) reshape the
 logits, given the real (unpadded) tokens of ``prompt_ids`` followed by the tokens generated so
 far. Then come temperature, top-k and top-p (sampling); beam search, as Hugging Face's,
@@ -40,12 +40,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from addnorm._checks import check_bool_mask, check_tensor
-from addnorm.transformer.beam_search import beam_search
-from addnorm.transformer.decode_step import LogitWatch, StepFn, check_logits
-from addnorm.transformer.generation_config import GenerationConfig
-from addnorm.transformer.repetition import apply_repetition_rules
-from addnorm.transformer.stop_strings import StopFn
+from addnorm.generation.beam_search import beam_search
+from addnorm.generation.config import GenerationConfig
+from addnorm.generation.repetition import apply_repetition_rules
+from addnorm.generation.step import LogitWatch, StepFn, check_logits
+from addnorm.generation.stop_strings import StopFn
+from addnorm.utils.checks import check_bool_mask, check_tensor
 
 __all__ = ["check_decoding_options", "decode", "generate_tokens", "prompt_history"]
 
@@ -69,7 +69,7 @@ def generate_tokens(
     Runs under ``torch.no_grad()``. ``generator`` is used by sampling only; it must live on the
     logits' device. Beam search returns, per input row, the ``num_return_sequences`` best
     finished hypotheses by length-penalised score (see ``GenerationConfig.length_penalty``
-    and :func:`addnorm.transformer.beam_search.beam_search`); sampling with
+    and :func:`addnorm.generation.beam_search.beam_search`); sampling with
     ``num_return_sequences`` r > 1 needs ``cache.reorder`` too (r rows per input row).
 
     ``prompt_ids`` (with ``prompt_padding_mask``, True = padding) are the tokens already seen
@@ -77,7 +77,7 @@ def generate_tokens(
     decoder-only model's prompt (Hugging Face's ``input_ids``); None for an encoder-decoder,
     whose decoder starts from scratch. ``stop_fn`` (greedy and sampling) is called after
     every step with the tokens generated so far and ends the rows it returns True for, like
-    a stop token (stop strings: :func:`addnorm.transformer.stop_strings.stop_at_strings`).
+    a stop token (stop strings: :func:`addnorm.generation.stop_strings.stop_at_strings`).
 
     Everything is checked here, once, and every output of ``step_fn`` is checked as it
     comes (a float (B', V) tensor; its values are watched without a host sync, see
@@ -167,7 +167,7 @@ def decode(
     :func:`generate_tokens`, or by a model's ``generate`` for its own ``step``).
 
     ``banned`` (n,) long: ids whose logits are set to -inf at every step (a model's pad and
-    bos ids: see :func:`addnorm.transformer.decoding.banned_ids`).
+    bos ids: see :func:`addnorm.generation.decoding.banned_ids`).
 
     Shapes:
         first_logits: (B, V); seen: the prompt's ids and padding (B, L0)
