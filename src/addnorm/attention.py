@@ -45,7 +45,6 @@ from addnorm.utils.checks import (
     check_probability,
     check_tensor,
     check_weight_dtype,
-    unchecked_module,
 )
 
 __all__ = [
@@ -147,23 +146,6 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
         dropout = check_probability("dropout", dropout)
         rotary = check_rotary(rotary, d_model // n_heads)
-        self._build(d_model, n_heads, dropout=dropout, bias=bias, rotary=rotary)
-
-    @classmethod
-    def from_checked(
-        cls, d_model: int, n_heads: int, *, dropout: float, bias: bool,
-        rotary: RotaryEmbedding | None,
-    ) -> MultiHeadAttention:
-        """The module the constructor builds, from arguments validated already (a
-        ``LayerConfig``'s fields; ``rotary`` by :func:`check_rotary`): none is checked again."""
-        attention = unchecked_module(cls)
-        attention._build(d_model, n_heads, dropout=dropout, bias=bias, rotary=rotary)
-        return attention
-
-    def _build(
-        self, d_model: int, n_heads: int, *, dropout: float, bias: bool,
-        rotary: RotaryEmbedding | None,
-    ) -> None:
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
         self.dropout = dropout
         self.rotary = rotary

@@ -15,7 +15,6 @@ Each variant is its own class whose forward is its formula: :class:`FeedForward`
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +26,6 @@ from addnorm.utils.checks import (
     check_int,
     check_probability,
     check_tensor,
-    unchecked_module,
 )
 
 __all__ = [
@@ -37,7 +35,6 @@ __all__ = [
     "FeedForward",
     "GatedFeedForward",
     "ReLU",
-    "feedforward_from_checked",
     "make_feedforward",
 ]
 
@@ -98,8 +95,6 @@ ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
 }
 GATED_ACTIVATIONS = ("swiglu",)  # built as GatedFeedForward
 
-_FF = TypeVar("_FF", bound="FeedForward")
-
 
 class FeedForward(nn.Module):
     """``FFN(x) = w2(dropout(act(w1(x))))``, applied to each position independently.
@@ -132,22 +127,6 @@ class FeedForward(nn.Module):
                 f"projection w3; build it with make_feedforward(..., activation={activation!r}) "
                 "or GatedFeedForward(...)"
             )
-        self._build(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
-
-    @classmethod
-    def from_checked(
-        cls: type[_FF], d_model: int, d_ff: int, *, activation: str, dropout: float, bias: bool
-    ) -> _FF:
-        """The module the constructor builds, from arguments a frozen config validated
-        already (a ``LayerConfig``'s fields): none is checked again. The class must suit the
-        activation (see :func:`feedforward_from_checked`)."""
-        ff = unchecked_module(cls)
-        ff._build(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
-        return ff
-
-    def _build(
-        self, d_model: int, d_ff: int, *, activation: str, dropout: float, bias: bool
-    ) -> None:
         self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
         self.w1 = nn.Linear(d_model, d_ff, bias=bias)
         self.act = ACTIVATIONS[activation]()
@@ -189,11 +168,6 @@ class GatedFeedForward(FeedForward):
     ) -> None:
         check_choice("activation", activation, GATED_ACTIVATIONS)
         super().__init__(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
-
-    def _build(
-        self, d_model: int, d_ff: int, *, activation: str, dropout: float, bias: bool
-    ) -> None:
-        super()._build(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
         self.w3 = nn.Linear(d_model, d_ff, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -220,20 +194,5 @@ def make_feedforward(
     A gated activation (``"swiglu"``) gives a :class:`GatedFeedForward`, any other a plain
     :class:`FeedForward` (both are ``FeedForward`` instances); the class checks the arguments.
     """
-    cls = _feedforward_class(activation)
+    cls = GatedFeedForward if activation in GATED_ACTIVATIONS else FeedForward
     return cls(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
-
-
-def feedforward_from_checked(
-    d_model: int, d_ff: int, *, activation: str, dropout: float, bias: bool
-) -> FeedForward:
-    """:func:`make_feedforward` for arguments a frozen config validated already (a
-    ``LayerConfig``'s fields), built without checking them again."""
-    cls = _feedforward_class(activation)
-    return cls.from_checked(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
-
-
-def _feedforward_class(activation: str) -> type[FeedForward]:
-    """:class:`GatedFeedForward` for a gated activation (``"swiglu"``), else
-    :class:`FeedForward`."""
-    return GatedFeedForward if activation in GATED_ACTIVATIONS else FeedForward

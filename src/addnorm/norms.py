@@ -54,7 +54,6 @@ from addnorm.utils.checks import (
     check_int,
     check_tensor,
     check_weight_dtype,
-    unchecked_module,
 )
 
 __all__ = [
@@ -66,7 +65,6 @@ __all__ = [
     "NoNorm",
     "RMSNorm",
     "make_norm",
-    "norm_from_checked",
 ]
 
 NORM_KINDS = ("layer", "batch", "rms", "group")
@@ -193,17 +191,6 @@ class LayerNorm(nn.Module):
         eps = _check_eps(eps)
         check_bool("bias", bias)
         check_bool("elementwise_affine", elementwise_affine)
-        self._build(d_model, eps=eps, bias=bias, elementwise_affine=elementwise_affine)
-
-    @classmethod
-    def from_checked(cls, d_model: int, *, eps: float, bias: bool) -> LayerNorm:
-        """The norm the constructor builds, from arguments a frozen config validated already
-        (a ``LayerConfig``'s fields): none is checked again."""
-        norm = unchecked_module(cls)
-        norm._build(d_model, eps=eps, bias=bias, elementwise_affine=True)
-        return norm
-
-    def _build(self, d_model: int, *, eps: float, bias: bool, elementwise_affine: bool) -> None:
         self.d_model, self.eps, self.elementwise_affine = d_model, eps, elementwise_affine
         self.weight = nn.Parameter(torch.ones(d_model)) if elementwise_affine else None
         has_bias = bias and elementwise_affine
@@ -235,18 +222,7 @@ class RMSNorm(nn.Module):
     def __init__(self, d_model: int, *, eps: float | None = None) -> None:
         super().__init__()
         d_model = check_int("d_model", d_model, min_value=1)
-        self._build(d_model, eps=None if eps is None else _check_eps(eps))
-
-    @classmethod
-    def from_checked(cls, d_model: int, *, eps: float | None) -> RMSNorm:
-        """The norm the constructor builds, from arguments a frozen config validated already
-        (a ``LayerConfig``'s fields): none is checked again."""
-        norm = unchecked_module(cls)
-        norm._build(d_model, eps=eps)
-        return norm
-
-    def _build(self, d_model: int, *, eps: float | None) -> None:
-        self.d_model, self.eps = d_model, eps
+        self.d_model, self.eps = d_model, None if eps is None else _check_eps(eps)
         self.weight = nn.Parameter(torch.ones(d_model))
 
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -313,17 +289,6 @@ class BatchNorm(nn.Module):
         eps = _check_eps(eps)
         if momentum is not None:
             momentum = check_float("momentum", momentum, min_value=0.0, max_value=1.0)
-        self._build(d_model, eps=eps, momentum=momentum)
-
-    @classmethod
-    def from_checked(cls, d_model: int, *, eps: float) -> BatchNorm:
-        """The norm the constructor builds (momentum 0.1), from arguments a frozen config
-        validated already (a ``LayerConfig``'s fields): none is checked again."""
-        norm = unchecked_module(cls)
-        norm._build(d_model, eps=eps, momentum=0.1)
-        return norm
-
-    def _build(self, d_model: int, *, eps: float, momentum: float | None) -> None:
         self.d_model, self.eps, self.momentum = d_model, eps, momentum
         self.weight = nn.Parameter(torch.ones(d_model))
         self.bias = nn.Parameter(torch.zeros(d_model))
@@ -418,20 +383,7 @@ class GroupNorm(nn.Module):
         n_groups = check_int("n_groups", n_groups, min_value=1)
         d_model = check_int("d_model", d_model, min_value=1)
         _check_groups(n_groups, d_model)
-        self._build(n_groups, d_model, eps=_check_eps(eps))
-
-    @classmethod
-    def from_checked(cls, n_groups: int, d_model: int, *, eps: float) -> GroupNorm:
-        """The norm the constructor builds, from a ``d_model`` and ``eps`` a frozen config
-        validated already (a ``LayerConfig``'s), which are not checked again. The group
-        count is no config field: ``d_model`` is still checked against it."""
-        _check_groups(n_groups, d_model)
-        norm = unchecked_module(cls)
-        norm._build(n_groups, d_model, eps=eps)
-        return norm
-
-    def _build(self, n_groups: int, d_model: int, *, eps: float) -> None:
-        self.n_groups, self.d_model, self.eps = n_groups, d_model, eps
+        self.n_groups, self.d_model, self.eps = n_groups, d_model, _check_eps(eps)
         self.weight = nn.Parameter(torch.ones(d_model))
         self.bias = nn.Parameter(torch.zeros(d_model))
 
@@ -522,15 +474,3 @@ def make_norm(
         return BatchNorm(d_model, eps=eps)
     return GroupNorm(n_groups, d_model, eps=eps)
 
-
-def norm_from_checked(kind: str, d_model: int, *, eps: float, bias: bool) -> nn.Module:
-    """:func:`make_norm` for arguments a frozen config validated already (a ``LayerConfig``'s
-    fields), built without checking them again. ``bias`` is LayerNorm's (the other kinds fix
-    theirs); a GroupNorm has ``N_GROUPS`` groups."""
-    if kind == "layer":
-        return LayerNorm.from_checked(d_model, eps=eps, bias=bias)
-    if kind == "rms":
-        return RMSNorm.from_checked(d_model, eps=eps)
-    if kind == "batch":
-        return BatchNorm.from_checked(d_model, eps=eps)
-    return GroupNorm.from_checked(N_GROUPS, d_model, eps=eps)

@@ -17,7 +17,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _NormBase
 
 from addnorm.norms import NoNorm, _check_norm_input, make_norm
-from addnorm.utils.checks import check_choice, check_int, check_probability, unchecked_module
+from addnorm.utils.checks import check_choice, check_int, check_probability
 
 __all__ = ["NORM_POSITIONS", "AddNorm"]
 
@@ -73,22 +73,6 @@ class AddNorm(nn.Module):
         else:
             _check_injected_norm(norm, d_model)
         dropout = check_probability("dropout", dropout)
-        self._build(d_model, norm_position=norm_position, norm=norm, dropout=dropout)
-
-    @classmethod
-    def from_checked(
-        cls, d_model: int, *, norm_position: str, norm: nn.Module, dropout: float
-    ) -> AddNorm:
-        """The module the constructor builds, from arguments a frozen config validated
-        already (a ``LayerConfig``'s fields, and ``norm`` built from them): none is checked
-        again."""
-        add_norm = unchecked_module(cls)
-        add_norm._build(d_model, norm_position=norm_position, norm=norm, dropout=dropout)
-        return add_norm
-
-    def _build(
-        self, d_model: int, *, norm_position: str, norm: nn.Module, dropout: float
-    ) -> None:
         self.d_model, self.norm_position = d_model, norm_position
         self.norm = norm
         self.dropout = nn.Dropout(dropout)

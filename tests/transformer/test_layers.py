@@ -10,7 +10,7 @@ import torch
 from tolerances import FLOAT64_EXACT
 from torch import nn
 
-from addnorm import attention, feedforward, norms, residual
+from addnorm import feedforward, norms
 from addnorm.attention import (
     AttentionMask,
     MultiHeadAttention,
@@ -21,6 +21,8 @@ from addnorm.cache import KVCache, LayerCache
 from addnorm.feedforward import make_feedforward
 from addnorm.norms import make_norm
 from addnorm.residual import AddNorm
+from addnorm.rotary import RotaryEmbedding
+from addnorm.transformer import layers
 from addnorm.transformer.config import LayerConfig
 from addnorm.transformer.layers import DecoderLayer, EncoderLayer, norm_module, xavier_init_
 
@@ -208,9 +210,9 @@ def _settings(module: nn.Module) -> dict:
 @pytest.mark.parametrize("activation", ["relu", "swiglu"])
 @pytest.mark.parametrize("bias", [True, False])
 def test_layer_parts_equal_those_the_parts_public_constructors_build(norm, activation, bias):
-    """A layer builds its parts from the validated config without checking its fields again
-    (``from_checked``). Oracle: the same parts from their public constructors, which check
-    them, in the layer's order and from the same seed."""
+    """A layer hands each of the config's fields to the part that takes it. Oracle: the same
+    parts from their public constructors, called by hand in the layer's order from the same
+    seed (so the initialisation draws in the same order too)."""
     d, eps = 32, 1e-3  # d: a multiple of GroupNorm's 32 groups
     cfg = LayerConfig(d, H, 64, dropout=0.1, activation=activation, norm=norm, norm_eps=eps,
                       norm_position="pre", bias=bias)
@@ -233,23 +235,45 @@ def test_layer_parts_equal_those_the_parts_public_constructors_build(norm, activ
         assert torch.equal(value, ref.state_dict()[key]), key
 
 
-def test_a_layer_does_not_check_its_configs_fields_again(monkeypatch):
-    """LayerConfig checked them when it was built (docs/design.md, "Validation"): building
-    the layers and the config's norm calls no check of the parts' modules."""
-    cfg = LayerConfig(D, H, FF, activation="swiglu")
+def _marked(cls: type[nn.Module]) -> type[nn.Module]:
+    """A subclass of the part ``cls`` whose ``__init__`` also sets ``init_ran``."""
 
-    def checked_again(*args, **kwargs):
-        raise AssertionError(f"a config field checked again: {args}")
+    class Marked(cls):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.init_ran = True
 
-    for module in (attention, feedforward, norms, residual):
-        for name in ("check_int", "check_float", "check_probability", "check_choice", "check_bool"):
-            if hasattr(module, name):
-                monkeypatch.setattr(module, name, checked_again)
-    EncoderLayer(cfg)
-    DecoderLayer(cfg)
-    norm_module(cfg)
-    with pytest.raises(AssertionError, match="checked again"):  # a part built alone checks
-        norms.LayerNorm(D)
+    return Marked
+
+
+_NORM_CLASSES = {"layer": "LayerNorm", "batch": "BatchNorm", "rms": "RMSNorm", "group": "GroupNorm"}
+_PARTS = {
+    EncoderLayer: ["self_attn", "ff", "attn_add_norm", "ff_add_norm"],
+    DecoderLayer: ["self_attn", "cross_attn", "ff", "self_attn_add_norm", "cross_attn_add_norm",
+                   "ff_add_norm"],
+}
+
+
+@pytest.mark.parametrize("norm", ["layer", "batch", "rms", "group"])
+@pytest.mark.parametrize("activation", ["relu", "swiglu"])
+def test_a_layer_builds_each_part_by_running_its_init(monkeypatch, norm, activation):
+    """Subclasses of the parts whose ``__init__`` sets an extra attribute stand in for the
+    classes the layer builds (its attentions and Add & Norms, make_norm's norm class,
+    make_feedforward's class): every part of a built layer, and the config's norm, has the
+    attribute, so a layer builds each part through its ``__init__``."""
+    ff_class = "GatedFeedForward" if activation == "swiglu" else "FeedForward"
+    monkeypatch.setattr(norms, _NORM_CLASSES[norm], _marked(getattr(norms, _NORM_CLASSES[norm])))
+    monkeypatch.setattr(feedforward, ff_class, _marked(getattr(feedforward, ff_class)))
+    monkeypatch.setattr(layers, "MultiHeadAttention", _marked(MultiHeadAttention))
+    monkeypatch.setattr(layers, "AddNorm", _marked(AddNorm))
+    cfg = LayerConfig(32, H, 64, activation=activation, norm=norm)  # 32: GroupNorm's groups
+    for layer_class, names in _PARTS.items():
+        layer = layer_class(cfg)
+        add_norms = [name for name in names if name.endswith("add_norm")]
+        parts = names + [f"{name}.norm" for name in add_norms]
+        not_initialised = [n for n in parts if not getattr(layer.get_submodule(n), "init_ran", 0)]
+        assert not not_initialised, (layer_class.__name__, not_initialised)
+    assert norm_module(cfg).init_ran
 
 
 def test_dropout_reaches_attention_sublayers_and_ffn():
@@ -276,6 +300,10 @@ def test_dropout_reaches_attention_sublayers_and_ffn():
         (lambda e, d, x: LayerConfig(D, H, FF, activation="tanh"), ValueError, r"activation"),
         (lambda e, d, x: LayerConfig(D, H, FF, norm_position="middle"), ValueError,
          r"position must be one of 'post', 'pre'; got 'middle'"),
+        (lambda e, d, x: EncoderLayer(LayerConfig(D, H, FF), rotary=RotaryEmbedding(8)),
+         ValueError, r"rotary.d_head \(8\) must equal d_model / n_heads \(4\)"),
+        (lambda e, d, x: DecoderLayer(LayerConfig(D, H, FF), rotary="rope"), TypeError,
+         r"rotary must be a RotaryEmbedding or None, got str"),
     ],
 )
 def test_bad_inputs_raise_naming_the_values(call, error, match):

@@ -25,10 +25,10 @@ from functools import partial
 import torch
 from torch import nn
 
-from addnorm.attention import AttentionMask, MultiHeadAttention, check_rotary
+from addnorm.attention import AttentionMask, MultiHeadAttention
 from addnorm.cache import KVCache, LayerCache
-from addnorm.feedforward import FeedForward, feedforward_from_checked
-from addnorm.norms import norm_from_checked
+from addnorm.feedforward import FeedForward, make_feedforward
+from addnorm.norms import make_norm
 from addnorm.residual import AddNorm
 from addnorm.rotary import RotaryEmbedding
 from addnorm.transformer.config import LayerConfig
@@ -54,31 +54,32 @@ def xavier_init_(layer: nn.Module) -> None:
                 nn.init.zeros_(module.bias)
 
 
-# The parts are built from the validated config with their ``from_checked`` constructors,
-# which do not check its fields again (docs/design.md, "Validation").
+# Each part is built by its own constructor from the config's fields (docs/design.md,
+# "Validation"): what a subclass or a later field adds in ``__init__`` is there too.
 
 
 def norm_module(cfg: LayerConfig) -> nn.Module:
     """The norm of the kind ``cfg.norm`` names (layer, batch, RMS or group), of width
     ``cfg.d_model`` with ``cfg.norm_eps``; ``cfg.bias`` applies to LayerNorm only (the other
-    kinds fix theirs)."""
-    return norm_from_checked(cfg.norm, cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
+    kinds fix theirs); a GroupNorm has :func:`~addnorm.norms.make_norm`'s default group count."""
+    bias = cfg.bias or cfg.norm != "layer"
+    return make_norm(cfg.norm, cfg.d_model, eps=cfg.norm_eps, bias=bias)
 
 
 def _add_norm(cfg: LayerConfig) -> AddNorm:
-    return AddNorm.from_checked(
+    return AddNorm(
         cfg.d_model, norm_position=cfg.norm_position, norm=norm_module(cfg), dropout=cfg.dropout
     )
 
 
 def _attention(cfg: LayerConfig, rotary: RotaryEmbedding | None = None) -> MultiHeadAttention:
-    return MultiHeadAttention.from_checked(
+    return MultiHeadAttention(
         cfg.d_model, cfg.n_heads, dropout=cfg.dropout, bias=cfg.bias, rotary=rotary
     )
 
 
 def _feedforward(cfg: LayerConfig) -> FeedForward:
-    return feedforward_from_checked(
+    return make_feedforward(
         cfg.d_model, cfg.d_ff, activation=cfg.activation, dropout=cfg.dropout, bias=cfg.bias
     )
 
@@ -103,7 +104,7 @@ def _check_cache(cache: object, *, cross: bool) -> None:
 
 
 def _check_config(cfg: object) -> LayerConfig:
-    """A LayerConfig (validated when it was built; its fields are not checked again)."""
+    """A LayerConfig (its fields were validated when it was built)."""
     if not isinstance(cfg, LayerConfig):
         raise TypeError(f"cfg must be a LayerConfig, got {type(cfg).__name__}")
     return cfg
@@ -125,7 +126,6 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: LayerConfig, *, rotary: RotaryEmbedding | None = None) -> None:
         super().__init__()
         self.cfg = _check_config(cfg)
-        rotary = check_rotary(rotary, cfg.d_head)
         self.self_attn = _attention(cfg, rotary)
         self.ff = _feedforward(cfg)
         self.attn_add_norm = _add_norm(cfg)
@@ -176,7 +176,6 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: LayerConfig, *, rotary: RotaryEmbedding | None = None) -> None:
         super().__init__()
         self.cfg = _check_config(cfg)
-        rotary = check_rotary(rotary, cfg.d_head)
         self.self_attn = _attention(cfg, rotary)
         self.cross_attn = _attention(cfg)
         self.ff = _feedforward(cfg)

@@ -14,10 +14,12 @@ Two kinds of check, two places (docs/design.md, "Validation"):
   values enter, once, at a model's top-level call, ``start``/``generate``, the public
   functions, ``load`` and the CLI, never inside a part's forward.
 
-A frozen config validates its fields once, when it is built. The modules built from it take
-them as they are: a part's public constructor checks what a user passes it, while its
-``from_checked`` constructor (used by the layers, which hold a validated ``LayerConfig``)
-builds the same module without checking the config's fields again.
+A frozen config validates its fields once, when it is built. Every part (a norm, an
+attention, a feed-forward block, an Add & Norm) has one constructor, its ``__init__``, which
+checks its arguments, whoever calls it: the layers build their parts from a config's fields
+through the same constructors (or ``make_norm`` / ``make_feedforward``) a user calls, so a
+subclass's ``__init__`` runs on every path. These checks cost a few attribute reads per part,
+once, when the module is built.
 """
 
 from __future__ import annotations
@@ -27,10 +29,9 @@ import math
 import numbers
 import operator
 from collections.abc import Container, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
-from torch import nn
 
 __all__ = [
     "assert_in_graph",
@@ -47,10 +48,7 @@ __all__ = [
     "check_weight_dtype",
     "refuse_tracing",
     "same_shape",
-    "unchecked_module",
 ]
-
-_M = TypeVar("_M", bound=nn.Module)
 
 
 def check_int(name: str, value: object, *, min_value: int | None = None) -> int:
@@ -285,11 +283,3 @@ def check_weight_dtype(
         f"to the other (module.to({x.dtype}) or {name}.to({weight.dtype}))"
     )
 
-
-def unchecked_module(cls: type[_M]) -> _M:
-    """An instance of the module class ``cls`` holding only ``nn.Module``'s own state:
-    ``cls.__init__``, with its argument checks, is not run. A part's ``from_checked``
-    constructor builds it from arguments a frozen config has validated already."""
-    module = cls.__new__(cls)
-    nn.Module.__init__(module)
-    return module
