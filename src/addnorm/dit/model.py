@@ -26,11 +26,11 @@ import torch
 from torch import nn
 from torch.export import Dim
 
+from addnorm.diffusion.guidance import classifier_free_guidance
 from addnorm.dit.block import DiTBlock
 from addnorm.dit.conditioning import ConditionEmbedder
 from addnorm.dit.config import DiTConfig
 from addnorm.dit.final_layer import FinalLayer
-from addnorm.dit.guidance import classifier_free_guidance
 from addnorm.dit.labels import ClassEmbedder, check_class_range, class_id_tensor, label_drops
 from addnorm.dit.patches import PatchEmbed, unpatchify
 from addnorm.dit.positions import sincos_2d_positions
@@ -204,38 +204,21 @@ class DiT(PretrainedMixin, nn.Module):
         The batch has 2B rows: y's first half holds the classes, its second half the null id
         ``n_classes``. Only x's first half is used (it is repeated for the null half, as in
         DiT); t is used as given. The C noise channels are guided,
-        ``uncond + s * (cond - uncond)``, and returned in both halves; with ``learn_sigma``
-        the C variance channels are not guided but returned as each half computed them
-        (DiT's "standard approach", left commented out in its code).
+        ``uncond + s * (cond - uncond)`` (:func:`~addnorm.diffusion.classifier_free_guidance`),
+        and returned in both halves; with ``learn_sigma`` the C variance channels are not
+        guided but returned as each half computed them (DiT's "standard approach", left
+        commented out in its code). DiT's own ``forward_with_cfg`` guides channels 0..2
+        only, "for exact reproducibility": ``classifier_free_guidance(out, s, n_guided=3)``
+        on this model's output of the doubled batch reproduces it.
 
         Shapes:
             x: (2B, C, H, W); t: (2B,); y: (2B,), y[B:] == n_classes
             returns: (2B, C_out, H, W)
         """
-        return self._guided(x, t, y, guidance_scale, n_guided=self.cfg.in_channels)
-
-    def forward_with_cfg_first3_channels(
-        self, x: torch.Tensor, t: torch.Tensor, y: torch.Tensor, guidance_scale: float
-    ) -> torch.Tensor:
-        """:meth:`forward_with_cfg` as the reference code does it: a quirk of that code.
-
-        DiT's ``forward_with_cfg`` guides only channels 0..2, "for exact reproducibility"
-        of its paper's samples, and concatenates the rest unguided. Its 4-channel latents
-        thus keep channel 3 unguided. Use this only to reproduce DiT's published numbers.
-
-        Shapes:
-            as :meth:`forward_with_cfg`.
-        """
-        return self._guided(x, t, y, guidance_scale, n_guided=3)
-
-    def _guided(
-        self, x: torch.Tensor, t: torch.Tensor, y: torch.Tensor, guidance_scale: float,
-        *, n_guided: int,
-    ) -> torch.Tensor:
         scale = self._check_guidance(x, y, guidance_scale)
         half = x[: x.shape[0] // 2]  # (B, C, H, W)
         out = self(torch.cat([half, half], dim=0), t, y)  # (2B, C_out, H, W)
-        return classifier_free_guidance(out, scale, n_guided=n_guided)
+        return classifier_free_guidance(out, scale, n_guided=self.cfg.in_channels)
 
     def _check_guidance(self, x: object, y: object, guidance_scale: object) -> float:
         """Guidance needs a null class, an even batch, and the null id in y's second half."""
