@@ -1,11 +1,11 @@
 """Classifier-free guidance: the formula once, DiT's doubled batch, and the guided eps_fn
-(one batched call, learned variance).
+(one batched call, learned variance, labels checked once).
 
 Oracles: identities of the formula (scale 1 gives the conditional prediction, 0 the
 unconditional one) and the formula written out in float64; two separate calls of the
 conditional model, with the labels and with the null class, combined by hand as
 ``uncond + s * (cond - uncond)`` (Ho & Salimans, 2022, eq. 6 in noise form), which is what
-DiT's ``forward_with_cfg`` computes on the channels it guides.
+DiT's ``forward_with_cfg`` computes on the channels it guides; a DiT called with plain labels.
 """
 
 from __future__ import annotations
@@ -151,3 +151,53 @@ def test_bad_guidance_arguments_are_refused(kwargs, call, error, message):
         guided = guided_eps_fn(args.pop("model"), args.pop("y"), **args)
         guided(*call)
 
+
+class CheckingModel(LabelledModel):
+    """A LabelledModel that checks its labels once (:class:`ChecksLabels`): it records what
+    it checked and is then called with the checked labels."""
+
+    def __init__(self):
+        super().__init__()
+        self.checked: list[torch.Tensor] = []
+        self.given: list[object] = []
+
+    def checked_labels(self, y):
+        self.checked.append(y.clone())
+        return ("checked", y)
+
+    def __call__(self, x, t, y):
+        self.given.append(y)
+        return super().__call__(x, t, y[1])
+
+
+def test_a_model_that_checks_labels_gets_them_checked_once_for_every_step():
+    model = CheckingModel()
+    y = torch.tensor([1, 2])
+    guided = guided_eps_fn(model, y, guidance_scale=3.0, null_class=10)
+    assert [c.tolist() for c in model.checked] == [[1, 2, 10, 10]]  # once, at construction
+    Diffusion().sample(guided, torch.randn(2, 2, 5), steps=4)
+    assert len(model.checked) == 1 and len(model.given) == 4
+    assert all(given[0] == "checked" for given in model.given)
+
+
+def test_a_dit_guided_with_checked_labels_samples_as_with_plain_labels():
+    # Oracle: the same DiT wrapped so that it is called with plain tensors (checked per call).
+    torch.manual_seed(0)
+    dit = DiT(DIT_PRESETS["DiT-digits-tiny"]).eval()
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in dit.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=gen))
+    y = torch.tensor([3, 1, 4])
+    noise = torch.randn(3, 1, 8, 8, generator=gen)
+    plain = guided_eps_fn(lambda x, t, labels: dit(x, t, labels), y, guidance_scale=2.0,
+                          null_class=10)
+    checked = guided_eps_fn(dit, y, guidance_scale=2.0, null_class=10)
+    expected = Diffusion().sample(plain, noise, steps=5, method="ddim")
+    assert torch.equal(Diffusion().sample(checked, noise, steps=5, method="ddim"), expected)
+
+
+def test_a_dit_refuses_a_label_it_has_no_row_for_when_guidance_is_set_up():
+    dit = DiT(DIT_PRESETS["DiT-digits-tiny"])
+    with pytest.raises(ValueError, match=r"y contains class id 11 outside \[0, 10\]"):
+        guided_eps_fn(dit, torch.tensor([3, 11]), guidance_scale=2.0, null_class=10)

@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from test_host_reads import CountReads
 from tolerances import FLOAT32_MODEL, FLOAT64_EXACT
 
 from addnorm.dit import DIT_PRESETS, DiT, DiTBlock, DiTConfig, classifier_free_guidance
@@ -41,6 +42,12 @@ def inputs(batch: int = 4, cfg: DiTConfig = CFG) -> tuple[torch.Tensor, ...]:
     t = torch.tensor([0.0, 17.5, 500.0, 999.0], dtype=F64)[:batch]
     y = torch.tensor([0, 3, 4, 1])[:batch]
     return x, t, y
+
+
+def host_reads(fn) -> int:
+    with torch.no_grad(), CountReads() as counter:
+        fn()
+    return counter.total
 
 
 def first3_channels_guidance(dit: DiT, x, t, y, scale: float) -> torch.Tensor:
@@ -166,6 +173,30 @@ def test_bad_inputs_raise_naming_the_values(change, error, match):
     args = {"x": x, "t": t, "y": y} | change
     with pytest.raises(error, match=match):
         dit(args["x"], args["t"], args["y"])
+
+
+def test_checked_labels_give_the_same_output_and_are_not_read_again():
+    # Oracle: the call with plain labels (the same ids, the same operations). The reads are
+    # counted as tests/test_host_reads.py counts them.
+    dit = model(PER_BLOCK)
+    x, t, y = inputs()
+    labels = dit.checked_labels(y)
+    assert torch.equal(dit(x, t, labels), dit(x, t, y))
+    steps = torch.tensor([999, 500, 20, 0])
+    assert host_reads(lambda: dit(x, steps, y)) == 1  # the labels' range, read once
+    assert host_reads(lambda: dit(x, steps, labels)) == 0  # checked before, integer steps
+    assert host_reads(lambda: dit(x, t, labels)) == 1  # float timesteps: their finiteness
+
+
+def test_checked_labels_are_refused_by_a_model_of_another_label_count():
+    x, t, y = inputs()
+    with pytest.raises(ValueError, match=r"class id 6 outside \[0, 5\]"):
+        model().checked_labels(torch.tensor([0, 6]))
+    labels = model(dataclasses.replace(CFG, class_dropout=0.0)).checked_labels(y)  # 5 rows
+    with pytest.raises(ValueError, match=r"y was checked against 5 label rows, this model has 6"):
+        model()(x, t, labels)
+    with pytest.raises(ValueError, match=r"y must have shape \(4,\)"):
+        model()(x, t, model().checked_labels(y[:3]))
 
 
 def test_the_null_class_is_out_of_range_without_label_dropout():

@@ -5,7 +5,7 @@ The conventions are facebookresearch/DiT's (``diffusion/``); see :mod:`.gaussian
 """
 
 from addnorm.diffusion.gaussian import Diffusion
-from addnorm.diffusion.guidance import classifier_free_guidance, guided_eps_fn
+from addnorm.diffusion.guidance import ChecksLabels, classifier_free_guidance, guided_eps_fn
 from addnorm.diffusion.likelihood import discretized_gaussian_log_likelihood, normal_kl
 from addnorm.diffusion.reverse import PREDICTIONS
 from addnorm.diffusion.sampling import METHODS, EpsFn
@@ -13,6 +13,7 @@ from addnorm.diffusion.schedules import SCHEDULES, NoiseSchedule, beta_schedule
 from addnorm.diffusion.spacing import SPACINGS, sampling_timesteps
 
 __all__ = [
+    "ChecksLabels",
     "METHODS",
     "PREDICTIONS",
     "SCHEDULES",

@@ -20,6 +20,10 @@ Typical training step and sampling::
     images = diffusion.sample(lambda x, t: model(x, t, y), torch.randn(B, C, H, W), steps=250)
     eps_fn = guided_eps_fn(model, y, guidance_scale=4.0, null_class=n_classes)
     guided = diffusion.sample(eps_fn, torch.randn(B, C, H, W), steps=50, method="ddim")
+
+A DiT checks its labels at every call given plain ones (one host read each); sampled through
+:func:`.guided_eps_fn`, or called with ``labels = dit.checked_labels(y)``, it reads them once,
+and a sampling step reads nothing back.
 """
 
 from __future__ import annotations
@@ -186,7 +190,8 @@ class Diffusion:
                 (DDPM steps use them; DDIM reads the first C only). ``t`` is a (B,) long
                 tensor of original step numbers (0 .. n_steps - 1) whatever ``steps``. Any
                 callable works: a model in a lambda, :func:`.guided_eps_fn`, an analytic
-                denoiser.
+                denoiser. Nothing here reads a value back per step; what ``eps_fn`` reads is
+                its own (a DiT's checked labels: none).
             noise: the starting x_T (B, C, ...), finite; it fixes the output's shape, dtype,
                 device.
             steps: number of steps, any of 1 .. n_steps with any spacing (default: all).

@@ -9,7 +9,7 @@ from addnorm.dit.block import DiTBlock
 from addnorm.dit.conditioning import ConditionEmbedder
 from addnorm.dit.config import DIT_PRESETS, DiTConfig
 from addnorm.dit.final_layer import FinalLayer
-from addnorm.dit.labels import ClassEmbedder
+from addnorm.dit.labels import CheckedLabels, ClassEmbedder
 from addnorm.dit.model import DiT
 from addnorm.dit.modulation import modulate
 from addnorm.dit.patches import PatchEmbed, patchify, unpatchify
@@ -17,6 +17,7 @@ from addnorm.dit.positions import sincos_2d_positions
 
 __all__ = [
     "DIT_PRESETS",
+    "CheckedLabels",
     "ClassEmbedder",
     "ConditionEmbedder",
     "DiT",

@@ -14,8 +14,10 @@ H = W = input_size, p patch size, g = H / p patches per side, N = g * g tokens, 
 
 Values are checked once, at this boundary (class ids in range, finite timesteps: one host
 sync; in-graph asserts instead while ``torch.compile`` or ``torch.export`` captures a graph);
-the parts check only the structure of what they receive. The forward compiles
-with ``fullgraph=True`` and exports with a dynamic batch (:mod:`addnorm.export`).
+the parts check only the structure of what they receive. Labels checked beforehand
+(:meth:`DiT.checked_labels`, what a sampler passes at every step) are not read again, so a
+call with them and integer timesteps reads nothing back. The forward compiles with
+``fullgraph=True`` and exports with a dynamic batch (:mod:`addnorm.export`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,14 @@ from addnorm.dit.block import DiTBlock
 from addnorm.dit.conditioning import ConditionEmbedder
 from addnorm.dit.config import DiTConfig
 from addnorm.dit.final_layer import FinalLayer
-from addnorm.dit.labels import ClassEmbedder, check_class_range, class_id_tensor, label_drops
+from addnorm.dit.labels import (
+    CheckedLabels,
+    ClassEmbedder,
+    check_class_ids,
+    check_class_range,
+    class_id_tensor,
+    label_drops,
+)
 from addnorm.dit.patches import PatchEmbed, unpatchify
 from addnorm.dit.positions import sincos_2d_positions
 from addnorm.family import DynamicShapes, ExportPart
@@ -145,7 +154,7 @@ class DiT(PretrainedMixin, nn.Module):
         self,
         x: torch.Tensor,
         t: torch.Tensor,
-        y: torch.Tensor,
+        y: torch.Tensor | CheckedLabels,
         *,
         force_drop_ids: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
@@ -156,7 +165,8 @@ class DiT(PretrainedMixin, nn.Module):
             x: noisy images (or latents).
             t: diffusion timesteps, integer or fractional (moved to x's device).
             y: class ids in [0, n_classes - 1], or ``n_classes`` (the null class, only when
-                ``class_dropout > 0``).
+                ``class_dropout > 0``); or :class:`CheckedLabels` from
+                :meth:`checked_labels`, whose values are not read again.
             force_drop_ids: bool, True = replace that label by the null class (in any mode).
             generator: random source of label dropout in training mode.
 
@@ -220,6 +230,27 @@ class DiT(PretrainedMixin, nn.Module):
         out = self(torch.cat([half, half], dim=0), t, y)  # (2B, C_out, H, W)
         return classifier_free_guidance(out, scale, n_guided=self.cfg.in_channels)
 
+    def checked_labels(self, y: torch.Tensor) -> CheckedLabels:
+        """Class ids checked once (every id one of this model's label rows: one read back),
+        on the model's device, for many calls: ``self(x, t, labels)`` then reads nothing
+        back for them. A sampler's steps call the model this way
+        (:func:`addnorm.diffusion.guided_eps_fn` does it for guidance); without guidance::
+
+            labels = dit.checked_labels(y)
+            images = diffusion.sample(lambda x, t: dit(x, t, labels), noise)
+
+        Shapes:
+            y: (B,) integer class ids; returns ids (B,) long
+        """
+        n_ids = self._n_label_ids
+        ids = class_id_tensor(y).to(self.pos_embed.device, torch.long)  # (B,)
+        return CheckedLabels(check_class_ids(ids, n_ids), n_ids)
+
+    @property
+    def _n_label_ids(self) -> int:
+        """Rows of the label table: the classes, and the null class with class_dropout > 0."""
+        return self.cfg.n_classes + int(self.cfg.has_null_class)
+
     def _check_guidance(self, x: object, y: object, guidance_scale: object) -> float:
         """Guidance needs a null class, an even batch, and the null id in y's second half."""
         cfg = self.cfg
@@ -270,7 +301,8 @@ class DiT(PretrainedMixin, nn.Module):
                 f"{cfg.grid_size} x {cfg.grid_size} patch grid"
             )
         t = self._checked_timesteps(t, batch).to(x.device)
-        y = class_id_tensor(y, batch).to(x.device, torch.long)  # (embedding takes long ids)
+        y, checked = self._label_ids(y, batch)
+        y = y.to(x.device, torch.long)  # (embedding takes long ids)
         if force_drop_ids is not None:
             check_bool_mask("force_drop_ids (True = drop)", force_drop_ids, (batch,))
             if not cfg.has_null_class:
@@ -278,12 +310,25 @@ class DiT(PretrainedMixin, nn.Module):
                     "force_drop_ids needs the null class, but class_dropout is 0: there is no "
                     f"null row (id {cfg.n_classes}) in the label table"
                 )
-        n_ids = cfg.n_classes + int(cfg.has_null_class)
+        n_ids = self._n_label_ids
         if torch.compiler.is_compiling():
             _assert_values(t, y, n_ids)
         elif batch:
-            _check_values(t, y, n_ids)
+            _check_values(t, None if checked else y, n_ids)
         return x, t, y
+
+    def _label_ids(self, y: object, batch: int) -> tuple[torch.Tensor, bool]:
+        """y's (B,) ids, and whether their values were checked before (:class:`CheckedLabels`,
+        whose row count must be this model's; their values are not read again)."""
+        if not isinstance(y, CheckedLabels):
+            return class_id_tensor(y, batch), False
+        n_ids = self._n_label_ids
+        if y.n_ids != n_ids:
+            raise ValueError(
+                f"y was checked against {y.n_ids} label rows, this model has {n_ids}: "
+                "check the labels with this model's checked_labels"
+            )
+        return class_id_tensor(y.ids, batch), True
 
     @staticmethod
     def _checked_timesteps(t: object, batch: int) -> torch.Tensor:
@@ -326,11 +371,19 @@ def _assert_values(t: torch.Tensor, y: torch.Tensor, n_ids: int) -> None:
         assert_in_graph(torch.isfinite(t).all(), "t must be finite")
 
 
-def _check_values(t: torch.Tensor, y: torch.Tensor, n_ids: int) -> None:
-    """Every class id in [0, n_ids) and every timestep finite, read back in one sync."""
-    finite = torch.isfinite(t).all() if t.is_floating_point() else torch.tensor(True)
-    low, high = torch.aminmax(y)
-    values = torch.stack([low.long(), high.long(), finite.to(y.device).long()]).tolist()
-    check_class_range(values[0], values[1], n_ids)
-    if not values[2]:
+def _check_values(t: torch.Tensor, y: torch.Tensor | None, n_ids: int) -> None:
+    """Every class id in [0, n_ids) and every timestep finite, read back in one sync; nothing
+    is read for labels checked before (``y`` None) with integer timesteps."""
+    flags: list[torch.Tensor] = []
+    if y is not None:
+        low, high = torch.aminmax(y)
+        flags += [low.long(), high.long()]
+    if t.is_floating_point():
+        flags.append(torch.isfinite(t).all().long())
+    if not flags:
+        return
+    values = torch.stack(flags).tolist()  # the one sync
+    if y is not None:
+        check_class_range(values[0], values[1], n_ids)
+    if t.is_floating_point() and not values[-1]:
         raise ValueError(f"t must be finite, got {t[~torch.isfinite(t)][0].item()}")
