@@ -11,6 +11,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
+from properties import examples
 from test_host_reads import CountReads
 from tolerances import FLOAT32_MODEL, FLOAT64_EXACT
 
@@ -163,6 +166,11 @@ def bad_input_cases() -> list[tuple[dict, type, str]]:
         ({"t": torch.zeros(3)}, ValueError, r"t must have shape \(4,\), one timestep per image"),
         ({"t": torch.zeros(4, 1)}, ValueError, r"t must have shape \(4,\)"),
         ({"t": torch.tensor([0.0, math.nan, 1.0, 2.0])}, ValueError, r"t must be finite, got nan"),
+        ({"t": math.nan}, ValueError, r"t must be finite, got nan"),
+        ({"t": True}, TypeError, r"t must be a torch.Tensor, got bool"),
+        ({"t": 10**30}, ValueError, r"t \(1000000000000000000000000000000\) does not fit int64"),
+        ({"t": torch.zeros(2)}, ValueError,
+         r"t must have shape \(4,\), one timestep per image \(or one for the batch: a number"),
     ]
 
 
@@ -173,6 +181,21 @@ def test_bad_inputs_raise_naming_the_values(change, error, match):
     args = {"x": x, "t": t, "y": y} | change
     with pytest.raises(error, match=match):
         dit(args["x"], args["t"], args["y"])
+
+
+@examples(10)
+@given(batch=st.integers(1, 4), step=st.integers(0, 999), fraction=st.sampled_from([0.0, 0.5]),
+       form=st.sampled_from(["number", "0-d", "(1,)"]))
+def test_one_timestep_for_the_whole_batch_is_broadcast_over_it(batch, step, fraction, form):
+    # Identity: one timestep given once equals it given per image (diffusers' models broadcast
+    # a (1,) timestep, its pipelines a number or a 0-d tensor), the same operations bit for bit.
+    dit = model()
+    x, _, y = inputs(batch)
+    value = step + fraction
+    per_image = dit(x, torch.full((batch,), value, dtype=F64), y)
+    once = {"number": value, "0-d": torch.tensor(value, dtype=F64),
+            "(1,)": torch.tensor([value], dtype=F64)}[form]
+    assert torch.equal(dit(x, once, y), per_image)
 
 
 def test_checked_labels_give_the_same_output_and_are_not_read_again():

@@ -256,6 +256,22 @@ def test_from_diffusers_reproduces_diffusers_outputs(out_channels, norm_eps):
         torch.testing.assert_close(ours(x, t, y), expected, **FLOAT32_MODEL)  # float32, D = 16
 
 
+def test_one_timestep_for_the_batch_is_taken_as_diffusers_takes_it():
+    # diffusers' DiT broadcasts a (1,) timestep over the batch; its pipeline makes a number
+    # or a 0-d tensor a (1,) one (float64 for a float) and expands it.
+    theirs = diffusers_dit(6, 1e-5)
+    ours = from_diffusers(theirs)
+    x, _, y = diffusers_inputs()
+    with torch.no_grad():
+        for t in (torch.tensor([17.5]), torch.tensor([999])):
+            expected = theirs(x, timestep=t, class_labels=y, return_dict=False)[0]
+            torch.testing.assert_close(ours(x, t, y), expected, **FLOAT32_MODEL)  # float32
+        once = torch.tensor([17.5], dtype=torch.float64).expand(4)
+        expected = theirs(x, timestep=once, class_labels=y, return_dict=False)[0]
+        for t in (17.5, torch.tensor(17.5)):
+            torch.testing.assert_close(ours(x, t, y), expected, **FLOAT32_MODEL)
+
+
 def test_timestep_embedder_with_shift_1_is_diffusers_timestep_mlp():
     # Oracle: diffusers' Timesteps(256, flip_sin_to_cos=True, downscale_freq_shift=1) and
     # TimestepEmbedding, the pair inside its DiT, given our weights.

@@ -22,6 +22,7 @@ call with them and integer timesteps reads nothing back. The forward compiles wi
 
 from __future__ import annotations
 
+import numbers
 from typing import cast
 
 import torch
@@ -153,7 +154,7 @@ class DiT(PretrainedMixin, nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        t: torch.Tensor,
+        t: torch.Tensor | float,
         y: torch.Tensor | CheckedLabels,
         *,
         force_drop_ids: torch.Tensor | None = None,
@@ -163,7 +164,9 @@ class DiT(PretrainedMixin, nn.Module):
 
         Args:
             x: noisy images (or latents).
-            t: diffusion timesteps, integer or fractional (moved to x's device).
+            t: diffusion timesteps, integer or fractional (moved to x's device): one per
+                image, or one for the whole batch (a number, a 0-d or a 1-element tensor,
+                broadcast as diffusers' models do).
             y: class ids in [0, n_classes - 1], or ``n_classes`` (the null class, only when
                 ``class_dropout > 0``); or :class:`CheckedLabels` from
                 :meth:`checked_labels`, whose values are not read again.
@@ -171,7 +174,8 @@ class DiT(PretrainedMixin, nn.Module):
             generator: random source of label dropout in training mode.
 
         Shapes:
-            x: (B, C, H, W), H = W = input_size; t: (B,); y: (B,); force_drop_ids: (B,)
+            x: (B, C, H, W), H = W = input_size; t: (B,), (1,) or (); y: (B,);
+            force_drop_ids: (B,)
             returns: (B, C_out, H, W), channels [noise | variance] when learn_sigma
         """
         x, t, y = self._checked_inputs(x, t, y, force_drop_ids)
@@ -332,14 +336,24 @@ class DiT(PretrainedMixin, nn.Module):
 
     @staticmethod
     def _checked_timesteps(t: object, batch: int) -> torch.Tensor:
+        """t as a (B,) tensor: one per image, or one number, 0-d or (1,) tensor broadcast."""
+        if isinstance(t, numbers.Integral) and not isinstance(t, bool):
+            if not -(2**63) <= int(t) < 2**63:
+                raise ValueError(f"t ({t}) does not fit int64")
+            t = torch.tensor(int(t))  # int64, as diffusers makes an int
+        elif isinstance(t, numbers.Real) and not isinstance(t, bool):
+            t = torch.tensor(float(t), dtype=torch.float64)  # as diffusers makes a float
         t = check_tensor("t", t)
         if t.dtype == torch.bool or t.is_complex():
             raise TypeError(f"t must be an integer or float tensor, got dtype {t.dtype}")
-        if tuple(t.shape) != (batch,):
-            raise ValueError(
-                f"t must have shape ({batch},), one timestep per image, got {tuple(t.shape)}"
-            )
-        return t
+        if t.ndim == 1 and t.shape[0] == batch:
+            return t
+        if t.ndim == 0 or tuple(t.shape) == (1,):
+            return t.expand(batch)  # (B,)
+        raise ValueError(
+            f"t must have shape ({batch},), one timestep per image (or one for the batch: a "
+            f"number, shape () or (1,)), got {tuple(t.shape)}"
+        )
 
     # What export, size estimates and distributed wrapping read (addnorm.family.ModelFamily).
     layer_classes = (DiTBlock,)
