@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
-from tolerances import FLOAT32_MODEL
+from tolerances import FLOAT32_MODEL, FLOAT64_EXACT
 
 from addnorm import timestep as timestep_module
 from addnorm.timestep import TimestepEmbedder, timestep_embedding
@@ -277,3 +278,24 @@ def test_embedder_runs_on_cuda_with_python_scalars():
     # Two float32 implementations of one small model (CUDA's sin/cos and sums vs the CPU's).
     torch.testing.assert_close(gpu([5.0, 50.0]).cpu(), cpu, **FLOAT32_MODEL)
     torch.testing.assert_close(gpu(torch.tensor([5.0, 50.0])).cpu(), cpu, **FLOAT32_MODEL)
+
+
+@pytest.mark.parametrize(("dim", "max_period", "shift"),
+                         [(4, 10000, 0.0), (256, 10000, 0.0), (64, 1000, 1.0), (11, 50, 0.5)])
+def test_the_documented_lowest_frequency_is_the_embeddings(dim, max_period, shift):
+    # Oracle: the frequency measured from the output, the angle of the last [cos | sin] pair
+    # at t = 1 (atan2 in float64, below pi since every frequency is <= 1), against the
+    # expression timestep_embedding's docstring states, evaluated.
+    doc = " ".join(timestep_embedding.__doc__.split())
+    stated = re.search(r"sets the lowest frequency, ``([^`]+)``", doc)
+    assert stated is not None, "the docstring states the lowest frequency as an expression"
+    half = dim // 2
+    emb = timestep_embedding(torch.tensor([1.0], dtype=torch.float64), dim, max_period,
+                             downscale_freq_shift=shift)
+    measured = math.atan2(emb[0, 2 * half - 1].item(), emb[0, half - 1].item())
+    value = eval(stated.group(1), {"__builtins__": {}},
+                 {"max_period": max_period, "half": half, "shift": shift})
+    assert measured == pytest.approx(value, rel=FLOAT64_EXACT["rtol"], abs=FLOAT64_EXACT["atol"])
+    # The figures quoted beside it: 7.5% above 1/max_period at dim 256, 100 times it at dim 4.
+    assert f"{100 * (10000 ** (1 / 128) - 1):.1f}% above it at dim 256" in doc
+    assert f"{10000 ** (-1 / 2) * 10000:.0f} times it at dim 4" in doc

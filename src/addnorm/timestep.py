@@ -177,7 +177,8 @@ def timestep_embedding(
 
     With the defaults this is the seed's function (SPEC section 2)::
 
-        half = dim // 2;  freqs = exp(-ln(max_period) * arange(half) / half)   # 1 .. ~1/max_period
+        half = dim // 2;  freqs = exp(-ln(max_period) * arange(half) / half)
+        # freqs: from 1 down to max_period ** (-(half - 1) / half), not 1/max_period
         args = t[:, None] * freqs[None];  emb = [cos(args) | sin(args)]  (+ a zero column if odd)
 
     The keywords reproduce diffusers' ``get_timestep_embedding`` (mapped in the module doc).
@@ -190,9 +191,11 @@ def timestep_embedding(
         dim: output width; odd ``dim`` appends one zero column. Must leave
             ``dim // 2 > downscale_freq_shift`` (where diffusers would divide by 0 and return
             NaN, e.g. ``dim`` 2 or 3 with shift 1, this raises), so ``dim >= 2``.
-        max_period: sets the lowest frequency (~``1/max_period``); must be > 0. Below 1 the
-            frequencies grow with k instead; where the highest would overflow the compute
-            dtype (``exp(-ln(max_period) * (half-1) / (half-shift))`` > half its largest
+        max_period: sets the lowest frequency, ``max_period ** (-(half - 1) / (half - shift))``
+            (k = half - 1), which nears 1/max_period only as ``half`` grows: 7.5% above it
+            at dim 256, 100 times it at dim 4 (max_period 10000, shift 0). Must be > 0.
+            Below 1 the frequencies grow with k instead; where the highest would overflow the
+            compute dtype (``exp(-ln(max_period) * (half-1) / (half-shift))`` > half its largest
             value), this raises ValueError naming it.
         repeat_only: return ``t`` repeated ``dim`` times (``result[n, j] = t_n``, in t's
             dtype, as the seed's ``repeat(timesteps, 'b -> b d')``), no sinusoids; any

@@ -259,3 +259,34 @@ def test_a_min_snr_weight_scales_each_samples_loss_and_a_huge_gamma_only_rescale
     abar = huge.noise_schedule.alphas_cumprod[t]
     expected = plain if prediction == "epsilon" else plain * abar
     torch.testing.assert_close(weighted, expected, **FLOAT64_EXACT)
+
+
+@pytest.mark.parametrize("prediction", ["epsilon", "v"])
+@pytest.mark.parametrize("schedule", ["linear", "cosine"])
+def test_a_gamma_whose_weights_underflow_float32_is_refused_naming_the_least_one(
+    prediction, schedule
+):
+    # Oracle: the weights in float64 (the formula) against float32's smallest normal number.
+    # At gamma 1e-300 every weight is below 1e-296: as float32, every loss would be 0. The
+    # least weight is at step 0, the largest SNR (about 1e4 for linear, 2.4e4 for cosine).
+    with pytest.raises(ValueError, match=r"min_snr_gamma \(1e-300\) weights the loss at step 0 "
+                       r"by \d(\.\d+)?e-30\d, below float32's smallest normal number"):
+        Diffusion(schedule=schedule, prediction=prediction, min_snr_gamma=1e-300)
+    with pytest.raises(ValueError) as refused:
+        Diffusion(schedule=schedule, prediction=prediction, min_snr_gamma=1e-36)
+    least = float(str(refused.value).split("use min_snr_gamma >= ")[1].split()[0])
+    accepted = Diffusion(schedule=schedule, prediction=prediction, min_snr_gamma=least)
+    weights = accepted._loss_weight(torch.arange(accepted.n_steps)).float()
+    assert weights.min() >= torch.finfo(torch.float32).tiny  # every weight a normal float32
+    # and the named bound is tight to its 3 printed digits: 1% less is refused
+    with pytest.raises(ValueError, match="below float32's smallest normal number"):
+        Diffusion(schedule=schedule, prediction=prediction, min_snr_gamma=least * 0.99)
+
+
+def test_a_tiny_but_representable_gamma_still_trains_every_step():
+    # The loss of a (B,) batch at gamma 1e-30 is positive wherever the error is: no weight is 0.
+    x0, noise, _ = data()
+    t = torch.tensor([0, 1, 2, 500, 999])
+    output = torch.randn_like(x0)
+    loss = Diffusion(min_snr_gamma=1e-30).loss(output, x0, t, noise, reduction="none")
+    assert (loss > 0).all()

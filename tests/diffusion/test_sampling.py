@@ -7,12 +7,16 @@ implies sample the same chain), determinism of the generator, and the arguments'
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
+from test_host_reads import CountReads
 from tolerances import FLOAT64_EXACT
 
-from addnorm.diffusion import Diffusion
+from addnorm.diffusion import Diffusion, guided_eps_fn
+from addnorm.dit import DIT_PRESETS, DiT
 
 ABAR = torch.from_numpy(np.cumprod(1.0 - np.linspace(1e-4, 0.02, 1000)))
 
@@ -150,3 +154,37 @@ def test_progress_bar_only_when_asked(capsys):
 def test_bad_sampling_arguments_are_refused_naming_the_values(args, kwargs, error, message):
     with pytest.raises(error, match=message):
         Diffusion().sample(*args, **kwargs)
+
+
+# ------------------------------------------------------------------- host reads per step
+
+
+def dit_sampling_reads(conditioning: str, method: str, steps: int, checked: bool) -> int:
+    """Values read back by one ``sample`` of a tiny DiT, counted as tests/test_host_reads.py
+    counts them (an exact count of the reading calls, on the CPU, where the code takes the
+    same path as on an accelerator)."""
+    cfg = dataclasses.replace(DIT_PRESETS["DiT-digits-tiny"], conditioning=conditioning)
+    dit = DiT(cfg).eval()
+    y = torch.tensor([3, 1, 4])
+    if checked:
+        eps_fn = guided_eps_fn(dit, y, guidance_scale=2.0, null_class=cfg.n_classes)
+    else:  # the model's top-level call with plain labels: it checks them at every call
+        eps_fn = guided_eps_fn(lambda x, t, labels: dit(x, t, labels), y, guidance_scale=2.0,
+                               null_class=cfg.n_classes)
+    noise = torch.randn(3, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad(), CountReads() as counter:
+        Diffusion().sample(eps_fn, noise, steps=steps, method=method,
+                           generator=torch.Generator().manual_seed(1))
+    return counter.total
+
+
+@pytest.mark.parametrize("conditioning", ["shared", "per_block"])
+@pytest.mark.parametrize("method", ["ddim", "ddpm"])
+def test_sampling_a_dit_reads_nothing_back_per_step(conditioning, method):
+    # A sample call reads a fixed number of values (the noise's and the result's finiteness,
+    # the schedule's CPU tables), whatever the number of steps; guided_eps_fn had the labels
+    # checked once, when it was made.
+    reads = {k: dit_sampling_reads(conditioning, method, k, checked=True) for k in (2, 9)}
+    assert reads[9] == reads[2]
+    # The count sees each read: called with plain labels, the DiT reads them at every step.
+    assert dit_sampling_reads(conditioning, method, 9, checked=False) == reads[2] + 9

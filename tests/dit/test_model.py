@@ -11,9 +11,13 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
+from properties import examples
+from test_host_reads import CountReads
 from tolerances import FLOAT32_MODEL, FLOAT64_EXACT
 
-from addnorm.dit import DIT_PRESETS, DiT, DiTBlock, DiTConfig
+from addnorm.dit import DIT_PRESETS, DiT, DiTBlock, DiTConfig, classifier_free_guidance
 
 F64 = torch.float64  # model() is float64: its comparisons use FLOAT64_EXACT
 CFG = DiTConfig(input_size=8, patch_size=2, in_channels=4, d_model=32, n_layers=2, n_heads=4,
@@ -41,6 +45,19 @@ def inputs(batch: int = 4, cfg: DiTConfig = CFG) -> tuple[torch.Tensor, ...]:
     t = torch.tensor([0.0, 17.5, 500.0, 999.0], dtype=F64)[:batch]
     y = torch.tensor([0, 3, 4, 1])[:batch]
     return x, t, y
+
+
+def host_reads(fn) -> int:
+    with torch.no_grad(), CountReads() as counter:
+        fn()
+    return counter.total
+
+
+def first3_channels_guidance(dit: DiT, x, t, y, scale: float) -> torch.Tensor:
+    """DiT's reference ``forward_with_cfg``: x's first half doubled, channels 0..2 guided
+    ("for exact reproducibility" of its paper's samples), the rest kept from each half."""
+    half = x[: len(x) // 2]
+    return classifier_free_guidance(dit(torch.cat([half, half]), t, y), scale, n_guided=3)
 
 
 def test_a_fresh_dit_outputs_exactly_zero():
@@ -112,7 +129,7 @@ def test_guidance_guides_every_noise_channel():
     torch.testing.assert_close(out[:2, 4:], cond[:, 4:], **FLOAT64_EXACT)
     torch.testing.assert_close(out[2:, 4:], uncond[:, 4:], **FLOAT64_EXACT)
     # The reference's first-3-channels variant leaves channel 3 of 4 unguided.
-    quirk = dit.forward_with_cfg_first3_channels(x2, t, y, 3.0)
+    quirk = first3_channels_guidance(dit, x2, t, y, 3.0)
     torch.testing.assert_close(quirk[:, :3], out[:, :3], **FLOAT64_EXACT)
     torch.testing.assert_close(quirk[:2, 3], cond[:, 3], **FLOAT64_EXACT)
     assert not torch.allclose(quirk[:2, 3], out[:2, 3])
@@ -149,6 +166,11 @@ def bad_input_cases() -> list[tuple[dict, type, str]]:
         ({"t": torch.zeros(3)}, ValueError, r"t must have shape \(4,\), one timestep per image"),
         ({"t": torch.zeros(4, 1)}, ValueError, r"t must have shape \(4,\)"),
         ({"t": torch.tensor([0.0, math.nan, 1.0, 2.0])}, ValueError, r"t must be finite, got nan"),
+        ({"t": math.nan}, ValueError, r"t must be finite, got nan"),
+        ({"t": True}, TypeError, r"t must be a torch.Tensor, got bool"),
+        ({"t": 10**30}, ValueError, r"t \(1000000000000000000000000000000\) does not fit int64"),
+        ({"t": torch.zeros(2)}, ValueError,
+         r"t must have shape \(4,\), one timestep per image \(or one for the batch: a number"),
     ]
 
 
@@ -159,6 +181,45 @@ def test_bad_inputs_raise_naming_the_values(change, error, match):
     args = {"x": x, "t": t, "y": y} | change
     with pytest.raises(error, match=match):
         dit(args["x"], args["t"], args["y"])
+
+
+@examples(10)
+@given(batch=st.integers(1, 4), step=st.integers(0, 999), fraction=st.sampled_from([0.0, 0.5]),
+       form=st.sampled_from(["number", "0-d", "(1,)"]))
+def test_one_timestep_for_the_whole_batch_is_broadcast_over_it(batch, step, fraction, form):
+    # Identity: one timestep given once equals it given per image (diffusers' models broadcast
+    # a (1,) timestep, its pipelines a number or a 0-d tensor), the same operations bit for bit.
+    dit = model()
+    x, _, y = inputs(batch)
+    value = step + fraction
+    per_image = dit(x, torch.full((batch,), value, dtype=F64), y)
+    once = {"number": value, "0-d": torch.tensor(value, dtype=F64),
+            "(1,)": torch.tensor([value], dtype=F64)}[form]
+    assert torch.equal(dit(x, once, y), per_image)
+
+
+def test_checked_labels_give_the_same_output_and_are_not_read_again():
+    # Oracle: the call with plain labels (the same ids, the same operations). The reads are
+    # counted as tests/test_host_reads.py counts them.
+    dit = model(PER_BLOCK)
+    x, t, y = inputs()
+    labels = dit.checked_labels(y)
+    assert torch.equal(dit(x, t, labels), dit(x, t, y))
+    steps = torch.tensor([999, 500, 20, 0])
+    assert host_reads(lambda: dit(x, steps, y)) == 1  # the labels' range, read once
+    assert host_reads(lambda: dit(x, steps, labels)) == 0  # checked before, integer steps
+    assert host_reads(lambda: dit(x, t, labels)) == 1  # float timesteps: their finiteness
+
+
+def test_checked_labels_are_refused_by_a_model_of_another_label_count():
+    x, t, y = inputs()
+    with pytest.raises(ValueError, match=r"class id 6 outside \[0, 5\]"):
+        model().checked_labels(torch.tensor([0, 6]))
+    labels = model(dataclasses.replace(CFG, class_dropout=0.0)).checked_labels(y)  # 5 rows
+    with pytest.raises(ValueError, match=r"y was checked against 5 label rows, this model has 6"):
+        model()(x, t, labels)
+    with pytest.raises(ValueError, match=r"y must have shape \(4,\)"):
+        model()(x, t, model().checked_labels(y[:3]))
 
 
 def test_the_null_class_is_out_of_range_without_label_dropout():
@@ -172,9 +233,8 @@ def test_guidance_without_a_null_class_raises():
     dit = model(dataclasses.replace(CFG, class_dropout=0.0))
     x, t, _ = inputs()
     y = torch.tensor([0, 1, 5, 5])
-    for guide in (dit.forward_with_cfg, dit.forward_with_cfg_first3_channels):
-        with pytest.raises(ValueError, match=r"guidance needs the null class, but class_dropout"):
-            guide(x, t, y, 4.0)
+    with pytest.raises(ValueError, match=r"guidance needs the null class, but class_dropout"):
+        dit.forward_with_cfg(x, t, y, 4.0)
 
 
 @pytest.mark.parametrize(

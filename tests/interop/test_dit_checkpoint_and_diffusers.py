@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from properties import examples
 from tolerances import FLOAT32_MODEL, FLOAT64_EXACT, u
 
-from addnorm.dit import DiT, DiTConfig
+from addnorm.dit import DiT, DiTConfig, classifier_free_guidance
 from addnorm.interop import from_diffusers, from_dit_state_dict, to_diffusers, to_dit_state_dict
 from addnorm.timestep import TimestepEmbedder
 
@@ -189,7 +189,8 @@ def test_first3_channel_guidance_matches_the_reference(learn_sigma):
         return reference_forward(sd, xx, tt, yy, patch=2, n_heads=4)
 
     expected = reference_forward_with_cfg(forward, x, t, y, 4.0)
-    got = dit.forward_with_cfg_first3_channels(x, t, y, 4.0)
+    half = x[:2]  # addnorm's DiT on the doubled half, guided on 3 channels as the reference
+    got = classifier_free_guidance(dit(torch.cat([half, half]), t, y), 4.0, n_guided=3)
     torch.testing.assert_close(got, expected, **FLOAT64_EXACT)  # float64
 
 
@@ -253,6 +254,22 @@ def test_from_diffusers_reproduces_diffusers_outputs(out_channels, norm_eps):
     with torch.no_grad():
         expected = theirs(x, timestep=t, class_labels=y, return_dict=False)[0]
         torch.testing.assert_close(ours(x, t, y), expected, **FLOAT32_MODEL)  # float32, D = 16
+
+
+def test_one_timestep_for_the_batch_is_taken_as_diffusers_takes_it():
+    # diffusers' DiT broadcasts a (1,) timestep over the batch; its pipeline makes a number
+    # or a 0-d tensor a (1,) one (float64 for a float) and expands it.
+    theirs = diffusers_dit(6, 1e-5)
+    ours = from_diffusers(theirs)
+    x, _, y = diffusers_inputs()
+    with torch.no_grad():
+        for t in (torch.tensor([17.5]), torch.tensor([999])):
+            expected = theirs(x, timestep=t, class_labels=y, return_dict=False)[0]
+            torch.testing.assert_close(ours(x, t, y), expected, **FLOAT32_MODEL)  # float32
+        once = torch.tensor([17.5], dtype=torch.float64).expand(4)
+        expected = theirs(x, timestep=once, class_labels=y, return_dict=False)[0]
+        for t in (17.5, torch.tensor(17.5)):
+            torch.testing.assert_close(ours(x, t, y), expected, **FLOAT32_MODEL)
 
 
 def test_timestep_embedder_with_shift_1_is_diffusers_timestep_mlp():

@@ -20,6 +20,10 @@ Typical training step and sampling::
     images = diffusion.sample(lambda x, t: model(x, t, y), torch.randn(B, C, H, W), steps=250)
     eps_fn = guided_eps_fn(model, y, guidance_scale=4.0, null_class=n_classes)
     guided = diffusion.sample(eps_fn, torch.randn(B, C, H, W), steps=50, method="ddim")
+
+A DiT checks its labels at every call given plain ones (one host read each); sampled through
+:func:`.guided_eps_fn`, or called with ``labels = dit.checked_labels(y)``, it reads them once,
+and a sampling step reads nothing back.
 """
 
 from __future__ import annotations
@@ -60,7 +64,11 @@ class Diffusion:
             abar_t / (1 - abar_t)``: ``min(SNR, gamma) / SNR`` for ``epsilon``,
             ``min(SNR, gamma) / (SNR + 1)`` for ``v`` (as diffusers' training scripts). It
             stops the nearly clean steps, which the loss otherwise weighs most, from taking
-            the model's capacity.
+            the model's capacity. A gamma so small that some step's weight falls below
+            float32's smallest normal number (about 1.2e-38; the loss's dtype, or bfloat16's
+            alike) is refused: that weight rounds to 0 or loses its digits, and with the
+            smallest gammas every loss would be exactly 0 (1e-34 is about the least for
+            DiT's 1000 linear steps).
 
     ``noise_schedule`` holds the float64 tables (:class:`.NoiseSchedule`). The object has no
     device: tables are cast to each input's dtype and moved to its device at use.
@@ -83,6 +91,8 @@ class Diffusion:
             )
         self.min_snr_gamma = min_snr_gamma
         self.noise_schedule = NoiseSchedule.from_betas(beta_schedule(schedule, n_steps))
+        if min_snr_gamma is not None:
+            self._check_weights_are_normal_floats()
 
     def __repr__(self) -> str:
         weighting = "" if self.min_snr_gamma is None else f", min_snr_gamma={self.min_snr_gamma:g}"
@@ -146,6 +156,25 @@ class Diffusion:
         clipped = snr.clamp(max=self.min_snr_gamma)
         return clipped / snr if self.prediction == "epsilon" else clipped / (snr + 1.0)
 
+    def _check_weights_are_normal_floats(self) -> None:
+        """ValueError naming ``min_snr_gamma`` where a step's weight underflows float32."""
+        weights = self._loss_weight(torch.arange(self.n_steps))  # (n_steps,) float64, CPU
+        step = int(weights.argmin())
+        smallest, tiny = float(weights[step]), torch.finfo(torch.float32).tiny
+        if smallest >= tiny:
+            return
+        snr = self.noise_schedule.alphas_cumprod / (1.0 - self.noise_schedule.alphas_cumprod)
+        # min(SNR, gamma) / SNR (or / (SNR + 1)) >= tiny at every step where gamma < SNR
+        least = tiny * float(snr.max() + (0.0 if self.prediction == "epsilon" else 1.0))
+        unit = 10.0 ** (math.floor(math.log10(least)) - 2)
+        least = math.ceil(least / unit) * unit  # rounded up to 3 digits: accepted as printed
+        raise ValueError(
+            f"min_snr_gamma ({self.min_snr_gamma:g}) weights the loss at step {step} by "
+            f"{smallest:.3g}, below float32's smallest normal number ({tiny:.3g}): the weighted "
+            f"losses would underflow to 0; use min_snr_gamma >= {least:.3g} with this "
+            f"schedule (Hang et al. use 5)"
+        )
+
     def vb_term(self, output: Tensor, x0: Tensor, t: Tensor, noise: Tensor) -> Tensor:
         """Step t's term of the variational bound, in bits per dimension, for a model whose
         ``output`` has 2C channels (prediction, then variance values).
@@ -186,7 +215,8 @@ class Diffusion:
                 (DDPM steps use them; DDIM reads the first C only). ``t`` is a (B,) long
                 tensor of original step numbers (0 .. n_steps - 1) whatever ``steps``. Any
                 callable works: a model in a lambda, :func:`.guided_eps_fn`, an analytic
-                denoiser.
+                denoiser. Nothing here reads a value back per step; what ``eps_fn`` reads is
+                its own (a DiT's checked labels: none).
             noise: the starting x_T (B, C, ...), finite; it fixes the output's shape, dtype,
                 device.
             steps: number of steps, any of 1 .. n_steps with any spacing (default: all).

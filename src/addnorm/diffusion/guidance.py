@@ -1,24 +1,76 @@
-"""Classifier-free guidance (Ho & Salimans, 2022) as a wrapper around a conditional model.
+"""Classifier-free guidance (Ho & Salimans, 2022): its formula, once, and the two ways to use it.
 
-Shapes legend: B batch, C channels, ``...`` further data dims.
+    guided = uncond + s * (cond - uncond)        s = guidance scale; 1 gives cond, 0 uncond
+
+- :func:`guided_prediction`: the formula alone (eq. 6 in noise form).
+- :func:`classifier_free_guidance`: DiT's calling convention, a model output of 2B rows (the
+  first B conditioned on their classes, the last B on the null class) guided on its first
+  channels and returned for both halves (``DiT.forward_with_cfg``).
+- :func:`guided_eps_fn`: any conditional model ``model(x, t, y)`` as an ``eps_fn(x, t)`` for
+  :meth:`.Diffusion.sample`; a model that checks its labels once (:class:`ChecksLabels`, the
+  DiT) is handed them checked, so a sampling step reads nothing back.
+
+Shapes legend: B batch (of each half), C channels, ``...`` further data dims (H, W).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
 
 from addnorm.diffusion.sampling import EpsFn
-from addnorm.guidance import guided_prediction
 from addnorm.utils.checks import check_float, check_int, check_tensor
 
-__all__ = ["guided_eps_fn"]
+__all__ = ["ChecksLabels", "classifier_free_guidance", "guided_eps_fn", "guided_prediction"]
+
+
+def guided_prediction(cond: Tensor, uncond: Tensor, guidance_scale: float) -> Tensor:
+    """``uncond + guidance_scale * (cond - uncond)``: the formula alone, on arguments its
+    callers checked (a finite scale; two halves of one model output).
+
+    Shapes:
+        cond, uncond: (B, ...), the same shape
+        returns: (B, ...)
+    """
+    return uncond + guidance_scale * (cond - uncond)
+
+
+def classifier_free_guidance(out: Tensor, guidance_scale: float, *, n_guided: int) -> Tensor:
+    """Guide the first ``n_guided`` channels of a [conditional; unconditional] batch; pass the
+    others through from each half. The guided channels are returned in both halves, so a
+    sampler can treat the doubled batch as one (DiT's calling convention; its reference code
+    guides ``n_guided=3`` channels, addnorm's ``DiT.forward_with_cfg`` all C noise channels).
+
+    ``guidance_scale`` may be any finite number (NaN and infinities are refused); whether the
+    samples a sampler builds on it stay finite depends on the model, see
+    :func:`guided_eps_fn`.
+
+    Shapes:
+        out: (2B, C_out, H, W), rows [conditional; unconditional]
+        returns: (2B, C_out, H, W), guided channels equal in both halves
+    """
+    guidance_scale = check_float("guidance_scale", guidance_scale)
+    guided, rest = out[:, :n_guided], out[:, n_guided:]  # (2B, n, H, W), (2B, C_out - n, H, W)
+    cond, uncond = guided.chunk(2, dim=0)  # (B, n, H, W) each
+    half = guided_prediction(cond, uncond, guidance_scale)  # (B, n, H, W)
+    return torch.cat([torch.cat([half, half], dim=0), rest], dim=1)  # (2B, C_out, H, W)
+
+
+@runtime_checkable
+class ChecksLabels(Protocol):
+    """A conditional model that checks its labels' values once for many calls: after
+    ``labels = model.checked_labels(y)`` (one read back), ``model(x, t, labels)`` reads
+    nothing back for them. :func:`guided_eps_fn` uses it, so that a sampling step does not
+    wait for the device (the DiT: :meth:`addnorm.dit.DiT.checked_labels`)."""
+
+    def checked_labels(self, y: Tensor) -> Any: ...
 
 
 def guided_eps_fn(
-    model: Callable[[Tensor, Tensor, Tensor], Tensor],
+    model: Callable[[Tensor, Tensor, Any], Tensor],
     y: Tensor,
     *,
     guidance_scale: float,
@@ -32,6 +84,10 @@ def guided_eps_fn(
     conditional model; 0: the unconditional one). With learned variance (2C output channels)
     the variance channels are the conditional half's, unguided. DiT's ``forward_with_cfg``
     guides only the first 3 channels "for exact reproducibility"; this guides all C.
+
+    The doubled labels are made here, once; a model with ``checked_labels``
+    (:class:`ChecksLabels`) checks them here too (its one read back, raising for a label it
+    has no row for), and each call passes them on checked.
 
     Args:
         model: called as ``model(x (2B, C, ...), t (2B,), y (2B,))``.
@@ -60,13 +116,15 @@ def guided_eps_fn(
     guidance_scale = check_float("guidance_scale", guidance_scale)
     null_class = check_int("null_class", null_class, min_value=0)
     labels = torch.cat([y, torch.full_like(y, null_class)])  # (2B,)
+    checked = model.checked_labels(labels) if isinstance(model, ChecksLabels) else None
 
     def guided(x: Tensor, t: Tensor) -> Tensor:
         if x.shape[0] != y.shape[0] or t.shape != (x.shape[0],):
             raise ValueError(
                 f"x {tuple(x.shape)} and t {tuple(t.shape)} must have the batch of y ({y.shape[0]})"
             )
-        both = model(torch.cat([x, x]), torch.cat([t, t]), labels.to(x.device))  # (2B, C', ...)
+        both_labels = labels.to(x.device) if checked is None else checked
+        both = model(torch.cat([x, x]), torch.cat([t, t]), both_labels)  # (2B, C', ...)
         if not isinstance(both, Tensor) or both.shape[0] != 2 * x.shape[0]:
             got = tuple(both.shape) if isinstance(both, Tensor) else type(both).__name__
             raise ValueError(f"model must return a batch of {2 * x.shape[0]} rows, got {got}")

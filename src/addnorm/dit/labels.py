@@ -11,12 +11,15 @@ Shapes legend: B batch, D d_model.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
 from addnorm.utils.checks import check_bool_mask, check_int, check_probability, check_tensor
 
 __all__ = [
+    "CheckedLabels",
     "ClassEmbedder",
     "check_class_ids",
     "check_class_range",
@@ -54,6 +57,23 @@ def check_class_ids(y: object, n_ids: int) -> torch.Tensor:
         low, high = torch.stack(torch.aminmax(y)).tolist()  # one sync
         check_class_range(low, high, n_ids)
     return y
+
+
+@dataclass(frozen=True, eq=False)
+class CheckedLabels:
+    """Class ids whose values were checked once, for many calls of one model.
+
+    Made by :meth:`addnorm.dit.DiT.checked_labels` (one read back); a DiT called with them as
+    ``y`` reads nothing back for them, which is what a sampler's steps pass
+    (:func:`addnorm.diffusion.guided_eps_fn`). ``n_ids`` is the number of label rows they were
+    checked against (every id is in [0, n_ids)); a model with another count refuses them.
+
+    Shapes:
+        ids: (B,) long, on the model's device
+    """
+
+    ids: torch.Tensor
+    n_ids: int
 
 
 def label_drops(

@@ -14,24 +14,34 @@ H = W = input_size, p patch size, g = H / p patches per side, N = g * g tokens, 
 
 Values are checked once, at this boundary (class ids in range, finite timesteps: one host
 sync; in-graph asserts instead while ``torch.compile`` or ``torch.export`` captures a graph);
-the parts check only the structure of what they receive. The forward compiles
-with ``fullgraph=True`` and exports with a dynamic batch (:mod:`addnorm.export`).
+the parts check only the structure of what they receive. Labels checked beforehand
+(:meth:`DiT.checked_labels`, what a sampler passes at every step) are not read again, so a
+call with them and integer timesteps reads nothing back. The forward compiles with
+``fullgraph=True`` and exports with a dynamic batch (:mod:`addnorm.export`).
 """
 
 from __future__ import annotations
 
+import numbers
 from typing import cast
 
 import torch
 from torch import nn
 from torch.export import Dim
 
+from addnorm.diffusion.guidance import classifier_free_guidance
 from addnorm.dit.block import DiTBlock
 from addnorm.dit.conditioning import ConditionEmbedder
 from addnorm.dit.config import DiTConfig
 from addnorm.dit.final_layer import FinalLayer
-from addnorm.dit.guidance import classifier_free_guidance
-from addnorm.dit.labels import ClassEmbedder, check_class_range, class_id_tensor, label_drops
+from addnorm.dit.labels import (
+    CheckedLabels,
+    ClassEmbedder,
+    check_class_ids,
+    check_class_range,
+    class_id_tensor,
+    label_drops,
+)
 from addnorm.dit.patches import PatchEmbed, unpatchify
 from addnorm.dit.positions import sincos_2d_positions
 from addnorm.family import DynamicShapes, ExportPart
@@ -144,8 +154,8 @@ class DiT(PretrainedMixin, nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        t: torch.Tensor,
-        y: torch.Tensor,
+        t: torch.Tensor | float,
+        y: torch.Tensor | CheckedLabels,
         *,
         force_drop_ids: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
@@ -154,14 +164,18 @@ class DiT(PretrainedMixin, nn.Module):
 
         Args:
             x: noisy images (or latents).
-            t: diffusion timesteps, integer or fractional (moved to x's device).
+            t: diffusion timesteps, integer or fractional (moved to x's device): one per
+                image, or one for the whole batch (a number, a 0-d or a 1-element tensor,
+                broadcast as diffusers' models do).
             y: class ids in [0, n_classes - 1], or ``n_classes`` (the null class, only when
-                ``class_dropout > 0``).
+                ``class_dropout > 0``); or :class:`CheckedLabels` from
+                :meth:`checked_labels`, whose values are not read again.
             force_drop_ids: bool, True = replace that label by the null class (in any mode).
             generator: random source of label dropout in training mode.
 
         Shapes:
-            x: (B, C, H, W), H = W = input_size; t: (B,); y: (B,); force_drop_ids: (B,)
+            x: (B, C, H, W), H = W = input_size; t: (B,), (1,) or (); y: (B,);
+            force_drop_ids: (B,)
             returns: (B, C_out, H, W), channels [noise | variance] when learn_sigma
         """
         x, t, y = self._checked_inputs(x, t, y, force_drop_ids)
@@ -204,38 +218,42 @@ class DiT(PretrainedMixin, nn.Module):
         The batch has 2B rows: y's first half holds the classes, its second half the null id
         ``n_classes``. Only x's first half is used (it is repeated for the null half, as in
         DiT); t is used as given. The C noise channels are guided,
-        ``uncond + s * (cond - uncond)``, and returned in both halves; with ``learn_sigma``
-        the C variance channels are not guided but returned as each half computed them
-        (DiT's "standard approach", left commented out in its code).
+        ``uncond + s * (cond - uncond)`` (:func:`~addnorm.diffusion.classifier_free_guidance`),
+        and returned in both halves; with ``learn_sigma`` the C variance channels are not
+        guided but returned as each half computed them (DiT's "standard approach", left
+        commented out in its code). DiT's own ``forward_with_cfg`` guides channels 0..2
+        only, "for exact reproducibility": ``classifier_free_guidance(out, s, n_guided=3)``
+        on this model's output of the doubled batch reproduces it.
 
         Shapes:
             x: (2B, C, H, W); t: (2B,); y: (2B,), y[B:] == n_classes
             returns: (2B, C_out, H, W)
         """
-        return self._guided(x, t, y, guidance_scale, n_guided=self.cfg.in_channels)
-
-    def forward_with_cfg_first3_channels(
-        self, x: torch.Tensor, t: torch.Tensor, y: torch.Tensor, guidance_scale: float
-    ) -> torch.Tensor:
-        """:meth:`forward_with_cfg` as the reference code does it: a quirk of that code.
-
-        DiT's ``forward_with_cfg`` guides only channels 0..2, "for exact reproducibility"
-        of its paper's samples, and concatenates the rest unguided. Its 4-channel latents
-        thus keep channel 3 unguided. Use this only to reproduce DiT's published numbers.
-
-        Shapes:
-            as :meth:`forward_with_cfg`.
-        """
-        return self._guided(x, t, y, guidance_scale, n_guided=3)
-
-    def _guided(
-        self, x: torch.Tensor, t: torch.Tensor, y: torch.Tensor, guidance_scale: float,
-        *, n_guided: int,
-    ) -> torch.Tensor:
         scale = self._check_guidance(x, y, guidance_scale)
         half = x[: x.shape[0] // 2]  # (B, C, H, W)
         out = self(torch.cat([half, half], dim=0), t, y)  # (2B, C_out, H, W)
-        return classifier_free_guidance(out, scale, n_guided=n_guided)
+        return classifier_free_guidance(out, scale, n_guided=self.cfg.in_channels)
+
+    def checked_labels(self, y: torch.Tensor) -> CheckedLabels:
+        """Class ids checked once (every id one of this model's label rows: one read back),
+        on the model's device, for many calls: ``self(x, t, labels)`` then reads nothing
+        back for them. A sampler's steps call the model this way
+        (:func:`addnorm.diffusion.guided_eps_fn` does it for guidance); without guidance::
+
+            labels = dit.checked_labels(y)
+            images = diffusion.sample(lambda x, t: dit(x, t, labels), noise)
+
+        Shapes:
+            y: (B,) integer class ids; returns ids (B,) long
+        """
+        n_ids = self._n_label_ids
+        ids = class_id_tensor(y).to(self.pos_embed.device, torch.long)  # (B,)
+        return CheckedLabels(check_class_ids(ids, n_ids), n_ids)
+
+    @property
+    def _n_label_ids(self) -> int:
+        """Rows of the label table: the classes, and the null class with class_dropout > 0."""
+        return self.cfg.n_classes + int(self.cfg.has_null_class)
 
     def _check_guidance(self, x: object, y: object, guidance_scale: object) -> float:
         """Guidance needs a null class, an even batch, and the null id in y's second half."""
@@ -287,7 +305,8 @@ class DiT(PretrainedMixin, nn.Module):
                 f"{cfg.grid_size} x {cfg.grid_size} patch grid"
             )
         t = self._checked_timesteps(t, batch).to(x.device)
-        y = class_id_tensor(y, batch).to(x.device, torch.long)  # (embedding takes long ids)
+        y, checked = self._label_ids(y, batch)
+        y = y.to(x.device, torch.long)  # (embedding takes long ids)
         if force_drop_ids is not None:
             check_bool_mask("force_drop_ids (True = drop)", force_drop_ids, (batch,))
             if not cfg.has_null_class:
@@ -295,23 +314,46 @@ class DiT(PretrainedMixin, nn.Module):
                     "force_drop_ids needs the null class, but class_dropout is 0: there is no "
                     f"null row (id {cfg.n_classes}) in the label table"
                 )
-        n_ids = cfg.n_classes + int(cfg.has_null_class)
+        n_ids = self._n_label_ids
         if torch.compiler.is_compiling():
             _assert_values(t, y, n_ids)
         elif batch:
-            _check_values(t, y, n_ids)
+            _check_values(t, None if checked else y, n_ids)
         return x, t, y
+
+    def _label_ids(self, y: object, batch: int) -> tuple[torch.Tensor, bool]:
+        """y's (B,) ids, and whether their values were checked before (:class:`CheckedLabels`,
+        whose row count must be this model's; their values are not read again)."""
+        if not isinstance(y, CheckedLabels):
+            return class_id_tensor(y, batch), False
+        n_ids = self._n_label_ids
+        if y.n_ids != n_ids:
+            raise ValueError(
+                f"y was checked against {y.n_ids} label rows, this model has {n_ids}: "
+                "check the labels with this model's checked_labels"
+            )
+        return class_id_tensor(y.ids, batch), True
 
     @staticmethod
     def _checked_timesteps(t: object, batch: int) -> torch.Tensor:
+        """t as a (B,) tensor: one per image, or one number, 0-d or (1,) tensor broadcast."""
+        if isinstance(t, numbers.Integral) and not isinstance(t, bool):
+            if not -(2**63) <= int(t) < 2**63:
+                raise ValueError(f"t ({t}) does not fit int64")
+            t = torch.tensor(int(t))  # int64, as diffusers makes an int
+        elif isinstance(t, numbers.Real) and not isinstance(t, bool):
+            t = torch.tensor(float(t), dtype=torch.float64)  # as diffusers makes a float
         t = check_tensor("t", t)
         if t.dtype == torch.bool or t.is_complex():
             raise TypeError(f"t must be an integer or float tensor, got dtype {t.dtype}")
-        if tuple(t.shape) != (batch,):
-            raise ValueError(
-                f"t must have shape ({batch},), one timestep per image, got {tuple(t.shape)}"
-            )
-        return t
+        if t.ndim == 1 and t.shape[0] == batch:
+            return t
+        if t.ndim == 0 or tuple(t.shape) == (1,):
+            return t.expand(batch)  # (B,)
+        raise ValueError(
+            f"t must have shape ({batch},), one timestep per image (or one for the batch: a "
+            f"number, shape () or (1,)), got {tuple(t.shape)}"
+        )
 
     # What export, size estimates and distributed wrapping read (addnorm.family.ModelFamily).
     layer_classes = (DiTBlock,)
@@ -343,11 +385,19 @@ def _assert_values(t: torch.Tensor, y: torch.Tensor, n_ids: int) -> None:
         assert_in_graph(torch.isfinite(t).all(), "t must be finite")
 
 
-def _check_values(t: torch.Tensor, y: torch.Tensor, n_ids: int) -> None:
-    """Every class id in [0, n_ids) and every timestep finite, read back in one sync."""
-    finite = torch.isfinite(t).all() if t.is_floating_point() else torch.tensor(True)
-    low, high = torch.aminmax(y)
-    values = torch.stack([low.long(), high.long(), finite.to(y.device).long()]).tolist()
-    check_class_range(values[0], values[1], n_ids)
-    if not values[2]:
+def _check_values(t: torch.Tensor, y: torch.Tensor | None, n_ids: int) -> None:
+    """Every class id in [0, n_ids) and every timestep finite, read back in one sync; nothing
+    is read for labels checked before (``y`` None) with integer timesteps."""
+    flags: list[torch.Tensor] = []
+    if y is not None:
+        low, high = torch.aminmax(y)
+        flags += [low.long(), high.long()]
+    if t.is_floating_point():
+        flags.append(torch.isfinite(t).all().long())
+    if not flags:
+        return
+    values = torch.stack(flags).tolist()  # the one sync
+    if y is not None:
+        check_class_range(values[0], values[1], n_ids)
+    if t.is_floating_point() and not values[-1]:
         raise ValueError(f"t must be finite, got {t[~torch.isfinite(t)][0].item()}")
