@@ -215,6 +215,6 @@ def test_verdicts_json_counts_the_seeds_claims_and_lists_every_verdict(tmp_path)
     assert record["counts"] == {"supported": 0, "not supported": 0, "mixed": 1,
                                 "undecided": 0}
     assert record["experiments"] == {"toy": {
-        "claim": "c <b>", "quick": False, "verdict": "mixed",
+        "claim": "c <b>", "quick": False, "verdict": "mixed", "headline": "h",
         "conditions": {"lr 0": "not supported", "lr 1": "supported"},
-        "also": [{"claim": "r", "verdict": "undecided", "conditions": {}}]}}
+        "also": [{"claim": "r", "verdict": "undecided", "headline": "h", "conditions": {}}]}}

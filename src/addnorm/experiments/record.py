@@ -4,8 +4,9 @@ Written from each ``OUT/NAME/result.json`` present (experiments not run yet are 
 
     {"counts": {"supported": 12, "not supported": 1, "mixed": 1, "undecided": 0},
      "experiments": {NAME: {"claim": ..., "quick": false, "verdict": "mixed",
-                            "conditions": {"lr 0.1": "not supported", ...},
-                            "also": [{"claim": ..., "verdict": ..., "conditions": {...}}]}}}
+                            "headline": ..., "conditions": {"lr 0.1": "not supported", ...},
+                            "also": [{"claim": ..., "verdict": ..., "headline": ...,
+                                      "conditions": {...}}]}}}
 
 ``counts`` counts the seed's claims alone, as the summary line of ``addnorm explain`` does.
 The README's and docs/experiments.md's verdicts are checked against a copy of the last full
@@ -43,9 +44,10 @@ def write_verdicts(out_dir: Path, names: list[str]) -> Path:
 def _entry(record: dict[str, Any]) -> dict[str, Any]:
     return {
         "claim": record["claim"], "quick": record["quick"], "verdict": record["verdict"],
-        "conditions": _conditions(record),
+        "headline": record["headline"], "conditions": _conditions(record),
         "also": [{"claim": reading["claim"], "verdict": reading["verdict"],
-                  "conditions": _conditions(reading)} for reading in record.get("also") or []],
+                  "headline": reading["headline"], "conditions": _conditions(reading)}
+                 for reading in record.get("also") or []],
     }
 
 
