@@ -38,12 +38,17 @@ class CountReads(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
         self.reads: collections.Counter[str] = collections.Counter()
+        self.cpu_only = 0  # reads the CPU alone takes (CPU_ONLY)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
-        if name in READS and sys._getframe(1).f_code.co_name not in CPU_ONLY:
-            self.reads[name] += 1
+        if name in READS:
+            if sys._getframe(1).f_code.co_name in CPU_ONLY:
+                self.cpu_only += 1
+            else:
+                self.reads[name] += 1
         return func(*args, **(kwargs or {}))
+
 
     @property
     def total(self) -> int:
@@ -110,3 +115,48 @@ def test_a_decode_step_alone_reads_nothing():
     cache, logits = lm.start(_prompts(2, 4, [2, 0]), max_new_tokens=3)
     tokens = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
     assert _reads(lambda: lm.step(tokens, cache)) == 0
+
+
+def _seq2seq(position_encoding: str) -> Transformer:
+    cfg = dataclasses.replace(PRESETS["tiny"], position_encoding=position_encoding, dropout=0.0)
+    return Transformer(cfg).eval()
+
+
+def _count(model, generate) -> tuple[CountReads, int]:
+    """The reads of ``generate()`` and the calls of ``model.step`` it makes."""
+    calls = 0
+    step = model.step
+
+    def counted_step(tokens, cache):
+        nonlocal calls
+        calls += 1
+        return step(tokens, cache)
+
+    model.step = counted_step
+    try:
+        with torch.no_grad(), CountReads() as counter:
+            generate()
+    finally:
+        del model.step
+    return counter, calls
+
+
+@examples(10)
+@given(position_encoding=POSITIONS, strategy=st.sampled_from(["greedy", "beam"]),
+       batch=st.integers(1, 3), length=st.integers(2, 6), data=st.data())
+def test_the_cross_attention_mask_is_built_once_per_generate(position_encoding, strategy, batch,
+                                                             length, data):
+    # A source with padding: building its cross-attention mask reads (on the CPU) whether a
+    # row sees no key, so a mask built per decoded token would read once per token.
+    pads = data.draw(st.lists(st.integers(1, length - 1), min_size=batch, max_size=batch))
+    src = _prompts(batch, length, pads)
+    model = _seq2seq(position_encoding)
+    config = dataclasses.replace(model.generation_config, strategy=strategy, num_beams=2,
+                                 eos_id=None)
+
+    def run(n: int):
+        return _count(model, lambda: model.generate(src, dataclasses.replace(
+            config, max_new_tokens=n)))
+
+    (one, _), (many, steps) = run(1), run(9)
+    assert steps > 1 and many.cpu_only == one.cpu_only

@@ -167,7 +167,7 @@ def decode(
     :func:`generate_tokens`, or by a model's ``generate`` for its own ``step``).
 
     ``banned`` (n,) long: ids whose logits are set to -inf at every step (a model's pad and
-    bos ids: see :func:`addnorm.generation.decoding.banned_ids`).
+    bos ids: see :func:`addnorm.generation.generate.banned_ids`).
 
     Shapes:
         first_logits: (B, V); seen: the prompt's ids and padding (B, L0)

@@ -1,8 +1,9 @@
-"""What every decoding loop does with the logits of a step: the step function's type
-(``StepFn``), its output checked (``check_logits``: a float (B, V) tensor) and its values
-watched (``LogitWatch``: rows with NaN, +inf or only -inf, reported at the one host sync of a
-step). Greedy and sampling (:mod:`addnorm.generation.loop`) and beam search
-(:mod:`addnorm.generation.beam_search`) share them.
+"""The decode step and what every decoding loop does with its logits: the step function's
+type (``StepFn``), the model's step compiled (``compiled_step``), its output checked
+(``check_logits``: a float (B, V) tensor) and its values watched (``LogitWatch``: rows with
+NaN, +inf or only -inf, reported at the one host read of a step). Greedy and sampling
+(:mod:`addnorm.generation.loop`) and beam search (:mod:`addnorm.generation.beam_search`)
+share them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from torch import Tensor
 
 from addnorm.utils.checks import assert_in_graph, check_tensor
 
-__all__ = ["LogitWatch", "StepFn", "check_logits"]
+__all__ = ["CPU_STEP_OPTIONS", "LogitWatch", "StepFn", "check_logits", "compiled_step"]
 
 # tokens (B', 1), cache -> logits (B', V): feed one token per row; the cache grows by one.
 StepFn = Callable[[Tensor, Any], Tensor]
@@ -92,3 +93,50 @@ def _bad_logits_message(name: str, step: int, row: int, row_max: float) -> str:
         f"{name} row {row} has {what} logits at step {step}; every row needs at least one "
         "finite logit and no +inf or NaN"
     )
+
+
+# Inductor settings of a decode step compiled for the CPU (on other devices: the defaults).
+# - decompose_mm_pass: a one-row matmul (batch 1) becomes a fused multiply-and-sum kernel,
+#   which streams the weights at memory speed; torch's own matrix-vector product falls well
+#   short of it at a small model's widths. The projections are most of a decode step's
+#   work, so this is most of what compiling gains (``addnorm bench --only decoding
+#   --compile`` and benchmarks/compiled_decoding.py time the step both ways).
+# - cpp_wrapper: the code that calls the step's kernels is C++ rather than Python.
+CPU_STEP_OPTIONS: dict[str, Any] = {
+    "post_grad_fusion_options": {"decompose_mm_pass": {}},
+    "cpp_wrapper": True,
+}
+
+
+def compiled_step(step: StepFn) -> StepFn:
+    """A model's ``step`` compiled with ``fullgraph=True``, for a cache in the static layout.
+
+    Every step of a static cache has the same shapes and reads no Python count that changes,
+    so the first call compiles one graph and every later step (and every later ``generate``
+    with the same shapes) reuses it. ``torch.compile`` keeps its compiled code with the
+    function, so building this wrapper per call costs nothing. The tokens are made
+    contiguous first: beam search feeds views whose strides change, and a graph is
+    specialised to its inputs' strides.
+
+    Build one wrapper per ``generate`` call: its first call checks all of dynamo's guards
+    (and compiles on a miss); its later calls, the same model, cache and shapes one step on,
+    skip the guards that every cached graph shares (``skip_guard_eval_unsafe``): checked in
+    Python at every call, they are a large share of a small model's compiled step, whose
+    kernels are short. CPU steps compile with :data:`CPU_STEP_OPTIONS`.
+
+    Shapes:
+        tokens: (B, 1); returns: logits (B, V)
+    """
+    compiled: Callable[..., Tensor] | None = None  # built at the first call
+
+    def contiguous_step(tokens: Tensor, cache: Any) -> Tensor:
+        nonlocal compiled
+        tokens = tokens.contiguous()
+        if compiled is None:  # the first step: every guard checked, compiling on a miss
+            options = CPU_STEP_OPTIONS if tokens.device.type == "cpu" else None
+            compiled = torch.compile(step, fullgraph=True, options=options)
+            return compiled(tokens, cache)
+        with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+            return compiled(tokens, cache)
+
+    return contiguous_step
