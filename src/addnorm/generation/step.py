@@ -33,30 +33,40 @@ def check_logits(name: str, logits: object, shape: tuple[int, int] | None = None
     return logits
 
 
+# Why a row has no token to pick, given the row: the message of a rule that left it none.
+Cause = Callable[[int], str]
+
+
 class LogitWatch:
     """Rows whose logits have no finite maximum (NaN, +inf, or only -inf), noted at every step
     without a host sync and reported at the next value the loop reads back anyway.
 
-    A decode step reads one value back to the host, the one that decides to stop (greedy and
-    sampling: "has every row ended?", only when there is a stop rule; beam search: "is every
-    row done?"). :meth:`note` keeps each step's bad rows on the device; :meth:`bad_rows` is
-    read in the same transfer as the stop flag, and :meth:`check` reports (the first bad step
-    and row, naming NaN as such) wherever a value is read: at the stop check, before another
-    error, and once after the loop. A bad row's logits are replaced where a kernel would
-    fail on them (sampling), so decoding reaches that read-back.
+    A decode step reads one value back to the host at most, the one that decides to stop
+    (greedy and sampling: "has every row ended?", only when there is a stop rule; beam search:
+    "is every row done?"). :meth:`note` keeps each step's bad rows on the device;
+    :meth:`bad_rows` is read in the same transfer as the stop flag, and :meth:`check` reports
+    the first bad row noted (the earliest note first: the model's logits before the rules
+    that reshape them) wherever a value is read: at the stop check, before another error,
+    and once after the loop. A bad row's logits are replaced where a kernel would fail on
+    them (sampling), so decoding reaches that read-back.
     """
 
     def __init__(self) -> None:
-        self._noted: list[tuple[str, int, Tensor, Tensor]] = []  # name, step, max (B,), bad (B,)
+        # name, step, max (B,), bad (B,), cause (None: the model's logits)
+        self._noted: list[tuple[str, int, Tensor, Tensor, Cause | None]] = []
 
-    def note(self, name: str, step: int, logits: Tensor) -> Tensor:
-        """Note a step's logits; returns the (B,) bool of its bad rows (no host sync)."""
+    def note(self, name: str, step: int, logits: Tensor, cause: Cause | None = None) -> Tensor:
+        """Note a step's logits; returns the (B,) bool of its bad rows (no host sync).
+
+        ``cause``: the message for a bad row of logits a rule reshaped (the model's, noted
+        before, were fine, or that note reports first); None: the model's own logits.
+        """
         row_max = logits.amax(dim=-1)  # (B,), NaN and +inf propagate
         bad = ~torch.isfinite(row_max)
         if torch.compiler.is_compiling():
             assert_in_graph(~bad.any(), f"{name} has a row with NaN, +inf or only -inf values")
         else:
-            self._noted.append((name, step, row_max, bad))
+            self._noted.append((name, step, row_max, bad, cause))
         return bad
 
     def bad_rows(self, like: Tensor) -> Tensor:
@@ -66,7 +76,7 @@ class LogitWatch:
             return torch.zeros_like(like)
         if len(self._noted) == 1:
             return self._noted[0][3]
-        return torch.stack([bad for *_, bad in self._noted]).any(dim=0)  # (n, B) -> (B,)
+        return torch.stack([bad for _, _, _, bad, _ in self._noted]).any(dim=0)  # (n, B) -> (B,)
 
     def check(self, bad: bool | None = None) -> None:
         """Raise ValueError for the first bad row noted (``bad``: the flag already read, if
@@ -76,9 +86,11 @@ class LogitWatch:
         noted, self._noted = self._noted, []
         if not bad:
             return
-        for name, step, row_max, rows in noted:
+        for name, step, row_max, rows, cause in noted:
             if bool(rows.any()):
                 row = int(rows.nonzero()[0, 0])
+                if cause is not None:
+                    raise ValueError(cause(row))
                 raise ValueError(_bad_logits_message(name, step, row, row_max[row].item()))
 
 
