@@ -315,3 +315,30 @@ def test_a_checkpoint_recording_the_retired_schedule_d_model_resumes_like_one_wi
     assert [(r["step"], r["loss"], r["lr"]) for r in old] == [
         (r["step"], r["loss"], r["lr"]) for r in new
     ]
+
+
+def test_a_checkpoint_holding_former_train_fields_resumes_like_one_without(tmp_path):
+    # Checkpoints written while TrainConfig held every task's settings store seq_len in a
+    # translate run's train_config, which that task never read.
+    task = TranslateTask()
+    model_cfg = replace(task.default_model_config(), d_model=16, n_heads=2, d_ff=32,
+                        n_encoder_layers=1, n_decoder_layers=1)
+    train_cfg = TrainConfig(max_steps=3, batch_size=4, warmup=1, schedule="constant",
+                            log_every=1, checkpoint_every=0)
+    train_run("translate", model_cfg, train_cfg, tmp_path / "new",
+              task_cfg=TranslateTaskConfig(eval_size=4))
+    shutil.copytree(tmp_path / "new", tmp_path / "old")
+    for name in ("new", "old"):
+        checkpoint = load_checkpoint(tmp_path / name)
+        if name == "old":
+            saved = checkpoint.state["train_config"] | {"seq_len": 128}
+            checkpoint = replace(checkpoint, state=checkpoint.state | {"train_config": saved})
+        model_cfg, train_cfg, task_cfg = resume_configs(
+            checkpoint, {"max_steps": 5}, task_name="translate"
+        )
+        assert task_cfg == TranslateTaskConfig(eval_size=4)
+        train_run("translate", model_cfg, train_cfg, tmp_path / name, resume=checkpoint)
+    new, old = (read_metrics(tmp_path / name / "metrics.jsonl") for name in ("new", "old"))
+    assert old[-1]["step"] == 5
+    assert [(r["step"], r["loss"]) for r in old] == [(r["step"], r["loss"]) for r in new]
+    assert "seq_len" not in load_checkpoint(tmp_path / "old").state["train_config"]
