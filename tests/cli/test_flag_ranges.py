@@ -166,7 +166,7 @@ def test_train_numeric_flags_are_in_range_or_refused_naming_the_flag(
     assert RANGES[name](got), (name, got)
     if name == "weight_decay":
         assert train_cfg.lr * got <= 1  # TrainConfig: AdamW's per-step factor stays >= 0
-    model = TASKS[task]().prepare(model_cfg)
+    model = TASKS[task].from_config(code.args[1]["task_cfg"]).prepare(model_cfg)
     assert sizes.inference_bytes(model, batch_size=1, length=1) <= MEMORY  # the estimate
 
 

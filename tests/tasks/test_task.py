@@ -171,6 +171,10 @@ class SumTask:
     def config_from_dict(data: dict) -> SumConfig:
         return SumConfig.from_dict(data)
 
+    @classmethod
+    def from_config(cls, task_cfg: SumTaskConfig) -> SumTask:
+        return cls()
+
     def prepare(self, cfg: SumConfig) -> SumConfig:
         return dataclasses.replace(cfg, d_in=self.d_in)
 

@@ -277,6 +277,12 @@ class DiTTask:
         """Nothing: ``addnorm sample`` draws the digits as a grid."""
         return ""
 
+    @classmethod
+    def from_config(cls, task_cfg: DiTTaskConfig) -> DiTTask:
+        """The task a new run trains: no setting names its data (the digits) or its
+        diffusion (the defaults)."""
+        return cls()
+
     @staticmethod
     def config_from_dict(data: dict) -> DiTConfig:
         """The model config saved by ``DiTConfig.to_dict``."""

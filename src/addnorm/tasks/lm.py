@@ -262,6 +262,11 @@ class LMTask:
         generator = torch.Generator(device=device).manual_seed(0)
         return [(p, self.sample(model, p, generator=generator)) for p in prompts]
 
+    @classmethod
+    def from_config(cls, task_cfg: LMTaskConfig) -> LMTask:
+        """The task a new run trains: no setting names its data (its corpus is the pydoc topics)."""
+        return cls()
+
     @staticmethod
     def config_from_dict(data: dict) -> LMConfig:
         """The model config saved by ``LMConfig.to_dict``."""

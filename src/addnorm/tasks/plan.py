@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from addnorm.tasks.registry import task_class
-from addnorm.tasks.run import resume_configs
+from addnorm.tasks.run import resume_configs, task_of_checkpoint
 from addnorm.tasks.task import AnyTask, TaskConfig, split_train_settings
 from addnorm.training.checkpoint import LoadedCheckpoint, load_checkpoint
 from addnorm.training.config import TrainConfig
@@ -97,7 +97,7 @@ def plan_fresh_run(
     model_cfg = dataclasses.replace(model_cfg, **(model_overrides or {}))
     if train_overrides is not None:
         train_cfg, task_cfg = _with_train_values(task_cls, train_cfg, task_cfg, train_overrides)
-    task = task_cls()
+    task = task_cls.from_config(task_cfg)
     task.check(task.prepare(model_cfg), train_cfg, task_cfg)
     return RunPlan(task_name, model_cfg, train_cfg, task_cfg)
 
@@ -133,22 +133,21 @@ def plan_resumed_run(
     model_cfg, train_cfg, task_cfg = resume_configs(
         checkpoint, dict(train_overrides or {}), task_name=task_name
     )
-    _check_resume_fits(task_class(task_name), model_cfg, train_cfg, checkpoint)
+    _check_resume_fits(model_cfg, train_cfg, checkpoint)
     return RunPlan(task_name, model_cfg, train_cfg, task_cfg, resume=checkpoint)
 
 
-def _check_resume_fits(
-    task_cls: type[AnyTask], model_cfg: Any, train_cfg: TrainConfig, resume: LoadedCheckpoint
-) -> None:
+def _check_resume_fits(model_cfg: Any, train_cfg: TrainConfig, resume: LoadedCheckpoint) -> None:
     """Refuse (``CheckpointError``, naming the file and tensor) a checkpoint whose weights or
     optimizer state do not fit its own model config, before anything is built: the model is
-    made on the meta device, shapes without memory."""
+    made (by the checkpoint's own task) on the meta device, shapes without memory."""
     import torch
 
     from addnorm.training.resume import check_checkpoint_fits
 
+    task, _ = task_of_checkpoint(resume)
     with torch.device("meta"):
-        model = task_cls().build_model(model_cfg)
+        model = task.build_model(model_cfg)
     check_checkpoint_fits(model, train_cfg, resume)
 
 
@@ -172,7 +171,9 @@ def check_run_fits(plan: RunPlan, device: str) -> None:
         value = getattr(model_cfg, name, None)
         if value is not None and value > MAX_LAYERS:
             raise RunSizeError(name, value, f"at most {MAX_LAYERS} layers per stack")
-    task = task_cls()
+    task = task_cls.from_config(task_cfg) if plan.resume is None else task_of_checkpoint(
+        plan.resume
+    )[0]
     model_cfg = task.prepare(model_cfg)
     task.sizing(model_cfg, train_cfg, task_cfg)  # sizes the task itself refuses
     limit = available_memory(device)

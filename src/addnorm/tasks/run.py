@@ -70,6 +70,7 @@ __all__ = [
     "resume_configs",
     "saved_train_configs",
     "schedule_for",
+    "task_of_checkpoint",
     "train_run",
 ]
 
@@ -156,7 +157,7 @@ def resume_configs(
     config's ``resumable`` ones may differ) applied. Raises ValueError if the checkpoint is
     another task's or an override changes a field that may not change.
     """
-    task, model_cfg = _task_and_config(checkpoint)
+    task, model_cfg = task_of_checkpoint(checkpoint)
     _check_same_task(checkpoint, task, task_name)
     train_cfg, task_cfg = saved_train_configs(type(task), checkpoint)
     saved = {**train_cfg.to_dict(), **task_cfg.to_dict()}
@@ -204,21 +205,18 @@ def train_run(
     run_dir = Path(run_dir)
     task: AnyTask
     if resume is None:
-        task = task_class(task_name)()
+        task_cls = task_class(task_name)
+        task_cfg = task_cls.default_task_config() if task_cfg is None else task_cfg
+        _check_task_config(task_cls, task_cfg)
+        task = task_cls.from_config(task_cfg)
         model_cfg = task.prepare(model_cfg)
         schedule = schedule_for(train_cfg)
-        task_cfg = task.default_task_config() if task_cfg is None else task_cfg
     else:
-        task, _ = _task_and_config(resume)
+        task, _ = task_of_checkpoint(resume)
         _check_same_task(resume, task, task_name)
         schedule = _saved_schedule(resume)
         task_cfg = saved_train_configs(type(task), resume)[1] if task_cfg is None else task_cfg
-    expected = type(task.default_task_config())
-    if not isinstance(task_cfg, expected):
-        raise TypeError(
-            f"task_cfg must be a {expected.__name__} for the {task.name} task, got "
-            f"{type(task_cfg).__name__}"
-        )
+        _check_task_config(type(task), task_cfg)
     task.check(model_cfg, train_cfg, task_cfg)
     main = distributed.is_main()
     with RunLock(run_dir) if main else contextlib.nullcontext():
@@ -257,6 +255,15 @@ def train_run(
         model = task.build_model(model_cfg).to(device)
         model.load_state_dict(weights)
         return _finish(task, model, trainer, result, task_cfg, run_dir)
+
+
+def _check_task_config(task_cls: type[AnyTask], task_cfg: object) -> None:
+    expected = type(task_cls.default_task_config())
+    if not isinstance(task_cfg, expected):
+        raise TypeError(
+            f"task_cfg must be a {expected.__name__} for the {task_cls.name} task, got "
+            f"{type(task_cfg).__name__}"
+        )
 
 
 def _finish(
@@ -317,7 +324,7 @@ def load_trained(
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
     checkpoint = load_checkpoint(path)
-    task, cfg = _task_and_config(checkpoint)
+    task, cfg = task_of_checkpoint(checkpoint)
     model: nn.Module = task.build_model(cfg)
     stem = "ema" if weights == "ema" and "ema" in checkpoint.tensors else "model"
     try:
@@ -354,8 +361,10 @@ def _check_same_task(checkpoint: LoadedCheckpoint, task: AnyTask, task_name: str
         )
 
 
-def _task_and_config(checkpoint: LoadedCheckpoint) -> tuple[AnyTask, Any]:
-    """Rebuild the task and model config a checkpoint describes in its ``state.json``."""
+def task_of_checkpoint(checkpoint: LoadedCheckpoint) -> tuple[AnyTask, Any]:
+    """The task (``from_dict`` of its saved data: tokenizers, settings) and the model config a
+    checkpoint describes in its ``state.json``; ``CheckpointError`` naming the file if it
+    describes none, or a model no memory here holds."""
     where = checkpoint.path / "state.json"
     info = checkpoint.state.get("run")
     if not isinstance(info, dict):

@@ -8,8 +8,9 @@ generic code (``plan``, ``run``, ``addnorm train``) calls only these hooks, so a
 no branch there:
 
 - planning, before anything is built: the defaults (``default_model_config``,
-  ``default_train_config``, ``default_task_config``), the family's named configs
-  (``presets``), the model fields the task sets (``owned_fields``, filled in by
+  ``default_train_config``, ``default_task_config``), the task a new run trains with its
+  settings (``from_config``; a resumed run's comes from ``from_dict``), the family's named
+  configs (``presets``), the model fields the task sets (``owned_fields``, filled in by
   ``prepare``), the checks that the configs can train it (``check``) and the sizes its
   sequences and evaluation take (``sizing``, read by the memory estimates);
 - training: ``build_model``, ``batches``, ``loss_fn``, ``probe``;
@@ -149,6 +150,12 @@ class Task(Protocol[ModelConfigT, ModelT, TaskConfigT]):
     @staticmethod
     def config_from_dict(data: dict) -> ModelConfigT:
         """The model config saved by its ``to_dict``."""
+        ...
+
+    @classmethod
+    def from_config(cls: type[_Task], task_cfg: TaskConfigT) -> _Task:
+        """The task a new run with ``task_cfg`` trains (what it reads from the settings,
+        such as its data, built here; a resumed run's task comes from ``from_dict``)."""
         ...
 
     def prepare(self, cfg: ModelConfigT) -> ModelConfigT:

@@ -269,6 +269,11 @@ class TranslateTask:
         """Nothing: ``addnorm translate`` shows the model at work."""
         return ""
 
+    @classmethod
+    def from_config(cls, task_cfg: TranslateTaskConfig) -> TranslateTask:
+        """The task a new run trains: no setting names its data (its tokenizers are the dates')."""
+        return cls()
+
     @staticmethod
     def config_from_dict(data: dict) -> TransformerConfig:
         """The model config saved by ``TransformerConfig.to_dict``."""
