@@ -219,7 +219,7 @@ def run_dit_demo(
     task = DiTTask()
     model_cfg = task.prepare(task.default_model_config())
     train_cfg = _with_overrides(task.default_train_config(), max_minutes, max_steps)
-    dit_cfg = _with_overrides(task.default_task_config(), eval_size=eval_size)
+    task_cfg = _with_overrides(task.default_task_config(), eval_size=eval_size)
     settings = SampleSettings()
     print("\naddnorm demo: a class-conditional Diffusion Transformer on 8x8 digits")
     print(
@@ -237,7 +237,7 @@ def run_dit_demo(
         flush=True,
     )
     summary = train_run(
-        "dit", model_cfg, train_cfg, run_dir, task_cfg=dit_cfg, overwrite=True, device=device,
+        "dit", model_cfg, train_cfg, run_dir, task_cfg=task_cfg, overwrite=True, device=device,
         progress=progress,
     )
     if summary.stopped_by in SIGNAL_STOPS:
@@ -250,7 +250,7 @@ def run_dit_demo(
         f"guidance {settings.guidance:g}"
     )
     print(
-        f"  class agreement: {100 * m['class_agreement']:.1f}% of {dit_cfg.eval_size} samples "
+        f"  class agreement: {100 * m['class_agreement']:.1f}% of {task_cfg.eval_size} samples "
         f"are labelled as their requested class by a classifier with "
         f"{100 * m['judge_test_accuracy']:.1f}% held-out accuracy on real digits; "
         f"{100 * m['class_agreement_independent']:.1f}% by an independent one (3 nearest "

@@ -171,9 +171,11 @@ def check_run_fits(plan: RunPlan, device: str) -> None:
         value = getattr(model_cfg, name, None)
         if value is not None and value > MAX_LAYERS:
             raise RunSizeError(name, value, f"at most {MAX_LAYERS} layers per stack")
-    task = task_cls.from_config(task_cfg) if plan.resume is None else task_of_checkpoint(
-        plan.resume
-    )[0]
+    task: AnyTask
+    if plan.resume is None:
+        task = task_cls.from_config(task_cfg)
+    else:  # the checkpoint's own task (its saved tokenizers and settings)
+        task, _ = task_of_checkpoint(plan.resume)
     model_cfg = task.prepare(model_cfg)
     task.sizing(model_cfg, train_cfg, task_cfg)  # sizes the task itself refuses
     limit = available_memory(device)
