@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from addnorm.bench import BenchSettings, format_table, run_bench, to_json
+    from addnorm.bench.harness import format_compare
     from addnorm.cli.checks import UsageError
     from addnorm.cli.exits import EXIT_FAILED, EXIT_OK
 
@@ -86,6 +87,10 @@ def run(args: argparse.Namespace) -> int:
     report = run_bench(settings, args.only, command=_command(args),
                        log=lambda line: print(line, file=sys.stderr, flush=True))
     print(format_table(report))
+    compare = format_compare(report)
+    if compare:
+        print("### per-call times (torch.utils.benchmark.Compare, all rounds pooled)\n")
+        print(compare)
     if args.json is not None:
         args.json.write_text(json.dumps(to_json(report), indent=2) + "\n", encoding="utf-8")
         print(f"wrote {args.json}")
