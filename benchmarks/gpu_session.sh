@@ -18,9 +18,11 @@
 #   GPU_SESSION_DEVICE=cpu bash benchmarks/gpu_session.sh # smoke run on the CPU, tiny sizes
 #
 # Knobs (environment): PYTHON (default python3), BENCH_BUDGET (seconds after which the bench
-# starts no new group, default 250), BENCH_TIMEOUT (hard stop of the bench, default 320),
+# starts no new group, default 240), BENCH_TIMEOUT (hard stop of the bench, default 330),
 # TEST_TIMEOUT (default 60), BENCH_ONLY (groups to run, default all of the GPU suite, in
-# the order gpt2-train gpt2-decode bert dit-infer dit-train dit-b-train).
+# the order gpt2-train gpt2-decode bert dit-infer dit-train dit-b-train), BENCH_FLAGS (more
+# flags for addnorm bench, e.g. --no-compile for a quick smoke run).
+# Worst case: about 20 s of setup + BENCH_TIMEOUT + TEST_TIMEOUT = 410 s.
 # No step stops the session: each is logged with its exit status and the next one runs.
 
 set -u -o pipefail
@@ -29,10 +31,11 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-./gpu_out}
 DEVICE=${GPU_SESSION_DEVICE:-cuda}
 PY=${PYTHON:-python3}
-BENCH_BUDGET=${BENCH_BUDGET:-250}
-BENCH_TIMEOUT=${BENCH_TIMEOUT:-320}
+BENCH_BUDGET=${BENCH_BUDGET:-240}
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-330}
 TEST_TIMEOUT=${TEST_TIMEOUT:-60}
 BENCH_ONLY=${BENCH_ONLY:-}
+read -r -a EXTRA <<<"${BENCH_FLAGS:-}"
 
 mkdir -p "$OUT/profile"
 LOG=$OUT/session.log
@@ -49,7 +52,7 @@ if [ "$DEVICE" = cuda ]; then
         2>&1 | tee -a "$LOG"
     SIZE_FLAGS=(--device cuda --quick)
 else
-    SIZE_FLAGS=(--suite gpu --tiny)
+    SIZE_FLAGS=(--suite gpu --tiny --threads 1)  # one thread: tiny kernels, a shared CPU
 fi
 "$PY" -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__)" 2>&1 | tee -a "$LOG"
 
@@ -69,8 +72,9 @@ fi
 # 1. the bench (its progress lines go to stderr, timestamped, and into the log)
 ONLY=()
 [ -n "$BENCH_ONLY" ] && read -r -a ONLY <<<"--only $BENCH_ONLY"
-say "bench: addnorm bench ${SIZE_FLAGS[*]} ${ONLY[*]-} (budget ${BENCH_BUDGET}s, stop at ${BENCH_TIMEOUT}s)"
+say "bench: addnorm bench ${SIZE_FLAGS[*]} ${ONLY[*]-} ${EXTRA[*]-} (budget ${BENCH_BUDGET}s, stop at ${BENCH_TIMEOUT}s)"
 timeout -k 10 "$BENCH_TIMEOUT" "$PY" -m addnorm bench "${SIZE_FLAGS[@]}" ${ONLY[@]+"${ONLY[@]}"} \
+    ${EXTRA[@]+"${EXTRA[@]}"} \
     --json "$OUT/bench.json" --profile "$OUT/profile" --budget "$BENCH_BUDGET" \
     >"$OUT/bench.md" 2> >(tee -a "$LOG" >&2)
 BENCH_EXIT=$?

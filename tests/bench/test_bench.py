@@ -187,3 +187,23 @@ def test_padded_batch_embeddings_match_bert_padded_and_unpadded():
     assert len(report.checks) == 2 and all(check.passed for check in report.checks)
     assert {row.impl for row in report.rows} == {
         "addnorm, unpadded", "addnorm, padded", "HF BertModel"}
+
+
+def test_table_shows_memory_compile_and_step_columns_only_where_a_group_has_them():
+    rows = [Row("g", "c", "ours", (0.5,), 100, "tokens/s", reference=False, flops=1e12,
+                peak_memory=3 * 2**30, compile_seconds=12.0, steps=50, twin="ref"),
+            Row("g", "c", "ref", (1.0,), 100, "tokens/s", reference=True, flops=1e12,
+                peak_memory=2**29, steps=50),
+            Row("h", "c", "ours", (1.0,), 10, "x/s", reference=False)]
+    report = Report(rows=rows, peak_flops=4e12)
+    table = format_table(report)
+    group_g, group_h = table.split("### h")
+    assert "| ms/step | TFLOP/s | of GEMM | peak memory | compile |" in group_g
+    # 0.5 s per call of 50 steps: 10 ms/step; 1e12 FLOPs in 0.5 s: 2 TFLOP/s
+    assert "| 200 tokens/s | 2.00x | 10 | 2 |  | 3.00 GiB | 12 s |" in group_g
+    assert "| 512.0 MiB |" in group_g
+    assert "ms/step" not in group_h and "peak memory" not in group_h
+    assert "4 TFLOP/s" in table  # the same-run peak
+    data = to_json(report)
+    assert data["rows"][0]["tflops"] == pytest.approx(2.0)
+    assert data["rows"][0]["ms_per_step"] == pytest.approx(10.0)

@@ -29,7 +29,7 @@ from torch import nn
 from addnorm.bench.flops import decoding_flops, matmul_weights
 from addnorm.bench.gpt2_training import GPT2_SMALL, GPT2_TINY
 from addnorm.bench.harness import BenchSettings, Check, Report, time_case
-from addnorm.bench.measure import peak_memory, seconds, state_bytes
+from addnorm.bench.measure import dynamo_counts, peak_memory, seconds, state_bytes
 from addnorm.bench.pairs import gpt2_pair
 from addnorm.bench.profiling import Profiled, profile_calls
 from addnorm.bench.references import optional_module
@@ -129,6 +129,7 @@ def run_gpt2_decoding(settings: BenchSettings, report: Report, log: Callable[[st
                 ("addnorm compiled", _ours(ours, prompt, new, compile=True), ours),
                 (HF_STATIC, _hf(transformers, hf, prompt, new, static=True), hf),
             ):
+                graphs, breaks = dynamo_counts()
                 try:
                     first[impl], tokens[impl] = _first_call(fn, device)
                 except Exception as err:  # noqa: BLE001  (a reference that does not run here)
@@ -138,6 +139,9 @@ def run_gpt2_decoding(settings: BenchSettings, report: Report, log: Callable[[st
                                         f"{type(err).__name__}: {str(err).splitlines()[0]}")
                     continue
                 fns[impl], models[impl] = fn, model
+                after = dynamo_counts()
+                report.notes.append(f"{GROUP} {case}: {impl}: {after[0] - graphs} graphs, "
+                                    f"{after[1] - breaks} graph breaks")
             twins["addnorm compiled"] = HF_STATIC
         _token_checks(case, tokens, dtype, report)
         times = time_case(fns, settings, report, GROUP, case)

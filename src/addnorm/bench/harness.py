@@ -11,6 +11,7 @@ measurements themselves are kept for ``torch.utils.benchmark.Compare`` (:func:`f
 
 from __future__ import annotations
 
+import gc
 import platform
 import statistics
 import sys
@@ -23,6 +24,7 @@ from typing import Any, TypeVar
 import torch
 from torch.utils import benchmark
 
+from addnorm.bench.measure import format_bytes
 from addnorm.utils.checks import check_choice, check_int
 
 __all__ = [
@@ -238,15 +240,17 @@ def interleaved(
 
     Each function is called ``warmup`` times first. A sample is
     ``Timer.blocked_autorange(min_run_time=min_seconds)`` (``torch.utils.benchmark``), run at
-    the current torch thread count: blocks of calls sized so that the timer's overhead is
-    negligible, each timed between device synchronisations; the sample is the median per-call
-    time of its blocks. The measurements are appended to ``record`` (labelled ``label``,
-    ``sub_label`` and the function's name) for :func:`format_compare`.
+    the current torch thread count and with the garbage collector on: blocks of calls sized
+    so that the timer's overhead is negligible, each timed between device synchronisations;
+    the sample is the median per-call time of its blocks. The measurements are appended to
+    ``record`` (labelled ``label``, ``sub_label`` and the function's name) for
+    :func:`format_compare`.
     """
     threads = torch.get_num_threads()
-    timers = {
-        name: benchmark.Timer("fn()", globals={"fn": fn}, label=label, sub_label=sub_label,
-                              description=name, num_threads=threads)
+    timers = {  # setup: Python's garbage collector stays on, as in use (timeit turns it off)
+        name: benchmark.Timer("fn()", setup="gc.enable()", globals={"fn": fn, "gc": gc},
+                              label=label, sub_label=sub_label, description=name,
+                              num_threads=threads)
         for name, fn in fns.items()
     }
     for fn in fns.values():
@@ -386,10 +390,6 @@ def _several_references(rows: list[Row]) -> bool:
     return len(cases) != len(set(cases))
 
 
-def _gib(n: int | None) -> str:
-    return "" if n is None else f"{n / 2**30:.2f} GiB"
-
-
 def _machine_lines(m: Mapping[str, Any]) -> list[str]:
     lines = [f"Machine: {m['cpu']} ({m['cpu_capability']}), {m['threads']} threads, "
              f"Python {m['python']}"]
@@ -424,7 +424,7 @@ def format_table(report: Report) -> str:
              any(r.flops is not None for r in rows) and report.peak_flops is not None),
             ("of GEMM", lambda r: "" if r.gemm_fraction is None
              else f"{100 * r.gemm_fraction:.0f}%", True),
-            ("peak memory", lambda r: _gib(r.peak_memory),
+            ("peak memory", lambda r: format_bytes(r.peak_memory),
              any(r.peak_memory is not None for r in rows)),
             ("compile", lambda r: "" if r.compile_seconds is None
              else f"{r.compile_seconds:.0f} s", any(r.compile_seconds is not None for r in rows)),

@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
 
 __all__ = [
     "autocast",
+    "dynamo_counts",
+    "format_bytes",
     "peak_memory",
     "seconds",
     "state_bytes",
+    "state_parts",
     "synchronize",
+    "tensor_bytes",
 ]
 
 
@@ -41,27 +45,43 @@ def seconds(fn: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-def _tensor_bytes(tensors: Iterator[torch.Tensor]) -> int:
-    seen: set[int] = set()
-    total = 0
-    for tensor in tensors:
-        if tensor.data_ptr() not in seen:  # a tied weight counts once
-            seen.add(tensor.data_ptr())
-            total += tensor.numel() * tensor.element_size()
-    return total
+def dynamo_counts() -> tuple[int, int]:
+    """(graphs compiled, graph breaks) so far in this process, from dynamo's counters: the
+    difference around a first compiled call says how many graphs it made."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+
+
+def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of these tensors, each storage once (a tied weight counts once)."""
+    sizes = {t.data_ptr(): t.numel() * t.element_size() for t in tensors}
+    return sum(sizes.values())
+
+
+def state_parts(model: nn.Module, optimizer: torch.optim.Optimizer | None = None
+                ) -> dict[str, int]:
+    """Bytes of ``model``'s parameters and buffers, of their gradients where present, and of
+    the optimizer's state tensors."""
+    state = [v for s in (optimizer.state.values() if optimizer is not None else ())
+             for v in s.values() if isinstance(v, torch.Tensor)]
+    return {
+        "parameters and buffers": tensor_bytes([*model.parameters(), *model.buffers()]),
+        "gradients": tensor_bytes([p.grad for p in model.parameters() if p.grad is not None]),
+        "optimizer state": tensor_bytes(state),
+    }
 
 
 def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> int:
-    """Bytes of ``model``'s parameters and buffers, their gradients where present, and the
-    optimizer's state tensors."""
-    def tensors() -> Iterator[torch.Tensor]:
-        yield from model.parameters()
-        yield from model.buffers()
-        yield from (p.grad for p in model.parameters() if p.grad is not None)
-        if optimizer is not None:
-            for state in optimizer.state.values():
-                yield from (v for v in state.values() if isinstance(v, torch.Tensor))
-    return _tensor_bytes(tensors())
+    """All of :func:`state_parts`: what the model holds between calls."""
+    return sum(state_parts(model, optimizer).values())
+
+
+def format_bytes(n: int | None) -> str:
+    """``n`` bytes in GiB, or MiB below one GiB; empty for None."""
+    if n is None:
+        return ""
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def peak_memory(fn: Callable[[], object], device: torch.device, state: int) -> int | None:

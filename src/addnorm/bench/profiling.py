@@ -27,7 +27,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
 from addnorm.bench.harness import BenchSettings
-from addnorm.bench.measure import peak_memory, synchronize
+from addnorm.bench.measure import format_bytes, peak_memory, state_parts, synchronize
 
 __all__ = ["Profiled", "profile_calls"]
 
@@ -45,27 +45,17 @@ class Profiled:
     optimizer: torch.optim.Optimizer | None = None
 
 
-def _bytes(tensors: Sequence[torch.Tensor]) -> int:
-    unique = {t.data_ptr(): t.numel() * t.element_size() for t in tensors}
-    return sum(unique.values())
-
-
 def _memory_lines(item: Profiled, device: torch.device) -> list[str]:
-    params = _bytes([*item.model.parameters(), *item.model.buffers()])
-    grads = _bytes([p.grad for p in item.model.parameters() if p.grad is not None])
-    state = [v for s in (item.optimizer.state.values() if item.optimizer else ())
-             for v in s.values() if isinstance(v, torch.Tensor)]
-    optimizer = _bytes(state)
-    resident = params + grads + optimizer
+    parts = state_parts(item.model, item.optimizer)
+    resident = sum(parts.values())
     peak = peak_memory(item.fn, device, resident)
-    gib = 2**30
-    lines = [f"memory: parameters and buffers {params / gib:.3f} GiB, gradients "
-             f"{grads / gib:.3f} GiB, optimizer state {optimizer / gib:.3f} GiB"]
+    lines = ["memory held between calls: "
+             + ", ".join(f"{what} {format_bytes(n)}" for what, n in parts.items())]
     if peak is None:
         lines.append("peak of one call: measured on CUDA only")
     else:
-        lines.append(f"peak of one call {peak / gib:.3f} GiB, of which activations and "
-                     f"temporaries {(peak - resident) / gib:.3f} GiB")
+        lines.append(f"peak of one call {format_bytes(peak)}, of which activations and "
+                     f"temporaries {format_bytes(peak - resident)}")
     return lines
 
 

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from addnorm.bench.harness import BenchSettings, Check, Report, time_case
-from addnorm.bench.measure import autocast, peak_memory, seconds, state_bytes
+from addnorm.bench.measure import autocast, dynamo_counts, peak_memory, seconds, state_bytes
 from addnorm.bench.tolerances import FP32_LOSS, bf16_bound
 
 __all__ = ["TrainImpl", "adamw", "run_training_case"]
@@ -91,8 +91,12 @@ def run_training_case(
     for impl in impls:
         if impl.compiled:
             log(f"{group}: {case}: compiling {impl.name}")
+            graphs, breaks = dynamo_counts()
             first[impl.name], losses[impl.name] = _first_step(
                 _step(impl, check_batch, device, bf16), device)
+            after = dynamo_counts()
+            report.notes.append(f"{group} {case}: {impl.name}: {after[0] - graphs} graphs, "
+                                f"{after[1] - breaks} graph breaks")
     _loss_checks(group, case, impls, losses, exact, bf16, report)
     log(f"{group}: {case}: timing")
     steps = {impl.name: _step(impl, timed_batch, device, bf16) for impl in impls}
