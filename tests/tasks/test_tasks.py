@@ -148,7 +148,7 @@ def test_a_short_lm_run_beats_the_uniform_bits_per_character(tmp_path):
 
 @pytest.mark.slow
 def test_the_default_translate_run_reaches_98_percent_exact_match(tmp_path):
-    # The acceptance bar for the default run (task defaults, 2 CPU cores, <= 5 min).
+    # What the default run promises (task defaults, 2 CPU cores, within its 4-minute cap).
     task = TranslateTask()
     summary = train_run(
         "translate", task.default_model_config(), task.default_train_config(), tmp_path
