@@ -28,7 +28,7 @@ from addnorm.training import distributed
 from addnorm.training.checkpoint import load_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.metrics import read_metrics
-from addnorm.training.schedules import LRSchedule
+from addnorm.training.schedules import ScheduleConfig
 from addnorm.training.state import seed_everything
 from addnorm.training.trainer import Trainer
 
@@ -53,7 +53,7 @@ def _train_runs(out: Path, *, reference_only: bool = False) -> None:
         train_cfg = TrainConfig(**{**settings, **overrides})
         seed_everything(0)
         model = task.build_model(model_cfg).double()  # float64: see TRAJECTORY_RTOL
-        schedule = LRSchedule("cosine", train_cfg.lr, train_cfg.warmup,
+        schedule = ScheduleConfig("cosine", train_cfg.lr, train_cfg.warmup,
                               total_steps=train_cfg.max_steps)
         batches = task.batches(model_cfg, train_cfg, task_cfg)
         trainer = Trainer(model, loss_fn or task.loss_fn(task_cfg), batches, train_cfg,
