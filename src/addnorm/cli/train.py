@@ -158,6 +158,8 @@ def _train_here(args, device: str) -> int:
         raise UsageError(
             "--fsdp shards the model over the processes of a torchrun launch: "
             f"torchrun --nproc-per-node N -m addnorm train {args.task} --fsdp ..."
+            + ("; this checkpoint trained with --fsdp: add --no-fsdp to continue it in one "
+               "process" if plan.resume is not None and "fsdp" not in train_flags else "")
         )
     distributed.barrier()  # every rank has checked the folder before rank 0 writes it
     main = distributed.is_main()
