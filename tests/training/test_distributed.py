@@ -23,6 +23,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+import addnorm
 from addnorm.data.batches import RankShard
 from addnorm.tasks.translate import TranslateTask, TranslateTaskConfig
 from addnorm.training import distributed
@@ -379,6 +380,7 @@ def test_torchrun_fsdp_checkpoints_resume_at_another_world_size_both_ways(tmp_pa
         assert done.returncode == 0, done.stderr[-2000:]
         layouts[name] = json.loads(
             (load_checkpoint(out).path / "manifest.json").read_text()).get("layout")
+        assert isinstance(addnorm.load(out), torch.nn.Module)  # whichever layout
         resumed = _train_cli(out, "translate", "--resume", "--max-steps", "6", *second[1:],
                              nproc=second[0])
         assert resumed.returncode == 0, resumed.stderr[-2000:]

@@ -4,7 +4,8 @@ Layout of a run directory::
 
     <run_dir>/checkpoints/step-00001000/
         model.safetensors, optimizer.safetensors, rng.safetensors, [ema.safetensors]
-        state.json      step, configs, optimizer structure, RNG and data-order state
+        state.json      step, configs, optimizer structure, the lr scheduler's state_dict,
+                        the EMA's n_averaged, RNG and data-order state
         manifest.json   written last: every file's size and sha256
 
 A sharded (FSDP2) model's checkpoint holds the same tensors in ``torch.distributed.checkpoint``
@@ -353,7 +354,8 @@ def _write_shards(tmp: Path, tensors) -> None:
     from torch.distributed.checkpoint import HuggingFaceStorageWriter
 
     writer = HuggingFaceStorageWriter(str(tmp), save_distributed=True)
-    dcp.save(_flatten(tensors), storage_writer=writer)
+    alone = not (torch.distributed.is_available() and torch.distributed.is_initialized())
+    dcp.save(_flatten(tensors), storage_writer=writer, no_dist=alone)
 
 
 def _is_dcp_error(err: BaseException) -> bool:

@@ -1,5 +1,6 @@
-"""A small, generic trainer: AdamW, a step-indexed lr schedule, clipping, accumulation,
-optional bf16 autocast, an EMA of the weights, budgets, exact resume and atomic checkpoints.
+"""A small, generic trainer: AdamW, a torch lr scheduler, clipping, accumulation, optional
+bf16 autocast, an EMA of the weights (torch's ``AveragedModel``), budgets, exact resume,
+atomic checkpoints and trackers (``loggers``: TensorBoard, or any ``Logger``).
 
 It trains any ``nn.Module`` given a loss function and a source of batches:
 
@@ -8,8 +9,8 @@ It trains any ``nn.Module`` given a loss function and a source of batches:
 - ``batches``: an object with ``next_batch() -> dict[str, Tensor]`` (CPU tensors) and
   ``state_dict()`` / ``load_state_dict(state)`` whose state is JSON (the data order).
 
-Resuming restores the weights, the optimizer, the EMA, the step, every global random number
-generator and the data order, so on the same machine and thread count a resumed run's loss
+Resuming restores the weights, the optimizer, the lr scheduler, the EMA, the step, every
+global random number generator and the data order, so on the same machine and thread count a resumed run's loss
 curve equals the uninterrupted run's bit for bit.
 
 ``fit`` is the loop; what happens around it lives beside it, one concern a module:
