@@ -7,8 +7,8 @@ draws, a restored optimizer takes the same next step) and the documented on-disk
 from __future__ import annotations
 
 import errno
-import hashlib
 import gc
+import hashlib
 import json
 import os
 import random

@@ -10,8 +10,8 @@ It trains any ``nn.Module`` given a loss function and a source of batches:
   ``state_dict()`` / ``load_state_dict(state)`` whose state is JSON (the data order).
 
 Resuming restores the weights, the optimizer, the lr scheduler, the EMA, the step, every
-global random number generator and the data order, so on the same machine and thread count a resumed run's loss
-curve equals the uninterrupted run's bit for bit.
+global random number generator and the data order, so on the same machine and thread count
+a resumed run's loss curve equals the uninterrupted run's bit for bit.
 
 ``fit`` is the loop; what happens around it lives beside it, one concern a module:
 ``stopping`` (Ctrl-C, SIGTERM and the time cap, agreed between ranks: ``stopped_by``),
