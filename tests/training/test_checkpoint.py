@@ -373,3 +373,17 @@ def test_a_shard_whose_pieces_do_not_fill_its_tensor_is_refused_before_allocatin
     (path / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(CheckpointError, match=r"pieces of 'model.w' \(6 values\) do not fill"):
         load_checkpoint(tmp_path)
+
+
+def test_reading_a_sharded_checkpoint_unpickles_nothing(tmp_path, monkeypatch):
+    import pickle
+
+    _sharded(tmp_path)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a checkpoint was unpickled")
+
+    for module, name in ((pickle, "load"), (pickle, "loads"), (pickle, "Unpickler"),
+                         (torch, "load")):
+        monkeypatch.setattr(module, name, refuse)
+    assert load_checkpoint(tmp_path).tensors["model"]["w"].shape == (2, 3)
