@@ -296,7 +296,8 @@ def test_resuming_another_tasks_checkpoint_is_refused_before_training(tmp_path):
 
 
 def test_a_checkpoint_recording_the_retired_schedule_d_model_resumes_like_one_without(tmp_path):
-    # Checkpoints written before LRSchedule dropped its unused d_model field store it.
+    # Checkpoints written before the schedule (then LRSchedule) dropped its unused d_model
+    # field store it.
     tiny_lm_run(tmp_path / "new")
     shutil.copytree(tmp_path / "new", tmp_path / "old")
     for name in ("new", "old"):
