@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from addnorm.attention_kernel import scaled_dot_product
 from addnorm.attention_mask import (
     AttentionMask,
     build_attention_mask,
@@ -380,8 +381,8 @@ class MultiHeadAttention(nn.Module):
             assert mask.packing is not None  # for mypy: implied by variable_length
             heads = varlen_attention(q, k, v, mask.packing, dropout_p=p)  # (N, H, Dh)
             return self.out_proj(heads.flatten(1)[None])  # (1, N, D)
-        heads = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask.allowed, dropout_p=p, is_causal=mask.is_causal
+        heads = scaled_dot_product(
+            q, k, v, allowed=mask.allowed, dropout_p=p, is_causal=mask.is_causal
         )  # (B, H, L, Dh)
         return self._output(heads, mask)
 

@@ -17,11 +17,11 @@ the kernels' own sums differs):
   one kernel for the whole batch, forward and backward, with ``cu_lengths`` as its
   ``cu_seqlens`` and the padded length L as the bound on a row's length (no host read).
 - Otherwise (the CPU, float32, attention dropout), rows of equal length are attended
-  together: one dense ``F.scaled_dot_product_attention`` (no mask) per distinct length
+  together: one dense attention call (no mask) per distinct length
   (:attr:`Packing.rows_by_length`), where that saves more work than the extra kernel calls
   cost (:func:`per_length_pays`).
 - Where it does not (small widths and short rows, such as the date translator's on the CPU,
-  where a kernel call costs more than the padding's scores), one padded SDPA call: the
+  where a kernel call costs more than the padding's scores), one padded attention call: the
   projections unpacked to (B, H, L, Dh), the padding keys masked, the output packed back.
 
 Measured on one AVX2 core (``benchmarks/unpadded_attention.py`` and benchmarks/PERF_NOTES.md):
@@ -38,8 +38,8 @@ from collections.abc import Callable
 from typing import cast
 
 import torch
-import torch.nn.functional as F
 
+from addnorm.attention_kernel import scaled_dot_product
 from addnorm.packing import Packing
 
 __all__ = ["flash_varlen_applies", "per_length_pays", "varlen_attention"]
@@ -135,8 +135,8 @@ def _padded(
         .view(packing.batch, packing.length, n_heads, d_head).transpose(1, 2)
         for t in (q, k, v)
     )  # (B, H, L, Dh), zeros at padding
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=packing.attend_keys,
-                                         dropout_p=dropout_p)  # (B, H, L, Dh)
+    out = scaled_dot_product(q, k, v, allowed=packing.attend_keys,
+                             dropout_p=dropout_p)  # (B, H, L, Dh)
     return packing.pack(out.transpose(1, 2))[0]  # (N, H, Dh)
 
 
@@ -160,7 +160,7 @@ def _by_length(
         q_b, k_b, v_b = (
             t[block].view(rows, length, n_heads, d_head).transpose(1, 2) for t in (q, k, v)
         )  # (rows, H, length, Dh)
-        out = F.scaled_dot_product_attention(q_b, k_b, v_b, dropout_p=dropout_p)
+        out = scaled_dot_product(q_b, k_b, v_b, dropout_p=dropout_p)
         outputs.append(out.transpose(1, 2).reshape(rows * length, n_heads, d_head))
     out = torch.cat(outputs) if len(outputs) != 1 else outputs[0]  # (N, H, Dh)
     if order is None:
