@@ -212,7 +212,7 @@ class Decoder(nn.Module):
         )
         memory_mask = cross_attention_mask(
             x, memory, n_heads=n_heads, padding_mask=memory_padding_mask
-        )
+        )._replace(query_padding=mask.query_padding)  # padding queries kept out of backward
         for layer, layer_cache in zip(self.layers, caches, strict=True):
             x = layer(x, memory, mask, memory_mask, cache=layer_cache, positions=positions)
         return self.norm(x, padding_mask=mask.query_padding)
