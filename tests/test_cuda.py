@@ -12,7 +12,7 @@ import dataclasses
 
 import pytest
 import torch
-from tolerances import FLOAT32_MODEL, FLOAT64_EXACT
+from tolerances import FLOAT32_MODEL, FLOAT64_EXACT, LOW_PRECISION
 
 import addnorm
 
@@ -116,3 +116,23 @@ def test_masked_batchnorm_on_cuda_equals_the_cpu_result():
     out = gpu(x.to(CUDA), padding.to(CUDA)).cpu()
     torch.testing.assert_close(out, cpu(x, padding), **FLOAT64_EXACT)
     torch.testing.assert_close(gpu.running_var.cpu(), cpu.running_var, **FLOAT64_EXACT)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("offset", [0.0, 1e2, 1e4, -3e4])
+def test_low_precision_layernorm_on_cuda_takes_float32_statistics(offset, dtype):
+    """On CUDA LayerNorm hands float16 / bfloat16 to torch's kernel, whose statistics are
+    float32 and centred: held to nn.LayerNorm in float64 on the same rounded input, with the
+    tolerance tests/test_norms.py derives for the CPU path (LOW_PRECISION, 4u)."""
+    gen = torch.Generator().manual_seed(9)
+    norm = addnorm.LayerNorm(64)
+    with torch.no_grad():
+        for p in norm.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.5 + 1.0)
+    ref = torch.nn.LayerNorm(64).double()
+    ref.load_state_dict(norm.state_dict())
+    for scale in (1e-2, 1.0, 1e2):
+        x = (torch.randn(8, 16, 64, generator=gen) * scale + offset).to(dtype)
+        y = copy.deepcopy(norm).to(CUDA, dtype)(x.to(CUDA))
+        assert y.dtype == dtype
+        torch.testing.assert_close(y.cpu().double(), ref(x.double()), **LOW_PRECISION[dtype])
