@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from properties import examples
 from torch._dynamo.utils import counters
 
-from addnorm.cache import DecodingCache
+from addnorm.cache import DecodingCache, memory_attention_mask
 
 
 def allocate(static: bool) -> DecodingCache:
@@ -191,3 +194,36 @@ def test_a_compiled_static_step_past_max_len_fails_inside_the_graph(fresh_dynamo
     compiled_write(static, new_keys(3, 1, 1))  # the last slot
     with pytest.raises(RuntimeError, match=r"cache overflow: more tokens than max_len \(4\)"):
         compiled_write(static, new_keys(3, 1, 2))
+
+
+def _effective(mask, batch: int, keys: int) -> list[torch.Tensor]:
+    """A mask's tensors at their full shape (B, 1, 1, S) / (B, 1, 1, 1) / (B, 1, 1); None
+    is what it means: every key allowed, no dead row."""
+    allowed = torch.ones(batch, 1, 1, keys, dtype=torch.bool) if mask.allowed is None else (
+        mask.allowed.expand(batch, 1, 1, keys))
+    dead = [torch.zeros(batch, *shape, dtype=torch.bool) if t is None else t.expand(batch, *shape)
+            for t, shape in ((mask.dead, (1, 1, 1)), (mask.dead_rows, (1, 1)))]
+    return [allowed, *dead]
+
+
+@examples(20)
+@given(lengths=st.lists(st.integers(0, 4), min_size=1, max_size=4), data=st.data())
+def test_the_memory_mask_follows_a_reorder_as_if_built_from_the_reordered_padding(lengths,
+                                                                                   data):
+    # Identity: reordering rows of a mask built from padding = building it from the reordered
+    # padding (rows of no real token included: they see no key, and are opened and marked).
+    batch = len(lengths)
+    index = torch.tensor(data.draw(st.lists(st.integers(0, batch - 1), min_size=1,
+                                            max_size=6)))
+    memory = torch.randn(batch, 4, 2)
+    padding = torch.arange(4)[None, :] >= torch.tensor(lengths)[:, None]  # (B, 4)
+    cache = DecodingCache.allocate(
+        n_layers=1, batch_size=batch, n_heads=1, d_head=2, max_len=3, dtype=torch.float32,
+        device=torch.device("cpu"), memory=memory, memory_padding_mask=padding,
+    )
+    cache.reorder(index)
+    rows = len(index)
+    expected = memory_attention_mask(memory[index], padding[index])
+    for got, want in zip(_effective(cache.memory_mask, rows, 4), _effective(expected, rows, 4),
+                         strict=True):
+        assert torch.equal(got, want)

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from properties import examples
 from tolerances import FLOAT64_EXACT
 
+from addnorm.cache import check_cache_fits
 from addnorm.generation.config import GenerationConfig
-from addnorm.generation.decoding import check_cache_fits
 from addnorm.generation.loop import _sampling_probs, generate_tokens
 from addnorm.transformer.config import LMConfig, TransformerConfig
 from addnorm.transformer.encoder_decoder import Transformer
@@ -276,9 +276,10 @@ def test_the_cache_bound_is_exact_at_the_most_tokens_it_names():
     most = limit // per_position - 3
     args = {"batch_size": batch, "prompt_len": 3, "dtype": torch.float32,
             "device": torch.device("cpu")}
-    check_cache_fits(cfg, max_new_tokens=most, **args)
+    args.update(n_layers=cfg.n_layers, d_model=cfg.d_model)
+    check_cache_fits(max_new_tokens=most, **args)
     with pytest.raises(ValueError, match=rf"max_new_tokens \({most + 1}\).* at most {most} new"):
-        check_cache_fits(cfg, max_new_tokens=most + 1, **args)
+        check_cache_fits(max_new_tokens=most + 1, **args)
 
 
 @pytest.mark.parametrize("kind", ["lm", "seq2seq"])
@@ -286,7 +287,7 @@ def test_start_refuses_a_cache_beyond_the_memory_before_allocating(kind, monkeyp
     """Both models' ``start`` ask check_cache_fits before DecodingCache.allocate: with the
     device's memory set to what M positions of cache take, M new tokens start and M + 1 are
     refused naming M (the LM's prompt positions count too; the seq2seq decoder has none)."""
-    import addnorm.generation.decoding as decoding
+    import addnorm.cache as cache_module
 
     model = cached_model(kind, "rotary")
     cfg = model.cfg
@@ -294,7 +295,7 @@ def test_start_refuses_a_cache_beyond_the_memory_before_allocating(kind, monkeyp
     prompt_len = PROMPT.shape[1] if kind == "lm" else 0
     per_position = 2 * layers * PROMPT.shape[0] * cfg.d_model * 4  # float32 keys and values
     most = 5
-    monkeypatch.setattr(decoding, "device_memory", lambda device: (prompt_len + most)
+    monkeypatch.setattr(cache_module, "device_memory", lambda device: (prompt_len + most)
                         * per_position)
     model.start(PROMPT, max_new_tokens=most)
     with pytest.raises(ValueError, match=rf"max_new_tokens \({most + 1}\).* at most {most} new"):

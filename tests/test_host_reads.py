@@ -3,10 +3,14 @@
 On an accelerator every value read back from a tensor (``.item()``, ``.tolist()``,
 ``bool(t)``) waits for the device: a host synchronisation. The rule of docs/design.md
 ("Validation"): a model's top-level call reads its inputs back once, its parts read nothing,
-and a decoded token reads one value at most (the stop check), none without a stop rule.
+and a decoded token reads one value at most (the stop check, which carries the logit watch,
+the rows the repetition rules leave no token and the ids stop strings search), none without
+a stop rule; beam search reads one per step (is every row done?).
 
 Provenance: the reads are counted by a ``TorchFunctionMode`` that sees every call of those
-methods (an exact count, by definition), on the CPU, where the code takes the same path.
+methods (an exact count, by definition), on the CPU, where the code takes the same path
+(the reads taken on the CPU only are counted apart); the decoded tokens by counting the
+calls of the model's ``step``.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from hypothesis import strategies as st
 from properties import examples
 from torch.overrides import TorchFunctionMode
 
+from addnorm.generation.stop_strings import stop_at_strings
 from addnorm.transformer.config import PRESETS
 from addnorm.transformer.encoder_decoder import Transformer
 from addnorm.transformer.lm import TransformerLM
@@ -38,11 +43,15 @@ class CountReads(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
         self.reads: collections.Counter[str] = collections.Counter()
+        self.cpu_only = 0  # reads the CPU alone takes (CPU_ONLY)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
-        if name in READS and sys._getframe(1).f_code.co_name not in CPU_ONLY:
-            self.reads[name] += 1
+        if name in READS:
+            if sys._getframe(1).f_code.co_name in CPU_ONLY:
+                self.cpu_only += 1
+            else:
+                self.reads[name] += 1
         return func(*args, **(kwargs or {}))
 
     @property
@@ -51,6 +60,7 @@ class CountReads(TorchFunctionMode):
 
 
 POSITIONS = st.sampled_from(["sinusoidal", "rotary", "learned"])
+STRATEGIES = ["greedy", "sample", "beam"]
 
 
 def _lm(position_encoding: str) -> TransformerLM:
@@ -110,3 +120,87 @@ def test_a_decode_step_alone_reads_nothing():
     cache, logits = lm.start(_prompts(2, 4, [2, 0]), max_new_tokens=3)
     tokens = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
     assert _reads(lambda: lm.step(tokens, cache)) == 0
+
+
+def _seq2seq(position_encoding: str) -> Transformer:
+    cfg = dataclasses.replace(PRESETS["tiny"], position_encoding=position_encoding, dropout=0.0)
+    return Transformer(cfg).eval()
+
+
+def _count(model, generate) -> tuple[CountReads, int]:
+    """The reads of ``generate()`` and the calls of ``model.step`` it makes."""
+    calls = 0
+    step = model.step
+
+    def counted_step(tokens, cache):
+        nonlocal calls
+        calls += 1
+        return step(tokens, cache)
+
+    model.step = counted_step
+    try:
+        with torch.no_grad(), CountReads() as counter:
+            generate()
+    finally:
+        del model.step
+    return counter, calls
+
+
+def _letters(ids: list[int]) -> str:
+    return "".join(chr(ord("a") + i % 4) for i in ids)  # 4 letters: stop strings do occur
+
+
+@examples(40)
+@given(family=st.sampled_from(["lm", "seq2seq"]), strategy=st.sampled_from(STRATEGIES),
+       position_encoding=POSITIONS, repetition_penalty=st.sampled_from([1.0, 1.3]),
+       no_repeat_ngram_size=st.sampled_from([0, 2]), eos=st.booleans(),
+       min_new_tokens=st.sampled_from([0, 3]), batch=st.integers(1, 3),
+       length=st.integers(1, 5), data=st.data())
+def test_a_decoded_token_reads_one_value_at_most_with_any_settings(
+    family, strategy, position_encoding, repetition_penalty, no_repeat_ngram_size, eos,
+    min_new_tokens, batch, length, data,
+):
+    pads = data.draw(st.lists(st.integers(0, length - 1), min_size=batch, max_size=batch))
+    ids = _prompts(batch, length, pads)  # left padding
+    lm = family == "lm"
+    model = _lm(position_encoding) if lm else _seq2seq(position_encoding)
+    stop_strings = lm and strategy != "beam" and data.draw(st.booleans(), label="stop_strings")
+    rows = 2 if strategy != "greedy" else 1
+    config = dataclasses.replace(
+        model.generation_config, strategy=strategy, num_beams=2, num_return_sequences=rows,
+        repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
+        eos_id=model.generation_config.eos_id if eos else None, min_new_tokens=min_new_tokens,
+    )
+    stop_fn = stop_at_strings(_letters, ["dd", "cab"]) if stop_strings else None
+    extra = {"stop_fn": stop_fn} if lm else {}
+
+    def run(n: int):
+        generator = torch.Generator().manual_seed(0)
+        return _count(model, lambda: model.generate(
+            ids, dataclasses.replace(config, max_new_tokens=n), generator=generator, **extra))
+
+    one, one_steps = run(1)  # the inputs, the settings, the first token, the final checks
+    many, many_steps = run(9)
+    per_step = 1 if strategy == "beam" or eos or stop_strings else 0  # the stop check
+    assert many.total - one.total == per_step * (many_steps - one_steps)
+
+
+@examples(10)
+@given(position_encoding=POSITIONS, strategy=st.sampled_from(["greedy", "beam"]),
+       batch=st.integers(1, 3), length=st.integers(2, 6), data=st.data())
+def test_the_cross_attention_mask_is_built_once_per_generate(position_encoding, strategy, batch,
+                                                             length, data):
+    # A source with padding: building its cross-attention mask reads (on the CPU) whether a
+    # row sees no key, so a mask built per decoded token would read once per token.
+    pads = data.draw(st.lists(st.integers(1, length - 1), min_size=batch, max_size=batch))
+    src = _prompts(batch, length, pads)
+    model = _seq2seq(position_encoding)
+    config = dataclasses.replace(model.generation_config, strategy=strategy, num_beams=2,
+                                 eos_id=None)
+
+    def run(n: int):
+        return _count(model, lambda: model.generate(src, dataclasses.replace(
+            config, max_new_tokens=n)))
+
+    (one, _), (many, steps) = run(1), run(9)
+    assert steps > 1 and many.cpu_only == one.cpu_only

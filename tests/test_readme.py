@@ -1,11 +1,18 @@
-"""The README's Python code blocks run as tests, so the documentation cannot drift."""
+"""The README's Python code blocks run as tests, and its verdicts and figures (and
+docs/experiments.md's) are checked against the code and the recorded runs, so the
+documentation cannot drift."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
+
+from addnorm.cli.explain import QUICK_UNDECIDED
+from addnorm.experiments import CLAIMS, EXPERIMENTS
+from addnorm.experiments.outcome import VERDICT_NAMES
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
@@ -25,3 +32,218 @@ def test_readme_python_block_runs(index):
 def test_readme_shows_the_two_setup_commands():
     text = README.read_text(encoding="utf-8")
     assert "make demo" in text and "make test" in text
+
+
+# The README's and docs/experiments.md's verdicts and figures, checked against what produced
+# them: the code's constants and the recorded runs (docs/explain-full.json and
+# docs/explain-quick.json, copies of `addnorm explain all [--quick]`'s verdicts.json;
+# docs/dit-min-snr.json, written by benchmarks/dit_min_snr.py).
+
+ROOT = README.parent
+EXPERIMENTS_MD = ROOT / "docs" / "experiments.md"
+SHOWN = {"supported": "supported", "not supported": "NOT supported", "mixed": "mixed",
+         "undecided": "undecided"}
+NUMBER_WORDS = {10: "ten", 12: "twelve", 13: "thirteen", 14: "fourteen", 15: "fifteen",
+                16: "sixteen"}
+
+
+def _flat(text: str) -> str:
+    """Markdown with its line breaks and runs of spaces as single spaces."""
+    return " ".join(text.split())
+
+
+def _record(mode: str) -> dict:
+    return json.loads((ROOT / "docs" / f"explain-{mode}.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("mode", ["full", "quick"])
+def test_the_recorded_verdicts_are_of_every_experiment_and_its_current_claim(mode):
+    # A record of another set of experiments, or of a claim since reworded, is stale.
+    record = _record(mode)
+    assert list(record["experiments"]) == list(EXPERIMENTS)
+    assert {name: e["claim"] for name, e in record["experiments"].items()} == CLAIMS
+    assert {e["quick"] for e in record["experiments"].values()} == {mode == "quick"}
+    verdicts = [e["verdict"] for e in record["experiments"].values()]
+    assert record["counts"] == {v: verdicts.count(v) for v in VERDICT_NAMES}
+
+
+def test_the_readme_counts_the_claims_and_the_full_runs_verdicts():
+    text = _flat(README.read_text(encoding="utf-8"))
+    counts = _record("full")["counts"]
+    experiments = _record("full")["experiments"]
+    n = len(EXPERIMENTS)
+    assert f"their {NUMBER_WORDS[n]} claims" in text
+    assert f"the seeds' {NUMBER_WORDS[n]} claims as experiments" in text
+    found = re.search(r"In the last full run, (\d+) of (\d+) claims are supported, (\d+) NOT "
+                      r"supported \(([\w-]+):.*?\) and (\d+) mixed \(([\w-]+):", text)
+    assert found, "the README's sentence on the last full run's verdicts is missing"
+    supported, total, failed, failed_name, mixed, mixed_name = found.groups()
+    assert (int(supported), int(total), int(failed), int(mixed)) == (
+        counts["supported"], n, counts["not supported"], counts["mixed"])
+    assert counts["undecided"] == 0  # the sentence names no undecided claim
+    assert experiments[failed_name]["verdict"] == "not supported"
+    assert experiments[mixed_name]["verdict"] == "mixed"
+    copy = experiments["length-extrapolation"]["also"][0]
+    assert copy["verdict"] == "not supported"
+    assert "that a model then still copies there is not (accuracy 0.31-0.34" in text
+    assert "sinusoidal 0.31-0.34" in copy["headline"]
+
+
+def _quick_undecided_matches(listed: str, record: dict) -> None:
+    """``listed`` names each experiment with an undecided claim ("NAME") or reading ("NAME's
+    ... reading", "NAME and its ... reading") in the quick run, and no other."""
+    items = [item.strip() for item in re.split(r", ", listed)]
+    mentioned = {}
+    for item in items:
+        name = re.match(r"[a-z0-9-]+[a-z0-9]", item).group()
+        assert name in EXPERIMENTS, f"{item!r} names no experiment"
+        rest = item[len(name):]
+        mentioned[name] = (not rest.startswith("'s"), "reading" in rest)
+    expected = {
+        name: (e["verdict"] == "undecided",
+               any(r["verdict"] == "undecided" for r in e["also"]))
+        for name, e in record["experiments"].items()
+        if e["verdict"] == "undecided" or any(r["verdict"] == "undecided" for r in e["also"])
+    }
+    assert mentioned == expected
+
+
+def test_the_quick_runs_undecided_claims_are_listed_as_they_came_out():
+    quick = _record("quick")
+    _quick_undecided_matches(QUICK_UNDECIDED, quick)
+    text = _flat(README.read_text(encoding="utf-8"))
+    assert f"it leaves undecided what needs training ({QUICK_UNDECIDED})" in text
+
+
+def test_explain_help_lists_the_quick_runs_undecided_claims(capsys):
+    from addnorm.cli import main
+
+    assert main(["explain", "--help"]) == 0
+    assert f"cannot decide a claim ({QUICK_UNDECIDED})" in _flat(capsys.readouterr().out)
+
+
+def _table_rows(text: str, first_column: str) -> list[list[str]]:
+    """The cells of each row of the Markdown table whose header starts with
+    ``first_column``."""
+    lines = [line.strip() for line in text.splitlines()]
+    start = next((i for i, line in enumerate(lines) if line.startswith(f"| {first_column} |")),
+                 len(lines))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split(" | ")])
+    return rows
+
+
+def test_the_experiments_table_gives_the_full_runs_verdicts_and_figures():
+    experiments = _record("full")["experiments"]
+    rows = _table_rows(EXPERIMENTS_MD.read_text(encoding="utf-8"), "name")
+    assert [row[0].strip("`") for row in rows] == list(EXPERIMENTS)
+    for name, _seed, _claim, verdict, other in rows:
+        name = name.strip("`")
+        entry = experiments[name]
+        assert verdict.startswith(SHOWN[entry["verdict"]]), (name, verdict)
+        if entry["also"]:
+            (reading,) = entry["also"]
+            assert other.startswith(SHOWN[reading["verdict"]]), (name, other)
+        else:
+            assert other == "-", name
+        headlines = " ".join([entry["headline"], *(r["headline"] for r in entry["also"])])
+        for figure in re.findall(r"\d+\.\d+-\d+\.\d+", verdict + " " + other):
+            assert figure in headlines, (name, figure)
+
+
+def test_the_readme_names_the_translators_default_position_encoding():
+    from addnorm.tasks.translate import TranslateTask
+    from addnorm.transformer.config import POSITION_ENCODINGS
+
+    default = TranslateTask.default_model_config().position_encoding
+    text = _flat(README.read_text(encoding="utf-8"))
+    assert f"The translator uses the seeds' {default} positional encoding." in text
+    named = re.findall(rf"default: ({'|'.join(POSITION_ENCODINGS)})\b", text)
+    assert named and set(named) == {default}
+
+
+def test_the_readme_states_the_digits_dits_ema_decay_as_the_code_computes_it():
+    from torch import nn
+
+    from addnorm.tasks.dit import DiTTask
+    from addnorm.training.ema import EMA
+
+    cfg = DiTTask.default_train_config()
+    ema = EMA(nn.Linear(1, 1), cfg.ema_decay, warmup=cfg.ema_warmup)
+    last = ema.decay_at(cfg.max_steps - 1)  # the run's last update, counted from 0
+    capped = next(n for n in range(10**5) if ema.decay_at(n) >= cfg.ema_decay)
+    text = _flat(README.read_text(encoding="utf-8"))
+    found = re.search(r"reaches ([\d.]+) only at update n = (\d+), and the (\d+)th update "
+                      r"decays by ([\d.]+) \(an averaging horizon of about (\d+) steps\)", text)
+    assert found, "the README's statement of the EMA's decay is missing"
+    assert found.groups() == (f"{cfg.ema_decay:g}", str(capped), str(cfg.max_steps),
+                              f"{last:.3f}", str(round(1 / (1 - last))))
+    assert capped > cfg.max_steps  # "the cap is never reached in the default run"
+
+
+def _dit_runs() -> dict[str, list[dict]]:
+    record = json.loads((ROOT / "docs" / "dit-min-snr.json").read_text(encoding="utf-8"))
+    runs: dict[str, list[dict]] = {}
+    for run in record["runs"]:
+        runs.setdefault(run["recipe"], []).append(run["scores"])
+    return runs
+
+
+def _range(values: list[float], digits: int) -> str:
+    low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+    return low if low == high else f"{low}-{high}"
+
+
+def test_the_readme_gives_both_sides_of_min_snr_as_measured_over_seeds():
+    from addnorm.experiments.repeats import rank_sum_p
+    from addnorm.tasks.dit import PROBE_EVERY, DiTTask
+
+    runs = _dit_runs()
+    assert DiTTask().min_snr_gamma == 5 and set(runs) == {"v", "v + Min-SNR-5"}
+    assert all(len(seeds) >= 3 for seeds in runs.values())
+    text = README.read_text(encoding="utf-8")
+    rows = _table_rows(text, "step")
+    assert rows, "the README's table of v against v + Min-SNR-5 is missing"
+    for step, *cells in rows:
+        expected = [_range([s[step][score] for s in runs[recipe]], digits)
+                    for score, digits in (("class_agreement", 3), ("frechet_distance", 2))
+                    for recipe in ("v", "v + Min-SNR-5")]
+        assert cells == expected, step
+    assert [row[0] for row in rows][-1] == str(DiTTask.default_train_config().max_steps)
+
+    def median(recipe: str, step: str, score: str) -> float:
+        values = sorted(s[step][score] for s in runs[recipe])
+        return (values[(len(values) - 1) // 2] + values[len(values) // 2]) / 2
+
+    flat = _flat(text)
+    v, snr = (median(r, "500", "frechet_distance") for r in ("v", "v + Min-SNR-5"))
+    assert f"the lower Fréchet distance (median {snr:.2f} against {v:.2f})" in flat
+
+    def v_above(step: str, score: str) -> float:
+        """The rank-sum p-value of v's runs scoring above v + Min-SNR-5's."""
+        return rank_sum_p([s[step][score] for s in runs["v"]],
+                          [s[step][score] for s in runs["v + Min-SNR-5"]])
+
+    fd = v_above("500", "frechet_distance")
+    agreement = max(v_above(step, "class_agreement") for step in ("200", "300", "400", "500"))
+    assert (f"rank-sum p = {fd:.3f} for the Fréchet distance at step 500, {agreement:.3f} for "
+            "class agreement at steps 200-500") in flat
+
+    # Where quality arrives with the default recipe: the first probe at which every seed's
+    # class agreement passes 0.95, and the probe before it.
+    arrives = next(int(step) for step in sorted(runs["v + Min-SNR-5"][0], key=int)
+                   if min(s[step]["class_agreement"] for s in runs["v + Min-SNR-5"]) >= 0.95)
+    assert f"where quality arrives (between {arrives - PROBE_EVERY} and {arrives} steps" in flat
+
+    # How much slower a machine must be for the time cap to stop the run before that step.
+    cfg = DiTTask.default_train_config()
+    # The demo's DiT output above: "trained 500 steps in 20 s (stopped by max_steps); samples".
+    found = re.search(r"trained (\d+) steps in (\d+) s \(stopped by max_steps\); samples", flat)
+    steps, seconds = map(int, found.groups())
+    slower = (cfg.max_minutes * 60 / arrives) / (seconds / steps)
+    assert (f"the demo trains {steps} steps in about {seconds} s, so the {cfg.max_minutes:g}-"
+            f"minute cap stops it before step {arrives} only on a machine about {slower:.0f} "
+            "times slower") in flat

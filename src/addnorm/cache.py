@@ -11,7 +11,12 @@ written in place (no ``torch.cat`` per step); attention reads the valid prefix a
 - :class:`LayerCache`: one layer's self-attention cache and (decoder) cross-attention cache.
 - :class:`DecodingCache`: a whole model's: one ``LayerCache`` per layer, the key padding mask
   of every cached position, each row's count of real tokens (its next position), and the
-  encoder memory for encoder-decoder models.
+  encoder memory for encoder-decoder models, with its cross-attention mask, built once.
+
+Checks beside them: :func:`check_cache_fits` (a cache larger than the device's memory is
+refused before it is allocated), :func:`check_cache_room` (a ``max_new_tokens`` no cache of
+the model could hold), :func:`check_decoding_step` (a model's ``step`` given the cache and the
+tokens it can take).
 
 Every cache has ``length`` (number of cached positions) and ``reorder(index)``, which
 replaces the batch dimension of every stored tensor by ``tensor.index_select(0, index)``
@@ -43,6 +48,7 @@ from dataclasses import dataclass
 
 import torch
 
+from addnorm.attention_mask import AttentionMask, build_attention_mask
 from addnorm.utils.checks import (
     assert_in_graph,
     check_bool,
@@ -50,8 +56,17 @@ from addnorm.utils.checks import (
     check_int,
     check_tensor,
 )
+from addnorm.utils.memory import check_fits, device_memory
 
-__all__ = ["DecodingCache", "KVCache", "LayerCache"]
+__all__ = [
+    "DecodingCache",
+    "KVCache",
+    "LayerCache",
+    "check_cache_fits",
+    "check_cache_room",
+    "check_decoding_step",
+    "memory_attention_mask",
+]
 
 
 def _check_index(index: object) -> torch.Tensor:
@@ -254,6 +269,9 @@ class DecodingCache:
             ``length``.
         memory: (B, S, D) encoder output for an encoder-decoder model, else None.
         memory_padding_mask: (B, S) bool, True = padding source token, or None.
+        memory_mask: the cross-attention mask of every step (:func:`memory_attention_mask`
+            of ``memory_padding_mask``), built here once: the source cannot change while
+            decoding. None without ``memory``.
     """
 
     def __init__(
@@ -271,6 +289,9 @@ class DecodingCache:
         self.n_tokens = torch.zeros(padding_mask.shape[0], dtype=torch.long, device=device)
         self.memory = memory
         self.memory_padding_mask = memory_padding_mask
+        self.memory_mask = None if memory is None else memory_attention_mask(
+            memory, memory_padding_mask
+        )
         self.static = check_bool("static", static)
         if static and not all(layer.self_attn.static for layer in layers):
             raise ValueError("a static DecodingCache needs static self-attention caches")
@@ -411,6 +432,108 @@ class DecodingCache:
             self.memory = self.memory.index_select(0, index)
         if self.memory_padding_mask is not None:
             self.memory_padding_mask = self.memory_padding_mask.index_select(0, index)
+        if self.memory_mask is not None:
+            self.memory_mask = _reordered_mask(self.memory_mask, index)
+
+
+def memory_attention_mask(
+    memory: torch.Tensor, padding_mask: torch.Tensor | None
+) -> AttentionMask:
+    """The cross-attention mask of a decoder's queries over ``memory``: its padding only, so
+    the same for every step's query and every head (the tensors broadcast over both).
+
+    Shapes:
+        memory: (B, S, D); padding_mask: (B, S) bool, True = padding, or None
+        returns: an :class:`AttentionMask` whose tensors broadcast against (B, H, 1, S)
+    """
+    memory = check_tensor("memory", memory, ndim=3, floating=True)
+    batch, length, _ = memory.shape
+    return build_attention_mask(
+        batch=batch, n_heads=1, query_len=1, key_len=length, device=memory.device,
+        padding_mask=padding_mask, self_attention=False,
+    )
+
+
+def _reordered_mask(mask: AttentionMask, index: torch.Tensor) -> AttentionMask:
+    """``mask`` with its batch dimension replaced by ``index_select(0, index)`` (a dimension
+    of 1 broadcasts over the rows and stays)."""
+
+    def rows(t: torch.Tensor | None) -> torch.Tensor | None:
+        return t if t is None or t.shape[0] == 1 else t.index_select(0, index)
+
+    return mask._replace(allowed=rows(mask.allowed), dead=rows(mask.dead),
+                         dead_rows=rows(mask.dead_rows))
+
+
+def check_cache_fits(
+    *,
+    n_layers: int,
+    d_model: int,
+    batch_size: int,
+    prompt_len: int,
+    max_new_tokens: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> None:
+    """Refuse, before allocating, a decoding cache larger than the memory ``device`` has.
+
+    The cache of :meth:`DecodingCache.allocate` holds keys and values for ``prompt_len +
+    max_new_tokens`` positions of ``n_layers`` self-attention layers: ``2 * n_layers * B *
+    positions * d_model`` values of ``dtype`` (an encoder-decoder's cross-attention cache
+    comes on top). The ValueError names ``max_new_tokens`` and the most that would fit. For a
+    model's ``start``, called before :meth:`DecodingCache.allocate`.
+    """
+    if torch.compiler.is_compiling():
+        return  # no host call while a graph is captured
+    per_position = 2 * n_layers * batch_size * d_model * dtype.itemsize
+    positions = prompt_len + max_new_tokens
+    limit = device_memory(device)
+    if limit is not None and positions * per_position > limit:
+        most = max(limit // max(per_position, 1) - prompt_len, 0)
+        raise ValueError(
+            f"max_new_tokens ({max_new_tokens}) needs a decoding cache of "
+            f"{positions * per_position:,} bytes ({batch_size} rows x {positions} positions x "
+            f"{n_layers} layers of {dtype} keys and values), more than the "
+            f"{limit:,} bytes of memory the device ({device}) has: at most {most} new tokens "
+            f"fit a prompt of {prompt_len} at this batch size"
+        )
+
+
+def check_cache_room(max_new_tokens: int, *, n_layers: int, d_model: int) -> None:
+    """Refuse a ``max_new_tokens`` no cache could hold, whatever the batch, prompt and dtype.
+
+    The cache holds keys and values of ``n_layers`` self-attention layers for each new token,
+    at least ``2 * n_layers * d_model`` bytes per token at batch 1 in a one-byte dtype; more
+    than the memory of the CPU (or of the CUDA device in use, if larger) never fits.
+    :func:`check_cache_fits` is the exact check, once the batch, prompt and dtype are known.
+    """
+    per_token = 2 * n_layers * d_model  # bytes at batch 1, 1-byte dtype
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_initialized() else [])
+    limits = [(device_memory(d) or 0, d) for d in devices]
+    _limit, device = max(limits)
+    check_fits(f"max_new_tokens ({max_new_tokens})", max_new_tokens * per_token, device)
+
+
+def check_decoding_step(tokens: torch.Tensor, cache: object, *, needs_memory: bool) -> None:
+    """A model's ``step`` arguments: the right model's :class:`DecodingCache` (with encoder
+    memory for an encoder-decoder, ``needs_memory``) and one token per row (B, 1)."""
+    if not isinstance(cache, DecodingCache):
+        raise TypeError(f"cache must be the DecodingCache from start(), got {type(cache).__name__}")
+    if needs_memory and cache.memory is None:
+        raise ValueError(
+            "cache has no encoder memory (a TransformerLM's cache?); Transformer.step needs "
+            "the cache from Transformer.start()"
+        )
+    if not needs_memory and cache.memory is not None:
+        raise ValueError(
+            "cache holds encoder memory (a Transformer's cache); TransformerLM.step needs the "
+            "cache from TransformerLM.start()"
+        )
+    if tokens.shape != (cache.padding_mask.shape[0], 1):
+        raise ValueError(
+            f"tokens must have shape (B, 1) = ({cache.padding_mask.shape[0]}, 1), "
+            f"got {tuple(tokens.shape)}"
+        )
 
 
 def _overflow(length: int, new: int, max_len: int) -> str:

@@ -8,7 +8,10 @@ through this protocol, so a new family plugs in by implementing it, with no edit
   ``EncoderModel``, ``DiT``): their layers, their exportable parts, example inputs and the
   dynamic axes of those inputs, and their config;
 - :class:`FamilyConfig`, implemented by those models' configs: how big the model is,
-  counted without building it.
+  counted without building it;
+- :class:`GenerativeModel`, implemented by the models that generate tokens (``Transformer``,
+  ``TransformerLM``): ``start``, ``step`` and a :class:`GenerationSpec`, all that the one
+  :func:`~addnorm.generation.generate.generate` drives.
 
 :func:`padded_tokens` builds the token batches the token models' example inputs share.
 This module imports no family: the families import it.
@@ -18,16 +21,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from addnorm.cache import DecodingCache
 
 __all__ = [
     "ActivationShape",
     "DynamicShapes",
     "ExportPart",
     "FamilyConfig",
+    "GenerationSpec",
+    "GenerativeModel",
     "ModelFamily",
     "padded_tokens",
 ]
@@ -110,6 +118,77 @@ class ModelFamily(Protocol):
     def dynamic_shapes(self) -> DynamicShapes:
         """The dynamic axes (the batch, the lengths, as ``torch.export.Dim``) of every input
         of every part, by input name; lengths bounded by a learned position table."""
+        ...
+
+
+@dataclass(frozen=True)
+class GenerationSpec:
+    """What generation reads of a model beside its ``start`` and ``step``.
+
+    Attributes:
+        vocab_size: V, the ids the decoder emits (an encoder-decoder's target vocabulary).
+        eos_id: the model's stop token (its default generation config's), or None.
+        pad_id: the model's padding id: it fills the rows that ended and is never emitted;
+            None for a vocabulary without one (GPT-2's).
+        start_id: an encoder-decoder's first decoder token (its ``bos_id``, never emitted);
+            None for a decoder-only model, which continues its prompt.
+        max_positions: rows of a learned position table, which the new tokens must fit; None
+            for position codes that compute any position.
+        cached_layers: the self-attention layers whose keys and values the decoding cache
+            holds.
+        d_model: D, the width of each cached key and value.
+        device: where the weights are (a sampling generator must be there too).
+    """
+
+    vocab_size: int
+    eos_id: int | None
+    pad_id: int | None
+    start_id: int | None
+    max_positions: int | None
+    cached_layers: int
+    d_model: int
+    device: torch.device
+
+
+class GenerativeModel(Protocol):
+    """A model that generates tokens one at a time, as :func:`addnorm.generation.generate.
+    generate` drives it: ``start`` once, then ``step`` per token.
+
+    A decoder-only model (``start_id`` None) starts from its prompt, which generation counts
+    as seen and may put before the new tokens; an encoder-decoder starts its decoder at
+    ``start_id`` after encoding the source.
+    """
+
+    @property
+    def generation_spec(self) -> GenerationSpec:
+        """The model's special ids and sizes, as generation reads them."""
+        ...
+
+    def start(
+        self,
+        inputs: torch.Tensor,
+        padding_mask: torch.Tensor | None,
+        /,
+        *,
+        max_new_tokens: int,
+        static: bool = False,
+    ) -> tuple[DecodingCache, torch.Tensor]:
+        """Run the inputs once (a decoder-only model's left-padded prompt, an encoder-
+        decoder's source); return a cache with room for ``max_new_tokens`` and the logits of
+        the first new token. Checks the inputs' values (one host read). ``static``: a cache
+        in the static layout, for a compiled ``step``.
+
+        Shapes:
+            inputs, padding_mask: (B, L), True = padding; returns: cache, logits (B, V)
+        """
+        ...
+
+    def step(self, tokens: torch.Tensor, cache: DecodingCache) -> torch.Tensor:
+        """Feed one token per row; the cache grows by one position. Reads nothing back.
+
+        Shapes:
+            tokens: (B, 1); returns: logits (B, V) for the next token
+        """
         ...
 
 

@@ -56,7 +56,11 @@ def test_no_name_runs_every_experiment_quickly(tmp_path, capsys, monkeypatch):
     assert f"[{len(EXPERIMENTS)}/{len(EXPERIMENTS)}]" in out
     assert "length-extrapolation" in out and "undecided: too few steps" in out
     n = len(EXPERIMENTS)
-    assert f"{n - 1}/{n} claims supported, 0 not supported, 1 undecided (quick run" in out
+    assert f"{n - 1}/{n} claims supported, 0 not supported, 0 mixed, 1 undecided (quick run" in out
+    verdicts = json.loads((tmp_path / "verdicts.json").read_text())
+    assert verdicts["counts"] == {"supported": n - 1, "not supported": 0, "mixed": 0,
+                                  "undecided": 1}
+    assert list(verdicts["experiments"]) == list(EXPERIMENTS)
 
 
 def test_an_unknown_name_exits_2(tmp_path, capsys):
@@ -79,6 +83,31 @@ def test_another_reading_is_printed_with_its_own_verdict(tmp_path, capsys, monke
     out = capsys.readouterr().out
     assert "length-extrapolation" in out and "supported" in out
     assert "also tested (not supported): a stronger reading" in out and "0.35 < 0.5" in out
-    assert "1/1 claims supported, 0 not supported" in out  # the seed's claim alone counts
+    assert "1/1 claims supported, 0 not supported, 0 mixed" in out  # the seed's claim alone
     record = json.loads((tmp_path / "length-extrapolation" / "result.json").read_text())
     assert record["also"][0]["verdict"] == "not supported"
+
+
+def test_a_mixed_claim_is_counted_apart_with_each_condition_and_the_sensitivity(
+        tmp_path, capsys, monkeypatch):
+    import addnorm.cli.explain as explain
+    from addnorm.experiments.outcome import Condition, Sensitivity
+
+    def fake(*, quick: bool = False):
+        conditions = (Condition(name="lr 0.1", supported=False, headline="rougher"),
+                      Condition(name="lr 0.3", supported=True, headline="smoother"))
+        sensitivity = Sensitivity(setting="the line", values=(0.1, 0.3), used=0.1,
+                                  rows=(("BatchNorm", ("mixed", "supported")),))
+        return Outcome(name="loss-landscape", claim="c", method="m", headline="h",
+                       supported=False, numbers={}, figure=new_figure(1, 1), quick=quick,
+                       conditions=conditions, sensitivity=sensitivity)
+
+    monkeypatch.setattr(explain, "EXPERIMENTS", {"loss-landscape": fake})
+    assert main(["explain", "loss-landscape", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "loss-landscape" in out and ": mixed" in out
+    assert "lr 0.1: not supported" in out and "lr 0.3: supported" in out
+    assert "BatchNorm: 0.1 mixed, 0.3 supported" in out
+    assert "0/1 claims supported, 0 not supported, 1 mixed, 0 undecided" in out
+    record = json.loads((tmp_path / "loss-landscape" / "result.json").read_text())
+    assert record["verdict"] == "mixed" and record["supported"] is False

@@ -1,5 +1,6 @@
-"""Writing an experiment: figure.png, strict result.json, and the self-contained page, with
-its three verdicts (supported, not supported, undecided)."""
+"""Writing an experiment: figure.png, strict result.json, verdicts.json and the
+self-contained page, with its four verdicts (supported, not supported, mixed, undecided), the
+verdict under each condition and the verdicts at other values of a threshold."""
 
 import json
 import math
@@ -7,8 +8,22 @@ import re
 
 import pytest
 
-from addnorm.experiments import _MODULES, EXPERIMENTS, Outcome, write_index, write_outcome
-from addnorm.experiments.outcome import Reading, new_figure
+from addnorm.experiments import (
+    _MODULES,
+    EXPERIMENTS,
+    Outcome,
+    write_index,
+    write_outcome,
+    write_verdicts,
+)
+from addnorm.experiments.outcome import (
+    Condition,
+    Reading,
+    Sensitivity,
+    combine,
+    new_figure,
+    verdict_of,
+)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -96,3 +111,110 @@ def test_a_reading_checks_its_verdict_like_an_outcome():
         Reading(claim="c", supported=None, headline="h")
     with pytest.raises(TypeError, match="True, False or None"):
         Reading(claim="c", supported="yes", headline="h")  # type: ignore[arg-type]
+
+
+def _conditions(*supported: bool | None) -> tuple[Condition, ...]:
+    return tuple(Condition(name=f"lr {i}", supported=s, headline=f"h{i} <x>",
+                           undecided_because="" if s is not None else f"why {i}")
+                 for i, s in enumerate(supported))
+
+
+@pytest.mark.parametrize(("supported", "expected"), [
+    ((True, True), (True, "supported")),
+    ((False, False), (False, "not supported")),
+    ((True, False), (False, "mixed")),
+    ((True, None), (True, "supported")),  # the undecided condition is listed, not counted
+    ((False, None), (False, "not supported")),
+    ((None, None), (None, "undecided")),
+])
+def test_conditions_combine_into_one_verdict_and_mixed_where_they_disagree(supported, expected):
+    conditions = _conditions(*supported)
+    combined, because = combine(conditions)
+    assert (combined, verdict_of(conditions)) == expected
+    assert bool(because) == (combined is None)
+    outcome = _outcome(combined, because)
+    outcome = Outcome(**{**outcome.__dict__, "conditions": conditions})
+    assert outcome.verdict == expected[1]
+
+
+def test_all_undecided_conditions_give_their_reasons():
+    assert combine(_conditions(None, None)) == (None, "lr 0: why 0; lr 1: why 1")
+    with pytest.raises(ValueError, match="at least one"):
+        combine(())
+
+
+def test_a_verdict_that_is_not_what_its_conditions_decide_is_refused():
+    with pytest.raises(ValueError, match="not what the conditions decide"):
+        Outcome(**{**_outcome(True).__dict__, "conditions": _conditions(True, False)})
+    with pytest.raises(ValueError, match="not what the conditions decide"):
+        Reading(claim="c", supported=False, headline="h", conditions=_conditions(True, None))
+
+
+def test_a_mixed_outcome_is_false_in_the_json_with_each_condition_and_marked_on_the_page(
+        tmp_path):
+    outcome = Outcome(**{**_outcome(False).__dict__, "conditions": _conditions(False, True)})
+    assert outcome.verdict == "mixed"
+    record = json.loads((write_outcome(outcome, tmp_path) / "result.json").read_text())
+    # Backward compatible: a reader of "supported" alone sees a claim that did not hold
+    # across the conditions; "verdict" and "conditions" say where it did.
+    assert record["supported"] is False and record["verdict"] == "mixed"
+    assert [(c["name"], c["verdict"]) for c in record["conditions"]] == [
+        ("lr 0", "not supported"), ("lr 1", "supported")]
+    page = write_index(tmp_path, ["toy"]).read_text()
+    assert 'class="verdict mixed"' in page and "By condition" in page
+    assert "lr 0 NOT supported" in page and "lr 1 held" in page and "h1 &lt;x&gt;" in page
+    assert "Mixed: the numbers support the claim under some" in page
+
+
+def test_a_result_written_before_conditions_existed_still_shows(tmp_path):
+    write_outcome(_outcome(False), tmp_path)
+    path = tmp_path / "toy" / "result.json"
+    record = json.loads(path.read_text())
+    for key in ("conditions", "sensitivity"):
+        del record[key]
+    path.write_text(json.dumps(record))
+    page = write_index(tmp_path, ["toy"]).read_text()
+    assert "claim NOT supported by this run" in page and "By condition" not in page
+
+
+def _sensitivity(first: str = "supported") -> Sensitivity:
+    return Sensitivity(setting="a <threshold>", values=(0.0, 0.5), used=0.5,
+                       rows=(("claim", ("not supported", first)),),
+                       notes=("compares a", "compares b"))
+
+
+def test_a_sensitivity_table_shows_each_value_and_must_agree_with_the_verdict(tmp_path):
+    outcome = Outcome(**{**_outcome(True).__dict__, "sensitivity": _sensitivity()})
+    record = json.loads((write_outcome(outcome, tmp_path) / "result.json").read_text())
+    assert record["sensitivity"]["rows"] == [
+        {"label": "claim", "verdicts": ["not supported", "supported"]}]
+    page = write_index(tmp_path, ["toy"]).read_text()
+    assert "a &lt;threshold&gt;" in page and "0.5 (the rule)" in page
+    assert '<span class="verdict failed">NOT supported</span>' in page
+    assert "compares b" in page
+    with pytest.raises(ValueError, match="sensitivity's verdicts"):
+        Outcome(**{**_outcome(True).__dict__, "sensitivity": _sensitivity("mixed")})
+
+
+def test_a_sensitivity_needs_one_known_verdict_per_value():
+    with pytest.raises(ValueError, match="used"):
+        Sensitivity(setting="s", values=(0.0,), used=1.0, rows=())
+    with pytest.raises(ValueError, match="one verdict of"):
+        Sensitivity(setting="s", values=(0.0, 1.0), used=1.0, rows=(("r", ("supported",)),))
+    with pytest.raises(ValueError, match="one verdict of"):
+        Sensitivity(setting="s", values=(1.0,), used=1.0, rows=(("r", ("held",)),))
+    with pytest.raises(ValueError, match="notes"):
+        Sensitivity(setting="s", values=(1.0,), used=1.0, rows=(), notes=("a", "b"))
+
+
+def test_verdicts_json_counts_the_seeds_claims_and_lists_every_verdict(tmp_path):
+    mixed = Outcome(**{**_outcome(False).__dict__, "conditions": _conditions(False, True)})
+    mixed.also = (Reading(claim="r", supported=None, headline="h", undecided_because="w"),)
+    write_outcome(mixed, tmp_path)
+    record = json.loads(write_verdicts(tmp_path, ["toy", "absent"]).read_text())
+    assert record["counts"] == {"supported": 0, "not supported": 0, "mixed": 1,
+                                "undecided": 0}
+    assert record["experiments"] == {"toy": {
+        "claim": "c <b>", "quick": False, "verdict": "mixed", "headline": "h",
+        "conditions": {"lr 0": "not supported", "lr 1": "supported"},
+        "also": [{"claim": "r", "verdict": "undecided", "headline": "h", "conditions": {}}]}}

@@ -23,7 +23,7 @@ import torch
 import torch.multiprocessing as mp
 
 from addnorm.data.batches import RankShard
-from addnorm.tasks.translate import TranslateTask
+from addnorm.tasks.translate import TranslateTask, TranslateTaskConfig
 from addnorm.training import distributed
 from addnorm.training.checkpoint import load_checkpoint
 from addnorm.training.config import TrainConfig
@@ -45,18 +45,18 @@ def _train_runs(out: Path, *, reference_only: bool = False) -> None:
     how its run ended in ``rank<N>.json``. ``reference_only``: the first run alone."""
     task = TranslateTask()
     model_cfg = task.prepare(dataclasses.replace(task.default_model_config(), **MODEL_OVERRIDES))
+    task_cfg = TranslateTaskConfig(label_smoothing=0.1)
 
     def train(name, loss_fn=None, **overrides):
         settings = dict(max_steps=12, batch_size=16, grad_accum=2, lr=3e-3, warmup=3,
-                        grad_clip=0.5, ema_decay=0.9, checkpoint_every=0, log_every=4,
-                        label_smoothing=0.1)
+                        grad_clip=0.5, ema_decay=0.9, checkpoint_every=0, log_every=4)
         train_cfg = TrainConfig(**{**settings, **overrides})
         seed_everything(0)
         model = task.build_model(model_cfg).double()  # float64: see TRAJECTORY_RTOL
         schedule = LRSchedule("cosine", train_cfg.lr, train_cfg.warmup,
                               total_steps=train_cfg.max_steps)
-        batches = task.batches(train_cfg, model_cfg)
-        trainer = Trainer(model, loss_fn or task.loss_fn(train_cfg), batches, train_cfg,
+        batches = task.batches(model_cfg, train_cfg, task_cfg)
+        trainer = Trainer(model, loss_fn or task.loss_fn(task_cfg), batches, train_cfg,
                           run_dir=out / name, schedule=schedule)
         result = trainer.fit()
         written = sorted(p.name for p in (out / name).iterdir() if not p.name.startswith("rank"))
@@ -64,7 +64,7 @@ def _train_runs(out: Path, *, reference_only: bool = False) -> None:
             {"step": result.step, "stopped_by": result.stopped_by,
              "world_size": distributed.world_size(), "files": written}))
 
-    inner, calls = task.loss_fn(TrainConfig()), [0]
+    inner, calls = task.loss_fn(task_cfg), [0]
 
     def stopping_loss(model, batch):
         calls[0] += 1

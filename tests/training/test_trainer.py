@@ -272,7 +272,6 @@ def test_a_probe_scores_the_averaged_weights_every_n_steps_into_the_metrics(tmp_
         ("batch_size", -4, ValueError),
         ("lr", 0.0, ValueError),
         ("schedule", "linear", ValueError),
-        ("label_smoothing", 1.0, ValueError),
         ("grad_clip", -1.0, ValueError),
         ("ema_decay", 1.0, ValueError),
         ("bf16", "yes", TypeError),

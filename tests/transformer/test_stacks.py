@@ -12,6 +12,7 @@ from properties import examples
 from tolerances import FLOAT32_MODEL, FLOAT64_EXACT
 from torch import nn
 
+from addnorm.cache import memory_attention_mask
 from addnorm.norms import LayerNorm, NoNorm
 from addnorm.transformer.config import LayerConfig
 from addnorm.transformer.stacks import Decoder, Encoder, EncoderDecoder
@@ -235,6 +236,10 @@ def test_encoder_without_positions_is_permutation_equivariant(seed, length):
          r"encoder d_model \(16\) must equal decoder d_model \(8\)"),
         (lambda m: Encoder(LayerConfig(D, H, FF), 0), ValueError, r"n_layers must be >= 1, got 0"),
         (lambda m: Decoder(CFG, N, final_norm="yes"), TypeError, r"final_norm must be"),
+        (lambda m: m.decoder(randn(2, 1, D), randn(2, 5, D),
+                             memory_padding_mask=torch.zeros(2, 5, dtype=torch.bool),
+                             memory_mask=memory_attention_mask(randn(2, 5, D), None)),
+         ValueError, r"give memory_padding_mask or a built memory_mask, not both"),
     ],
 )
 def test_bad_inputs_raise_naming_the_values(call, error, match):
@@ -242,3 +247,16 @@ def test_bad_inputs_raise_naming_the_values(call, error, match):
     model = EncoderDecoder(Encoder(CFG, N), Decoder(CFG, N)).to(F64)
     with pytest.raises(error, match=match):
         call(model)
+
+
+@examples(10)
+@given(lengths=st.lists(st.integers(0, 6), min_size=1, max_size=3), new=st.integers(1, 3))
+def test_a_memory_mask_built_ahead_gives_what_the_memory_padding_gives(lengths, new):
+    # Identity: a decoding cache builds the memory's mask once, from the same padding the
+    # decoder would build it from (rows of no real token included: they see no key).
+    torch.manual_seed(0)
+    decoder = Decoder(CFG, N).to(F64).eval()
+    tgt, memory = randn(len(lengths), new, D), randn(len(lengths), 6, D, seed=2)
+    padding = right_padding(lengths, 6)
+    built = decoder(tgt, memory, memory_mask=memory_attention_mask(memory, padding))
+    assert torch.equal(built, decoder(tgt, memory, memory_padding_mask=padding))

@@ -109,7 +109,8 @@ def _translator_batch(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The first training batch of the date task (seed 0): source ids padded to the longest,
     their padding mask, decoder input and target."""
-    batches = task.batches(dataclasses.replace(TrainConfig(), batch_size=batch, seed=0), cfg)
+    train_cfg = dataclasses.replace(TrainConfig(), batch_size=batch, seed=0)
+    batches = task.batches(cfg, train_cfg, task.default_task_config())
     data = batches.next_batch()
     src = data["src"]  # (B, S)
     return src, src == cfg.pad_id, data["tgt_in"], data["tgt_out"]

@@ -39,8 +39,7 @@ __all__ = ["add_parser", "run"]
 def add_parser(subparsers) -> None:
     """Register ``addnorm train TASK``: one subparser per task, with its model and trainer
     flags (from the fields of its configs)."""
-    from addnorm.tasks.plan import TASK_OWNED
-    from addnorm.tasks.run import TASKS, presets_for
+    from addnorm.tasks.registry import TASKS
     from addnorm.training.flags import add_dataclass_flags
 
     train = subparsers.add_parser("train", help="train a model on a task")
@@ -56,7 +55,7 @@ def add_parser(subparsers) -> None:
             "warmup (the paper's values: lr = d_model^-0.5 * warmup^-0.5).",
         )
         defaults = task_cls.default_model_config()
-        presets = list(presets_for(task_cls))
+        presets = list(task_cls.presets())
         sub.add_argument("--preset", choices=presets, help="start from a named model config")
         sub.add_argument(
             "--config",
@@ -83,8 +82,11 @@ def add_parser(subparsers) -> None:
         )
         add_runtime_flags(sub)
         sub.set_defaults(
-            model_fields=add_dataclass_flags(sub, defaults, skip=TASK_OWNED),
-            train_fields=add_dataclass_flags(sub, task_cls.default_train_config()),
+            model_fields=add_dataclass_flags(sub, defaults, skip=task_cls.owned_fields),
+            train_fields=[  # the trainer's settings and the task's own, told apart by the plan
+                *add_dataclass_flags(sub, task_cls.default_train_config()),
+                *add_dataclass_flags(sub, task_cls.default_task_config()),
+            ],
         )
         _document_bf16(sub, task_cls.default_train_config().bf16)
 
@@ -156,6 +158,7 @@ def _train_here(args, device: str) -> int:
                 plan.model_cfg,
                 plan.train_cfg,
                 args.out,
+                task_cfg=plan.task_cfg,
                 resume=plan.resume,
                 overwrite=args.overwrite,
                 device=device,
@@ -168,7 +171,7 @@ def _train_here(args, device: str) -> int:
     if summary.stopped_by in SIGNAL_STOPS:
         return report_signal_stop(summary, args.task)
     warn_if_cut_short(summary, plan.train_cfg, prefix=f"addnorm train {args.task}")
-    _report(args.task, plan.task_cls.metric, summary)
+    _report(plan.task_cls, summary)
     return EXIT_OK
 
 
@@ -262,9 +265,10 @@ def _announce(args, train_cfg: TrainConfig, device: str) -> None:
     )
 
 
-def _report(task_name: str, metric: str, summary) -> None:
+def _report(task_cls, summary) -> None:
     """What a finished run did, on stdout: steps and time, its held-out metric, its files, and
-    an lm's sample continuations."""
+    what the task shows of its samples (an lm's continuations)."""
+    metric = task_cls.metric
     compiled = summary.metrics.get("compile_s")
     print(
         f"trained {summary.step} steps in {summary.elapsed_s:.0f} s "
@@ -277,6 +281,4 @@ def _report(task_name: str, metric: str, summary) -> None:
         f"({summary.metrics['weights']} weights); "
         f"metrics: {summary.run_dir / 'metrics.json'}; loss curve: {summary.loss_png}"
     )
-    if task_name == "lm":
-        for sample in summary.metrics["samples"]:
-            print(f"\nsample (prompt {sample['prompt']!r}):\n{sample['text']}")
+    print(task_cls.samples_text(summary.metrics["samples"]), end="")

@@ -4,9 +4,11 @@ Each module has ``NAME``, ``CLAIM`` (the claim as its seed post states it), ``SE
 ``run(*, quick=False) -> Outcome`` and uses only the public API, fixed seeds and data that
 ship with the install; ``run`` also takes the parts under test as keyword arguments, so a
 test can build a world where the claim is false. Training-based verdicts compare
-``repeats.N_RUNS`` seeds (:mod:`addnorm.experiments.repeats`). ``EXPERIMENTS`` lists them in
+``repeats.N_RUNS`` seeds (:mod:`addnorm.experiments.repeats`; loss-landscape's full run
+twelve, as its docstring explains). ``EXPERIMENTS`` lists them in
 the order ``addnorm explain all`` runs them; :func:`write_outcome` writes one experiment's
-``figure.png`` and ``result.json``, :func:`write_index` the page that shows them all.
+``figure.png`` and ``result.json``, :func:`write_index` the page that shows them all and
+:func:`write_verdicts` their verdicts in one small file.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ from addnorm.experiments import (
 )
 from addnorm.experiments.outcome import Outcome, write_outcome
 from addnorm.experiments.page import write_index
+from addnorm.experiments.record import write_verdicts
 
-__all__ = ["EXPERIMENTS", "Outcome", "write_index", "write_outcome"]
+__all__ = ["EXPERIMENTS", "Outcome", "write_index", "write_outcome", "write_verdicts"]
 
 # By topic: position codes, then normalization, then Add & Norm.
 _MODULES: tuple[ModuleType, ...] = (

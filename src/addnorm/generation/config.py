@@ -1,7 +1,18 @@
 """``GenerationConfig``: how a decoder picks its next tokens (greedy, sampling, beam search),
-frozen and validated on construction; ``from_transformers`` reads Hugging Face's names.
+frozen and validated on construction; ``from_transformers`` reads Hugging Face's names, and
+:func:`transformers_call` a whole ``generate`` call made with them.
 
-The decoding loops that follow it are :mod:`addnorm.generation.loop` (greedy and
+A ``generate`` call is in Hugging Face's terms when it passes no addnorm ``config`` but one of
+Hugging Face's names: ``attention_mask``, ``generation_config`` or a setting
+(``max_new_tokens``, ``do_sample``, ...: :class:`TransformersSettings`). Its settings are then
+Hugging Face's: its defaults (20 new tokens, greedy, ``early_stopping=False``, ``top_k=50``
+when sampling), under the model's eos and pad ids, under ``generation_config``, under the
+keywords (transformers' order of precedence), translated by
+:meth:`GenerationConfig.from_transformers`; and it returns the prompt followed by the new
+tokens, as transformers does (``return_prompt`` chooses either way). An addnorm ``config``
+together with Hugging Face's settings is refused: one call, one vocabulary.
+
+The decoding loops that follow a config are :mod:`addnorm.generation.loop` (greedy and
 sampling) and :mod:`addnorm.generation.beam_search`.
 """
 
@@ -9,17 +20,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
+
+import torch
 
 from addnorm.utils.checks import check_bool, check_choice, check_float, check_int
+
+if TYPE_CHECKING:
+    from addnorm.family import GenerationSpec
 
 __all__ = [
     "BEAM_STOPS",
     "STRATEGIES",
     "TRANSFORMERS_DEFAULT_NEW_TOKENS",
     "TRANSFORMERS_NAMES",
-    "TransformersSettings",
+    "GenerationCall",
     "GenerationConfig",
+    "TransformersSettings",
+    "padding_from_attention_mask",
+    "transformers_call",
     "transformers_settings",
 ]
 
@@ -53,7 +72,7 @@ class TransformersSettings(TypedDict, total=False):
 
 TRANSFORMERS_NAMES = tuple(TransformersSettings.__annotations__)
 # Hugging Face's length when none is set: 20 new tokens (transformers 5; a model's learned
-# positions may cap it, see addnorm.generation.decoding.transformers_call).
+# positions may cap it, see transformers_call).
 TRANSFORMERS_DEFAULT_NEW_TOKENS = 20
 # Keys that never change the tokens: metadata, the cache switch, and the first decoder token
 # (fixed by the model: the encoder-decoder's generate checks it against its bos_id).
@@ -113,7 +132,7 @@ class GenerationConfig:
             pays the compile (less once inductor's disk cache holds the kernels), later
             steps and calls with the same shapes reuse it. It pays off for long or repeated
             generations, most at batch 1 on the CPU, where the step's one-row products
-            become fused kernels (see :func:`addnorm.generation.decoding.compiled_step`;
+            become fused kernels (see :func:`addnorm.generation.step.compiled_step`;
             benchmarks/compiled_decoding.py prints the compile time and the speed-up). The
             tokens are those of eager decoding (up to floating-point rounding).
         min_new_tokens: n >= 0; the stop tokens (``eos_id``) are never picked before a row
@@ -297,6 +316,139 @@ def transformers_settings(settings: object) -> dict[str, Any]:
         if not isinstance(name, str):
             raise TypeError(f"generation setting names must be strings, got {name!r}")
     return {name: value for name, value in settings.items() if value is not None}
+
+
+@dataclass(frozen=True)
+class GenerationCall:
+    """A ``generate`` call's settings, read once before it starts (:func:`transformers_call`).
+
+    Attributes:
+        config: the config to run (checked against the model by
+            :func:`~addnorm.generation.generate.generate`); None: the model's default.
+        padding_mask: (B, L0) bool, True = padding (addnorm's polarity), or None.
+        return_prompt: whether the output starts with the prompt (the decoder's: the start
+            token for an encoder-decoder).
+    """
+
+    config: object
+    padding_mask: torch.Tensor | None
+    return_prompt: bool
+
+
+def transformers_call(
+    spec: GenerationSpec,
+    config: object,
+    *,
+    generation_config: object,
+    names: Mapping[str, object],
+    attention_mask: object,
+    padding_mask: object,
+    return_prompt: object,
+    mask_shape: tuple[int, ...],
+    prompt_length: int,
+) -> GenerationCall:
+    """Read a ``generate`` call that may use Hugging Face's names (the module docstring).
+
+    A ``transformers.GenerationConfig`` passed as ``config`` (transformers' second positional
+    argument) is read as ``generation_config``. ``names``: the call's Hugging Face settings
+    (``TRANSFORMERS_NAMES`` and any other it was given; None = not given);
+    ``mask_shape``: the shape ``attention_mask`` must have (the prompt's, or the source's);
+    ``prompt_length``: the decoder's prompt, which ``max_length`` and ``min_length`` count
+    (a decoder-only model's L0, padding included; an encoder-decoder's 1: its start token).
+    """
+    if not isinstance(config, GenerationConfig) and callable(getattr(config, "to_diff_dict", None)):
+        if generation_config is not None:  # transformers' generate(inputs, generation_config)
+            raise ValueError("two generation configs: config and generation_config")
+        config, generation_config = None, config
+    given = {name: value for name, value in names.items() if value is not None}
+    padding = padding_from_attention_mask(attention_mask, padding_mask, mask_shape)
+    prompt = None if return_prompt is None else check_bool("return_prompt", return_prompt)
+    settings_given = bool(given) or generation_config is not None
+    if config is not None and settings_given:
+        listed = sorted(given) + (["generation_config"] if generation_config is not None else [])
+        raise ValueError(
+            "config (addnorm's GenerationConfig) and Hugging Face's settings "
+            f"({', '.join(listed)}) were both given: pass one of them (vary config with "
+            "dataclasses.replace)"
+        )
+    if config is not None or not (settings_given or attention_mask is not None):
+        return GenerationCall(config, padding, bool(prompt))
+    settings: dict[str, Any] = {"eos_token_id": spec.eos_id, "pad_token_id": spec.pad_id}
+    settings.update(transformers_settings(generation_config))
+    settings.update(given)
+    _check_start_token(spec, settings)
+    if "max_new_tokens" not in settings and "max_length" not in settings:
+        settings["max_new_tokens"] = _default_new_tokens(spec, prompt_length)
+    hf_config = GenerationConfig.from_transformers(settings, prompt_length=prompt_length)
+    return GenerationCall(hf_config, padding, True if prompt is None else prompt)
+
+
+def padding_from_attention_mask(
+    attention_mask: object, padding_mask: object, shape: tuple[int, ...]
+) -> torch.Tensor | None:
+    """``padding_mask``, or Hugging Face's ``attention_mask`` (1 = real token) negated.
+
+    ``attention_mask``: bool, or integers 0 and 1 (read back once to check them: a
+    tokenizer's output); float masks are refused, as everywhere in addnorm.
+
+    Shapes:
+        attention_mask: (B, L) = ``shape``; returns: (B, L) bool, True = padding
+    """
+    if attention_mask is None:
+        return padding_mask  # type: ignore[return-value]  # checked by the model
+    if padding_mask is not None:
+        raise ValueError(
+            "give padding_mask (True = padding) or attention_mask (Hugging Face's: 1 = real "
+            "token), not both"
+        )
+    if not isinstance(attention_mask, torch.Tensor):
+        got = type(attention_mask).__name__
+        raise TypeError(f"attention_mask must be a torch.Tensor, got {got}")
+    if tuple(attention_mask.shape) != tuple(shape):
+        raise ValueError(
+            f"attention_mask must have the prompt's shape {tuple(shape)}, got "
+            f"{tuple(attention_mask.shape)}"
+        )
+    if attention_mask.dtype == torch.bool:
+        return ~attention_mask
+    if attention_mask.is_floating_point() or attention_mask.is_complex():
+        raise TypeError(
+            f"attention_mask must be bool or integer 0/1, got dtype {attention_mask.dtype}"
+        )
+    if bool(((attention_mask != 0) & (attention_mask != 1)).any()):  # one read, at the start
+        raise ValueError("attention_mask must hold only 0 (padding) and 1 (real token)")
+    return attention_mask == 0
+
+
+def _check_start_token(spec: GenerationSpec, settings: Mapping[str, Any]) -> None:
+    """An encoder-decoder's first decoder token is its ``bos_id``: Hugging Face's
+    ``decoder_start_token_id`` (else ``bos_token_id``) must name it. A decoder-only model
+    starts from its prompt, which makes both irrelevant, as in transformers."""
+    if spec.start_id is None:
+        return
+    for name in ("decoder_start_token_id", "bos_token_id"):
+        if name in settings:
+            if settings[name] != spec.start_id:
+                raise ValueError(
+                    f"{name} ({settings[name]!r}) must be the model's bos_id ({spec.start_id}), "
+                    "the decoder's first token"
+                )
+            return
+
+
+def _default_new_tokens(spec: GenerationSpec, prompt_length: int) -> int:
+    """Hugging Face's length when none is set: 20 new tokens, capped so that the prompt and
+    the new tokens fit a learned position table (transformers caps at
+    ``max_position_embeddings``)."""
+    if spec.max_positions is None:
+        return TRANSFORMERS_DEFAULT_NEW_TOKENS
+    room = spec.max_positions - prompt_length
+    if room < 1:
+        raise ValueError(
+            f"the prompt ({prompt_length} tokens) leaves no room for a new token in the learned "
+            f"position table (max_len {spec.max_positions})"
+        )
+    return min(TRANSFORMERS_DEFAULT_NEW_TOKENS, room)
 
 
 def _fields_from_transformers(names: dict[str, Any], prompt_length: int | None) -> dict[str, Any]:

@@ -34,6 +34,7 @@ applies the rules to its log-probs.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
@@ -44,7 +45,7 @@ from addnorm.generation.beam_search import beam_search
 from addnorm.generation.config import GenerationConfig
 from addnorm.generation.repetition import apply_repetition_rules
 from addnorm.generation.step import LogitWatch, StepFn, check_logits
-from addnorm.generation.stop_strings import StopFn
+from addnorm.generation.stop_strings import StopFn, StopStrings
 from addnorm.utils.checks import check_bool_mask, check_tensor
 
 __all__ = ["check_decoding_options", "decode", "generate_tokens", "prompt_history"]
@@ -77,7 +78,8 @@ def generate_tokens(
     decoder-only model's prompt (Hugging Face's ``input_ids``); None for an encoder-decoder,
     whose decoder starts from scratch. ``stop_fn`` (greedy and sampling) is called after
     every step with the tokens generated so far and ends the rows it returns True for, like
-    a stop token (stop strings: :func:`addnorm.generation.stop_strings.stop_at_strings`).
+    a stop token (stop strings: :func:`addnorm.generation.stop_strings.stop_at_strings`,
+    whose rule is given the ids that the step's one host read brings back, as lists).
 
     Everything is checked here, once, and every output of ``step_fn`` is checked as it
     comes (a float (B', V) tensor; its values are watched without a host sync, see
@@ -167,7 +169,7 @@ def decode(
     :func:`generate_tokens`, or by a model's ``generate`` for its own ``step``).
 
     ``banned`` (n,) long: ids whose logits are set to -inf at every step (a model's pad and
-    bos ids: see :func:`addnorm.generation.decoding.banned_ids`).
+    bos ids: see :func:`addnorm.generation.generate.banned_ids`).
 
     Shapes:
         first_logits: (B, V); seen: the prompt's ids and padding (B, L0)
@@ -244,11 +246,13 @@ def _decode_token_by_token(
 ) -> Tensor:
     """Greedy or sampled decoding: one token per row per step, all rows at once.
 
-    One host sync per step at most: the stop check, which also reads :class:`LogitWatch`'s
-    flag; without a stop rule, none until the end.
+    One host read per step at most: the stop check (:class:`_Stops`), which also reads
+    :class:`LogitWatch`'s flag, under which the rows the repetition rules leave no token are
+    noted too; without a stop rule, none until the end.
     """
-    batch, vocab = logits.shape
+    batch, _ = logits.shape
     stop_ids = torch.tensor(config.stop_ids, dtype=torch.long, device=logits.device)
+    stops = _Stops(stop_ids, stop_fn, batch) if config.stop_ids or stop_fn is not None else None
     ended = torch.zeros(batch, dtype=torch.bool, device=logits.device)
     watch = LogitWatch()
     tokens: list[Tensor] = []
@@ -261,22 +265,67 @@ def _decode_token_by_token(
         if step < config.min_new_tokens:
             logits = logits.index_fill(-1, stop_ids, float("-inf"))  # no stop token yet
         if config.reshapes_logits:
-            logits = _reshaped_logits(logits, _history(seen, tokens), config, ended, step, watch)
+            reshaped = _apply_rules(logits, *_history(seen, tokens), config)
+            logits = torch.where(ended[:, None], logits, reshaped)  # ended rows: filler follows
+            bad = watch.note(_logits_name(step), step, logits, partial(_no_token_left, config,
+                                                                       step))
         next_token = _next_token(logits, config, generator, bad)  # (B,)
         if config.fill_id is not None:
             next_token = next_token.masked_fill(ended, config.fill_id)
         tokens.append(next_token)
-        if config.stop_ids or stop_fn is not None:
-            ended = ended | torch.isin(next_token, stop_ids)
-            if stop_fn is not None:
-                ended = ended | _check_stops(stop_fn(torch.stack(tokens, dim=1)), batch)
-            flags = torch.stack([~ended, watch.bad_rows(ended)]).any(dim=1)  # (2,): live, bad
-            live, faulty = flags.tolist()  # the one host sync of the step
-            watch.check(faulty)
+        if stops is not None:
+            ended, live = stops.check(ended, tokens, watch)  # the one host read of the step
             if not live:
                 break
     watch.check()
     return torch.stack(tokens, dim=1)  # (B, N)
+
+
+class _Stops:
+    """Which rows have ended (at a stop id, or by ``stop_fn``), and whether any is live: the
+    one value a step reads back, together with :class:`LogitWatch`'s flag.
+
+    A :class:`~addnorm.generation.stop_strings.StopStrings` rule needs the new tokens on the
+    host: they come back in the same read, and the rule runs on Python ids. Any other
+    ``stop_fn`` is called on the device's tokens so far (what it reads is its own).
+    """
+
+    def __init__(self, stop_ids: Tensor, stop_fn: StopFn | None, batch: int) -> None:
+        self.stop_ids = stop_ids
+        self.stop_fn = stop_fn
+        self.batch = batch
+        self.rows: list[list[int]] = [[] for _ in range(batch)]  # host copies, StopStrings's
+
+    def check(self, ended: Tensor, tokens: list[Tensor], watch: LogitWatch) -> tuple[Tensor, bool]:
+        """The rows ended after this step's tokens (B,), and whether any row is live; reports
+        the bad rows :class:`LogitWatch` noted."""
+        ended = ended | torch.isin(tokens[-1], self.stop_ids)
+        if isinstance(self.stop_fn, StopStrings):
+            return self._check_on_host(self.stop_fn, ended, tokens[-1], watch)
+        if self.stop_fn is not None:
+            ended = ended | _check_stops(self.stop_fn(torch.stack(tokens, dim=1)), self.batch)
+        flags = torch.stack([~ended, watch.bad_rows(ended)]).any(dim=1)  # (2,): live, bad
+        live, faulty = flags.tolist()  # the one host read of the step
+        watch.check(faulty)
+        return ended, live
+
+    def _check_on_host(
+        self, rule: StopStrings, ended: Tensor, new: Tensor, watch: LogitWatch
+    ) -> tuple[Tensor, bool]:
+        """:meth:`check` for stop strings: the new tokens read with the flags, the text
+        searched on the host."""
+        bad = watch.bad_rows(ended).any()[None]  # (1,)
+        values = torch.cat([new, ended.long(), bad.long()]).tolist()  # the one host read
+        watch.check(bool(values[-1]))
+        for row, token in zip(self.rows, values[: self.batch], strict=True):
+            row.append(token)
+        ended_before = values[self.batch : 2 * self.batch]
+        by_text = rule.ends(self.rows)
+        newly = [text and not end for text, end in zip(by_text, ended_before, strict=True)]
+        if any(newly):  # at most once per row: the only copy to the device
+            ended = ended | torch.tensor(newly, dtype=torch.bool, device=ended.device)
+        live = not all(end or text for end, text in zip(ended_before, by_text, strict=True))
+        return ended, live
 
 
 def _logits_name(step: int) -> str:
@@ -300,24 +349,14 @@ def _check_stops(stops: object, batch: int) -> Tensor:
     return stops
 
 
-def _reshaped_logits(
-    logits: Tensor, history: tuple[Tensor, Tensor], config: GenerationConfig, ended: Tensor,
-    step: int, watch: LogitWatch,
-) -> Tensor:
-    """The logits after the repetition penalty and the n-gram ban; a live row they leave
-    without a single allowed token is an error (it has nothing left to emit)."""
-    reshaped = _apply_rules(logits, *history, config)
-    logits = torch.where(ended[:, None], logits, reshaped)  # ended rows: only filler follows
-    stuck = ~torch.isfinite(logits.amax(dim=-1))  # (B,)
-    if bool(stuck.any()):
-        watch.check()  # a row the model gave bad logits is reported as such
-        row = int(stuck.nonzero()[0, 0])
-        raise ValueError(
-            f"no_repeat_ngram_size={config.no_repeat_ngram_size} leaves row {row} no token to "
-            f"emit at step {step} (every allowed token would repeat an n-gram); use a larger "
-            "size or fewer new tokens"
-        )
-    return logits
+def _no_token_left(config: GenerationConfig, step: int, row: int) -> str:
+    """Why a live row has no finite logit after the repetition rules (it has nothing left to
+    emit): the n-gram ban took every token."""
+    return (
+        f"no_repeat_ngram_size={config.no_repeat_ngram_size} leaves row {row} no token to "
+        f"emit at step {step} (every allowed token would repeat an n-gram); use a larger "
+        "size or fewer new tokens"
+    )
 
 
 def _apply_rules(

@@ -1,8 +1,9 @@
-"""What every decoding loop does with the logits of a step: the step function's type
-(``StepFn``), its output checked (``check_logits``: a float (B, V) tensor) and its values
-watched (``LogitWatch``: rows with NaN, +inf or only -inf, reported at the one host sync of a
-step). Greedy and sampling (:mod:`addnorm.generation.loop`) and beam search
-(:mod:`addnorm.generation.beam_search`) share them.
+"""The decode step and what every decoding loop does with its logits: the step function's
+type (``StepFn``), the model's step compiled (``compiled_step``), its output checked
+(``check_logits``: a float (B, V) tensor) and its values watched (``LogitWatch``: rows with
+NaN, +inf or only -inf, reported at the one host read of a step). Greedy and sampling
+(:mod:`addnorm.generation.loop`) and beam search (:mod:`addnorm.generation.beam_search`)
+share them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from torch import Tensor
 
 from addnorm.utils.checks import assert_in_graph, check_tensor
 
-__all__ = ["LogitWatch", "StepFn", "check_logits"]
+__all__ = ["CPU_STEP_OPTIONS", "LogitWatch", "StepFn", "check_logits", "compiled_step"]
 
 # tokens (B', 1), cache -> logits (B', V): feed one token per row; the cache grows by one.
 StepFn = Callable[[Tensor, Any], Tensor]
@@ -32,30 +33,40 @@ def check_logits(name: str, logits: object, shape: tuple[int, int] | None = None
     return logits
 
 
+# Why a row has no token to pick, given the row: the message of a rule that left it none.
+Cause = Callable[[int], str]
+
+
 class LogitWatch:
     """Rows whose logits have no finite maximum (NaN, +inf, or only -inf), noted at every step
     without a host sync and reported at the next value the loop reads back anyway.
 
-    A decode step reads one value back to the host, the one that decides to stop (greedy and
-    sampling: "has every row ended?", only when there is a stop rule; beam search: "is every
-    row done?"). :meth:`note` keeps each step's bad rows on the device; :meth:`bad_rows` is
-    read in the same transfer as the stop flag, and :meth:`check` reports (the first bad step
-    and row, naming NaN as such) wherever a value is read: at the stop check, before another
-    error, and once after the loop. A bad row's logits are replaced where a kernel would
-    fail on them (sampling), so decoding reaches that read-back.
+    A decode step reads one value back to the host at most, the one that decides to stop
+    (greedy and sampling: "has every row ended?", only when there is a stop rule; beam search:
+    "is every row done?"). :meth:`note` keeps each step's bad rows on the device;
+    :meth:`bad_rows` is read in the same transfer as the stop flag, and :meth:`check` reports
+    the first bad row noted (the earliest note first: the model's logits before the rules
+    that reshape them) wherever a value is read: at the stop check, before another error,
+    and once after the loop. A bad row's logits are replaced where a kernel would fail on
+    them (sampling), so decoding reaches that read-back.
     """
 
     def __init__(self) -> None:
-        self._noted: list[tuple[str, int, Tensor, Tensor]] = []  # name, step, max (B,), bad (B,)
+        # name, step, max (B,), bad (B,), cause (None: the model's logits)
+        self._noted: list[tuple[str, int, Tensor, Tensor, Cause | None]] = []
 
-    def note(self, name: str, step: int, logits: Tensor) -> Tensor:
-        """Note a step's logits; returns the (B,) bool of its bad rows (no host sync)."""
+    def note(self, name: str, step: int, logits: Tensor, cause: Cause | None = None) -> Tensor:
+        """Note a step's logits; returns the (B,) bool of its bad rows (no host sync).
+
+        ``cause``: the message for a bad row of logits a rule reshaped (the model's, noted
+        before, were fine, or that note reports first); None: the model's own logits.
+        """
         row_max = logits.amax(dim=-1)  # (B,), NaN and +inf propagate
         bad = ~torch.isfinite(row_max)
         if torch.compiler.is_compiling():
             assert_in_graph(~bad.any(), f"{name} has a row with NaN, +inf or only -inf values")
         else:
-            self._noted.append((name, step, row_max, bad))
+            self._noted.append((name, step, row_max, bad, cause))
         return bad
 
     def bad_rows(self, like: Tensor) -> Tensor:
@@ -65,7 +76,7 @@ class LogitWatch:
             return torch.zeros_like(like)
         if len(self._noted) == 1:
             return self._noted[0][3]
-        return torch.stack([bad for *_, bad in self._noted]).any(dim=0)  # (n, B) -> (B,)
+        return torch.stack([bad for _, _, _, bad, _ in self._noted]).any(dim=0)  # (n, B) -> (B,)
 
     def check(self, bad: bool | None = None) -> None:
         """Raise ValueError for the first bad row noted (``bad``: the flag already read, if
@@ -75,9 +86,11 @@ class LogitWatch:
         noted, self._noted = self._noted, []
         if not bad:
             return
-        for name, step, row_max, rows in noted:
+        for name, step, row_max, rows, cause in noted:
             if bool(rows.any()):
                 row = int(rows.nonzero()[0, 0])
+                if cause is not None:
+                    raise ValueError(cause(row))
                 raise ValueError(_bad_logits_message(name, step, row, row_max[row].item()))
 
 
@@ -92,3 +105,50 @@ def _bad_logits_message(name: str, step: int, row: int, row_max: float) -> str:
         f"{name} row {row} has {what} logits at step {step}; every row needs at least one "
         "finite logit and no +inf or NaN"
     )
+
+
+# Inductor settings of a decode step compiled for the CPU (on other devices: the defaults).
+# - decompose_mm_pass: a one-row matmul (batch 1) becomes a fused multiply-and-sum kernel,
+#   which streams the weights at memory speed; torch's own matrix-vector product falls well
+#   short of it at a small model's widths. The projections are most of a decode step's
+#   work, so this is most of what compiling gains (``addnorm bench --only decoding
+#   --compile`` and benchmarks/compiled_decoding.py time the step both ways).
+# - cpp_wrapper: the code that calls the step's kernels is C++ rather than Python.
+CPU_STEP_OPTIONS: dict[str, Any] = {
+    "post_grad_fusion_options": {"decompose_mm_pass": {}},
+    "cpp_wrapper": True,
+}
+
+
+def compiled_step(step: StepFn) -> StepFn:
+    """A model's ``step`` compiled with ``fullgraph=True``, for a cache in the static layout.
+
+    Every step of a static cache has the same shapes and reads no Python count that changes,
+    so the first call compiles one graph and every later step (and every later ``generate``
+    with the same shapes) reuses it. ``torch.compile`` keeps its compiled code with the
+    function, so building this wrapper per call costs nothing. The tokens are made
+    contiguous first: beam search feeds views whose strides change, and a graph is
+    specialised to its inputs' strides.
+
+    Build one wrapper per ``generate`` call: its first call checks all of dynamo's guards
+    (and compiles on a miss); its later calls, the same model, cache and shapes one step on,
+    skip the guards that every cached graph shares (``skip_guard_eval_unsafe``): checked in
+    Python at every call, they are a large share of a small model's compiled step, whose
+    kernels are short. CPU steps compile with :data:`CPU_STEP_OPTIONS`.
+
+    Shapes:
+        tokens: (B, 1); returns: logits (B, V)
+    """
+    compiled: Callable[..., Tensor] | None = None  # built at the first call
+
+    def contiguous_step(tokens: Tensor, cache: Any) -> Tensor:
+        nonlocal compiled
+        tokens = tokens.contiguous()
+        if compiled is None:  # the first step: every guard checked, compiling on a miss
+            options = CPU_STEP_OPTIONS if tokens.device.type == "cpu" else None
+            compiled = torch.compile(step, fullgraph=True, options=options)
+            return compiled(tokens, cache)
+        with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+            return compiled(tokens, cache)
+
+    return contiguous_step

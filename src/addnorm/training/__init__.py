@@ -1,8 +1,10 @@
 """Training: a generic trainer (AdamW, schedules, clipping, accumulation, bf16, EMA, budgets,
-exact resume), atomic safetensors checkpoints, metrics, run folders, memory estimates and
-data parallelism. The tasks that wire it to the models live above it, in
-:mod:`addnorm.tasks`."""
+exact resume) with its loop in ``trainer`` and what surrounds it one concern a module
+(``stopping``, ``step_boundary``, ``probes``, ``callbacks``, ``clock``, ``optimizer``,
+``resume``), atomic safetensors checkpoints, metrics, run folders, memory estimates and data
+parallelism. The tasks that wire it to the models live above it, in :mod:`addnorm.tasks`."""
 
+from addnorm.training.callbacks import Callback
 from addnorm.training.checkpoint import load_checkpoint, save_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.ema import EMA
@@ -12,6 +14,7 @@ from addnorm.utils.files import CheckpointError
 
 __all__ = [
     "EMA",
+    "Callback",
     "CheckpointError",
     "LRSchedule",
     "TrainConfig",

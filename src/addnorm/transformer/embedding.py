@@ -155,15 +155,13 @@ class Tokens(NamedTuple):
 
     Attributes:
         ids: (B, L) long.
-        padding: (B, L) bool, True = padding (all False when nothing is padded).
-        padding_mask: ``padding``, or None when no token is padding, so attention can skip
-            the mask and take SDPA's ``is_causal`` fast path.
+        padding_mask: (B, L) bool, True = padding; None when no token is padding, so
+            attention can skip the mask and take SDPA's ``is_causal`` fast path.
         positions: (B, L) long, or None when no padding precedes a real token (then the
             positions are ``arange(L)`` and the position modules slice their tables).
     """
 
     ids: torch.Tensor
-    padding: torch.Tensor
     padding_mask: torch.Tensor | None
     positions: torch.Tensor | None
 
@@ -194,7 +192,7 @@ def model_inputs(
         assert_in_graph(_in_vocab(ids, vocab_size), _vocab_message(name, vocab_size))
         if left_padding_only:
             assert_in_graph(~trailing, _LEFT_PADDING_ONLY)
-        return Tokens(ids, padding, padding, positions_from_padding(padding))
+        return Tokens(ids, padding, positions_from_padding(padding))
     leading = (padding & (seen < seen[:, -1:])).any()  # a padding token before a real one
     facts = torch.stack(
         [*torch.aminmax(ids), leading.long(), trailing.long(), padding.any().long()]
@@ -204,7 +202,7 @@ def model_inputs(
     if left_padding_only and trailing:
         raise ValueError(_LEFT_PADDING_ONLY)
     positions = positions_from_padding(padding) if leading else None  # (B, L) or None
-    return Tokens(ids, padding, padding if any_padding else None, positions)
+    return Tokens(ids, padding if any_padding else None, positions)
 
 
 _LEFT_PADDING_ONLY = (

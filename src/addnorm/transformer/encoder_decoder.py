@@ -4,13 +4,13 @@ Shapes legend: B batch, S source length, L target length, D d_model, V vocab,
 N generated tokens.
 
 Inputs and outputs (token checks, embeddings, positions, tied logits) are shared with the LM
-in :mod:`addnorm.transformer.embedding`; decoding hooks in :mod:`addnorm.generation.decoding`.
+in :mod:`addnorm.transformer.embedding`.
 
 Decoding: ``start(...) -> (cache, logits (B, V))`` runs the source once and fills a
-preallocated :class:`~addnorm.cache.DecodingCache`; ``step(tokens (B, 1), cache) -> logits
-(B, V)`` feeds one token per row; ``generate`` checks its settings once
-(:func:`~addnorm.generation.decoding.start_generation`) and drives them with the one decode
-loop, :func:`addnorm.generation.loop.decode`, never emitting ``pad_id`` or ``bos_id``.
+preallocated :class:`~addnorm.cache.DecodingCache` (the source's cross-attention keys, values
+and mask included); ``step(tokens (B, 1), cache) -> logits (B, V)`` feeds one token per row;
+``generate`` is the one :func:`~addnorm.generation.generate.generate` over them, which never
+emits ``pad_id`` or ``bos_id``.
 """
 
 from __future__ import annotations
@@ -21,20 +21,10 @@ import torch
 from torch import nn
 from torch.export import Dim
 
-from addnorm.cache import DecodingCache
-from addnorm.family import DynamicShapes, ExportPart, padded_tokens
+from addnorm.cache import DecodingCache, check_cache_fits, check_decoding_step
+from addnorm.family import DynamicShapes, ExportPart, GenerationSpec, padded_tokens
 from addnorm.generation.config import GenerationConfig, TransformersSettings
-from addnorm.generation.decoding import (
-    banned_ids,
-    check_cache_fits,
-    check_step,
-    decoding_step,
-    model_generation_config,
-    start_generation,
-    transformers_call,
-    with_prompt,
-)
-from addnorm.generation.loop import decode, prompt_history
+from addnorm.generation.generate import default_config, generate
 from addnorm.pretrained.mixin import PretrainedMixin
 from addnorm.transformer.config import TransformerConfig
 from addnorm.transformer.embedding import (
@@ -158,15 +148,15 @@ class Transformer(PretrainedMixin, nn.Module):
     def start(
         self,
         src_ids: torch.Tensor,
-        *,
         src_padding_mask: torch.Tensor | None = None,
+        *,
         max_new_tokens: int,
         static: bool = False,
     ) -> tuple[DecodingCache, torch.Tensor]:
         """Encode the source once, feed ``bos_id``; return the cache and the first logits.
 
         The cache holds ``max_new_tokens`` target positions and the memory's cross-attention
-        keys/values, computed here once. ``static``: a cache in the static layout
+        keys/values and mask, built here once. ``static``: a cache in the static layout
         (:mod:`addnorm.cache`), whose steps all have the same shapes, as a compiled
         :meth:`step` needs.
 
@@ -183,14 +173,16 @@ class Transformer(PretrainedMixin, nn.Module):
             )
         src = self._source(src_ids, src_padding_mask)
         batch = src.ids.shape[0]
-        check_cache_fits(cfg, batch_size=batch, prompt_len=0, max_new_tokens=max_new_tokens,
+        check_cache_fits(n_layers=cfg.n_decoder_layers, d_model=cfg.d_model, batch_size=batch,
+                         prompt_len=0, max_new_tokens=max_new_tokens,
                          dtype=self.tgt_embed.tokens.weight.dtype, device=src.ids.device)
         memory = self._encode(src)  # (B, S, D)
         cache = DecodingCache.allocate(
             n_layers=cfg.n_decoder_layers, batch_size=batch, n_heads=cfg.n_heads,
             d_head=cfg.d_model // cfg.n_heads, max_len=max_new_tokens, dtype=memory.dtype,
-            device=memory.device, memory=memory, memory_padding_mask=src.padding, static=static,
-        )
+            device=memory.device, memory=memory, memory_padding_mask=src.padding_mask,
+            static=static,
+        )  # its memory_mask: the cross-attention mask of every step, built once
         bos = torch.full((batch, 1), cfg.bos_id, dtype=torch.long, device=memory.device)
         return cache, self.step(bos, cache)
 
@@ -205,17 +197,28 @@ class Transformer(PretrainedMixin, nn.Module):
         """
         with torch.no_grad():
             tokens = id_tensor("tokens", tokens, None)
-            check_step(tokens, cache, needs_memory=True)
+            check_decoding_step(tokens, cache, needs_memory=True)
             # no new token is padding; positions None: the same for every row, after the cached
             key_padding, positions = cache.extend(None, 1)  # (B, S) | None, (B, 1) | None
             offset = cache.length - 1 if positions is None else 0
             h = self.decoder(
                 self.tgt_embed(tokens, positions, offset=offset), cache.memory,
-                padding_mask=key_padding,
-                memory_padding_mask=cache.memory_padding_mask, causal=True, cache=cache,
-                positions=positions,
+                padding_mask=key_padding, memory_mask=cache.memory_mask, causal=True,
+                cache=cache, positions=positions,
             )  # (B, 1, D)
             return self.to_logits(h[:, -1])
+
+    @property
+    def generation_spec(self) -> GenerationSpec:
+        """What :meth:`generate` reads of the model (an encoder-decoder: its decoder starts
+        at ``bos_id``)."""
+        cfg = self.cfg
+        return GenerationSpec(
+            vocab_size=cfg.tgt_vocab_size, eos_id=cfg.eos_id, pad_id=cfg.pad_id,
+            start_id=cfg.bos_id, max_positions=learned_max_len(cfg),
+            cached_layers=cfg.n_decoder_layers, d_model=cfg.d_model,
+            device=self.tgt_embed.tokens.weight.device,
+        )
 
     @property
     def generation_config(self) -> GenerationConfig:
@@ -223,9 +226,8 @@ class Transformer(PretrainedMixin, nn.Module):
 
         Variants: ``dataclasses.replace(model.generation_config, strategy="beam")``.
         """
-        return model_generation_config(self.cfg)
+        return default_config(self.generation_spec)
 
-    @torch.no_grad()
     def generate(
         self,
         src_ids: torch.Tensor,
@@ -256,31 +258,11 @@ class Transformer(PretrainedMixin, nn.Module):
             src_ids: (B, S); src_padding_mask, attention_mask: (B, S)
             returns: (B * r, N), N <= max_new_tokens; (B * r, 1 + N) with ``bos_id``
         """
-        # Hugging Face's settings by name, as given (None: not given); names beyond
-        # TransformersSettings are refused unless they change no token (from_transformers)
-        names: dict[str, object] = dict(settings)
-        src_ids = id_tensor("src_ids", src_ids, None)  # structure only (no read)
-        call = transformers_call(
-            self.cfg, config, generation_config=generation_config, names=names,
-            attention_mask=attention_mask, padding_mask=src_padding_mask,
-            return_prompt=return_prompt, mask_shape=tuple(src_ids.shape), prompt_length=1,
+        return generate(
+            self, id_tensor("src_ids", src_ids, None), config, padding_mask=src_padding_mask,
+            generator=generator, return_prompt=return_prompt, attention_mask=attention_mask,
+            generation_config=generation_config, settings=settings,
         )
-        never_emit = {"pad_id": self.cfg.pad_id, "bos_id": self.cfg.bos_id}
-        device = self.tgt_embed.tokens.weight.device
-        checked = start_generation(self.cfg, call.config, never_emit, generator=generator,
-                                   stop_fn=None, device=device)
-        cache, logits = self.start(
-            src_ids, src_padding_mask=call.padding_mask, max_new_tokens=checked.max_new_tokens,
-            static=checked.compile,
-        )  # the source checked (values: one host sync)
-        new = decode(
-            decoding_step(self.step, checked), logits, cache, checked, generator=generator,
-            seen=prompt_history(None, None, logits), stop_fn=None,
-            banned=banned_ids(never_emit, logits.device),
-        )
-        if not call.return_prompt:
-            return new
-        return with_prompt(torch.full_like(src_ids[:, :1], self.cfg.bos_id), new)
 
     # What export, size estimates and distributed wrapping read (addnorm.family.ModelFamily).
     layer_classes = (EncoderLayer, DecoderLayer)

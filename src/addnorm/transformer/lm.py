@@ -3,7 +3,7 @@
 Shapes legend: B batch, L sequence length, L0 prompt length, D d_model, V vocab,
 N generated tokens. Embeddings, positions, padding and decoding work as for the
 encoder-decoder (see :mod:`addnorm.transformer.embedding` and
-:mod:`addnorm.generation.decoding`); prompts for generation are left-padded and each row's
+:mod:`addnorm.generation.generate`); prompts for generation are left-padded and each row's
 positions count its real tokens only.
 """
 
@@ -14,20 +14,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from addnorm.cache import DecodingCache
-from addnorm.family import DynamicShapes, ExportPart
+from addnorm.cache import DecodingCache, check_cache_fits, check_decoding_step
+from addnorm.family import DynamicShapes, ExportPart, GenerationSpec
 from addnorm.generation.config import GenerationConfig, TransformersSettings
-from addnorm.generation.decoding import (
-    banned_ids,
-    check_cache_fits,
-    check_step,
-    decoding_step,
-    model_generation_config,
-    start_generation,
-    transformers_call,
-    with_prompt,
-)
-from addnorm.generation.loop import decode, prompt_history
+from addnorm.generation.generate import default_config, generate
 from addnorm.generation.stop_strings import StopFn
 from addnorm.pretrained.mixin import PretrainedMixin
 from addnorm.transformer.config import LMConfig
@@ -114,8 +104,8 @@ class TransformerLM(PretrainedMixin, nn.Module):
     def start(
         self,
         prompt_ids: torch.Tensor,
-        *,
         padding_mask: torch.Tensor | None = None,
+        *,
         max_new_tokens: int,
         static: bool = False,
     ) -> tuple[DecodingCache, torch.Tensor]:
@@ -130,24 +120,23 @@ class TransformerLM(PretrainedMixin, nn.Module):
         """
         cfg = self.cfg
         check_int("max_new_tokens", max_new_tokens, min_value=1)
-        prompt_ids, _, padding, _ = self._inputs(  # padding: None when no token is padding
-            "prompt_ids", prompt_ids, padding_mask, left_padding_only=True
-        )
-        batch, prompt_len = prompt_ids.shape
+        prompt = self._inputs("prompt_ids", prompt_ids, padding_mask, left_padding_only=True)
+        batch, prompt_len = prompt.ids.shape
         if cfg.position_encoding == "learned" and prompt_len + max_new_tokens - 1 > cfg.max_len:
             raise ValueError(
                 f"prompt length ({prompt_len}) + max_new_tokens ({max_new_tokens}) - 1 exceeds "
                 f"max_len ({cfg.max_len}) of the learned position table"
             )
-        dtype = self.embed.tokens.weight.dtype
-        check_cache_fits(cfg, batch_size=batch, prompt_len=prompt_len,
-                         max_new_tokens=max_new_tokens, dtype=dtype, device=prompt_ids.device)
+        dtype, device = self.embed.tokens.weight.dtype, prompt.ids.device
+        check_cache_fits(n_layers=cfg.n_layers, d_model=cfg.d_model, batch_size=batch,
+                         prompt_len=prompt_len, max_new_tokens=max_new_tokens, dtype=dtype,
+                         device=device)
         cache = DecodingCache.allocate(
             n_layers=cfg.n_layers, batch_size=batch, n_heads=cfg.n_heads,
             d_head=cfg.d_model // cfg.n_heads, max_len=prompt_len + max_new_tokens,
-            dtype=dtype, device=prompt_ids.device, static=static,
+            dtype=dtype, device=device, static=static,
         )
-        return cache, self._run(prompt_ids, padding, cache)
+        return cache, self._run(prompt.ids, prompt.padding_mask, cache)
 
     def step(self, tokens: torch.Tensor, cache: DecodingCache) -> torch.Tensor:
         """Feed one token per row; the cache grows by one position. No gradients.
@@ -163,7 +152,7 @@ class TransformerLM(PretrainedMixin, nn.Module):
         """
         with torch.no_grad():
             tokens = id_tensor("tokens", tokens, None)
-            check_step(tokens, cache, needs_memory=False)
+            check_decoding_step(tokens, cache, needs_memory=False)
             return self._run(tokens, None, cache)  # None: no new token is padding
 
     def _run(
@@ -179,14 +168,24 @@ class TransformerLM(PretrainedMixin, nn.Module):
         return self.to_logits(h[:, -1])  # (B, V)
 
     @property
+    def generation_spec(self) -> GenerationSpec:
+        """What :meth:`generate` reads of the model (a decoder-only one: it continues its
+        prompt)."""
+        cfg = self.cfg
+        return GenerationSpec(
+            vocab_size=cfg.vocab_size, eos_id=cfg.eos_id, pad_id=cfg.pad_id, start_id=None,
+            max_positions=learned_max_len(cfg), cached_layers=cfg.n_layers,
+            d_model=cfg.d_model, device=self.embed.tokens.weight.device,
+        )
+
+    @property
     def generation_config(self) -> GenerationConfig:
         """The default of :meth:`generate`: greedy, 64 new tokens, stopping at ``cfg.eos_id``.
 
         Variants: ``dataclasses.replace(model.generation_config, strategy="beam")``.
         """
-        return model_generation_config(self.cfg)
+        return default_config(self.generation_spec)
 
-    @torch.no_grad()
     def generate(
         self,
         prompt_ids: torch.Tensor,
@@ -226,47 +225,26 @@ class TransformerLM(PretrainedMixin, nn.Module):
         returns the prompt followed by the new tokens, as transformers does, and gives
         transformers' tokens for the same weights (one difference: the repetition rules never
         count padding). An addnorm ``config`` cannot be combined with these settings
-        (ValueError); see :func:`addnorm.generation.decoding.transformers_call`.
+        (ValueError); see :func:`addnorm.generation.config.transformers_call`.
 
         ``return_prompt``: True puts the prompt (as given) before the new tokens, False
         returns the new tokens only; None (the default) is False for addnorm's call and True
         for Hugging Face's. With ``num_return_sequences`` r, rows ``b * r .. b * r + r - 1``
         continue prompt row ``b``.
 
+        The one :func:`~addnorm.generation.generate.generate` of every generating model runs
+        the call over :meth:`start` and :meth:`step`.
+
         Shapes:
             prompt_ids: (B, L0); padding_mask, attention_mask: (B, L0), left padding
             returns: (B * r, N), N <= max_new_tokens; (B * r, L0 + N) with the prompt
         """
-        # Hugging Face's settings by name, as given (None: not given); names beyond
-        # TransformersSettings are refused unless they change no token (from_transformers)
-        names: dict[str, object] = dict(settings)
-        prompt_ids = id_tensor("prompt_ids", prompt_ids, None)  # structure only (no read)
-        call = transformers_call(
-            self.cfg, config, generation_config=generation_config, names=names,
-            attention_mask=attention_mask, padding_mask=padding_mask,
-            return_prompt=return_prompt, mask_shape=tuple(prompt_ids.shape),
-            prompt_length=prompt_ids.shape[1],
+        return generate(
+            self, id_tensor("prompt_ids", prompt_ids, None), config, padding_mask=padding_mask,
+            generator=generator, stop_fn=stop_fn, return_prompt=return_prompt,
+            attention_mask=attention_mask, generation_config=generation_config,
+            settings=settings,
         )
-        never_emit = {"pad_id": self.cfg.pad_id}
-        device = self.embed.tokens.weight.device
-        checked = start_generation(self.cfg, call.config, never_emit, generator=generator,
-                                   stop_fn=stop_fn, device=device)
-        padding_mask = call.padding_mask
-        cache, logits = self.start(
-            prompt_ids, padding_mask=padding_mask, max_new_tokens=checked.max_new_tokens,
-            static=checked.compile,
-        )  # the prompt checked (values: one host sync)
-        if checked.reshapes_logits:  # the prompt counts as seen, its padding excluded
-            if padding_mask is None and self.cfg.pad_id is not None:
-                padding_mask = prompt_ids == self.cfg.pad_id  # the model's default
-            seen = prompt_history(prompt_ids, padding_mask, logits)
-        else:
-            seen = prompt_history(None, None, logits)
-        new = decode(
-            decoding_step(self.step, checked), logits, cache, checked, generator=generator,
-            seen=seen, stop_fn=stop_fn, banned=banned_ids(never_emit, logits.device),
-        )
-        return with_prompt(prompt_ids, new) if call.return_prompt else new
 
     # What export, size estimates and distributed wrapping read (addnorm.family.ModelFamily).
     layer_classes = (EncoderLayer,)

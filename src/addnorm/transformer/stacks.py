@@ -184,6 +184,7 @@ class Decoder(nn.Module):
         causal: bool = True,
         cache: DecodingCache | None = None,
         positions: torch.Tensor | None = None,
+        memory_mask: AttentionMask | None = None,
     ) -> torch.Tensor:
         """Run the layers in turn over the target, each attending to ``memory``; final norm.
 
@@ -196,6 +197,9 @@ class Decoder(nn.Module):
             causal: bottom-right aligned causal self-attention (default True).
             cache: the model's :class:`DecodingCache`, for cached decoding.
             positions: x's positions, for rotary embeddings.
+            memory_mask: the cross-attention mask, built already (a decoding cache's
+                ``memory_mask``, built once for every step); instead of
+                ``memory_padding_mask``.
 
         Shapes:
             x: (B, L, D); memory: (B, S_mem, D); padding_mask: (B, S); memory_padding_mask:
@@ -210,9 +214,14 @@ class Decoder(nn.Module):
             x, n_heads=n_heads, padding_mask=padding_mask, attend_mask=attend_mask,
             causal=causal, cached=_cached_length(cache, x.shape[1]),
         )
-        memory_mask = cross_attention_mask(
-            x, memory, n_heads=n_heads, padding_mask=memory_padding_mask
-        )._replace(query_padding=mask.query_padding)  # padding queries kept out of backward
+        if memory_mask is None:
+            memory_mask = cross_attention_mask(
+                x, memory, n_heads=n_heads, padding_mask=memory_padding_mask
+            )
+        elif memory_padding_mask is not None:
+            raise ValueError("give memory_padding_mask or a built memory_mask, not both")
+        # the target's padding queries are kept out of the cross-attention's backward pass
+        memory_mask = memory_mask._replace(query_padding=mask.query_padding)
         for layer, layer_cache in zip(self.layers, caches, strict=True):
             x = layer(x, memory, mask, memory_mask, cache=layer_cache, positions=positions)
         return self.norm(x, padding_mask=mask.query_padding)
