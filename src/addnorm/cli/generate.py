@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from addnorm.cli.checks import UsageError, as_flags, seed
-from addnorm.cli.exits import EXIT_OK
+from addnorm.cli.exits import EXIT_OK, require_stdout
 from addnorm.cli.shared_flags import add_inference_flags, load_task_model
 
 __all__ = ["add_parser", "run"]
@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     """Handle ``addnorm generate``; returns the exit code."""
     import torch
 
+    require_stdout("the text")
     if "" in args.stop:
         raise UsageError("--stop must not be empty")
     _check_sampling_flags(args)

@@ -141,12 +141,23 @@ def saved_train_configs(
     """The trainer's and the task's configs a checkpoint of ``task_cls`` saved, both in its
     ``train_config`` (a checkpoint written before the task configs existed holds the task's
     fields among ``TrainConfig``'s, and maybe ``FORMER_FIELDS`` the task ignores: read so).
-    Raises ValueError or TypeError naming a field that is unknown or out of range."""
-    trainer, task = split_train_settings(task_cls, checkpoint.state["train_config"])
-    return (
-        TrainConfig.from_dict(trainer),
-        dataclasses.replace(task_cls.default_task_config(), **task),
-    )
+    Raises ``CheckpointError`` naming ``state.json`` if it has no ``train_config`` object or
+    one with a field that is unknown or out of range."""
+    where = checkpoint.path / "state.json"
+    saved = checkpoint.state.get("train_config")
+    if not isinstance(saved, dict):
+        raise CheckpointError(
+            f"{where} has no 'train_config' object (the run's trainer settings), so the run "
+            "cannot be continued exactly"
+        )
+    try:
+        trainer, task = split_train_settings(task_cls, saved)
+        return (
+            TrainConfig.from_dict(trainer),
+            dataclasses.replace(task_cls.default_task_config(), **task),
+        )
+    except (ValueError, TypeError) as err:
+        raise CheckpointError(f"{where}: train_config: {err}") from None
 
 
 def resume_configs(

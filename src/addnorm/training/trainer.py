@@ -63,6 +63,7 @@ from addnorm.training.state import (
 )
 from addnorm.training.step_boundary import StepBoundary
 from addnorm.training.stopping import STOP_SIGNALS, StopRequests
+from addnorm.utils.memory import describe_out_of_memory, is_out_of_memory
 
 __all__ = [  # (Probe, STOP_SIGNALS, make_optimizer, check_checkpoint_fits: from their modules)
     "STOP_SIGNALS",
@@ -195,6 +196,7 @@ class Trainer:
         self._boundary = StepBoundary()
         self._clock = TrainingClock()
         self._window = (0, 0.0)  # tokens, and training seconds, since the last record
+        self._fit_from_step = 0  # the step ``fit`` began at
 
     def load(self, checkpoint: LoadedCheckpoint) -> None:
         """Continue from ``checkpoint``: weights, optimizer, EMA, step, RNG and data order.
@@ -229,6 +231,7 @@ class Trainer:
         SIGTERM (:mod:`~addnorm.training.stopping`); an interrupt inside a step keeps what
         :mod:`~addnorm.training.step_boundary` says. Ends with a checkpoint of the last step."""
         loss, compile_s = None, None
+        self._fit_from_step = self.step  # a non-finite loss before any update: the weights
         with StopRequests(self.config.max_minutes) as stops:
             self._clock.start()
             self._window = (0, 0.0)
@@ -246,6 +249,10 @@ class Trainer:
                 if self._boundary.phase == "update":
                     return self._keep_newest_checkpoint(stops.stopped_by)
                 self._boundary.rewind(self.batches)
+            except (MemoryError, RuntimeError) as err:
+                if not is_out_of_memory(err):
+                    raise
+                raise MemoryError(self._out_of_memory(err)) from None
             finally:
                 self._boundary.phase = "idle"
                 self._call("on_fit_end")
@@ -303,9 +310,7 @@ class Trainer:
         self._call("on_step_start")
         mean_loss, tokens = self._gradients()
         if not math.isfinite(mean_loss):
-            raise FloatingPointError(
-                f"training loss is {mean_loss} at step {self.step + 1}; try a lower lr ({lr:.3g})"
-            )
+            raise FloatingPointError(self._non_finite_loss(mean_loss, lr))
         if self.config.grad_clip > 0:
             nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self._call("on_before_update")
@@ -316,6 +321,41 @@ class Trainer:
         self.step += 1
         self._boundary.phase = "idle"
         return mean_loss, tokens
+
+    def _out_of_memory(self, err: BaseException) -> str:
+        """An allocation that failed inside ``fit`` (past the estimates made before it, which
+        cannot see what other processes take meanwhile), in one line: the step, what could
+        not be allocated and the checkpoint kept (none is written for a step that failed)."""
+        newest = list_checkpoints(self.run_dir)
+        kept = f"{newest[-1]} is kept" if newest else "no checkpoint was written yet"
+        return (f"out of memory at step {self.step + 1} ({describe_out_of_memory(err)}); "
+                f"{kept}: train with a smaller batch_size or model, or free memory")
+
+    def _non_finite_loss(self, loss: float, lr: float) -> str:
+        """What a non-finite loss says: after updates of this ``fit``, the step size (lr); on
+        its first step, before any update, the weights it started from (a resumed
+        checkpoint's, which the lr cannot have broken), with the worst of them named."""
+        where = f"training loss is {loss} at step {self.step + 1}"
+        if self.step > self._fit_from_step:
+            return f"{where}; try a lower lr ({lr:.3g})"
+        worst, name = 0.0, ""
+        for key, tensor in self.model.state_dict().items():
+            local = tensor.to_local() if hasattr(tensor, "to_local") else tensor  # (sharded)
+            if local.is_floating_point() and local.numel():
+                top = float(local.detach().abs().max())
+                if not top <= worst:  # NaN wins too
+                    worst, name = top, key
+                if math.isnan(worst):
+                    break
+        largest = (f"NaN in {name}" if math.isnan(worst)
+                   else f"largest |weight| {worst:.3g}, in {name}")
+        if self.resumed_from is None:
+            return (f"{where}, before any update: the initial weights or the first batch give a "
+                    f"non-finite loss ({largest}), not the lr")
+        return (f"{where}, before any update of this run: the weights of its checkpoint "
+                f"step-{self.resumed_from:08d} (in {self.run_dir / 'checkpoints'}) give a "
+                f"non-finite loss ({largest}); they are broken, not the lr: continue from an "
+                "earlier checkpoint or train afresh")
 
     def _gradients(self) -> tuple[float, int]:
         """Forward and backward over the step's micro-batches, gradients accumulated (and
