@@ -27,21 +27,20 @@ Either deletes only the files of a run addnorm started there (proven by its
 ``translate`` and ``generate`` use a checkpoint's EMA weights when it has them (``--weights
 raw`` for the trained ones), the weights a finished run was scored with.
 
-Exit codes: 0 success; 1 a checkpoint is missing, incomplete or corrupt (the message names
-the file), asks for sizes no memory here holds or holds broken weights (NaN, inf, or outputs
-that are not finite), training failed, memory ran out past the checks made before (the
-checkpoints written so far stay), a file could not be read or written (``translate`` and
-``generate`` with stdout closed among them), ``sample``'s digits came out non-finite (nothing is written), or (``translate``)
-some answer is not a valid date or some input was refused (not UTF-8, a character outside
-the model's vocabulary, longer than its ``max_len``; each flagged on stderr with its line
-number, the other inputs translated; stdout still has one line per
-input, empty for a refused one); 2 bad arguments (sizes too large for the memory here among
-them: the message names the flag, the estimate and the limit; seeds outside 0 .. 2**64 - 1)
-or an unusable run folder (one line on stderr), or ``translate`` with no text and a closed
-stdin; 130 interrupted by Ctrl-C,
-143 stopped by SIGTERM (in training: a checkpoint was written; the message says where);
-141 stdout was closed early (``addnorm translate | head``): the rest of the output is
-dropped quietly, the status a tool killed by SIGPIPE reports.
+Exit codes: 0 success; 1 a checkpoint is missing, incomplete or corrupt (the message names the
+file), asks for sizes no memory here holds or holds broken weights (NaN, inf, or outputs that
+are not finite), training failed, memory ran out past the checks made before (the checkpoints
+written so far stay), a file could not be read or written (``translate`` and ``generate`` with
+stdout closed among them), ``sample``'s digits came out non-finite (nothing is written), or
+(``translate``) some answer is not a valid date or some input was refused (not UTF-8, a
+character outside the model's vocabulary, longer than its ``max_len``; each flagged on stderr
+with its line number, the other inputs translated; stdout still has one line per input, empty
+for a refused one); 2 bad arguments (sizes too large for the memory here among them: the
+message names the flag, the estimate and the limit; seeds outside 0 .. 2**64 - 1) or an
+unusable run folder (one line on stderr), or ``translate`` with no text and a closed stdin;
+130 interrupted by Ctrl-C, 143 stopped by SIGTERM (in training: a checkpoint was written; the
+message says where); 141 stdout was closed early (``addnorm translate | head``): the rest of
+the output is dropped quietly, the status a tool killed by SIGPIPE reports.
 """
 
 from __future__ import annotations

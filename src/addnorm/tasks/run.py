@@ -136,11 +136,14 @@ def _saved_schedule(checkpoint: LoadedCheckpoint) -> LRSchedule:
 
 
 def saved_train_configs(
-    task_cls: type[AnyTask], checkpoint: LoadedCheckpoint
+    task_cls: type[AnyTask], checkpoint: LoadedCheckpoint, task: AnyTask | None = None
 ) -> tuple[TrainConfig, TaskConfig]:
     """The trainer's and the task's configs a checkpoint of ``task_cls`` saved, both in its
     ``train_config`` (a checkpoint written before the task configs existed holds the task's
     fields among ``TrainConfig``'s, and maybe ``FORMER_FIELDS`` the task ignores: read so).
+    A task config field the ``train_config`` lacks (written before the field existed) takes
+    the value of ``task``'s attribute of that name where it has one (the checkpoint's task,
+    which saved it in its own data: the DiT's ``prediction``), else the field's default.
     Raises ``CheckpointError`` naming ``state.json`` if it has no ``train_config`` object or
     one with a field that is unknown or out of range."""
     where = checkpoint.path / "state.json"
@@ -151,10 +154,13 @@ def saved_train_configs(
             "cannot be continued exactly"
         )
     try:
-        trainer, task = split_train_settings(task_cls, saved)
+        trainer, own = split_train_settings(task_cls, saved)
+        defaults = task_cls.default_task_config()
+        older = {f.name: getattr(task, f.name) for f in dataclasses.fields(defaults)
+                 if f.name not in own and hasattr(task, f.name)}
         return (
             TrainConfig.from_dict(trainer),
-            dataclasses.replace(task_cls.default_task_config(), **task),
+            dataclasses.replace(defaults, **{**older, **own}),
         )
     except (ValueError, TypeError) as err:
         raise CheckpointError(f"{where}: train_config: {err}") from None
@@ -170,7 +176,7 @@ def resume_configs(
     """
     task, model_cfg = task_of_checkpoint(checkpoint)
     _check_same_task(checkpoint, task, task_name)
-    train_cfg, task_cfg = saved_train_configs(type(task), checkpoint)
+    train_cfg, task_cfg = saved_train_configs(type(task), checkpoint, task)
     saved = {**train_cfg.to_dict(), **task_cfg.to_dict()}
     allowed = (*RESUMABLE_FIELDS, *task_cfg.resumable)
     trainer_changes, task_changes = split_train_settings(type(task), overrides)
@@ -226,7 +232,8 @@ def train_run(
         task, _ = task_of_checkpoint(resume)
         _check_same_task(resume, task, task_name)
         schedule = _saved_schedule(resume)
-        task_cfg = saved_train_configs(type(task), resume)[1] if task_cfg is None else task_cfg
+        if task_cfg is None:
+            task_cfg = saved_train_configs(type(task), resume, task)[1]
         _check_task_config(type(task), task_cfg)
     task.check(model_cfg, train_cfg, task_cfg)
     main = distributed.is_main()
