@@ -53,7 +53,9 @@ def add_parser(subparsers) -> None:
     )
     generate.add_argument(
         "--checkpoint", type=Path, default=Path("runs/lm"),
-        help="an lm run folder (its newest checkpoint) or one checkpoint folder",
+        help="an lm run folder (its newest checkpoint), one checkpoint folder, "
+        "or a folder addnorm.load opens (save_pretrained's, transformers' or diffusers') "
+        "whose model the lm task trains",
     )
     add_inference_flags(generate)
 
