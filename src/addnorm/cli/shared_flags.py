@@ -39,7 +39,11 @@ def add_device_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_runtime_flags(parser: argparse.ArgumentParser) -> None:
     add_device_flags(parser)
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--quiet", action="store_true",
+        help="no progress: neither the bar (stderr, a terminal) nor the plain lines written "
+        "to stdout when it is no terminal (a log file), every log_every steps or 30 s",
+    )
 
 
 def add_weights_flag(parser: argparse.ArgumentParser) -> None:

@@ -163,6 +163,7 @@ def _train_here(args, device: str) -> int:
                 overwrite=args.overwrite,
                 device=device,
                 progress=not args.quiet and sys.stderr.isatty(),
+                progress_lines=not args.quiet and not _is_terminal(sys.stdout),
             )
     except RunDirError as err:  # another writer took the folder since the checks above
         raise UsageError(str(err)) from None
@@ -282,3 +283,11 @@ def _report(task_cls, summary) -> None:
         f"metrics: {summary.run_dir / 'metrics.json'}; loss curve: {summary.loss_png}"
     )
     print(task_cls.samples_text(summary.metrics["samples"]), end="")
+
+
+def _is_terminal(stream) -> bool:
+    """Whether ``stream`` is a terminal (no stream, as with stdout closed, is none)."""
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False

@@ -41,6 +41,7 @@ from torch import nn
 from addnorm.tasks.registry import TASKS, task_class
 from addnorm.tasks.task import AnyTask, TaskConfig, split_train_settings
 from addnorm.training import distributed
+from addnorm.training.callbacks import ProgressLines
 from addnorm.training.checkpoint import LoadedCheckpoint, load_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.metrics import plot_loss_curve, plot_quality
@@ -204,12 +205,14 @@ def train_run(
     overwrite: bool = False,
     device: torch.device | str = "cpu",
     progress: bool = False,
+    progress_lines: bool = False,
 ) -> RunSummary:
     """Train ``task_name`` into ``run_dir``, then evaluate on held-out data (with the EMA
     weights when ``train_cfg.ema_decay > 0``) and store a few samples.
 
     ``task_cfg``: the task's own settings; None takes the task's defaults for a fresh run and
-    the checkpoint's for a resumed one.
+    the checkpoint's for a resumed one. ``progress``: a bar on stderr; ``progress_lines``:
+    plain lines on stdout instead, every ``log_every`` steps or 30 seconds (for a log file).
 
     A fresh run (``resume`` None) needs ``run_dir`` missing or empty, or holding an addnorm
     run and ``overwrite``: that run's own files are removed once the new model is built and on
@@ -260,6 +263,7 @@ def train_run(
             extra_config=task_cfg.to_dict(),
             progress=progress,
             probe=task.probe(task_cfg),
+            callbacks=[ProgressLines(every_steps=train_cfg.log_every)] if progress_lines else [],
         )
         if resume is not None:
             trainer.load(resume)

@@ -196,6 +196,7 @@ class Trainer:
         self._boundary = StepBoundary()
         self._clock = TrainingClock()
         self._window = (0, 0.0)  # tokens, and training seconds, since the last record
+        self._losses = (0.0, 0)  # the steps' losses summed since the last record, and count
         self._fit_from_step = 0  # the step ``fit`` began at
 
     def load(self, checkpoint: LoadedCheckpoint) -> None:
@@ -222,6 +223,8 @@ class Trainer:
             self.batches.load_state_dict(checkpoint.state["data"])
         with refusing(checkpoint.path / "rng.safetensors"):
             restore_rng(tensors["rng"], checkpoint.state["rng"])
+        with refusing(checkpoint.path / "state.json"):
+            self._losses = _loss_window(checkpoint.state.get("loss_window"))
         self.step = checkpoint.step
         self.elapsed_s = float(checkpoint.state.get("elapsed_s", 0.0))
         self.resumed_from = checkpoint.step
@@ -287,6 +290,7 @@ class Trainer:
             "optimizer": opt_skeleton,
             "data": self.batches.state_dict(),
             "rng": rng_json,
+            "loss_window": {"sum": self._losses[0], "steps": self._losses[1]},
         }
         return save_checkpoint(
             self.run_dir, self.step, tensors, state, keep=self.config.keep_checkpoints
@@ -382,10 +386,13 @@ class Trainer:
         periodic checkpoint."""
         cfg = self.config
         self._window = (self._window[0] + tokens, self._window[1])
+        self._losses = (self._losses[0] + loss, self._losses[1] + 1)
         self._call("on_step_end", loss, tokens)
         probing = self.probe is not None and self.probe.due(self.step, cfg.max_steps)
         if probing or self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
-            self._log(loss, self._run_probe() if probing else {})
+            total, steps = self._losses
+            self._log(total / steps, self._run_probe() if probing else {})
+            self._losses = (0.0, 0)
         if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
             self.save(elapsed_now=self._clock.seconds())
 
@@ -396,7 +403,9 @@ class Trainer:
             return self.probe(self.model, self.ema)
 
     def _log(self, loss: float, scores: dict[str, float]) -> None:
-        """Make this step's metrics record and hand it to the callbacks' ``on_log``."""
+        """Make this step's metrics record and hand it to the callbacks' ``on_log``;
+        ``loss`` is the mean of the steps' losses since the record before (a resumed run's
+        sum carried over in its checkpoint's ``loss_window``, so the records are the same)."""
         now = self._clock.seconds()
         tokens, since = self._window
         record = {
@@ -441,3 +450,19 @@ class Trainer:
         if distributed.rank() > 0:
             draws = random.Random(f"{self.config.seed}/{self.step}/{distributed.rank()}")
             torch.manual_seed(draws.getrandbits(63))
+
+
+def _loss_window(saved: object) -> tuple[float, int]:
+    """The ``loss_window`` of a checkpoint's state: the losses summed since the last record,
+    and how many; a checkpoint from before it kept none starts a new window. TypeError or
+    ValueError (turned into a ``CheckpointError`` naming the file) for any other value."""
+    if saved is None:
+        return 0.0, 0
+    if not isinstance(saved, dict) or set(saved) != {"sum", "steps"}:
+        raise ValueError(f"loss_window must be {{'sum': float, 'steps': int}}, got {saved!r}")
+    total, steps = saved["sum"], saved["steps"]
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"loss_window steps must be an int >= 0, got {steps!r}")
+    if isinstance(total, bool) or not isinstance(total, int | float) or not math.isfinite(total):
+        raise ValueError(f"loss_window sum must be a finite number, got {total!r}")
+    return float(total), steps
