@@ -386,13 +386,15 @@ class Trainer:
         periodic checkpoint."""
         cfg = self.config
         self._window = (self._window[0] + tokens, self._window[1])
-        self._losses = (self._losses[0] + loss, self._losses[1] + 1)
-        self._call("on_step_end", loss, tokens)
+        total, steps = self._losses[0] + loss, self._losses[1] + 1
         probing = self.probe is not None and self.probe.due(self.step, cfg.max_steps)
-        if probing or self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
-            total, steps = self._losses
+        due = probing or self.step % cfg.log_every == 0 or self.step == cfg.max_steps
+        # A record closes the loss window at its step, written or not (an interrupt in
+        # on_step_end drops it): a resumed run's windows then match the uninterrupted run's.
+        self._losses = (0.0, 0) if due else (total, steps)
+        self._call("on_step_end", loss, tokens)
+        if due:
             self._log(total / steps, self._run_probe() if probing else {})
-            self._losses = (0.0, 0)
         if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
             self.save(elapsed_now=self._clock.seconds())
 
