@@ -8,14 +8,18 @@ one forward and one backward of a loss on the real outputs. Public API only, so 
 runs it too.
 
     python benchmarks/attention_padding.py --compare /tmp/before/src    # this tree vs another
+    python benchmarks/attention_padding.py --against-unisolated         # vs this tree without
     python benchmarks/attention_padding.py                              # this tree alone
-    python benchmarks/attention_padding.py --device cuda --compare OTHER_SRC
-    python benchmarks/attention_padding.py --device cuda --compile      # torch.compile(fullgraph)
+    python benchmarks/attention_padding.py --device cuda --against-unisolated --compile
 
 With ``--compare`` the trees run in alternating subprocesses (``--rounds`` of each, the order
 flipped every round), each round reporting per case the median of ``--repeats`` timed calls
 after two warm-ups; the summary is the median over rounds, this / other, and the SHA-256 of
 every case's output and gradients (inputs' and parameters'), so bit-identity shows too.
+``--against-unisolated`` compares this tree with itself where the two steps that keep padding
+queries out of the backward pass (``addnorm.attention.finite_padding_queries`` and
+``held_padding_rows``) are replaced by the identity in the child process: what those steps
+cost, measured without a second checkout (on a GPU machine, say).
 """
 
 from __future__ import annotations
@@ -43,6 +47,11 @@ def one_round(args: argparse.Namespace) -> dict[str, dict[str, object]]:
     from addnorm.transformer.stacks import Decoder
 
     torch.set_num_threads(args.threads)
+    if args.unisolated:  # the same tree without the two steps (see the module docstring)
+        import addnorm.attention
+
+        addnorm.attention.finite_padding_queries = lambda q, query_padding: q
+        addnorm.attention.held_padding_rows = lambda heads, query_padding: heads
     device = torch.device(args.device)
     batch, length, d_model, n_heads = args.batch, args.length, args.d_model, args.heads
     gen = torch.Generator().manual_seed(0)
@@ -97,9 +106,10 @@ def one_round(args: argparse.Namespace) -> dict[str, dict[str, object]]:
     return results
 
 
-def run_tree(src: str, args: argparse.Namespace) -> dict[str, dict[str, object]]:
+def run_tree(src: str, args: argparse.Namespace, unisolated: bool = False
+             ) -> dict[str, dict[str, object]]:
     env = dict(os.environ, PYTHONPATH=src)
-    cmd = [sys.executable, __file__, "--once", *sys.argv[1:]]
+    cmd = [sys.executable, __file__, "--once", *sys.argv[1:], *(["--unisolated"] * unisolated)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -116,17 +126,24 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--compile", action="store_true", help="torch.compile(fullgraph=True)")
+    parser.add_argument("--against-unisolated", action="store_true",
+                        help="compare with this tree without the padding-query isolation")
     parser.add_argument("--once", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--unisolated", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.once:
         print(json.dumps(one_round(args)))
         return
     trees = {"this": HERE_SRC} | ({"other": args.compare} if args.compare else {})
+    if args.against_unisolated:
+        trees["other"] = HERE_SRC
+    compared = "other" in trees
     rounds: dict[str, list[dict[str, dict[str, object]]]] = {name: [] for name in trees}
     for i in range(args.rounds):
         order = list(trees) if i % 2 == 0 else list(reversed(trees))
         for name in order:
-            result = run_tree(trees[name], args)
+            unisolated = args.against_unisolated and name == "other"
+            result = run_tree(trees[name], args, unisolated)
             rounds[name].append(result)
             times = ", ".join(f"{case} {result[case]['median_ms']:.2f} ms" for case in CASES)
             print(f"round {i}: {name:5s} {times}", flush=True)
@@ -135,7 +152,7 @@ def main() -> None:
         row: dict[str, object] = {}
         for name, results in rounds.items():
             row[f"{name}_ms"] = statistics.median(float(r[case]["median_ms"]) for r in results)
-        if args.compare:
+        if compared:
             row["this_over_other"] = row["this_ms"] / row["other_ms"]  # type: ignore[operator]
             row["bit_identical"] = (rounds["this"][0][case]["sha256"]
                                     == rounds["other"][0][case]["sha256"])

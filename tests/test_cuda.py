@@ -136,3 +136,26 @@ def test_low_precision_layernorm_on_cuda_takes_float32_statistics(offset, dtype)
         y = copy.deepcopy(norm).to(CUDA, dtype)(x.to(CUDA))
         assert y.dtype == dtype
         torch.testing.assert_close(y.cpu().double(), ref(x.double()), **LOW_PRECISION[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_nan_padding_reaches_no_real_gradient_on_every_cuda_kernel(dtype):
+    # The property tests/test_padding_numerics.py checks on the CPU, on the GPU's SDPA
+    # kernels (flash, memory-efficient, math by dtype): real outputs and real inputs'
+    # gradients are the clean run's, bitwise, with NaN or inf in the padding.
+    torch.manual_seed(0)
+    mha = addnorm.MultiHeadAttention(64, 4).to(CUDA, dtype)
+    padding = torch.zeros(3, 7, dtype=torch.bool, device=CUDA)
+    padding[0, 4:], padding[2, 1:] = True, True
+    x = torch.randn(3, 7, 64, device=CUDA, dtype=dtype)
+    weights = torch.randn(3, 7, 64, device=CUDA, dtype=dtype)
+    runs = []
+    for fill in (0.0, float("nan"), float("inf")):
+        inp = x.masked_fill(padding[..., None], fill).requires_grad_()
+        out = mha(inp, padding_mask=padding)
+        torch.where(padding[..., None], 0.0, out * weights).sum().backward()
+        runs.append((out.detach()[~padding], inp.grad[~padding]))
+        mha.zero_grad()
+    for out, grad in runs[1:]:
+        assert torch.equal(out, runs[0][0]) and torch.equal(grad, runs[0][1])
+        assert torch.isfinite(grad).all()
