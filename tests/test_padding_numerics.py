@@ -594,3 +594,21 @@ def test_cross_attention_through_hooked_in_proj_equals_the_plain_path(bias):
     hooked = attention(x, memory, padding_mask=padding)
     assert seen == [(2, 3, 3 * D), (2, 5, 3 * D)]  # the queries' call, then the memory's
     torch.testing.assert_close(hooked, plain, **FLOAT64_EXACT)
+
+
+def test_a_frozen_decoder_keeps_nan_target_padding_out_of_the_memorys_gradient():
+    """Only the memory asks for a gradient (a frozen decoder on a trained encoder): the
+    decoder's padding queries are still kept out of the backward pass, so the memory's real
+    rows get the gradient they get with clean padding."""
+    torch.manual_seed(0)
+    stack = decoder("layer").requires_grad_(False)
+    padding = torch.tensor([[False, False, True], [False, True, True]])
+    x = tensors((2, 3, D), 1).double()
+    memory = tensors((2, 4, D), 2).double()
+    grads_of = []
+    for fill in (0.0, float("nan")):
+        mem = memory.clone().requires_grad_()
+        out = stack(poisoned(x, padding, fill), mem, padding_mask=padding)
+        backward_on_real(out, ~padding, 3)
+        grads_of.append(mem.grad)
+    assert torch.isfinite(grads_of[1]).all() and torch.equal(grads_of[1], grads_of[0])

@@ -26,10 +26,10 @@ query row against every key: their output rows are held constant (detached, valu
 so a gradient arriving there, NaN included, stops before the kernel; and their non-finite
 query entries are set to 0 for the kernel (finite ones are used as they are), whose backward
 would otherwise multiply NaN weights of those rows into the real keys' gradients. Both apply
-only where a gradient is recorded (inference runs the kernel as before). So NaN or inf at
-padding positions reaches neither the real outputs nor the real inputs' gradients; like
-every position-wise Linear, the projections' weight gradients still sum over padding rows
-(``0 * NaN``), as LayerNorm's do (see :mod:`addnorm.norms`).
+only where gradients are recorded (under ``torch.no_grad()`` the kernel runs as before). So
+NaN or inf at padding positions reaches neither the real outputs nor the real inputs'
+gradients; like every position-wise Linear, the projections' weight gradients still sum over
+padding rows (``0 * NaN``), as LayerNorm's do (see :mod:`addnorm.norms`).
 """
 
 from __future__ import annotations
@@ -129,14 +129,14 @@ def finite_padding_queries(q: torch.Tensor, query_padding: torch.Tensor | None) 
 
     Real queries, and finite padding queries, are returned as they are (bit for bit), so every
     finite result is unchanged; a padding row holding NaN would make its attention weights NaN,
-    and the kernel's backward multiplies them (times a zero gradient) into every key's. With
-    no gradient recorded (inference) there is no backward pass, and ``q`` is returned as is.
+    and the kernel's backward multiplies them (times a zero gradient) into every key's. Under
+    ``torch.no_grad()`` (inference) there is no backward pass, and ``q`` is returned as is.
 
     Shapes:
         q: (B, H, L, Dh); query_padding: (B, L) bool, True = padding
         returns: (B, H, L, Dh)
     """
-    if query_padding is None or not q.requires_grad:  # no backward pass: nothing to keep out
+    if query_padding is None or not torch.is_grad_enabled():  # no backward pass to guard
         return q
     finite = q.detach().nan_to_num(0.0, posinf=0.0, neginf=0.0)  # padding rows get no gradient
     return torch.where(query_padding[:, None, :, None], finite, q)  # (B, H, L, Dh)
@@ -151,7 +151,7 @@ def held_padding_rows(heads: torch.Tensor, query_padding: torch.Tensor | None) -
         heads: (B, H, L, Dh); query_padding: (B, L) bool, True = padding
         returns: (B, H, L, Dh)
     """
-    if query_padding is None or not heads.requires_grad:
+    if query_padding is None or not torch.is_grad_enabled():
         return heads
     return torch.where(query_padding[:, None, :, None], heads.detach(), heads)  # (B, H, L, Dh)
 
