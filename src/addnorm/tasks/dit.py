@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Literal, cast
 
 import torch
 from torch import nn
@@ -74,14 +74,23 @@ class DiTTaskConfig(TaskConfig):
 
     Attributes:
         eval_size: samples generated and scored at the end, spread evenly over the classes.
+        prediction: what the model learns to predict: v (the default, Salimans & Ho) or
+            epsilon, the noise (DiT's).
+        min_snr_gamma: the loss's Min-SNR-gamma weighting (Hang et al.; 5 is their value),
+            or none to weigh every step alike (DiT's loss).
     """
 
     resumable: ClassVar[tuple[str, ...]] = ("eval_size",)
 
     eval_size: int = 500
+    prediction: Literal["v", "epsilon"] = "v"
+    min_snr_gamma: float | None = 5.0
 
     def __post_init__(self) -> None:
         check_int("eval_size", self.eval_size, min_value=1)
+        check_choice("prediction", self.prediction, ("v", "epsilon"))
+        if self.min_snr_gamma is not None:
+            check_float("min_snr_gamma", self.min_snr_gamma, min_value=0.0, min_inclusive=False)
 
 
 class DiTTask:
@@ -280,9 +289,10 @@ class DiTTask:
 
     @classmethod
     def from_config(cls, task_cfg: DiTTaskConfig) -> DiTTask:
-        """The task a new run trains: no setting names its data (the digits) or its
-        diffusion (the defaults)."""
-        return cls()
+        """The task a new run trains: its data is the digits; its diffusion predicts
+        ``task_cfg.prediction`` with ``task_cfg.min_snr_gamma``'s weighting (1000 linear
+        steps). Raises ValueError for a gamma whose weights underflow float32."""
+        return cls(prediction=task_cfg.prediction, min_snr_gamma=task_cfg.min_snr_gamma)
 
     @staticmethod
     def config_from_dict(data: dict) -> DiTConfig:
