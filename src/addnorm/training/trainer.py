@@ -17,7 +17,8 @@ curve equals the uninterrupted run's bit for bit.
 ``step_boundary`` (what an interrupt inside a step keeps), ``probes`` (quality along the
 way), ``callbacks`` (the progress bar, ``metrics.jsonl``, and hooks for a caller's own code at
 each step and record), ``clock`` (training time, probes left out), ``optimizer``, ``ema``,
-``schedules`` and ``resume`` (whether a checkpoint fits before it is loaded).
+``schedules``, ``resume`` (whether a checkpoint fits before it is loaded) and ``watch`` (per-layer
+measurements on every few steps, ``watch=``).
 
 Several processes (``torchrun``; see ``distributed.py``): each rank trains on its share of the
 global batch, its loss weighted so that DDP's gradient average is the global batch's mean
@@ -63,6 +64,7 @@ from addnorm.training.state import (
 )
 from addnorm.training.step_boundary import StepBoundary
 from addnorm.training.stopping import STOP_SIGNALS, StopRequests
+from addnorm.training.watch import WATCH_FILE, WatchCallback
 
 __all__ = [  # (Probe, STOP_SIGNALS, make_optimizer, check_checkpoint_fits: from their modules)
     "STOP_SIGNALS",
@@ -136,6 +138,8 @@ class Trainer:
             with several processes).
         callbacks: more :class:`~addnorm.training.callbacks.Callback` hooks, called after the
             trainer's own, in order.
+        watch: measure inside the model every ``watch`` steps (and at the first and last)
+            into ``watch.jsonl`` (:mod:`~addnorm.training.watch`); None: no watch, no hooks.
 
     With a process group, ``model`` is wrapped for data parallelism (or sharded, with
     ``config.fsdp``) here, and ``batches`` gives each rank its share of the global batch.
@@ -155,6 +159,7 @@ class Trainer:
         progress: bool = False,
         probe: Probe | None = None,
         callbacks: Sequence[Callback] = (),
+        watch: int | None = None,
     ) -> None:
         if not isinstance(config, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
@@ -174,6 +179,7 @@ class Trainer:
         self.callbacks: list[Callback] = [
             *([ProgressBar()] if progress and distributed.is_main() else []),
             *([MetricsFile(self.run_dir / "metrics.jsonl")] if distributed.is_main() else []),
+            *([WatchCallback(watch, self.run_dir / WATCH_FILE)] if watch is not None else []),
             *callbacks,
         ]
         self.probe = None if distributed.is_distributed() or probe is None else ProbeRunner(probe)
