@@ -11,9 +11,11 @@ when every token is real. Nothing here reads a value back to the host.
   (``sqrt(mean(x^2) + eps)``) divides out, or a GroupNorm's per-sample-and-group one: its
   mean and its spread (coefficient of variation) over the tokens.
 - :func:`batchnorm_sums`: how far a BatchNorm's batch statistics sit from its running
-  estimates, and the part of its output that comes from the batch rather than the token:
-  ``batch_noise = ||y_batch - y_running|| / ||y_batch||``, where ``y_running`` is the same
-  input normalized with the running statistics (what eval mode computes).
+  estimates.
+- :func:`batch_noise_sums`: the part of a norm's training-mode output that depends on the
+  batch, ``||y - y_eval|| / ||y||``, with ``y_eval`` the same input through the norm in eval
+  mode (BatchNorm: normalized with its running statistics; the per-token and per-sample norms
+  compute the same thing in both modes, so theirs is 0).
 - :func:`entropy_sums`: the entropy of each head's attention weights, ``-sum_j p_j ln p_j``
   (nats), per query row that sees a key.
 - :func:`active_counts`: per FFN unit, the tokens on which its pre-activation is positive;
@@ -26,6 +28,7 @@ import torch
 
 __all__ = [
     "active_counts",
+    "batch_noise_sums",
     "batchnorm_sums",
     "entropy_sums",
     "real_tokens",
@@ -112,24 +115,20 @@ def _group_scales(
 
 def batchnorm_sums(
     x: torch.Tensor,
-    y: torch.Tensor,
     real: torch.Tensor | None,
     *,
     running_mean: torch.Tensor,
     running_var: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
     eps: float,
 ) -> Sums:
     """A training-mode BatchNorm call against the running statistics it had before it.
 
     ``gap``: sum over features of ``(mean_b - mean_r)^2 / (var_r + eps)`` (the batch mean's
     shift in running standard deviations, squared); ``log_var``: sum over features of
-    ``ln((var_b + eps) / (var_r + eps))^2``; ``features``: how many features; ``diff_sq`` and
-    ``out_sq``: ``||y - y_running||^2`` and ``||y||^2`` over the real tokens.
+    ``ln((var_b + eps) / (var_r + eps))^2``; ``features``: how many features.
 
-    Shapes: x, y (B, L, D) or (B, D); real (B, L); the statistics (D,)."""
-    h, out = x.float(), y.float()
+    Shapes: x (B, L, D) or (B, D); real (B, L); the running statistics (D,)."""
+    h = x.float()
     w = _weights(h, real)[..., None]  # (B, L, 1) or (B, 1)
     tokens = tuple(range(h.ndim - 1))
     n = w.sum().clamp(min=1.0)
@@ -138,20 +137,23 @@ def batchnorm_sums(
     centred = torch.where(w > 0, h - mean_b, torch.zeros_like(h))
     var_b = centred.square().sum(tokens) / n  # (D,), biased as BatchNorm normalizes
     mean_r, var_r = running_mean.float(), running_var.float()
-    y_running = (h - mean_r) * torch.rsqrt(var_r + eps)
-    if weight is not None:
-        y_running = y_running * weight.float()
-    if bias is not None:
-        y_running = y_running + bias.float()
-    diff = torch.where(w > 0, out - y_running, torch.zeros_like(out))
-    kept_out = torch.where(w > 0, out, torch.zeros_like(out))
     return {
         "gap": ((mean_b - mean_r).square() / (var_r + eps)).sum().to(WIDE),
         "log_var": torch.log((var_b + eps) / (var_r + eps)).square().sum().to(WIDE),
         "features": torch.tensor(float(h.shape[-1]), dtype=WIDE, device=h.device),
-        "diff_sq": diff.square().sum().to(WIDE),
-        "out_sq": kept_out.square().sum().to(WIDE),
     }
+
+
+def batch_noise_sums(y: torch.Tensor, y_eval: torch.Tensor, real: torch.Tensor | None) -> Sums:
+    """``noise_sq``: ``||y - y_eval||^2`` and ``signal_sq``: ``||y||^2`` over the real tokens, for
+    a norm's training-mode output ``y`` and its eval-mode output ``y_eval`` of the same input.
+
+    Shapes: y, y_eval (B, L, D) or (B, D); real (B, L)."""
+    out = y.float()
+    w = _weights(out, real)[..., None]
+    diff = torch.where(w > 0, out - y_eval.float(), torch.zeros_like(out))
+    kept = torch.where(w > 0, out, torch.zeros_like(out))
+    return {"noise_sq": diff.square().sum().to(WIDE), "signal_sq": kept.square().sum().to(WIDE)}
 
 
 def entropy_sums(weights: torch.Tensor, real: torch.Tensor | None) -> Sums:

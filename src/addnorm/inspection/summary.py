@@ -105,7 +105,7 @@ def _norms(record: dict) -> list[str]:
             lines.append(
                 f"BatchNorm at step {record['step']}: batch mean {statistics.fmean(gaps):.3g} "
                 f"running stds from the running mean (mean over {len(batch)} norms); batch "
-                f"noise ||y - y_running|| / ||y|| {statistics.fmean(noise):.3g} on average, "
+                f"noise ||y - y_eval|| / ||y|| {statistics.fmean(noise):.3g} on average, "
                 f"{batch[worst]['batch_noise']:.3g} at {worst}")
     per_token = [e["scale_cv"] for e in norms.values()
                  if e.get("kind") in ("layer", "rms", "group") and _number(e.get("scale_cv"))

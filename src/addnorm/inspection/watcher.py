@@ -26,10 +26,11 @@ A step's record (:meth:`Watch.step`), every name a module or parameter path in t
   and GroupNorm the mean (``scale_mean``) and spread (``scale_cv``, std / mean) of their
   per-token (per sample and group) scales; BatchNorm in training mode its batch statistics
   against its running estimates (``mean_gap``: RMS over features of the batch mean's shift in
-  running standard deviations; ``var_log_ratio``: RMS of ``ln(var_batch / var_running)``)
-  and ``batch_noise``, ``||y - y_running|| / ||y||``: the part of its output that comes from
-  the batch's statistics instead of the token (0 for the per-token norms by construction, so
-  not recorded for them).
+  running standard deviations; ``var_log_ratio``: RMS of ``ln(var_batch / var_running)``);
+  in training mode, every norm's ``batch_noise``, ``||y - y_eval|| / ||y||``: the part of
+  its output that comes from the batch (``y_eval``: the same input through the norm in eval
+  mode, BatchNorm's running statistics; 0 for the norms whose statistics are the token's or
+  the sample's own).
 - ``attention_entropy``: per attention module, each head's mean entropy in nats over the
   real query rows (``ln S`` is uniform attention over S keys).
 - ``dead_units``: per FFN, the share of its units whose pre-activation was positive on no
@@ -126,6 +127,7 @@ class Watch:
         self._in_forward = False
         self._padding: torch.Tensor | None = None  # the current layer's query padding
         self._running: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._eval_outputs: dict[str, torch.Tensor] = {}
         self._sums: dict[_Key, torch.Tensor] = {}
         self._kinds: dict[str, str] = {}
         self._grads: list[torch.Tensor | None] | None = None
@@ -167,6 +169,7 @@ class Watch:
         """Forget what this step measured so far."""
         self._sums.clear()
         self._running.clear()
+        self._eval_outputs.clear()
         self._grads = self._before = None
 
     def _hooks_of(self, path: str, module: nn.Module) -> Iterator[Any]:
@@ -180,8 +183,7 @@ class Watch:
         kind = norm_kind(module)
         if kind is not None:
             self._kinds[path] = kind
-            if kind == "batch":
-                yield pre(partial(self._batchnorm_in, path), with_kwargs=True)
+            yield pre(partial(self._norm_in, path, kind), with_kwargs=True)
             yield post(partial(self._norm_out, path, kind), with_kwargs=True)
         if isinstance(module, MultiHeadAttention) and self.attention:
             yield post(partial(self._attention_out, path), with_kwargs=True)
@@ -231,11 +233,22 @@ class Watch:
             sums = stats.rms_sums(x, stats.real_tokens(x, padding))
         self._add(key, {f"{side}_{k}": v for k, v in sums.items()})
 
-    def _batchnorm_in(self, path: str, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        if self._in_forward and module.training:
+    def _norm_in(self, path: str, kind: str, module: nn.Module, args, kwargs) -> None:
+        """In training mode: the same input through the norm in eval mode (for
+        ``batch_noise``), and a BatchNorm's running statistics before this call updates
+        them."""
+        if not self._in_forward or not module.training:
+            return
+        if kind == "batch":
             bn: Any = module
             self._running[path] = (bn.running_mean.detach().clone(),
                                    bn.running_var.detach().clone())
+        self._in_forward = False  # this watch's hooks stay out of the eval call
+        try:
+            with torch.no_grad(), _eval_mode(module):
+                self._eval_outputs[path] = module(*args, **kwargs)
+        finally:
+            self._in_forward = True
 
     def _norm_out(self, path: str, kind: str, module: nn.Module, args, kwargs, output) -> None:
         if not self._in_forward or not isinstance(output, torch.Tensor):
@@ -249,14 +262,14 @@ class Watch:
         with torch.no_grad():
             self._add(key, {f"in_{k}": v for k, v in stats.rms_sums(x, real).items()})
             self._add(key, {f"out_{k}": v for k, v in stats.rms_sums(output, real).items()})
-            if kind == "batch":
-                running = self._running.pop(path, None)
-                if running is not None:
-                    self._add(key, stats.batchnorm_sums(
-                        x, output, real, running_mean=running[0], running_var=running[1],
-                        weight=norm.weight, bias=norm.bias, eps=eps,
-                    ))
-            else:
+            y_eval = self._eval_outputs.pop(path, None)
+            if y_eval is not None:
+                self._add(key, stats.batch_noise_sums(output, y_eval, real))
+            running = self._running.pop(path, None)
+            if running is not None:
+                self._add(key, stats.batchnorm_sums(
+                    x, real, running_mean=running[0], running_var=running[1], eps=eps))
+            elif kind != "batch":
                 groups = norm.n_groups if kind == "group" else 1
                 self._add(key, stats.scale_sums(kind, x, real, eps, groups))
 
@@ -383,11 +396,11 @@ class _Assembly:
         entry: dict[str, Any] = {"kind": kind, "in": self._rms("norms", path, "in"),
                                  "out": self._rms("norms", path, "out")}
         v = partial(self.get, "norms", path)
+        if v("signal_sq"):
+            entry["batch_noise"] = _finite(math.sqrt(v("noise_sq") / v("signal_sq")))
         if kind == "batch" and v("features"):
             entry["mean_gap"] = _finite(math.sqrt(v("gap") / v("features")))
             entry["var_log_ratio"] = _finite(math.sqrt(v("log_var") / v("features")))
-            if v("out_sq"):
-                entry["batch_noise"] = _finite(math.sqrt(v("diff_sq") / v("out_sq")))
         elif kind != "batch" and v("n"):
             mean = v("s1") / v("n")
             variance = max(v("s2") / v("n") - mean * mean, 0.0)
@@ -484,6 +497,18 @@ def _query_rows(call: dict, self_attention: bool, batch: int, length: int):
 def _no_autocast(device_type: str) -> Iterator[None]:
     with torch.autocast(device_type, enabled=False):
         yield
+
+
+@contextlib.contextmanager
+def _eval_mode(module: nn.Module) -> Iterator[None]:
+    """``module`` and its children in eval mode, then back as they were."""
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        yield
+    finally:
+        for m, training in modes:
+            m.training = training
 
 
 @contextlib.contextmanager
