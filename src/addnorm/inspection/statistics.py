@@ -2,9 +2,10 @@
 device, added over the calls of a step (micro-batches) and over the processes of a
 ``torchrun`` launch, and divided only at the end (:mod:`addnorm.inspection.watcher`).
 
-Every statistic is taken in float32 from the values the forward saw (bfloat16 under autocast
-included), over the real tokens only: ``real`` is bool (B, L), True = a real token, or None
-when every token is real. Nothing here reads a value back to the host.
+Every statistic is taken in float32 or wider (float64 stays float64) from the values the
+forward saw (bfloat16 under autocast included), over the real tokens only: ``real`` is bool
+(B, L), True = a real token, or None when every token is real. Nothing here reads a value
+back to the host.
 
 - :func:`rms_sums`: the root mean square of a residual stream, ``sqrt(mean(x^2))``.
 - :func:`scale_sums`: the per-token scale a LayerNorm (``sqrt(var + eps)``) or RMSNorm
@@ -40,6 +41,11 @@ Sums = dict[str, torch.Tensor]
 WIDE = torch.float64  # what the sums are kept in
 
 
+def _wide(x: torch.Tensor) -> torch.Tensor:
+    """x in float32 at least (bfloat16 and float16 widened; float64 kept)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def real_tokens(x: torch.Tensor, padding_mask: torch.Tensor | None) -> torch.Tensor | None:
     """True = a real token of ``x`` (B, L, ...), from a padding mask (B, L) that fits it;
     None when no mask fits (then every token counts)."""
@@ -60,7 +66,7 @@ def rms_sums(x: torch.Tensor, real: torch.Tensor | None) -> Sums:
 
     Shapes: x (B, L, D) or (B, D); real (B, L)."""
     w = _weights(x, real)
-    squares = x.float().square().sum(-1)  # (B, L) or (B,)
+    squares = _wide(x).square().sum(-1)  # (B, L) or (B,)
     squares = torch.where(w > 0, squares, torch.zeros_like(squares))  # padding may hold NaN
     return {"sq": squares.sum().to(WIDE), "n": (w.sum() * x.shape[-1]).to(WIDE)}
 
@@ -75,7 +81,7 @@ def scale_sums(
     features, over its real positions).
 
     Shapes: x (B, L, D) or (B, D); real (B, L)."""
-    h = x.float()
+    h = _wide(x)
     if kind == "group":
         scales, w = _group_scales(h, real, eps, n_groups)
     else:
@@ -128,7 +134,7 @@ def batchnorm_sums(
     ``ln((var_b + eps) / (var_r + eps))^2``; ``features``: how many features.
 
     Shapes: x (B, L, D) or (B, D); real (B, L); the running statistics (D,)."""
-    h = x.float()
+    h = _wide(x)
     w = _weights(h, real)[..., None]  # (B, L, 1) or (B, 1)
     tokens = tuple(range(h.ndim - 1))
     n = w.sum().clamp(min=1.0)
@@ -136,7 +142,7 @@ def batchnorm_sums(
     mean_b = kept.sum(tokens) / n  # (D,)
     centred = torch.where(w > 0, h - mean_b, torch.zeros_like(h))
     var_b = centred.square().sum(tokens) / n  # (D,), biased as BatchNorm normalizes
-    mean_r, var_r = running_mean.float(), running_var.float()
+    mean_r, var_r = running_mean.to(h.dtype), running_var.to(h.dtype)
     return {
         "gap": ((mean_b - mean_r).square() / (var_r + eps)).sum().to(WIDE),
         "log_var": torch.log((var_b + eps) / (var_r + eps)).square().sum().to(WIDE),
@@ -149,9 +155,9 @@ def batch_noise_sums(y: torch.Tensor, y_eval: torch.Tensor, real: torch.Tensor |
     a norm's training-mode output ``y`` and its eval-mode output ``y_eval`` of the same input.
 
     Shapes: y, y_eval (B, L, D) or (B, D); real (B, L)."""
-    out = y.float()
+    out = _wide(y)
     w = _weights(out, real)[..., None]
-    diff = torch.where(w > 0, out - y_eval.float(), torch.zeros_like(out))
+    diff = torch.where(w > 0, out - _wide(y_eval), torch.zeros_like(out))
     kept = torch.where(w > 0, out, torch.zeros_like(out))
     return {"noise_sq": diff.square().sum().to(WIDE), "signal_sq": kept.square().sum().to(WIDE)}
 
@@ -162,7 +168,7 @@ def entropy_sums(weights: torch.Tensor, real: torch.Tensor | None) -> Sums:
 
     Shapes: weights (B, H, L, S), rows summing to 1 or all zero; real (B, L) ->
     entropy (H,), rows (H,)."""
-    p = weights.float()
+    p = _wide(weights)
     entropy = -torch.special.xlogy(p, p).sum(-1)  # (B, H, L)
     counted = p.sum(-1) > 0  # (B, H, L): rows that see a key
     if real is not None:
