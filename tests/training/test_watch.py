@@ -25,7 +25,7 @@ from addnorm.training import Callback
 from addnorm.training.checkpoint import load_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.metrics import read_metrics
-from addnorm.training.schedules import LRSchedule
+from addnorm.training.schedules import ScheduleConfig
 from addnorm.training.trainer import Trainer
 from addnorm.training.watch import WatchCallback, read_watch, scalars
 
@@ -70,7 +70,7 @@ def _trainer(run_dir, cfg=None, *, steps=5, watch=None, callbacks=(), batches=No
     torch.manual_seed(0)
     model = addnorm.TransformerLM(cfg)
     return Trainer(model, lm_loss, batches or IdBatches(cfg.vocab_size), train_cfg,
-                   run_dir=run_dir, schedule=LRSchedule("constant", 1e-2, 1, total_steps=steps),
+                   run_dir=run_dir, schedule=ScheduleConfig("constant", 1e-2, 1, total_steps=steps),
                    watch=watch, callbacks=callbacks)
 
 
@@ -201,7 +201,7 @@ def _profiles(run_dir, cfg, seed: int) -> list[tuple[float, float]]:
     model = addnorm.TransformerLM(cfg)
     train_cfg = TrainConfig(max_steps=STEPS, lr=LR, warmup=1, checkpoint_every=0, grad_accum=1)
     Trainer(model, lm_loss, IdBatches(cfg.vocab_size, 8, 16, seed), train_cfg,
-            run_dir=run_dir, schedule=LRSchedule("constant", LR, 1, total_steps=STEPS),
+            run_dir=run_dir, schedule=ScheduleConfig("constant", LR, 1, total_steps=STEPS),
             watch=STEPS).fit()
     first, last = read_watch(run_dir / "watch.jsonl")
     return [depth_profile(first), depth_profile(last)]

@@ -23,7 +23,7 @@ import torch.multiprocessing as mp
 from addnorm.tasks.translate import TranslateTask
 from addnorm.training import distributed
 from addnorm.training.config import TrainConfig
-from addnorm.training.schedules import LRSchedule
+from addnorm.training.schedules import ScheduleConfig
 from addnorm.training.state import seed_everything
 from addnorm.training.trainer import Trainer
 from addnorm.training.watch import read_watch
@@ -44,7 +44,7 @@ def _train_runs(out: Path) -> None:
         train_cfg = TrainConfig(**{**settings, **overrides})
         seed_everything(0)
         model = task.build_model(model_cfg).double()
-        schedule = LRSchedule("constant", train_cfg.lr, 1, total_steps=train_cfg.max_steps)
+        schedule = ScheduleConfig("constant", train_cfg.lr, 1, total_steps=train_cfg.max_steps)
         Trainer(model, task.loss_fn(task_cfg), task.batches(model_cfg, train_cfg, task_cfg),
                 train_cfg, run_dir=out / name, schedule=schedule, watch=1).fit()
 

@@ -2,11 +2,13 @@
 
 A run directory holds ``addnorm-run.json`` (the marker that proves addnorm started the run;
 see ``addnorm.training.run_dir``), ``checkpoints/`` (see ``addnorm.training.checkpoint``),
-``metrics.jsonl`` (one line per logged step), ``loss.png`` (the loss curve), with ``--watch``
-``watch.jsonl`` and ``watch.png`` (per-layer measurements, :mod:`addnorm.training.watch`)
-and, after a run that was not stopped by a signal, ``metrics.json`` (the held-out figures:
-``test_exact_match`` for translate, ``val_bpc`` for lm, ``class_agreement`` and its
-companions for dit;
+``metrics.jsonl`` (one line per logged step), ``loss.png`` (the loss curve), with
+``report_to="tensorboard"`` ``tensorboard/`` (TensorBoard event files: every record's scalars,
+the held-out figures and pictures of the loss curve, the quality figure and the samples), with
+``--watch`` ``watch.jsonl`` and ``watch.png`` (per-layer measurements,
+:mod:`addnorm.training.watch`) and, after a run that was not stopped by a signal,
+``metrics.json`` (the held-out figures: ``test_exact_match`` for translate, ``val_bpc`` for lm,
+``class_agreement`` and its companions for dit;
 ``"weights"``: ``"ema"`` when the run kept an EMA of its weights (``ema_decay > 0``) and was
 scored with it, else ``"raw"``; ``"samples"``: a few held-out predictions for translate, text
 continuations for lm, one generated digit per class for dit).
@@ -46,15 +48,17 @@ from addnorm.tasks.task import AnyTask, TaskConfig, split_train_settings
 from addnorm.training import distributed
 from addnorm.training.checkpoint import LoadedCheckpoint, load_checkpoint
 from addnorm.training.config import TrainConfig
-from addnorm.training.metrics import plot_loss_curve, plot_quality
+from addnorm.training.logger import REPORT_TO, Logger, TensorBoardLogger, read_png
+from addnorm.training.metrics import draw_samples, plot_loss_curve, plot_quality
 from addnorm.training.run_dir import (
+    TENSORBOARD_DIR,
     RunLock,
     check_fresh_run_dir,
     clear_run,
     read_marker,
     write_marker,
 )
-from addnorm.training.schedules import LRSchedule
+from addnorm.training.schedules import ScheduleConfig
 from addnorm.training.sizes import SizeError, check_model_fits
 from addnorm.training.state import seed_everything
 from addnorm.training.stopping import STOP_SIGNALS
@@ -114,9 +118,9 @@ class RunSummary:
     loss_png: Path | None
 
 
-def schedule_for(train_cfg: TrainConfig) -> LRSchedule:
+def schedule_for(train_cfg: TrainConfig) -> ScheduleConfig:
     """The lr schedule ``train_cfg`` asks for (cosine ends at ``max_steps``)."""
-    return LRSchedule(
+    return ScheduleConfig(
         train_cfg.schedule,
         train_cfg.lr,
         train_cfg.warmup,
@@ -125,16 +129,16 @@ def schedule_for(train_cfg: TrainConfig) -> LRSchedule:
     )
 
 
-def _saved_schedule(checkpoint: LoadedCheckpoint) -> LRSchedule:
+def _saved_schedule(checkpoint: LoadedCheckpoint) -> ScheduleConfig:
     """The lr schedule a checkpoint saved (a resumed run keeps it, even if ``max_steps``
-    changes). Checkpoints written while ``LRSchedule`` still had its unused ``d_model`` field
-    store it; it is dropped here."""
+    changes). Checkpoints written while the schedule (then ``LRSchedule``) had an unused
+    ``d_model`` field store it; it is dropped here."""
     where = checkpoint.path / "state.json"
     saved = checkpoint.state.get("schedule")
     if isinstance(saved, dict):
         saved = {k: v for k, v in saved.items() if k != "d_model"}
     try:
-        return LRSchedule(**check_known_fields(LRSchedule, saved, "schedule"))
+        return ScheduleConfig(**check_known_fields(ScheduleConfig, saved, "schedule"))
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"{where} does not describe an lr schedule: {err}") from None
 
@@ -192,6 +196,7 @@ def train_run(
     device: torch.device | str = "cpu",
     progress: bool = False,
     watch: int | None = None,
+    report_to: str = "jsonl",
 ) -> RunSummary:
     """Train ``task_name`` into ``run_dir``, then evaluate on held-out data (with the EMA
     weights when ``train_cfg.ema_decay > 0``) and store a few samples.
@@ -206,10 +211,17 @@ def train_run(
     its device (other files stay), and the new run's marker is written. With ``resume`` (a
     checkpoint of ``task_name``), weights, optimizer, schedule, RNG and data order continue
     from it. ``run_dir`` is locked throughout.
+
+    ``report_to`` (``REPORT_TO``): ``"jsonl"`` writes ``metrics.jsonl`` and the figures drawn
+    from it, ``"tensorboard"`` also TensorBoard event files (``TensorBoardMissingError``
+    without the ``tensorboard`` package), ``"none"`` neither (checkpoints and
+    ``metrics.json`` only).
     Raises ValueError if the configs cannot train the task or ``resume`` is another task's;
     ``RunDirError`` if ``run_dir`` holds other files or runs, or another process writes it.
     """
     run_dir = Path(run_dir)
+    if report_to not in REPORT_TO:
+        raise ValueError(f"report_to must be one of {REPORT_TO}, got {report_to!r}")
     task: AnyTask
     if resume is None:
         task_cls = task_class(task_name)
@@ -238,6 +250,10 @@ def train_run(
         run_info = {
             "task": task.name, "model_config": model_cfg.to_dict(), "task_data": task.to_dict()
         }
+        loggers: list[Logger] = (
+            [TensorBoardLogger(run_dir / TENSORBOARD_DIR)] if main and report_to == "tensorboard"
+            else []
+        )
         trainer = Trainer(
             model,
             task.loss_fn(task_cfg),
@@ -250,21 +266,30 @@ def train_run(
             progress=progress,
             probe=task.probe(task_cfg),
             watch=watch,
+            loggers=loggers,
+            metrics_file=report_to != "none",
         )
-        if resume is not None:
-            trainer.load(resume)
-            if watch is None and main and (run_dir / WATCH_FILE).exists():
-                keep_records(run_dir / WATCH_FILE, resume.step)  # as a watched resume would
-        result = trainer.fit()
-        weights = trainer.scored_weights()  # every rank takes part in gathering them
-        if not main:
-            return RunSummary(
-                run_dir, result.checkpoint, result.step, result.stopped_by, result.elapsed_s,
-                {}, None,
-            )
-        model = task.build_model(model_cfg).to(device)
-        model.load_state_dict(weights)
-        return _finish(task, model, trainer, result, task_cfg, run_dir)
+        try:
+            if resume is not None:
+                trainer.load(resume)
+                if watch is None and main and (run_dir / WATCH_FILE).exists():
+                    keep_records(run_dir / WATCH_FILE, resume.step)  # as a watched resume would
+            result = trainer.fit()
+            weights = trainer.scored_weights()  # every rank takes part in gathering them
+            if not main:
+                return RunSummary(
+                    run_dir, result.checkpoint, result.step, result.stopped_by,
+                    result.elapsed_s, {}, None,
+                )
+            model = task.build_model(model_cfg).to(device)
+            model.load_state_dict(weights)
+            summary = _finish(task, model, trainer, result, task_cfg, run_dir)
+            for logger in loggers:
+                _log_finish(logger, task, summary, run_dir)
+            return summary
+        finally:
+            for logger in loggers:
+                logger.close()
 
 
 def _check_task_config(task_cls: type[AnyTask], task_cfg: object) -> None:
@@ -287,7 +312,8 @@ def _finish(
     """Plot the loss curve and, unless a signal stopped the run, score ``model`` (a plain copy
     of the trained or EMA weights) into metrics.json."""
     png = None
-    if (run_dir / "metrics.jsonl").stat().st_size > 0:
+    jsonl = run_dir / "metrics.jsonl"
+    if jsonl.is_file() and jsonl.stat().st_size > 0:
         png = plot_loss_curve(
             run_dir / "metrics.jsonl", run_dir / "loss.png", title=task.name,
             ylabel=task.loss_label,
@@ -312,9 +338,9 @@ def _finish(
         metrics["samples"] = task.run_samples(model)
         final = (result.elapsed_s, float(metrics[task.metric]))
         quality = plot_quality(
-            run_dir / "metrics.jsonl", run_dir / "quality.png", metric=task.metric,
+            jsonl, run_dir / "quality.png", metric=task.metric,
             final=final, ylabel=task.loss_label, title=f"{task.name}: where quality arrives",
-        )
+        ) if jsonl.is_file() else None
         if quality is not None:
             metrics["quality_figure"] = quality.name
         text = json.dumps(metrics, indent=1)
@@ -322,6 +348,30 @@ def _finish(
     return RunSummary(
         run_dir, result.checkpoint, result.step, result.stopped_by, result.elapsed_s, metrics, png
     )
+
+
+def _log_finish(logger: Logger, task: AnyTask, summary: RunSummary, run_dir: Path) -> None:
+    """A finished run for ``logger``, at its last step: the held-out figures (numbers) under
+    ``final/<name>``, and as images the samples (``samples``), the loss curve
+    (``figures/loss``) and the quality figure (``figures/quality``) when drawn."""
+    step, metrics = summary.step, summary.metrics
+    numbers = {
+        f"final/{name}": float(value) for name, value in metrics.items()
+        if isinstance(value, int | float) and not isinstance(value, bool)
+    }
+    if numbers:
+        logger.log_scalars(step, numbers)
+    if metrics.get("samples"):
+        logger.log_image(step, "samples", draw_samples(
+            metrics["samples"], title=f"{task.name}: samples at step {step}"
+        ))
+    figures = {"figures/loss": summary.loss_png}
+    if "quality_figure" in metrics:
+        figures["figures/quality"] = run_dir / metrics["quality_figure"]
+    for tag, png in figures.items():
+        if png is not None and Path(png).is_file():
+            logger.log_image(step, tag, read_png(png))
+    logger.flush()
 
 
 def load_trained(

@@ -86,6 +86,7 @@ class WatchCallback(Callback):
         self._log: WatchLog | None = None
         self._compiled: nn.Module | None = None  # the compiled forward, set aside
         self._active = False
+        self._lr = 0.0  # the watched step's learning rate
 
     def due(self, step: int, max_steps: int) -> bool:
         """Whether step ``step`` (counted from 1) is watched."""
@@ -111,6 +112,7 @@ class WatchCallback(Callback):
         if self._active:
             assert self._watch is not None
             self._restore(trainer)
+            self._lr = trainer.optimizer.param_groups[0]["lr"]  # the scheduler steps after
             self._watch.before_update()
 
     def on_step_end(self, trainer: Trainer, loss: float, tokens: int) -> None:
@@ -121,8 +123,7 @@ class WatchCallback(Callback):
         measured = self._watch.step()  # every rank: the sums are reduced over them
         if not distributed.is_main():
             return
-        record = {"step": trainer.step, "loss": loss, "lr": trainer.schedule(trainer.step),
-                  **measured}
+        record = {"step": trainer.step, "loss": loss, "lr": self._lr, **measured}
         if self._log is not None:
             self._log.write(record)
         for sink in self.sinks:
