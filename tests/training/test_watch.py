@@ -62,7 +62,8 @@ def _cfg(**overrides):
     return dataclasses.replace(addnorm.PRESETS["lm-tiny"], **{**settings, **overrides})
 
 
-def _trainer(run_dir, cfg=None, *, steps=5, watch=None, callbacks=(), batches=None, **fields):
+def _trainer(run_dir, cfg=None, *, steps=5, watch=None, callbacks=(), batches=None, loggers=(),
+             **fields):
     settings = dict(max_steps=steps, lr=1e-2, warmup=1, checkpoint_every=0, log_every=1,
                     grad_accum=2)
     train_cfg = TrainConfig(**{**settings, **fields})
@@ -71,7 +72,7 @@ def _trainer(run_dir, cfg=None, *, steps=5, watch=None, callbacks=(), batches=No
     model = addnorm.TransformerLM(cfg)
     return Trainer(model, lm_loss, batches or IdBatches(cfg.vocab_size), train_cfg,
                    run_dir=run_dir, schedule=ScheduleConfig("constant", 1e-2, 1, total_steps=steps),
-                   watch=watch, callbacks=callbacks)
+                   watch=watch, callbacks=callbacks, loggers=loggers)
 
 
 class HookCounter(Callback):
@@ -246,3 +247,39 @@ def test_batchnorm_shows_its_batch_statistics_gap_and_batch_noise(tmp_path):
         assert min(e["batch_noise"] for e in entries) > 0.1
     for record in records["layer"]:
         assert all(e["batch_noise"] == 0.0 for e in record["norms"].values())
+
+
+class ScalarLogger:
+    """A tracker that keeps the scalars it is given."""
+
+    def __init__(self) -> None:
+        self.scalars: list[tuple[int, dict]] = []
+
+    def start(self, step):
+        pass
+
+    def log_scalars(self, step, values):
+        self.scalars.append((step, dict(values)))
+
+    def log_image(self, step, tag, image):
+        pass
+
+    def flush(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_the_trainers_loggers_get_the_watch_records_as_scalars(tmp_path):
+    logger = ScalarLogger()
+    _trainer(tmp_path, steps=3, watch=2, loggers=[logger]).fit()
+    records = read_watch(tmp_path / "watch.jsonl")
+    watched = [(step, values) for step, values in logger.scalars
+               if any(tag.startswith("watch/") for tag in values)]
+    assert [step for step, _ in watched] == [r["step"] for r in records] == [1, 2, 3]
+    for (_, values), record in zip(watched, records, strict=True):
+        # the file keeps SIGNIFICANT digits; the logger gets the numbers as measured
+        assert values.keys() == scalars(record).keys()
+        for tag, value in scalars(record).items():
+            assert values[tag] == pytest.approx(value, rel=1e-6), tag

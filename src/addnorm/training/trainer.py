@@ -75,7 +75,7 @@ from addnorm.training.state import (
 )
 from addnorm.training.step_boundary import StepBoundary
 from addnorm.training.stopping import STOP_SIGNALS, StopRequests
-from addnorm.training.watch import WATCH_FILE, WatchCallback
+from addnorm.training.watch import WATCH_FILE, WatchCallback, logger_sink
 
 __all__ = [  # (Probe, STOP_SIGNALS, make_optimizer, check_checkpoint_fits: from their modules)
     "STOP_SIGNALS",
@@ -153,7 +153,8 @@ class Trainer:
         callbacks: more :class:`~addnorm.training.callbacks.Callback` hooks, called after the
             trainer's own, in order.
         watch: measure inside the model every ``watch`` steps (and at the first and last)
-            into ``watch.jsonl`` (:mod:`~addnorm.training.watch`); None: no watch, no hooks.
+            into ``watch.jsonl`` (:mod:`~addnorm.training.watch`) and, as ``watch/...``
+            scalars, to ``loggers``; None: no watch, no hooks.
         loggers: :class:`~addnorm.training.logger.Logger` trackers (TensorBoard, W&B, ...)
             that get every metrics record (rank 0 only); their owner closes them.
         metrics_file: write ``metrics.jsonl`` (rank 0).
@@ -199,7 +200,9 @@ class Trainer:
         self.callbacks: list[Callback] = [
             *([ProgressBar()] if progress and main else []),
             *([MetricsFile(self.run_dir / "metrics.jsonl")] if main and metrics_file else []),
-            *([WatchCallback(watch, self.run_dir / WATCH_FILE)] if watch is not None else []),
+            *([WatchCallback(watch, self.run_dir / WATCH_FILE,
+                             sinks=[logger_sink(logger) for logger in loggers])]
+              if watch is not None else []),
             *([LoggerCallback(logger) for logger in loggers] if main else []),
             *callbacks,
         ]

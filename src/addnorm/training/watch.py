@@ -5,7 +5,9 @@ watched steps (the first, every ``every``-th and the last) and writes each step'
 one JSON line of ``watch.jsonl`` in the run (rank 0), with the step, its loss and its
 learning rate; a resumed run keeps the lines up to the step it resumed from, as
 ``metrics.jsonl`` does. ``sinks`` receive each record as well (a scalar logger such as
-TensorBoard's: :func:`scalars` flattens a record into its ``name -> number`` pairs).
+TensorBoard's: :func:`scalars` flattens a record into its ``name -> number`` pairs, and
+:func:`logger_sink` hands them to a :class:`~addnorm.training.logger.Logger`; the trainer does
+this for its ``loggers``).
 
 Cost: the hooks are registered at the start of a watched step and removed once its
 gradients are complete, so an unwatched step runs exactly as without the watch; a watched
@@ -38,6 +40,7 @@ from addnorm.utils.checks import check_int
 from addnorm.utils.files import parse_json, write_file_atomic
 
 if TYPE_CHECKING:
+    from addnorm.training.logger import Logger
     from addnorm.training.trainer import Trainer
 
 __all__ = [
@@ -45,6 +48,7 @@ __all__ = [
     "WATCH_FILE",
     "WatchCallback",
     "WatchLog",
+    "logger_sink",
     "read_watch",
     "scalars",
 ]
@@ -247,3 +251,12 @@ def scalars(record: dict, prefix: str = "watch") -> dict[str, float]:
                 if isinstance(number, int | float) and not isinstance(number, bool):
                     out[f"{prefix}/{section}/{key}"] = float(number)
     return out
+
+
+def logger_sink(logger: Logger) -> Sink:
+    """A sink that logs each record's :func:`scalars` (``watch/...``) at its step."""
+
+    def log(record: dict) -> None:
+        logger.log_scalars(record["step"], scalars(record))
+
+    return log
