@@ -50,8 +50,6 @@ PENDING = {
     # the data pipelines: tests/data/test_digits.py, test_text.py, test_dates.py
     "data/batches.py",
     "data/tokenizers.py",
-    # the digits MLP: tests/experiments/test_bn_*.py
-    "experiments/digits_mlp.py",
     # generation: tests/transformer/test_generation*.py, tests/generation/,
     # tests/test_generation_edges.py, tests/test_host_reads.py
     "generation/beam_search.py",
