@@ -27,9 +27,6 @@ PENDING = {
     "bench/dit_training.py",
     "bench/gpt2_decoding.py",
     "bench/gpt2_training.py",
-    "bench/pairs.py",
-    "bench/peak.py",
-    "bench/training_step.py",
     # the CLI: through addnorm.cli.parser.main in tests/cli/ (test_cli.py, test_help.py,
     # test_flag_ranges.py, test_hostile_input.py, test_run_safety.py, ...); bench's command in
     # tests/bench/test_bench.py and test_gpu_suite.py
