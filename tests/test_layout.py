@@ -20,13 +20,6 @@ EXEMPT = {
 
 # Tested in the named files for now.
 PENDING = {
-    # the GPU suite's groups: run at their tiny sizes, with their same-weights checks, by
-    # tests/bench/test_gpu_suite.py (each group, eager and compiled, and a changed weight)
-    "bench/bert_inference.py",
-    "bench/dit_inference.py",
-    "bench/dit_training.py",
-    "bench/gpt2_decoding.py",
-    "bench/gpt2_training.py",
     # the CLI: through addnorm.cli.parser.main in tests/cli/ (test_cli.py, test_help.py,
     # test_flag_ranges.py, test_hostile_input.py, test_run_safety.py, ...); bench's command in
     # tests/bench/test_bench.py and test_gpu_suite.py
