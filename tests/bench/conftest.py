@@ -9,14 +9,11 @@ import torch
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: nothing here is timed, and on a shared 2-core machine a parallel
-    region of the tiny models' kernels can wait hundreds of milliseconds for its second
-    thread (fused AdamW of 50k parameters: 0.7 s at 2 threads under load, 0.2 ms at 1)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_thread):
+    """One torch thread (tests/conftest.py): nothing here is timed, and on a shared 2-core
+    machine a parallel region of the tiny models' kernels can wait hundreds of milliseconds for
+    its second thread (fused AdamW of 50k parameters: 0.7 s at 2 threads under load, 0.2 ms
+    at 1)."""
 
 
 @pytest.fixture
