@@ -77,7 +77,8 @@ def add_parser(subparsers) -> None:
             action="store_true",
             help="replace a previous run in --out (without it, or --resume, a run there is "
             "refused); deletes only that run's own files (checkpoints/, metrics.jsonl, "
-            "metrics.json, loss.png, samples.png, addnorm-run.json), never other files, and "
+            "metrics.json, loss.png, samples.png, data.json, tokenizer files, "
+            "addnorm-run.json), never other files, and "
             "still refuses a folder addnorm did not start (no addnorm-run.json)",
         )
         add_runtime_flags(sub)
@@ -122,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _train_here(args, device: str) -> int:
+    from addnorm.data.fingerprint import DataError
     from addnorm.tasks.run import train_run
     from addnorm.training import distributed
     from addnorm.training.run_dir import RunDirError, RunLock
@@ -165,6 +167,8 @@ def _train_here(args, device: str) -> int:
                 progress=not args.quiet and sys.stderr.isatty(),
             )
     except RunDirError as err:  # another writer took the folder since the checks above
+        raise UsageError(str(err)) from None
+    except DataError as err:  # the data changed since the checks above (a read error: exit 1)
         raise UsageError(str(err)) from None
     if not distributed.is_main():  # rank 0 reports
         return SIGNAL_STOPS.get(summary.stopped_by, ("", EXIT_OK))[1]

@@ -127,13 +127,16 @@ def plan_resumed_run(
     with ``train_overrides`` (only ``addnorm.tasks.run.RESUMABLE_FIELDS`` and the task
     config's ``resumable`` ones) applied. Raises ``CheckpointError`` if the checkpoint is
     missing, damaged, or holds weights or optimizer state that do not fit its own model config
-    (checked on the meta device, without memory), and ValueError if it is another task's or
-    an override may not change."""
+    (checked on the meta device, without memory), and ValueError if it is another task's, an
+    override may not change, or the checkpoint's task refuses the configs (its ``check``, as
+    ``train_run`` would: a task trained on a user's files refuses files that changed since)."""
     checkpoint = load_checkpoint(run_dir)
     model_cfg, train_cfg, task_cfg = resume_configs(
         checkpoint, dict(train_overrides or {}), task_name=task_name
     )
     _check_resume_fits(model_cfg, train_cfg, checkpoint)
+    task, _ = task_of_checkpoint(checkpoint)
+    task.check(model_cfg, train_cfg, task_cfg)
     return RunPlan(task_name, model_cfg, train_cfg, task_cfg, resume=checkpoint)
 
 
