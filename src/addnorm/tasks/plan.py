@@ -185,8 +185,15 @@ def check_run_fits(plan: RunPlan, device: str) -> None:
     if limit is None:
         return
 
+    # A task setting named like a model field (``vocab_size``: the vocabulary a tokenizer is
+    # trained to) is the model's in ``settings``: the model config holds what the task made.
+    model_fields = {f.name for f in dataclasses.fields(model_cfg)}
+
     def sizing(s: dict):  # the run's sizing with the train and task settings of ``s``
-        return task.sizing(model_cfg, replace_fields(train_cfg, s), replace_fields(task_cfg, s))
+        task_values = {k: v for k, v in s.items() if k not in model_fields}
+        return task.sizing(
+            model_cfg, replace_fields(train_cfg, s), replace_fields(task_cfg, task_values)
+        )
 
     checks = [
         ("train", lambda s: training_bytes(
@@ -197,12 +204,12 @@ def check_run_fits(plan: RunPlan, device: str) -> None:
             length=sizing(s).length)),
     ]
     settings = {
-        **dataclasses.asdict(model_cfg), **train_cfg.to_dict(), **task_cfg.to_dict()
+        **task_cfg.to_dict(), **train_cfg.to_dict(), **dataclasses.asdict(model_cfg)
     }
     defaults = {
-        **dataclasses.asdict(task.prepare(task_cls.default_model_config())),
-        **task_cls.default_train_config().to_dict(),
         **task_cls.default_task_config().to_dict(),
+        **task_cls.default_train_config().to_dict(),
+        **dataclasses.asdict(task.prepare(task_cls.default_model_config())),
     }
     for what, estimate in checks:
         needed = estimate(settings)
