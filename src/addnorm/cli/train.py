@@ -22,6 +22,7 @@ from addnorm.cli.checks import (
     as_flags,
     check_out_dir,
     check_run_sizes,
+    data_error_as_flags,
     out_dir,
     read_config,
 )
@@ -151,6 +152,8 @@ def _train_here(args, device: str) -> int:
     try:
         plan = _plan(args, model_flags, train_flags)
         check_run_sizes(plan, device)
+    except DataError as err:  # the data cannot be used (a file failing mid-read: exit 1)
+        raise UsageError(data_error_as_flags(str(err), [*model_flags, *train_flags])) from None
     except (ValueError, TypeError) as err:
         message = " ".join(str(err).split())
         raise UsageError(as_flags(message, [*model_flags, *train_flags])) from None
@@ -190,7 +193,7 @@ def _train_here(args, device: str) -> int:
     except RunDirError as err:  # another writer took the folder since the checks above
         raise UsageError(str(err)) from None
     except DataError as err:  # the data changed since the checks above (a read error: exit 1)
-        raise UsageError(str(err)) from None
+        raise UsageError(data_error_as_flags(str(err), [*model_flags, *train_flags])) from None
     if not distributed.is_main():  # rank 0 reports
         return SIGNAL_STOPS.get(summary.stopped_by, ("", EXIT_OK))[1]
     if summary.stopped_by in SIGNAL_STOPS:

@@ -57,6 +57,7 @@ def check_data_settings(cfg: Any, *, max_val_fraction: float = 0.5) -> None:
             needs.append("shared_vocab")
         if needs:
             raise ValueError(
-                f"{', '.join(needs)} need data (your files); the bundled data is read "
+                f"{', '.join(needs)} {'needs' if len(needs) == 1 else 'need'} data, your files "
+                "to train on (--data); without it the task trains on its bundled text, read "
                 "character by character"
             )

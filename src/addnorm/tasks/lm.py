@@ -137,11 +137,19 @@ class LMTask:
         if tokenizer is None and isinstance(data, DataRecord):
             raise TypeError("a DataRecord needs the tokenizer it was encoded with")
         self.tokenizer: TextTokenizer = tokenizer or self.corpus.tokenizer
-        if prompts is None:
-            prompts = SAMPLE_PROMPTS if self.record is None else _prompts_from(self.corpus)
-        self.prompts = tuple(prompts)
+        if prompts is None and self.record is None:
+            prompts = SAMPLE_PROMPTS
+        self._prompts = None if prompts is None else tuple(prompts)
         unit = "token" if isinstance(self.tokenizer, HFTokenizer) else "character"
         self.loss_label = f"loss (cross-entropy, nats per {unit})"
+
+    @property
+    def prompts(self) -> tuple[str, ...]:
+        """The starts the samples of a finished run continue: given, the bundled ones, or
+        taken from a user's held-out text on first use (a loaded run reads no data)."""
+        if self._prompts is None:
+            self._prompts = _prompts_from(self.corpus)
+        return self._prompts
 
     @property
     def corpus(self) -> TextCorpus | TokenCorpus:
