@@ -194,3 +194,12 @@ def test_unusable_pairs_are_one_data_error(tmp_path, content, kwargs, message):
 def test_parse_pair_line_keeps_the_texts_as_written():
     assert parse_pair_line(" a b \t 1 ", "tsv") == Pair(" a b ", " 1 ")
     assert parse_pair_line('{"target": "x", "source": "y"}', "jsonl") == Pair("y", "x")
+
+
+def test_the_same_pairs_in_two_places_record_each_path(tmp_path):
+    text = "".join(f"w{i}\t{i}\n" for i in range(40))
+    first, second = tmp_path / "a.tsv", tmp_path / "b.tsv"
+    first.write_text(text, encoding="utf-8")
+    second.write_text(text, encoding="utf-8")
+    assert PairCorpus.build(first).record.path == str(first)
+    assert PairCorpus.build(second).record.path == str(second)  # not the first's, built alike

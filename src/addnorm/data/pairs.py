@@ -262,7 +262,9 @@ class PairCorpus:
             raise DataError(f"vocab_size ({vocab_size}) applies to the bpe tokenizer only")
         data = _Files.of(path, "data")
         held = None if valid is None else _Files.of(valid, "valid")
-        key = json.dumps([data.fingerprint.digest, held and held.fingerprint.digest,
+        # the paths too: the same bytes elsewhere are another run's data, recorded by path
+        key = json.dumps([os.path.abspath(path), valid and os.path.abspath(valid),
+                          data.fingerprint.digest, held and held.fingerprint.digest,
                           os.fspath(tokenizer), vocab_size, shared_vocab, val_fraction])
         if key in _BUILT:
             return _BUILT[key]
