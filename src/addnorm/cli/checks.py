@@ -28,6 +28,7 @@ __all__ = [
     "UsageError",
     "apply_runtime_flags",
     "as_flags",
+    "data_error_as_flags",
     "check_out_dir",
     "check_out_file",
     "check_run_sizes",
@@ -232,10 +233,24 @@ def check_run_sizes(plan: RunPlan, device: str) -> None:
 
 def as_flags(message: str, fields) -> str:
     """``message`` (a config's error) with each of ``fields`` written as the flag that set it:
-    ``lr must be finite, got nan`` -> ``--lr must be finite, got nan``."""
+    ``lr must be finite, got nan`` -> ``--lr must be finite, got nan``. A name inside a path
+    or file name (``data/``, ``tokenizer.json``) stays as it is."""
     for name in sorted(fields, key=len, reverse=True):  # max_len before len-like prefixes
-        message = re.sub(rf"(?<![\w-]){re.escape(name)}(?!\w)", _flag(name), message)
+        message = re.sub(rf"(?<![\w/-]){re.escape(name)}(?![\w/]|\.\w)", _flag(name), message)
     return message
+
+
+def data_error_as_flags(message: str, fields) -> str:
+    """A bad-data message (``"data /x/notes.txt: ..."``, ``"/x/notes.txt: ..."``) with its
+    leading setting written as its flag and ``as_flags`` applied after the path only, so a
+    path naming a folder ``data`` or a file ``tokenizer.json`` is printed as it is."""
+    head, sep, tail = message.partition(": ")
+    if not sep:
+        return as_flags(message, fields)
+    name, space, path = head.partition(" ")
+    if space and name in fields:
+        head = f"{_flag(name)} {path}"
+    return head + sep + as_flags(tail, fields)
 
 
 def _flag(field: str) -> str:

@@ -1,4 +1,5 @@
-"""``addnorm generate --prompt TEXT``: a trained lm run continues the prompt.
+"""``addnorm generate --prompt TEXT``: a trained lm run continues the prompt (with the run's own
+tokenizer: characters, or the BPE or tokenizer.json it trained with).
 
 Decoding flags are checked before the checkpoint is read (exit 2 naming the flag);
 ``--compile`` runs the decode step compiled and says on stderr how long compiling and
@@ -23,20 +24,22 @@ def add_parser(subparsers) -> None:
     """Register ``addnorm generate``."""
     generate = subparsers.add_parser("generate", help="continue a prompt with a trained lm")
     generate.add_argument("--prompt", required=True,
-                          help="the text to continue (characters of the run's vocabulary)")
+                          help="the text to continue (a character run maps characters outside "
+                          "its vocabulary to <unk>)")
     generate.add_argument(
         "--max-new-tokens", type=int, default=200,
-        help="characters to generate, >= 1 (more than the model's max_len is cut to it)",
+        help="tokens (characters, for a character run) to generate, >= 1 (more than the "
+        "model's max_len is cut to it)",
     )
     generate.add_argument("--temperature", type=float, default=0.8,
                           help="sampling temperature, finite and >= 0; 0 = greedy")
     generate.add_argument(
         "--top-k", type=int, default=None,
-        help="sample from the K most likely characters only, K >= 1 (default: all)",
+        help="sample from the K most likely tokens only, K >= 1 (default: all)",
     )
     generate.add_argument(
         "--top-p", type=float, default=None,
-        help="nucleus sampling: from the fewest characters whose probability adds up to P, "
+        help="nucleus sampling: from the fewest tokens whose probability adds up to P, "
         "0 < P <= 1 (default: all)",
     )
     generate.add_argument(

@@ -1,7 +1,9 @@
 """``addnorm info CHECKPOINT``: a checkpoint's configs, step and its run's metrics, as JSON;
 for a run trained with ``--watch``, also ``"watch"``: its file, the watched steps and a
 summary in sentences (:func:`addnorm.inspection.summary.summarize`: where the gradients grow,
-which layers learn least, where the residual stream's scale grows)."""
+which layers learn least, where the residual stream's scale grows); for a run on a user's
+files, also the record of its data (path, size, fingerprint, split, tokenizer:
+:class:`addnorm.data.fingerprint.DataRecord`)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,9 @@ def run(args: argparse.Namespace) -> int:
 
     checkpoint = load_checkpoint(args.checkpoint)
     state = checkpoint.state
+    run_info = state.get("run")
+    task_data = run_info.get("task_data") if isinstance(run_info, dict) else None
+    data = task_data.get("data") if isinstance(task_data, dict) else None
     report = {
         "checkpoint": str(checkpoint.path),
         "task": state.get("run", {}).get("task"),
@@ -35,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
         "model_config": state.get("run", {}).get("model_config"),
         "train_config": state.get("train_config"),
         "metrics": read_run_metrics(checkpoint),
+        **({"data": data} if data is not None else {}),
     }
     watched = _watch_report(checkpoint.path.parent.parent)
     if watched is not None:

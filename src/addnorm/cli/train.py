@@ -22,6 +22,7 @@ from addnorm.cli.checks import (
     as_flags,
     check_out_dir,
     check_run_sizes,
+    data_error_as_flags,
     out_dir,
     read_config,
 )
@@ -80,7 +81,8 @@ def add_parser(subparsers) -> None:
             help="replace a previous run in --out (without it, or --resume, a run there is "
             "refused); deletes only that run's own files (checkpoints/, metrics.jsonl, "
             "metrics.json, loss.png, samples.png, quality.png, watch.jsonl, watch.png, "
-            "tensorboard/'s event files, addnorm-run.json), never other files, and still "
+            "tensorboard/'s event files, data.json, tokenizer files, addnorm-run.json), never "
+            "other files, and still "
             "refuses a folder addnorm did not start (no addnorm-run.json)",
         )
         sub.add_argument(
@@ -160,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _train_here(args, device: str) -> int:
+    from addnorm.data.fingerprint import DataError
     from addnorm.tasks.run import train_run
     from addnorm.training import distributed
     from addnorm.training.run_dir import RunDirError, RunLock
@@ -175,6 +178,8 @@ def _train_here(args, device: str) -> int:
     try:
         plan = _plan(args, model_flags, train_flags)
         check_run_sizes(plan, device)
+    except DataError as err:  # the data cannot be used (a file failing mid-read: exit 1)
+        raise UsageError(data_error_as_flags(str(err), [*model_flags, *train_flags])) from None
     except (ValueError, TypeError) as err:
         message = " ".join(str(err).split())
         raise UsageError(as_flags(message, [*model_flags, *train_flags])) from None
@@ -214,6 +219,8 @@ def _train_here(args, device: str) -> int:
             )
     except RunDirError as err:  # another writer took the folder since the checks above
         raise UsageError(str(err)) from None
+    except DataError as err:  # the data changed since the checks above (a read error: exit 1)
+        raise UsageError(data_error_as_flags(str(err), [*model_flags, *train_flags])) from None
     if not distributed.is_main():  # rank 0 reports
         return SIGNAL_STOPS.get(summary.stopped_by, ("", EXIT_OK))[1]
     if summary.stopped_by in SIGNAL_STOPS:

@@ -1,16 +1,18 @@
-"""``addnorm translate ["21 Nov 2026" ...]``: dates normalized by a trained translate run, one
-output line per input (no text: one input per stdin line, read as it comes).
+"""``addnorm translate ["21 Nov 2026" ...]``: inputs translated by a trained translate run (dates
+normalized, or what a run trained on your pairs with ``--data`` learned), one output line per
+input (no text: one input per stdin line, read as it comes).
 
-An input the model cannot take is refused on its own (:mod:`addnorm.cli.translate_input`); an
-answer that is not a real date in the supported years is printed and flagged; either makes the
-exit status 1.
+An input the model cannot take is refused on its own (:mod:`addnorm.cli.translate_input`,
+then the task's own limits: a BPE's tokens against the model's max_len); a date run's answer
+that is not a real date in the supported years is printed and flagged; either makes the exit
+status 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
-import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,9 +30,10 @@ def add_parser(subparsers) -> None:
     """Register ``addnorm translate``."""
     translate = subparsers.add_parser(
         "translate",
-        help="normalize dates with a trained model",
-        description="Write each date as ISO 8601 (YYYY-MM-DD): one output line per input "
-        "(a blank input line gets a blank output line).",
+        help="normalize dates (or translate as a run on your pairs learned) with a trained model",
+        description="Write each date as ISO 8601 (YYYY-MM-DD), or translate each input with a "
+        "run trained on your pairs (addnorm train translate --data): one output line per "
+        "input (a blank input line gets a blank output line).",
         epilog=_epilog(),
         formatter_class=RawDescriptionDefaultsFormatter,
     )
@@ -59,7 +62,8 @@ def _epilog() -> str:
         "printed anyway, flagged on stderr, and the exit status is 1. An input it cannot "
         "read (not UTF-8, a character outside its vocabulary, longer than its max_len) gets "
         "an empty line, an error naming its line on stderr, and exit status 1; the other "
-        "lines are translated."
+        "lines are translated. A run trained on your pairs (--data) answers any input its "
+        "tokenizer encodes, and its answers are not checked."
     )
 
 
@@ -73,20 +77,22 @@ def run(args: argparse.Namespace) -> int:
     than its ``max_len``) is refused on its own: an empty output line keeps stdout aligned,
     stderr names the line (or argument) and why, the other inputs are translated, and the exit
     status is 1."""
-    from addnorm.data.dates import FIRST_YEAR, LAST_YEAR
     from addnorm.tasks.translate import PREDICT_BATCH_SIZE
 
     require_stdout("the dates")
     stdin = None if args.text else open_stdin()
     task, model = load_task_model(args, "translate")
     limit = model.cfg.max_len
-    known = frozenset(task.src_tok.chars)
+    known = task.source_alphabet()
     inputs: Iterator[Input]
     if stdin is None:
         inputs = (Input(f"argument {i}", t, refusal(t, known, limit))
                   for i, t in enumerate(args.text, 1))
     else:
         inputs = stdin_inputs(stdin, known, limit)
+    inputs = (item if item.problem is not None else
+              dataclasses.replace(item, problem=task.input_problem(item.text, limit))
+              for item in inputs)
     failed = 0
     for batch in batched(inputs, PREDICT_BATCH_SIZE):
         wanted = [item.text for item in batch if item.problem is None and item.text.strip()]
@@ -102,23 +108,14 @@ def run(args: argparse.Namespace) -> int:
                 continue
             answer = next(answers) if item.text.strip() else ""
             print(answer)
-            if item.text.strip() and not _is_supported_date(answer, FIRST_YEAR, LAST_YEAR):
+            problem = task.answer_problem(answer) if item.text.strip() else None
+            if problem is not None:
                 failed += 1
                 print(
                     f"addnorm translate: warning: {item.where}: {item.text!r} -> {answer!r} is "
-                    f"not a valid date from {FIRST_YEAR} to {LAST_YEAR}",
+                    f"{problem}",
                     file=sys.stderr,
                 )
         sys.stdout.flush()
     return EXIT_FAILED if failed else EXIT_OK
 
-
-def _is_supported_date(answer: str, first_year: int, last_year: int) -> bool:
-    """Whether ``answer`` is a real YYYY-MM-DD date in the supported years."""
-    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", answer):
-        return False
-    try:
-        day = dt.date.fromisoformat(answer)
-    except ValueError:
-        return False
-    return first_year <= day.year <= last_year

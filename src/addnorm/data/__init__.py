@@ -1,19 +1,41 @@
-"""Data that ships with the install: the date-normalization task (generated), character text
-from ``pydoc_data.topics``, scikit-learn's digits (``digits``), character tokenizers, a
-pretrained model's ``tokenizer.json`` (``pretrained_tokenizer``) and training batch
-sources."""
+"""Data: what ships with the install (the date-normalization task, generated; character text
+from ``pydoc_data.topics``; scikit-learn's digits, ``digits``), tokenizers (characters, a
+pretrained model's ``tokenizer.json`` in ``pretrained_tokenizer``, and for a user's text
+``HFTokenizer``: a byte-level BPE trained with ``tokenizers``, or a user's file), training
+batch sources, and a user's own data: text tokenized into a memory-mapped token file
+(``TokenCorpus``, ``TextWindows``), sentence pairs (``PairCorpus``, ``TranslationPairs``,
+``PairBatches``) and the record a run keeps of them (``fingerprint``: ``DataRecord``)."""
 
 from addnorm.data.batches import DateBatches, TextBatches
 from addnorm.data.dates import FORMATS, format_date, random_examples
+from addnorm.data.fingerprint import (
+    DataChangedError,
+    DataError,
+    DataReadError,
+    DataRecord,
+)
+from addnorm.data.hf_tokenizer import HFTokenizer
+from addnorm.data.pairs import PairBatches, PairCorpus, TranslationPairs
 from addnorm.data.text import TextCorpus
+from addnorm.data.token_corpus import TextWindows, TokenCorpus
 from addnorm.data.tokenizers import CharTokenizer, date_source_tokenizer, date_target_tokenizer
 
 __all__ = [
     "FORMATS",
     "CharTokenizer",
+    "DataChangedError",
+    "DataError",
+    "DataReadError",
+    "DataRecord",
     "DateBatches",
+    "HFTokenizer",
+    "PairBatches",
+    "PairCorpus",
     "TextBatches",
     "TextCorpus",
+    "TextWindows",
+    "TokenCorpus",
+    "TranslationPairs",
     "date_source_tokenizer",
     "date_target_tokenizer",
     "format_date",

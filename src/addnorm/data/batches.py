@@ -8,20 +8,24 @@ is the data order a checkpoint saves.
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from addnorm.data.dates import dates_in_split, random_examples
 from addnorm.data.digits import load_digits
-from addnorm.data.text import TextCorpus
-from addnorm.data.tokenizers import CharTokenizer
 from addnorm.utils.checks import check_int
 
-__all__ = ["DateBatches", "DigitBatches", "RankShard", "TextBatches", "encode_date_pairs"]
+if TYPE_CHECKING:
+    from addnorm.data.hf_tokenizer import TextTokenizer
+
+__all__ = [
+    "DateBatches", "DigitBatches", "RankShard", "TextBatches", "WindowSource", "encode_date_pairs",
+]
 
 
 def encode_date_pairs(
-    sources: list[str], targets: list[str], src_tok: CharTokenizer, tgt_tok: CharTokenizer
+    sources: list[str], targets: list[str], src_tok: TextTokenizer, tgt_tok: TextTokenizer
 ) -> dict[str, torch.Tensor]:
     """Tensors for teacher forcing, right-padded with ``pad_id`` (0).
 
@@ -54,7 +58,7 @@ class DateBatches:
     """
 
     def __init__(
-        self, src_tok: CharTokenizer, tgt_tok: CharTokenizer, *, batch_size: int, seed: int
+        self, src_tok: TextTokenizer, tgt_tok: TextTokenizer, *, batch_size: int, seed: int
     ) -> None:
         self.src_tok, self.tgt_tok = src_tok, tgt_tok
         self.batch_size = check_int("batch_size", batch_size, min_value=1)
@@ -76,17 +80,28 @@ class DateBatches:
         _set_rng_state(self.rng, state["rng"])
 
 
+class WindowSource(Protocol):
+    """A corpus that draws training windows: :class:`~addnorm.data.text.TextCorpus` (the
+    bundled text) and :class:`~addnorm.data.token_corpus.TokenCorpus` (a user's)."""
+
+    def random_windows(self, rng: random.Random, batch_size: int, length: int) -> torch.Tensor:
+        """A LongTensor (B, length + 1) of windows at offsets drawn from ``rng``."""
+        ...
+
+
 class TextBatches:
     """Endless batches of random windows of a corpus's train split.
 
     Args:
-        corpus: the text.
+        corpus: the text (:class:`WindowSource`).
         batch_size: windows per batch.
-        length: characters per window (the model's context).
+        length: tokens (characters, with a character tokenizer) per window (the model's
+            context).
         seed: seeds the data order.
     """
 
-    def __init__(self, corpus: TextCorpus, *, batch_size: int, length: int, seed: int) -> None:
+    def __init__(self, corpus: WindowSource, *, batch_size: int, length: int, seed: int
+                 ) -> None:
         self.corpus = corpus
         self.batch_size = check_int("batch_size", batch_size, min_value=1)
         self.length = check_int("length", length, min_value=1)

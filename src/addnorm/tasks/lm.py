@@ -1,26 +1,38 @@
-"""The ``lm`` task: a character-level decoder-only ``TransformerLM`` on the pydoc topics.
+"""The ``lm`` task: a decoder-only ``TransformerLM`` on the pydoc topics (character-level), or
+on a user's text (``LMTaskConfig.data``: a file, folder or glob, tokenized by characters, a
+byte-level BPE trained on it, or a ``tokenizer.json``; see :class:`addnorm.data.TokenCorpus`).
 
 Training windows are random slices of the train split; the held-out figure is validation
-bits per character, ``bpc = mean cross-entropy (nats) / ln 2``, over non-overlapping windows
-that tile the validation split. At the end the model writes a few samples.
+bits per character, ``bpc = mean cross-entropy (nats) / ln 2 / characters``, over
+non-overlapping windows that tile the validation split. On a user's text it comes with bits
+per byte and per token (bits per byte and per character compare across tokenizers: they
+divide the same held-out text's cost by its own length), and the order-0 byte entropy of the
+corpus, the cost of a model that knows only how often each byte occurs. At the end the model
+writes a few samples (on a user's text, continuing the starts of held-out lines).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from addnorm.data.batches import TextBatches
+from addnorm.data.fingerprint import DataRecord
+from addnorm.data.hf_tokenizer import HFTokenizer, TextTokenizer, tokenizer_from_dict
 from addnorm.data.text import TextCorpus
-from addnorm.data.tokenizers import CharTokenizer
+from addnorm.data.token_corpus import TokenCorpus
+from addnorm.data.tokenizers import SPECIALS, CharTokenizer
 from addnorm.generation.stop_strings import cut_at_stop, stop_at_strings
+from addnorm.tasks.data_settings import check_data_settings
 from addnorm.tasks.task import Sizing, TaskConfig
 from addnorm.training.config import TrainConfig
 from addnorm.training.trainer import LossFn
@@ -50,50 +62,110 @@ class LMTaskConfig(TaskConfig):
     """The language-model task's own settings.
 
     Attributes:
-        seq_len: characters per training window (and per held-out window scored at the end).
+        seq_len: tokens (characters, with the char tokenizer) per training window (and per
+            held-out window scored at the end).
         label_smoothing: F.cross_entropy's label_smoothing (the paper: 0.1).
         eval_size: held-out examples scored at the end: at most this many validation
             windows.
+        data: your text to train on: a UTF-8 file, a folder of them (searched recursively)
+            or a glob; none = the bundled pydoc topics.
+        tokenizer: char (one id per character), bpe (a byte-level BPE trained on the data's
+            train split with the tokenizers library) or the path of a Hugging Face
+            tokenizer.json; other than char needs data.
+        vocab_size: the BPE's vocabulary, 259 to 2**20 ids (with tokenizer bpe; none = 2048).
+        val_fraction: the end of the data held out for scoring, in (0, 0.5].
+        cache_dir: where the data's token file is kept (none = $ADDNORM_CACHE, else
+            ~/.cache/addnorm).
     """
 
-    resumable: ClassVar[tuple[str, ...]] = ("eval_size",)
+    resumable: ClassVar[tuple[str, ...]] = ("eval_size", "cache_dir")
 
     seq_len: int = 128
     label_smoothing: float = 0.0
     eval_size: int = 2000
+    data: str | None = None
+    tokenizer: str = "char"
+    vocab_size: int | None = None
+    val_fraction: float = 0.05
+    cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         check_int("seq_len", self.seq_len, min_value=1)
         check_probability("label_smoothing", self.label_smoothing)
         check_int("eval_size", self.eval_size, min_value=1)
+        check_data_settings(self)
 
 
 class LMTask:
     """Everything the trainer and the CLI need to know about the language-model task.
 
     Args:
-        tokenizer: the character vocabulary; None builds it from the corpus.
+        tokenizer: the vocabulary; None takes the data's.
+        data: the text: a :class:`~addnorm.data.TokenCorpus` (a user's files, tokenized),
+            the :class:`~addnorm.data.fingerprint.DataRecord` of one (a run read back from its
+            checkpoint: the files are opened, and checked unchanged, when training or scoring
+            needs them; generating never does), or None: the bundled pydoc topics.
+        prompts: the starts the samples of a finished run continue (None: taken from the
+            data's held-out text, or ``SAMPLE_PROMPTS`` for the bundled corpus).
     """
 
     name: ClassVar[str] = "lm"
     description: ClassVar[str] = (
-        "character-level language model on the pydoc topics (decoder-only)"
+        "language model (decoder-only) on the pydoc topics by character, or on your text "
+        "(--data, --tokenizer)"
     )
     metric: ClassVar[str] = "val_bpc"
     owned_fields: ClassVar[frozenset[str]] = frozenset({
         "vocab_size", "pad_id", "bos_id", "eos_id",
     })
-    loss_label = "loss (cross-entropy, nats per character)"
 
-    def __init__(self, tokenizer: CharTokenizer | None = None) -> None:
-        self._corpus: TextCorpus | None = None
-        self.tokenizer = tokenizer or self.corpus.tokenizer
+    def __init__(
+        self,
+        tokenizer: TextTokenizer | None = None,
+        *,
+        data: TokenCorpus | DataRecord | None = None,
+        prompts: Sequence[str] | None = None,
+    ) -> None:
+        self._corpus: TextCorpus | TokenCorpus | None = None
+        self.record: DataRecord | None = None
+        if isinstance(data, TokenCorpus):
+            self._corpus, self.record = data, data.record
+        elif isinstance(data, DataRecord):
+            self.record = data
+        elif data is not None:
+            raise TypeError(f"data must be a TokenCorpus, a DataRecord or None, got {data!r}")
+        if tokenizer is None and isinstance(data, DataRecord):
+            raise TypeError("a DataRecord needs the tokenizer it was encoded with")
+        self.tokenizer: TextTokenizer = tokenizer or self.corpus.tokenizer
+        if prompts is None and self.record is None:
+            prompts = SAMPLE_PROMPTS
+        self._prompts = None if prompts is None else tuple(prompts)
+        unit = "token" if isinstance(self.tokenizer, HFTokenizer) else "character"
+        self.loss_label = f"loss (cross-entropy, nats per {unit})"
 
     @property
-    def corpus(self) -> TextCorpus:
+    def prompts(self) -> tuple[str, ...]:
+        """The starts the samples of a finished run continue: given, the bundled ones, or
+        taken from a user's held-out text on first use (a loaded run reads no data)."""
+        if self._prompts is None:
+            self._prompts = _prompts_from(self.corpus)
+        return self._prompts
+
+    @property
+    def corpus(self) -> TextCorpus | TokenCorpus:
         """The text, loaded on first use (inference from a checkpoint never needs it)."""
+        return self.open_corpus()
+
+    def open_corpus(self, cache_dir: str | None = None) -> TextCorpus | TokenCorpus:
+        """The text: the bundled corpus, or the recorded files opened again (checked
+        unchanged: ``DataChangedError`` names what changed; their token file in
+        ``cache_dir``)."""
         if self._corpus is None:
-            self._corpus = TextCorpus()
+            if self.record is None:
+                self._corpus = TextCorpus()
+            else:
+                self._corpus = TokenCorpus.reopen(self.record, self.tokenizer,
+                                                  cache_dir=cache_dir)
         return self._corpus
 
     @staticmethod
@@ -138,16 +210,27 @@ class LMTask:
 
     def check(self, cfg: LMConfig, train_cfg: TrainConfig, task_cfg: LMTaskConfig) -> None:
         """Raise ValueError if the configs cannot train this task: the windows must fit a
-        learned position table and be shorter than the validation split they are scored on."""
+        learned position table and be shorter than the validation split they are scored on,
+        and the train split must hold a batch of different windows. The data of a run read
+        back from a checkpoint must be as recorded (``DataChangedError`` otherwise)."""
         if cfg.position_encoding == "learned" and task_cfg.seq_len > cfg.max_len:
             raise ValueError(
                 f"seq_len ({task_cfg.seq_len}) must be <= max_len ({cfg.max_len}) with "
                 "learned positions"
             )
-        n_val = len(self.corpus.ids("val"))
+        corpus = self.open_corpus(task_cfg.cache_dir)
+        unit = "characters" if isinstance(corpus, TextCorpus) else "tokens"
+        n_val = len(corpus.ids("val"))
         if task_cfg.seq_len >= n_val:
             raise ValueError(
-                f"seq_len ({task_cfg.seq_len}) must be < the validation split ({n_val} characters)"
+                f"seq_len ({task_cfg.seq_len}) must be < the validation split ({n_val} {unit})"
+            )
+        windows = len(corpus.ids("train")) - task_cfg.seq_len - 1
+        if windows < train_cfg.batch_size:
+            raise ValueError(
+                f"the train split ({len(corpus.ids('train'))} {unit}) holds "
+                f"{max(windows, 0)} windows of seq_len + 1 ({task_cfg.seq_len + 1}) "
+                f"{unit}, fewer than a batch (batch_size {train_cfg.batch_size})"
             )
 
     def sizing(self, cfg: LMConfig, train_cfg: TrainConfig, task_cfg: LMTaskConfig) -> Sizing:
@@ -165,7 +248,7 @@ class LMTask:
         """Random training windows of ``task_cfg.seq_len`` characters."""
         self.check(cfg, train_cfg, task_cfg)
         return TextBatches(
-            self.corpus,
+            self.open_corpus(task_cfg.cache_dir),
             batch_size=train_cfg.batch_size,
             length=task_cfg.seq_len,
             seed=train_cfg.seed,
@@ -182,19 +265,39 @@ class LMTask:
 
     @torch.no_grad()
     def evaluate(
-        self, model: TransformerLM, *, seq_len: int = 128, max_windows: int | None = None
+        self, model: TransformerLM, *, seq_len: int = 128, max_windows: int | None = None,
+        cache_dir: str | None = None,
     ) -> dict[str, float]:
-        """Validation bits per character (no label smoothing), over tiling windows."""
+        """Validation bits per character (no label smoothing), over tiling windows; on a
+        user's text also bits per byte and per token, the tokens, bytes and characters
+        scored, and the order-0 byte entropy of the corpus and of its held-out text."""
         model.eval()
         device = next(model.parameters()).device
-        windows = self.corpus.eval_windows("val", seq_len, max_windows=max_windows)
+        corpus = self.open_corpus(cache_dir)
+        windows = corpus.eval_windows("val", seq_len, max_windows=max_windows)
         total, count = 0.0, 0
         for chunk in windows.split(64):
             chunk = chunk.to(device)
             loss, n = lm_loss(model, {"ids": chunk[:, :-1], "targets": chunk[:, 1:]})
             total += loss.item() * n
             count += n
-        return {"val_bpc": total / count / math.log(2), "val_chars": count}
+        if isinstance(corpus, TextCorpus):
+            return {"val_bpc": total / count / math.log(2), "val_chars": count}
+        bits = total / math.log(2)
+        targets = windows[:, 1:].numpy()  # (N, seq_len): the ids scored, in text order
+        n_bytes = int(corpus.token_bytes()[targets].sum())
+        n_chars = _characters(self.tokenizer, targets.reshape(-1))
+        details = corpus.record.details
+        return {
+            "val_bpc": bits / n_chars,
+            "val_bits_per_byte": bits / n_bytes,
+            "val_bits_per_token": bits / count,
+            "val_tokens": count,
+            "val_bytes": n_bytes,
+            "val_chars": n_chars,
+            "corpus_byte_entropy": float(details["byte_entropy"]),
+            "val_byte_entropy": float(details["val_byte_entropy"]),
+        }
 
     def probe(self, task_cfg: LMTaskConfig) -> None:
         """No probe during training: the held-out figures come at the end (and the loss
@@ -204,11 +307,13 @@ class LMTask:
     def evaluate_run(self, model: TransformerLM, task_cfg: LMTaskConfig) -> dict[str, float]:
         """The held-out figures of a finished run (``evaluate`` on ``seq_len`` windows, at most
         ``eval_size`` of them)."""
-        return self.evaluate(model, seq_len=task_cfg.seq_len, max_windows=task_cfg.eval_size)
+        return self.evaluate(model, seq_len=task_cfg.seq_len, max_windows=task_cfg.eval_size,
+                             cache_dir=task_cfg.cache_dir)
 
     def run_samples(self, model: TransformerLM) -> list[dict[str, Any]]:
-        """``samples`` as JSON-ready dicts: prompt and text (the prompt continued)."""
-        return [{"prompt": p, "text": text} for p, text in self.samples(model)]
+        """``samples`` of ``prompts`` as JSON-ready dicts: prompt and text (the prompt
+        continued)."""
+        return [{"prompt": p, "text": text} for p, text in self.samples(model, self.prompts)]
 
     @staticmethod
     def samples_text(samples: list[dict[str, Any]]) -> str:
@@ -264,8 +369,18 @@ class LMTask:
 
     @classmethod
     def from_config(cls, task_cfg: LMTaskConfig) -> LMTask:
-        """The task a new run trains: no setting names its data (its corpus is the pydoc topics)."""
-        return cls()
+        """The task a new run trains: the pydoc topics, or ``task_cfg.data`` tokenized as it
+        asks (:meth:`TokenCorpus.build`: once, then from its cache)."""
+        if task_cfg.data is None:
+            return cls()
+        corpus = TokenCorpus.build(
+            task_cfg.data,
+            task_cfg.tokenizer,
+            vocab_size=task_cfg.vocab_size,
+            val_fraction=task_cfg.val_fraction,
+            cache_dir=task_cfg.cache_dir,
+        )
+        return cls(data=corpus)
 
     @staticmethod
     def config_from_dict(data: dict) -> LMConfig:
@@ -273,10 +388,58 @@ class LMTask:
         return LMConfig.from_dict(data)
 
     def to_dict(self) -> dict:
-        """What a checkpoint needs to rebuild this task (its tokenizer)."""
-        return {"tokenizer": self.tokenizer.to_dict()}
+        """What a checkpoint needs to rebuild this task: its tokenizer and, on a user's text,
+        the record of the data and the sample prompts."""
+        out: dict[str, Any] = {"tokenizer": self.tokenizer.to_dict()}
+        if self.record is not None:
+            out["data"] = self.record.to_dict()
+            out["prompts"] = list(self.prompts)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> LMTask:
         """Rebuild from ``to_dict``'s output."""
-        return cls(CharTokenizer.from_dict(data["tokenizer"]))
+        record = DataRecord.from_dict(data["data"]) if data.get("data") is not None else None
+        prompts = data.get("prompts")
+        if prompts is not None and not (
+            isinstance(prompts, list) and all(isinstance(p, str) and p for p in prompts)
+        ):
+            raise ValueError("prompts must be a list of non-empty strings")
+        return cls(tokenizer_from_dict(data["tokenizer"]), data=record, prompts=prompts)
+
+    def run_files(self) -> dict[str, str]:
+        """On a user's text: ``data.json`` (the data's record) and, for a BPE or a file's
+        tokenizer, ``tokenizer.json`` (loadable with ``tokenizers.Tokenizer.from_file``);
+        nothing for the bundled corpus."""
+        if self.record is None:
+            return {}
+        files = {"data.json": json.dumps(self.record.to_dict(), indent=1) + "\n"}
+        if isinstance(self.tokenizer, HFTokenizer):
+            files["tokenizer.json"] = self.tokenizer.to_json()
+        return files
+
+
+def _characters(tokenizer: TextTokenizer, ids: np.ndarray) -> int:
+    """How many characters the ids ``ids`` (consecutive, in text order) stand for: one per
+    non-special id of a character tokenizer; the length of their decoded text otherwise."""
+    if isinstance(tokenizer, CharTokenizer):
+        return int((ids >= len(SPECIALS)).sum())
+    assert isinstance(tokenizer, HFTokenizer)
+    return len(tokenizer.tokenizer.decode(ids.tolist(), skip_special_tokens=True))
+
+
+def _prompts_from(corpus: TextCorpus | TokenCorpus, n: int = 3) -> tuple[str, ...]:
+    """``n`` sample prompts from the held-out text: the first words (at most 24 characters)
+    of the first full line after ``n`` evenly spaced points of it."""
+    val = corpus.ids("val")
+    prompts = []
+    for k in range(n):
+        start = len(val) * k // n
+        text = corpus.tokenizer.decode([int(i) for i in val[start : start + 256]])
+        if k > 0 and "\n" in text.rstrip("\n"):
+            text = text[text.index("\n") + 1 :]
+        line = text.lstrip("\n").split("\n")[0]
+        prompt = line[:24].rsplit(" ", 1)[0] if len(line) > 24 and " " in line[:24] else line[:24]
+        if prompt.strip():
+            prompts.append(prompt)
+    return tuple(prompts) or SAMPLE_PROMPTS

@@ -127,13 +127,16 @@ def plan_resumed_run(
     with ``train_overrides`` (only ``addnorm.tasks.run.RESUMABLE_FIELDS`` and the task
     config's ``resumable`` ones) applied. Raises ``CheckpointError`` if the checkpoint is
     missing, damaged, or holds weights or optimizer state that do not fit its own model config
-    (checked on the meta device, without memory), and ValueError if it is another task's or
-    an override may not change."""
+    (checked on the meta device, without memory), and ValueError if it is another task's, an
+    override may not change, or the checkpoint's task refuses the configs (its ``check``, as
+    ``train_run`` would: a task trained on a user's files refuses files that changed since)."""
     checkpoint = load_checkpoint(run_dir)
     model_cfg, train_cfg, task_cfg = resume_configs(
         checkpoint, dict(train_overrides or {}), task_name=task_name
     )
     _check_resume_fits(model_cfg, train_cfg, checkpoint)
+    task, _ = task_of_checkpoint(checkpoint)
+    task.check(model_cfg, train_cfg, task_cfg)
     return RunPlan(task_name, model_cfg, train_cfg, task_cfg, resume=checkpoint)
 
 
@@ -182,8 +185,15 @@ def check_run_fits(plan: RunPlan, device: str) -> None:
     if limit is None:
         return
 
+    # A task setting named like a model field (``vocab_size``: the vocabulary a tokenizer is
+    # trained to) is the model's in ``settings``: the model config holds what the task made.
+    model_fields = {f.name for f in dataclasses.fields(model_cfg)}
+
     def sizing(s: dict):  # the run's sizing with the train and task settings of ``s``
-        return task.sizing(model_cfg, replace_fields(train_cfg, s), replace_fields(task_cfg, s))
+        task_values = {k: v for k, v in s.items() if k not in model_fields}
+        return task.sizing(
+            model_cfg, replace_fields(train_cfg, s), replace_fields(task_cfg, task_values)
+        )
 
     checks = [
         ("train", lambda s: training_bytes(
@@ -194,12 +204,12 @@ def check_run_fits(plan: RunPlan, device: str) -> None:
             length=sizing(s).length)),
     ]
     settings = {
-        **dataclasses.asdict(model_cfg), **train_cfg.to_dict(), **task_cfg.to_dict()
+        **task_cfg.to_dict(), **train_cfg.to_dict(), **dataclasses.asdict(model_cfg)
     }
     defaults = {
-        **dataclasses.asdict(task.prepare(task_cls.default_model_config())),
-        **task_cls.default_train_config().to_dict(),
         **task_cls.default_task_config().to_dict(),
+        **task_cls.default_train_config().to_dict(),
+        **dataclasses.asdict(task.prepare(task_cls.default_model_config())),
     }
     for what, estimate in checks:
         needed = estimate(settings)

@@ -11,7 +11,9 @@ the held-out figures and pictures of the loss curve, the quality figure and the 
 ``class_agreement`` and its companions for dit;
 ``"weights"``: ``"ema"`` when the run kept an EMA of its weights (``ema_decay > 0``) and was
 scored with it, else ``"raw"``; ``"samples"``: a few held-out predictions for translate, text
-continuations for lm, one generated digit per class for dit).
+continuations for lm, one generated digit per class for dit). A run on a user's files also
+holds what its task writes of them (``WritesRunFiles``): ``data.json`` (the record of the
+data, :class:`addnorm.data.fingerprint.DataRecord`) and its tokenizer files.
 
 ``train_run`` is the run-orchestration entry (the CLI's ``addnorm train`` and ``addnorm demo``
 call it): unlike the library, it owns the global random state (it seeds every global generator
@@ -44,7 +46,7 @@ from torch import nn
 
 from addnorm.inspection.figure import plot_watch
 from addnorm.tasks.registry import TASKS, task_class
-from addnorm.tasks.task import AnyTask, TaskConfig, split_train_settings
+from addnorm.tasks.task import AnyTask, TaskConfig, WritesRunFiles, split_train_settings
 from addnorm.training import distributed
 from addnorm.training.callbacks import ProgressLines
 from addnorm.training.checkpoint import LoadedCheckpoint, load_checkpoint
@@ -52,6 +54,7 @@ from addnorm.training.config import TrainConfig
 from addnorm.training.logger import REPORT_TO, Logger, TensorBoardLogger, read_png
 from addnorm.training.metrics import draw_samples, plot_loss_curve, plot_quality
 from addnorm.training.run_dir import (
+    RUN_FILES,
     TENSORBOARD_DIR,
     RunLock,
     check_fresh_run_dir,
@@ -268,6 +271,8 @@ def train_run(
             clear_run(run_dir)
         if main and read_marker(run_dir) is None:  # a fresh run, or one from before markers
             write_marker(run_dir, task.name)
+        if main and isinstance(task, WritesRunFiles):
+            _write_run_files(run_dir, task.run_files())
         run_info = {
             "task": task.name, "model_config": model_cfg.to_dict(), "task_data": task.to_dict()
         }
@@ -312,6 +317,20 @@ def train_run(
         finally:
             for logger in loggers:
                 logger.close()
+
+
+def _write_run_files(run_dir: Path, files: dict[str, str]) -> None:
+    """Write a task's own run files (``WritesRunFiles``) atomically; a name outside
+    ``RUN_FILES`` (which replacing the run would not delete) is refused."""
+    for name in files:
+        if name not in RUN_FILES:
+            raise ValueError(f"a task's run file must be one of {RUN_FILES}, got {name!r}")
+    for name, text in files.items():
+
+        def write(tmp: Path, text: str = text) -> None:
+            tmp.write_text(text, "utf-8")
+
+        write_file_atomic(run_dir / name, write)
 
 
 def _check_task_config(task_cls: type[AnyTask], task_cfg: object) -> None:

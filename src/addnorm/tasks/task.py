@@ -20,6 +20,11 @@ no branch there:
 - saving: ``to_dict`` / ``from_dict`` (what a checkpoint needs to rebuild the task, such as its
   tokenizers) and ``config_from_dict`` (its model config).
 
+A task trained on a user's files may also write files of its own into the run folder, such as
+the record of its data (``data.json``) and its tokenizer (``tokenizer.json``): it meets
+:class:`WritesRunFiles` as well (an optional hook; the run writes what ``run_files`` returns
+when it starts, and a resumed run's ``check`` refuses data that changed since).
+
 The settings of a run are three frozen configs: the model's (the family's config), the
 trainer's (:class:`~addnorm.training.config.TrainConfig`) and the task's own (a
 :class:`TaskConfig`: its loss's label smoothing, its window length, its held-out evaluation).
@@ -32,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from torch import nn
 
@@ -48,6 +53,7 @@ __all__ = [
     "Sizing",
     "Task",
     "TaskConfig",
+    "WritesRunFiles",
     "split_train_settings",
 ]
 
@@ -214,6 +220,17 @@ class Task(Protocol[ModelConfigT, ModelT, TaskConfigT]):
 
 # A task of any model config, model and task config: what the generic code holds.
 AnyTask = Task[Any, Any, Any]
+
+
+@runtime_checkable
+class WritesRunFiles(Protocol):
+    """A task that keeps files of its own in the run folder (``run_files``), written by rank 0
+    when a run starts (atomically; a resumed run writes them again). Their names must be among
+    ``addnorm.training.run_dir.RUN_FILES``, so that replacing the run deletes them."""
+
+    def run_files(self) -> dict[str, str]:
+        """File name -> UTF-8 text, e.g. ``{"data.json": ..., "tokenizer.json": ...}``."""
+        ...
 
 
 def split_train_settings(

@@ -1,0 +1,323 @@
+"""Tokenizers for a user's text, and what the language-model and translation tasks need of one.
+
+- :class:`TextTokenizer`: the interface (``encode``, ``decode``, ``encode_batch``, the special
+  ids, ``to_dict``) that :class:`~addnorm.data.tokenizers.CharTokenizer` and
+  :class:`HFTokenizer` both meet.
+- :class:`HFTokenizer`: a Hugging Face ``tokenizer.json`` run by the ``tokenizers`` library:
+  a byte-level BPE trained here (:meth:`HFTokenizer.train_bpe`, on an iterator of texts: the
+  corpus is streamed, never held whole) or a user's file (:meth:`HFTokenizer.from_file`).
+  Its ``<pad>``, ``<bos>`` and ``<eos>`` ids are the file's own special tokens where it has
+  them by a common name, else tokens added for them; it saves itself whole in a checkpoint.
+- :func:`tokenizer_from_dict`: either kind back from its ``to_dict``.
+- :func:`token_byte_lengths`: the UTF-8 bytes each id stands for (for bits per byte).
+
+``tokenizers`` is a dependency of addnorm (a compiled wheel for every platform), imported
+when a tokenizer of this kind is built or read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import torch
+
+from addnorm.data.fingerprint import DataError
+from addnorm.data.tokenizers import SPECIALS, CharTokenizer
+from addnorm.utils.checks import check_int
+from addnorm.utils.files import MAX_JSON_BYTES, UnsafeFileError, read_text
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+__all__ = [
+    "MAX_VOCAB_SIZE",
+    "MIN_BPE_VOCAB_SIZE",
+    "SPECIAL_TOKENS",
+    "HFTokenizer",
+    "TextTokenizer",
+    "describe_tokenizer",
+    "token_byte_lengths",
+    "tokenizer_from_dict",
+]
+
+# The special tokens a trained BPE starts with (ids 0, 1, 2: <pad> is 0, as everywhere here).
+SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
+# A byte-level BPE holds the 256 bytes and the specials before its first merge.
+MIN_BPE_VOCAB_SIZE = 256 + len(SPECIAL_TOKENS)
+# The largest vocabulary the tasks take: above every published tokenizer (Gemma 3's has
+# 262,144 tokens), and at d_model 512 its embedding alone is 2 GiB of float32 weights.
+MAX_VOCAB_SIZE = 2**20
+# A user's tokenizer.json is read if it is a regular file of at most this size.
+MAX_TOKENIZER_BYTES = MAX_JSON_BYTES
+# Names a tokenizer.json may give its padding, start and end tokens (first found wins).
+_NAMES = {
+    "pad": ("<pad>", "[PAD]", "<|pad|>", "<|padding|>"),
+    "bos": ("<bos>", "<s>", "[CLS]", "<|startoftext|>", "<|begin_of_text|>"),
+    "eos": ("<eos>", "</s>", "[SEP]", "<|endoftext|>", "<|end_of_text|>"),
+}
+
+
+class TextTokenizer(Protocol):
+    """What the language-model and translation tasks need of a tokenizer.
+
+    Attributes:
+        pad_id, bos_id, eos_id: the padding, start and end ids (three different ids).
+    """
+
+    pad_id: int
+    bos_id: int
+    eos_id: int
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids."""
+        ...
+
+    def encode(self, text: str, *, add_bos: bool = False, add_eos: bool = False) -> list[int]:
+        """Ids of ``text``, optionally framed by ``bos_id`` / ``eos_id``."""
+        ...
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """The text of ``ids``, up to the first ``eos_id``, special ids left out."""
+        ...
+
+    def encode_batch(
+        self, texts: Sequence[str], *, add_bos: bool = False, add_eos: bool = False
+    ) -> torch.Tensor:
+        """A LongTensor (B, L) of ``texts`` right-padded with ``pad_id``."""
+        ...
+
+    def to_dict(self) -> dict:
+        """JSON from which :func:`tokenizer_from_dict` rebuilds the tokenizer."""
+        ...
+
+
+class HFTokenizer:
+    """A ``tokenizers.Tokenizer`` with the special ids and the batch encoding the tasks use.
+
+    Args:
+        tokenizer: the tokenizer (its own special tokens named ``<pad>``, ``[PAD]``, ``<s>``,
+            ``</s>``, ``<|endoftext|>`` ... are used; missing ones are added to it).
+        source: where it came from, for messages and the data record ("bpe", a file path).
+    """
+
+    def __init__(self, tokenizer: Tokenizer, *, source: str = "tokenizer.json") -> None:
+        self.tokenizer = tokenizer
+        self.source = source
+        self.tokenizer.no_padding()
+        self.tokenizer.no_truncation()
+        ids = {role: _first_id(tokenizer, names) for role, names in _NAMES.items()}
+        for role, name in zip(("pad", "bos", "eos"), SPECIAL_TOKENS, strict=True):
+            taken = {v for r, v in ids.items() if r != role}
+            if ids[role] is None or ids[role] in taken:
+                tokenizer.add_special_tokens([name])
+                ids[role] = tokenizer.token_to_id(name)
+        pad, bos, eos = (ids[r] for r in ("pad", "bos", "eos"))
+        assert pad is not None and bos is not None and eos is not None  # added above if missing
+        self.pad_id, self.bos_id, self.eos_id = int(pad), int(bos), int(eos)
+        self._specials = frozenset(tokenizer.get_added_tokens_decoder())
+
+    @classmethod
+    def train_bpe(
+        cls, texts: Iterable[str], vocab_size: int, *, length: int | None = None
+    ) -> HFTokenizer:
+        """A byte-level BPE (GPT-2's pre-tokenizer and byte alphabet, so any text encodes and
+        decodes exactly) of ``vocab_size`` ids, ``SPECIAL_TOKENS`` first, trained by
+        ``tokenizers`` on ``texts`` as they come (``length``: how many, for its bookkeeping).
+        Fewer ids result when the texts hold fewer merges."""
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+        check_int("vocab_size", vocab_size, min_value=MIN_BPE_VOCAB_SIZE)
+        if vocab_size > MAX_VOCAB_SIZE:
+            raise ValueError(f"vocab_size ({vocab_size}) must be <= {MAX_VOCAB_SIZE}")
+        tokenizer = Tokenizer(models.BPE())
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=list(SPECIAL_TOKENS),
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        tokenizer.train_from_iterator(texts, trainer=trainer, length=length)
+        return cls(tokenizer, source="bpe")
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, *, what: str = "tokenizer") -> HFTokenizer:
+        """A user's ``tokenizer.json``. Raises :class:`DataError` starting with ``what`` and
+        the path if it is missing, not a regular file, not a tokenizer ``tokenizers`` reads,
+        or holds more than ``MAX_VOCAB_SIZE`` ids."""
+        where = f"{what} {os.fspath(path)}"
+        try:
+            text = read_text(path, max_bytes=MAX_TOKENIZER_BYTES, what=what)
+        except FileNotFoundError:
+            raise DataError(
+                f"{where}: no such file (name char, bpe or a tokenizer.json file)"
+            ) from None
+        except UnsafeFileError as err:
+            raise DataError(str(err)) from None
+        except UnicodeDecodeError as err:
+            raise DataError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+        except OSError as err:
+            raise DataError(f"{where}: {err.strerror or err}") from None
+        return cls.from_json(text, source=str(Path(path).absolute()), what=where)
+
+    @classmethod
+    def from_json(cls, text: str, *, source: str = "tokenizer.json", what: str = "tokenizer"
+                  ) -> HFTokenizer:
+        """The tokenizer a ``tokenizer.json`` text describes; :class:`DataError` if
+        ``tokenizers`` cannot read it or it holds more than ``MAX_VOCAB_SIZE`` ids."""
+        from tokenizers import Tokenizer
+
+        try:
+            tokenizer = Tokenizer.from_str(text)
+        except Exception as err:  # tokenizers raises a bare Exception for a malformed file
+            reason = " ".join(str(err).split())[:200]
+            raise DataError(f"{what}: does not parse as a tokenizer.json ({reason})") from None
+        size = tokenizer.get_vocab_size(with_added_tokens=True)
+        if size + len(SPECIAL_TOKENS) > MAX_VOCAB_SIZE:
+            raise DataError(
+                f"{what}: a vocabulary of {size} tokens, more than the {MAX_VOCAB_SIZE} a "
+                "model here takes"
+            )
+        return cls(tokenizer, source=source)
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, added tokens included."""
+        return int(self.tokenizer.get_vocab_size(with_added_tokens=True))
+
+    def encode(self, text: str, *, add_bos: bool = False, add_eos: bool = False) -> list[int]:
+        """Ids of ``text`` (no special tokens of the file's own post-processing), optionally
+        framed by ``bos_id`` / ``eos_id``."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        return ([self.bos_id] if add_bos else []) + list(ids) + ([self.eos_id] if add_eos else [])
+
+    def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
+        """The ids of each of ``texts`` (no specials), encoded in parallel by ``tokenizers``."""
+        return [list(e.ids) for e in self.tokenizer.encode_batch(list(texts),
+                                                                 add_special_tokens=False)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """The text of ``ids`` up to the first ``eos_id``, special tokens and ids outside the
+        vocabulary left out."""
+        kept = []
+        for i in ids:
+            i = int(i)
+            if i == self.eos_id:
+                break
+            if 0 <= i < self.vocab_size:
+                kept.append(i)
+        return str(self.tokenizer.decode(kept, skip_special_tokens=True))
+
+    def encode_batch(
+        self, texts: Sequence[str], *, add_bos: bool = False, add_eos: bool = False
+    ) -> torch.Tensor:
+        """A LongTensor (B, L) of ``texts`` right-padded with ``pad_id`` to the longest."""
+        rows = [([self.bos_id] if add_bos else []) + r + ([self.eos_id] if add_eos else [])
+                for r in self.encode_many(texts)]
+        width = max((len(r) for r in rows), default=0)
+        out = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        for b, row in enumerate(rows):
+            out[b, : len(row)] = torch.tensor(row, dtype=torch.long)
+        return out
+
+    def is_byte_level(self) -> bool:
+        """Whether its decoder is byte-level (each token's characters are bytes)."""
+        decoder = json.loads(self.to_json()).get("decoder") or {}
+        return decoder.get("type") == "ByteLevel"
+
+    def special_ids(self) -> frozenset[int]:
+        """The ids of the added (special) tokens."""
+        return self._specials
+
+    def to_json(self) -> str:
+        """The ``tokenizer.json`` text (the special tokens added here included)."""
+        return str(self.tokenizer.to_str())
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON holding the whole ``tokenizer.json`` and the special ids."""
+        return {
+            "tokenizer_json": self.to_json(),
+            "source": self.source,
+            "pad_id": self.pad_id,
+            "bos_id": self.bos_id,
+            "eos_id": self.eos_id,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> HFTokenizer:
+        """Rebuild a tokenizer written by ``to_dict``; ValueError if it is not one."""
+        if not isinstance(data, dict) or not isinstance(data.get("tokenizer_json"), str):
+            raise ValueError("tokenizer data must be a dict with a 'tokenizer_json' string")
+        tok = cls.from_json(data["tokenizer_json"], source=str(data.get("source", "")))
+        saved = tuple(data.get(k) for k in ("pad_id", "bos_id", "eos_id"))
+        if saved != (tok.pad_id, tok.bos_id, tok.eos_id):
+            raise ValueError(f"tokenizer special ids {saved} do not match its tokenizer.json")
+        return tok
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HFTokenizer) and self.to_json() == other.to_json()
+
+    def __hash__(self) -> int:
+        return hash(self.to_json())
+
+    def __repr__(self) -> str:
+        return f"HFTokenizer(vocab_size={self.vocab_size}, source={self.source!r})"
+
+
+def _first_id(tokenizer: Tokenizer, names: tuple[str, ...]) -> int | None:
+    for name in names:
+        found = tokenizer.token_to_id(name)
+        if found is not None:
+            return int(found)
+    return None
+
+
+def tokenizer_from_dict(data: dict) -> CharTokenizer | HFTokenizer:
+    """A :class:`CharTokenizer` or :class:`HFTokenizer` from its ``to_dict``."""
+    if isinstance(data, dict) and "tokenizer_json" in data:
+        return HFTokenizer.from_dict(data)
+    return CharTokenizer.from_dict(data)
+
+
+def describe_tokenizer(tokenizer: TextTokenizer) -> dict[str, Any]:
+    """A short JSON description for a data record: the kind, the size and where it came
+    from (no vocabulary)."""
+    if isinstance(tokenizer, HFTokenizer):
+        kind = "bpe" if tokenizer.source == "bpe" else "tokenizer.json"
+        out: dict[str, Any] = {"kind": kind, "vocab_size": tokenizer.vocab_size}
+        if kind != "bpe":
+            out["file"] = tokenizer.source
+        return out
+    return {"kind": "char", "vocab_size": tokenizer.vocab_size}
+
+
+def token_byte_lengths(tokenizer: TextTokenizer) -> np.ndarray:
+    """An int64 array (V,): the UTF-8 bytes each id stands for, 0 for special ids. Exact for
+    a :class:`CharTokenizer` and a byte-level :class:`HFTokenizer` (each character of a token
+    is one byte); for another ``tokenizer.json``, the bytes each id decodes to alone."""
+    if isinstance(tokenizer, CharTokenizer):
+        return np.array([0] * len(SPECIALS) + [len(c.encode("utf-8")) for c in tokenizer.chars],
+                        dtype=np.int64)
+    if not isinstance(tokenizer, HFTokenizer):
+        raise TypeError(f"tokenizer must be a CharTokenizer or HFTokenizer, got {tokenizer!r}")
+    tok, specials = tokenizer.tokenizer, tokenizer.special_ids()
+    byte_level = tokenizer.is_byte_level()
+    out = np.zeros(tokenizer.vocab_size, dtype=np.int64)
+    for i in range(tokenizer.vocab_size):
+        if i in specials:
+            continue
+        piece = tok.id_to_token(i)
+        if piece is None:
+            continue
+        out[i] = len(piece) if byte_level else len(tok.decode([i]).encode("utf-8"))
+    return out
+

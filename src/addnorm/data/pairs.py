@@ -1,0 +1,452 @@
+"""Sentence pairs from a user's files, for the translation task: read and checked line by
+line, split into train and held-out pairs by a recorded rule, tokenized per side or shared.
+
+A pairs file is TSV, ``source<TAB>target`` a line, or JSON Lines, ``{"source": ...,
+"target": ...}`` a line (other keys ignored), told apart by the name: ``.jsonl``, ``.ndjson``
+and ``.json`` are JSON Lines, anything else TSV. Lines are read as bytes, one at a time, and
+an empty line is skipped; any other line that is not a pair is refused with one
+:class:`~addnorm.data.fingerprint.DataError` naming the file and line: not UTF-8 (and the
+byte), a NUL byte (a binary file), no tab or more than one, an empty side, a line that is not
+a JSON object, a missing or non-string ``source`` / ``target``.
+
+:meth:`PairCorpus.build` reads a file (or a folder or glob of them) and an optional held-out
+file; without one, a pair is held out when the CRC-32 of its source falls in the first
+``val_fraction`` of its range, so repeated sources fall on one side and the split is the same
+in every process and run. Its tokenizers: characters (from the train pairs), a byte-level BPE
+(``tokenizers``, trained on the train pairs) or a ``tokenizer.json``, per side or one shared.
+
+:class:`TranslationPairs` is a ``torch.utils.data.Dataset`` of a corpus's pairs, whose
+``collate`` pads a batch for a ``DataLoader``; :class:`PairBatches` is the trainer's batch
+source.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+from addnorm.data.batches import _rng_state, _set_rng_state, encode_date_pairs
+from addnorm.data.fingerprint import (
+    DataChangedError,
+    DataError,
+    DataFingerprint,
+    DataReadError,
+    DataRecord,
+    absolute_path,
+    fingerprint_files,
+    resolve_data_files,
+)
+from addnorm.data.hf_tokenizer import (
+    MAX_VOCAB_SIZE,
+    MIN_BPE_VOCAB_SIZE,
+    HFTokenizer,
+    TextTokenizer,
+    describe_tokenizer,
+)
+from addnorm.data.tokenizers import CharTokenizer
+from addnorm.utils.checks import check_choice, check_float, check_int
+from addnorm.utils.files import parse_json
+
+__all__ = [
+    "JSONL_SUFFIXES",
+    "Pair",
+    "PairBatches",
+    "PairCorpus",
+    "TranslationPairs",
+    "parse_pair_line",
+    "read_pairs",
+]
+
+JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
+DEFAULT_BPE_VOCAB_SIZE = 2048
+# The held-out rule: CRC-32 of the source (UTF-8) modulo _BUCKETS, below val_fraction of it.
+_BUCKETS = 1_000_000
+_SPLITS = ("train", "val")
+# Built corpora of this process by their files and settings: planning a run, sizing it and
+# running it each ask for the task's corpus, which is read once.
+_BUILT: dict[str, PairCorpus] = {}
+_MAX_BUILT = 4
+
+
+class Pair(NamedTuple):
+    """A source text and its target text."""
+
+    source: str
+    target: str
+
+
+def parse_pair_line(text: str, fmt: str) -> Pair:
+    """One line (without its line end) of a ``"tsv"`` or ``"jsonl"`` file as a pair; a
+    ValueError saying what is wrong otherwise (the caller adds the file and line)."""
+    if fmt == "tsv":
+        fields = text.split("\t")
+        if len(fields) == 1:
+            raise ValueError("no tab between source and target")
+        if len(fields) > 2:
+            raise ValueError(
+                f"{len(fields) - 1} tabs; a line is source<TAB>target (a text holding a tab "
+                "needs JSON Lines)"
+            )
+        source, target = fields
+    else:
+        try:
+            value = parse_json(text)
+        except ValueError as err:  # JSONDecodeError, or nested too deeply
+            raise ValueError(f"not JSON ({err})") from None
+        if not isinstance(value, dict):
+            raise ValueError(f'a JSON object {{"source": ..., "target": ...}} is expected, got '
+                             f"{type(value).__name__}")
+        for key in ("source", "target"):
+            if key not in value:
+                raise ValueError(f"no {key!r} key")
+            if not isinstance(value[key], str):
+                raise ValueError(f"{key!r} must be a string, got {type(value[key]).__name__}")
+        source, target = value["source"], value["target"]
+    for side, part in (("source", source), ("target", target)):
+        if not part.strip():
+            raise ValueError(f"the {side} is empty")
+    return Pair(source, target)
+
+
+def read_pairs(path: Path, *, what: str = "data", expected_size: int | None = None
+               ) -> list[Pair]:
+    """The pairs of one file, in file order (see the module docstring for the formats and
+    what is refused). Raises :class:`DataError` naming ``what``, the file and the line, and
+    :class:`DataReadError` if the file fails or changes while it is read."""
+    fmt = "jsonl" if path.suffix.lower() in JSONL_SUFFIXES else "tsv"
+    where = f"{what} {path}"
+    pairs: list[Pair] = []
+    try:
+        f = open(path, "rb")
+    except OSError as err:
+        raise DataReadError(f"{path}: cannot be read ({err.strerror or err})") from None
+    with f:
+        before = os.fstat(f.fileno())
+        if expected_size is not None and before.st_size != expected_size:
+            raise DataReadError(f"{path}: changed while it was read ({expected_size} bytes when "
+                                f"first looked at, {before.st_size} now)")
+        offset = 0
+        for number, raw in enumerate(_lines(f, path), 1):
+            start, offset = offset, offset + len(raw)
+            line = raw.rstrip(b"\n").rstrip(b"\r")
+            if number == 1 and line.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark
+                line, start = line[3:], start + 3
+            if not line:
+                continue
+            nul = line.find(b"\x00")
+            if nul >= 0:
+                raise DataError(f"{where}: line {number}: a NUL byte at byte {start + nul}; a "
+                                "binary file, not text")
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise DataError(f"{where}: line {number}: not UTF-8 text ({err.reason} at byte "
+                                f"{start + err.start})") from None
+            try:
+                pairs.append(parse_pair_line(text, fmt))
+            except ValueError as err:
+                raise DataError(f"{where}: line {number}: {err}") from None
+        after = os.fstat(f.fileno())
+    if offset != before.st_size or (after.st_size, after.st_mtime_ns) != (
+        before.st_size, before.st_mtime_ns
+    ):
+        raise DataReadError(f"{path}: changed while it was read ({before.st_size} bytes when "
+                            f"opened, {offset} read, {after.st_size} now)")
+    return pairs
+
+
+def _lines(f, path: Path) -> Iterator[bytes]:
+    while True:
+        try:
+            line = f.readline()
+        except OSError as err:
+            raise DataReadError(f"{path}: reading failed ({err.strerror or err})") from None
+        if not line:
+            return
+        yield line
+
+
+@dataclass(frozen=True)
+class _Files:
+    """One path's files (a pairs file, or a folder or glob of them) and their fingerprint."""
+
+    path: str
+    root: Path
+    files: list[Path]
+    fingerprint: DataFingerprint
+
+    @classmethod
+    def of(cls, path: str | os.PathLike, what: str) -> _Files:
+        root, files = resolve_data_files(path, what=what)
+        fingerprint = fingerprint_files(files, root)
+        if fingerprint.size == 0:
+            raise DataError(f"{what} {os.fspath(path)}: is empty (0 bytes)")
+        return cls(absolute_path(path), root, files, fingerprint)
+
+    def read(self, what: str) -> list[Pair]:
+        """Every file's pairs, in name order; :class:`DataReadError` if a file changed since
+        it was fingerprinted or while it was read."""
+        sizes = {e.name: e.size for e in self.fingerprint.files}
+        pairs: list[Pair] = []
+        for path in self.files:
+            expected = sizes.get(path.relative_to(self.root).as_posix())
+            pairs += read_pairs(path, what=what, expected_size=expected)
+        if not pairs:
+            raise DataError(f"{what} {self.path}: holds no pairs (only empty lines)")
+        after = fingerprint_files(self.files, self.root)
+        if after.digest != self.fingerprint.digest:
+            changed = "; ".join(self.fingerprint.changes(after)[:3])
+            raise DataReadError(f"{self.path}: changed while it was read ({changed})")
+        return pairs
+
+
+class PairCorpus:
+    """Train and held-out pairs with their tokenizers and the record of their files.
+
+    Build one with :meth:`build` (or :meth:`reopen`); the constructor takes the parts.
+
+    Args:
+        train, held_out: the pairs.
+        src_tok, tgt_tok: the source and target tokenizers (the same object when shared);
+            their ``pad_id`` must agree.
+        record: the files, split and tokenizers (:class:`DataRecord`).
+    """
+
+    def __init__(
+        self,
+        train: Sequence[Pair],
+        held_out: Sequence[Pair],
+        src_tok: TextTokenizer,
+        tgt_tok: TextTokenizer,
+        record: DataRecord,
+    ) -> None:
+        if src_tok.pad_id != tgt_tok.pad_id:
+            raise DataError(
+                f"the source and target tokenizers pad with different ids ({src_tok.pad_id}, "
+                f"{tgt_tok.pad_id}); one model pads both with one id"
+            )
+        self.train, self.held_out = list(train), list(held_out)
+        self.src_tok, self.tgt_tok, self.record = src_tok, tgt_tok, record
+        self.shared = src_tok is tgt_tok
+        pairs = [*self.train, *self.held_out]
+        self.longest_source = _longest(src_tok, [p.source for p in pairs])
+        self.longest_target = _longest(tgt_tok, [p.target for p in pairs])
+
+    @classmethod
+    def build(
+        cls,
+        path: str | os.PathLike,
+        *,
+        valid: str | os.PathLike | None = None,
+        tokenizer: str | os.PathLike = "char",
+        vocab_size: int | None = None,
+        shared_vocab: bool = False,
+        val_fraction: float = 0.1,
+    ) -> PairCorpus:
+        """The pairs of ``path`` (training) and ``valid`` (held out; None: the pairs of
+        ``path`` the CRC-32 rule holds out at ``val_fraction``), tokenized by ``tokenizer``:
+        ``"char"``, ``"bpe"`` (``vocab_size`` ids, default 2048) or a ``tokenizer.json``
+        path; one per side, or one for both with ``shared_vocab``. Raises :class:`DataError`
+        for pairs or settings that cannot be used (naming the file and line)."""
+        check_float("val_fraction", val_fraction, min_value=0.0, min_inclusive=False,
+                    max_value=0.5)
+        if os.fspath(tokenizer) != "bpe" and vocab_size is not None:
+            raise DataError(f"vocab_size ({vocab_size}) applies to the bpe tokenizer only")
+        data = _Files.of(path, "data")
+        held = None if valid is None else _Files.of(valid, "valid")
+        # the paths too: the same bytes elsewhere are another run's data, recorded by path
+        key = json.dumps([os.path.abspath(path), valid and os.path.abspath(valid),
+                          data.fingerprint.digest, held and held.fingerprint.digest,
+                          os.fspath(tokenizer), vocab_size, shared_vocab, val_fraction])
+        if key in _BUILT:
+            return _BUILT[key]
+        train, held_out, split = _split(data, held, val_fraction)
+        src_tok, tgt_tok = _tokenizers(train, tokenizer, vocab_size, shared_vocab)
+        corpus = cls(train, held_out, src_tok, tgt_tok,
+                     _record(data, held, split, src_tok, tgt_tok, cls._format(data)))
+        if len(_BUILT) >= _MAX_BUILT:
+            _BUILT.pop(next(iter(_BUILT)))
+        _BUILT[key] = corpus
+        return corpus
+
+    @classmethod
+    def reopen(cls, record: DataRecord, src_tok: TextTokenizer, tgt_tok: TextTokenizer
+               ) -> PairCorpus:
+        """The pairs ``record`` describes, with the run's saved tokenizers. Raises
+        :class:`DataChangedError` naming what changed if a file no longer fingerprints as
+        recorded (or is gone)."""
+        valid = record.details.get("valid")
+        try:
+            data = _Files.of(record.path, "data")
+            held = None if valid is None else _Files.of(valid["path"], "valid")
+        except DataChangedError:
+            raise
+        except DataError as err:
+            raise DataChangedError(
+                f"{record.path}: the files the run recorded cannot be read any more ({err}); "
+                "a resumed run must train on the same files"
+            ) from None
+        record.check_unchanged(data.fingerprint)
+        if held is not None and valid is not None:
+            DataRecord.from_dict(valid).check_unchanged(held.fingerprint)
+        fraction = float(record.split.get("val_fraction") or 0.1)
+        train, held_out, _ = _split(data, held, fraction)
+        return cls(train, held_out, src_tok, tgt_tok, record)
+
+    @staticmethod
+    def _format(files: _Files) -> str:
+        kinds = {"jsonl" if p.suffix.lower() in JSONL_SUFFIXES else "tsv" for p in files.files}
+        return "+".join(sorted(kinds))
+
+    def pairs(self, split: str) -> list[Pair]:
+        """The "train" or "val" (held-out) pairs, in file order."""
+        check_choice("split", split, _SPLITS)
+        return self.train if split == "train" else self.held_out
+
+    def collate(self, items: Sequence[dict[str, str] | Pair]) -> dict[str, torch.Tensor]:
+        """A batch of pairs (``TranslationPairs`` items) as padded tensors for teacher
+        forcing: ``src`` (B, S), ``tgt_in`` = ``<bos>`` + target (B, L), ``tgt_out`` = target
+        + ``<eos>`` (B, L); see :func:`addnorm.data.batches.encode_date_pairs`."""
+        pairs = [Pair(i["source"], i["target"]) if isinstance(i, dict) else i for i in items]
+        return encode_date_pairs(
+            [p.source for p in pairs], [p.target for p in pairs], self.src_tok, self.tgt_tok
+        )
+
+    def __repr__(self) -> str:
+        return (f"PairCorpus({self.record.path!r}, train={len(self.train)}, "
+                f"held_out={len(self.held_out)}, shared={self.shared})")
+
+
+def _longest(tokenizer: TextTokenizer, texts: list[str]) -> int:
+    if isinstance(tokenizer, HFTokenizer):
+        return max((len(r) for r in tokenizer.encode_many(texts)), default=0)
+    return max((len(t) for t in texts), default=0)
+
+
+def _split(data: _Files, held: _Files | None, val_fraction: float
+           ) -> tuple[list[Pair], list[Pair], dict[str, Any]]:
+    pairs = data.read("data")
+    if held is not None:
+        given = held.read("valid")
+        return pairs, given, {"held_out": "the valid file", "train_pairs": len(pairs),
+                              "val_pairs": len(given)}
+    bound = int(val_fraction * _BUCKETS)
+    train: list[Pair] = []
+    held_out: list[Pair] = []
+    for pair in pairs:
+        side = held_out if zlib.crc32(pair.source.encode("utf-8")) % _BUCKETS < bound else train
+        side.append(pair)
+    split = {
+        "val_fraction": val_fraction,
+        "rule": f"held out: pairs whose source's CRC-32 (UTF-8) mod {_BUCKETS} < {bound}",
+        "train_pairs": len(train),
+        "val_pairs": len(held_out),
+    }
+    if not held_out or not train:
+        empty = "held-out" if not held_out else "train"
+        raise DataError(
+            f"data {data.path}: the {empty} split of its {len(pairs)} pairs is empty at "
+            f"val_fraction {val_fraction}; add pairs, change val_fraction or give a valid file"
+        )
+    return train, held_out, split
+
+
+def _tokenizers(
+    train: list[Pair], tokenizer: str | os.PathLike, vocab_size: int | None, shared: bool
+) -> tuple[TextTokenizer, TextTokenizer]:
+    kind = os.fspath(tokenizer)
+    sources, targets = [p.source for p in train], [p.target for p in train]
+    tok: TextTokenizer
+    if kind == "char":
+        if shared:
+            tok = CharTokenizer(sorted(set("".join(sources)) | set("".join(targets))))
+            return tok, tok
+        return (CharTokenizer(sorted(set("".join(sources)))),
+                CharTokenizer(sorted(set("".join(targets)))))
+    if kind == "bpe":
+        size = DEFAULT_BPE_VOCAB_SIZE if vocab_size is None else vocab_size
+        check_int("vocab_size", size, min_value=1)
+        if not MIN_BPE_VOCAB_SIZE <= size <= MAX_VOCAB_SIZE:
+            raise DataError(f"vocab_size {size}: a byte-level BPE needs {MIN_BPE_VOCAB_SIZE} to "
+                            f"{MAX_VOCAB_SIZE} ids")
+        if shared:
+            tok = HFTokenizer.train_bpe(iter([*sources, *targets]), size)
+            return tok, tok
+        return (HFTokenizer.train_bpe(iter(sources), size),
+                HFTokenizer.train_bpe(iter(targets), size))
+    file_tok = HFTokenizer.from_file(tokenizer)
+    if shared:
+        return file_tok, file_tok
+    return file_tok, HFTokenizer.from_json(file_tok.to_json(), source=file_tok.source)
+
+
+def _record(data: _Files, held: _Files | None, split: dict[str, Any], src_tok: TextTokenizer,
+            tgt_tok: TextTokenizer, fmt: str) -> DataRecord:
+    shared = src_tok is tgt_tok
+    tokenizer = {"shared": describe_tokenizer(src_tok)} if shared else {
+        "source": describe_tokenizer(src_tok), "target": describe_tokenizer(tgt_tok)
+    }
+    details: dict[str, Any] = {"format": fmt}
+    if held is not None:
+        details["valid"] = DataRecord(held.path, "pairs", held.fingerprint).to_dict()
+    return DataRecord(data.path, "pairs", data.fingerprint, split, tokenizer, details)
+
+
+class TranslationPairs(torch.utils.data.Dataset):
+    """A corpus's pairs of one split as a map-style dataset: item ``i`` is ``{"source": str,
+    "target": str}``; ``DataLoader(pairs, batch_size=..., collate_fn=corpus.collate)`` gives
+    padded tensor batches.
+
+    Args:
+        corpus: a :class:`PairCorpus`.
+        split: "train" or "val" (held out).
+    """
+
+    def __init__(self, corpus: PairCorpus, split: str = "train") -> None:
+        self.corpus, self.items = corpus, corpus.pairs(split)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> dict[str, str]:
+        pair = self.items[index]
+        return {"source": pair.source, "target": pair.target}
+
+
+class PairBatches:
+    """Endless batches of random train pairs (drawn with replacement by this source's own
+    random generator, whose state is the data order a checkpoint saves).
+
+    Args:
+        corpus: the pairs and tokenizers.
+        batch_size: pairs per batch.
+        seed: seeds the data order.
+
+    Batches: ``src`` (B, S), ``tgt_in`` (B, L), ``tgt_out`` (B, L), right-padded.
+    """
+
+    def __init__(self, corpus: PairCorpus, *, batch_size: int, seed: int) -> None:
+        self.corpus = corpus
+        self.batch_size = check_int("batch_size", batch_size, min_value=1)
+        self.rng = random.Random(check_int("seed", seed, min_value=0))
+
+    def next_batch(self) -> dict[str, torch.Tensor]:
+        train = self.corpus.train
+        return self.corpus.collate([train[self.rng.randrange(len(train))]
+                                    for _ in range(self.batch_size)])
+
+    def state_dict(self) -> dict:
+        """The data order: the state of this source's random generator."""
+        return {"rng": _rng_state(self.rng)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the data order saved by ``state_dict``."""
+        _set_rng_state(self.rng, state["rng"])

@@ -1,0 +1,133 @@
+"""A user's text files read as a stream of checked UTF-8 pieces, in bounded memory.
+
+:func:`read_text_pieces` reads files block by block (``BLOCK_BYTES``), cuts each block after
+its last line end (or, in a line longer than a block, before its last character) and yields
+the pieces with where they start. Every piece is checked on the way:
+
+- a NUL byte means a binary file, not text: :class:`DataError` naming the file and byte;
+- bytes that are not UTF-8: :class:`DataError` naming the file and the byte offset, as
+  ``addnorm translate`` names a line's;
+- a file that fails while it is read, or whose size or modification time changes while it
+  is read (or differs from the size it was fingerprinted with): :class:`DataReadError`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from addnorm.data.fingerprint import DataError, DataReadError
+
+__all__ = ["BLOCK_BYTES", "TextPiece", "read_text_pieces"]
+
+# Bytes read at a time (a piece is at most this plus the rest of a line cut at a block's end).
+BLOCK_BYTES = 2**20
+
+
+@dataclass(frozen=True)
+class TextPiece:
+    """A run of whole lines (or characters) of one file.
+
+    Attributes:
+        index: the file's position in the list read.
+        offset: the byte offset of the piece's first byte in its file.
+        data: the piece's bytes.
+        text: the same, decoded.
+    """
+
+    index: int
+    offset: int
+    data: bytes
+    text: str
+
+
+def read_text_pieces(
+    files: Sequence[Path], *, sizes: Sequence[int] | None = None, block: int = BLOCK_BYTES
+) -> Iterator[TextPiece]:
+    """The pieces of ``files`` in order (see the module docstring). ``sizes``: the size each
+    file had when it was fingerprinted; a file of another size is one that changed."""
+    for index, path in enumerate(files):
+        expected = None if sizes is None else sizes[index]
+        yield from _file_pieces(index, path, expected, block)
+
+
+def _file_pieces(index: int, path: Path, expected: int | None, block: int
+                 ) -> Iterator[TextPiece]:
+    try:
+        f = open(path, "rb")
+    except OSError as err:
+        raise DataReadError(f"{path}: cannot be read ({err.strerror or err})") from None
+    with f:
+        before = os.fstat(f.fileno())
+        if expected is not None and before.st_size != expected:
+            raise DataReadError(
+                f"{path}: changed while it was read ({expected} bytes when first looked at, "
+                f"{before.st_size} now)"
+            )
+        offset, carry = 0, b""
+        while True:
+            try:
+                chunk = f.read(block)
+            except OSError as err:
+                raise DataReadError(
+                    f"{path}: reading failed at byte {offset + len(carry)} "
+                    f"({err.strerror or err})"
+                ) from None
+            if chunk:
+                data = carry + chunk
+                cut = _cut(data)
+                piece, carry = data[:cut], data[cut:]
+            else:
+                piece, carry = carry, b""
+            if piece:
+                yield TextPiece(index, offset, piece, _decode(piece, path, offset))
+                offset += len(piece)
+            if not chunk:
+                break
+        after = os.fstat(f.fileno())
+    if offset != before.st_size or (after.st_size, after.st_mtime_ns) != (
+        before.st_size, before.st_mtime_ns
+    ):
+        raise DataReadError(
+            f"{path}: changed while it was read ({before.st_size} bytes when opened, "
+            f"{offset} read, {after.st_size} now)"
+        )
+
+
+def _cut(data: bytes) -> int:
+    """Where to end a piece of ``data`` (the rest is carried to the next read): after its
+    last line end; else before its last character (which may be incomplete; 0 when that is
+    the only one: read more); else, when none of its last 4 bytes starts a character (not
+    UTF-8), at its end, so that decoding names the bad bytes."""
+    newline = data.rfind(b"\n")
+    if newline >= 0:
+        return newline + 1
+    start = _last_char_start(data)
+    return len(data) if start < 0 else start
+
+
+def _last_char_start(data: bytes) -> int:
+    """The index of the last byte of ``data`` that starts a UTF-8 character, looking at its
+    last 4 bytes only (a character has at most 4); -1 if none of them does."""
+    for i in range(len(data) - 1, max(len(data) - 5, -1), -1):
+        if data[i] & 0xC0 != 0x80:
+            return i
+    return -1
+
+
+def _decode(piece: bytes, path: Path, offset: int) -> str:
+    """``piece`` as text; :class:`DataError` naming the file and byte of a NUL (binary) or of
+    bytes that are not UTF-8."""
+    nul = piece.find(b"\x00")
+    if nul >= 0:
+        raise DataError(
+            f"{path}: a binary file, not text (a NUL byte at byte {offset + nul})"
+        )
+    try:
+        return piece.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DataError(
+            f"{path}: not UTF-8 text ({err.reason} at byte {offset + err.start})"
+        ) from None

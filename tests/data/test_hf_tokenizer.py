@@ -1,0 +1,120 @@
+"""Tokenizers for a user's text: a byte-level BPE trained with ``tokenizers`` and a user's
+``tokenizer.json``, behind the interface the character tokenizer has.
+
+Provenance: ``tokenizers`` itself is the reference (the wrapped tokenizer's own ``encode`` /
+``decode``); identities (decode inverts encode on any text for a byte-level BPE; the bytes
+per token sum to the text's UTF-8 length); GPT-2's byte-level vocabulary is built here by the
+``tokenizers`` API, not downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from properties import examples
+
+from addnorm.data.fingerprint import DataError
+from addnorm.data.hf_tokenizer import (
+    MAX_VOCAB_SIZE,
+    SPECIAL_TOKENS,
+    HFTokenizer,
+    token_byte_lengths,
+    tokenizer_from_dict,
+)
+from addnorm.data.tokenizers import CharTokenizer
+
+CORPUS = ["the cat sat on the mat", "der Hund läuft über die Straße", "日本語のテキスト"] * 20
+
+
+@pytest.fixture(scope="module")
+def bpe() -> HFTokenizer:
+    return HFTokenizer.train_bpe(iter(CORPUS), 300)
+
+
+def test_a_trained_bpe_starts_with_the_specials_and_is_deterministic(bpe):
+    assert (bpe.pad_id, bpe.bos_id, bpe.eos_id) == (0, 1, 2)
+    assert [bpe.tokenizer.id_to_token(i) for i in range(3)] == list(SPECIAL_TOKENS)
+    assert HFTokenizer.train_bpe(iter(CORPUS), 300).to_json() == bpe.to_json()
+    assert bpe.is_byte_level()
+
+
+@examples(40)
+@given(text=st.text(st.characters(blacklist_categories=("Cs",)), max_size=60))
+def test_decode_inverts_encode_on_any_text_and_bytes_add_up(bpe, text):
+    ids = bpe.encode(text)
+    assert ids == bpe.tokenizer.encode(text, add_special_tokens=False).ids
+    assert bpe.decode(ids) == text
+    assert int(token_byte_lengths(bpe)[ids].sum()) == len(text.encode("utf-8"))
+
+
+def test_framing_padding_and_the_end_token(bpe):
+    batch = bpe.encode_batch(["the cat", "a"], add_bos=True, add_eos=True)
+    first = bpe.encode("the cat", add_bos=True, add_eos=True)
+    assert batch.dtype == torch.long and batch.shape == (2, len(first))
+    assert batch[0].tolist() == first
+    assert batch[1, -1].item() == bpe.pad_id
+    assert bpe.decode([*bpe.encode("the cat"), bpe.eos_id, *bpe.encode("mat")]) == "the cat"
+
+
+def test_a_file_without_specials_gets_them_added_and_keeps_its_own(tmp_path):
+    """A GPT-2-like byte-level tokenizer: <|endoftext|> is its end token; <pad> and <bos>
+    are added after its vocabulary."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    raw.train_from_iterator(CORPUS, trainers.BpeTrainer(
+        vocab_size=280, special_tokens=["<|endoftext|>"], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    path = tmp_path / "tokenizer.json"
+    path.write_text(raw.to_str(), encoding="utf-8")
+    size = raw.get_vocab_size()
+    tok = HFTokenizer.from_file(path)
+    assert tok.eos_id == raw.token_to_id("<|endoftext|>")
+    assert {tok.pad_id, tok.bos_id} == {size, size + 1}
+    assert tok.vocab_size == size + 2
+    again = tokenizer_from_dict(json.loads(json.dumps(tok.to_dict())))
+    assert again == tok and (again.pad_id, again.bos_id, again.eos_id) == (
+        tok.pad_id, tok.bos_id, tok.eos_id)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'{"not": "a tokenizer"}', "does not parse as a tokenizer.json"),
+        (b"{broken", "does not parse as a tokenizer.json"),
+        (b"\xff\xfe", "not UTF-8 text"),
+    ],
+)
+def test_a_tokenizer_file_that_does_not_parse_is_one_data_error(tmp_path, content, message):
+    path = tmp_path / "tokenizer.json"
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=message) as info:
+        HFTokenizer.from_file(path)
+    assert str(info.value).startswith(f"tokenizer {path}:")
+
+
+def test_a_missing_tokenizer_file_names_the_choices(tmp_path):
+    with pytest.raises(DataError, match="no such file .name char, bpe or a tokenizer.json"):
+        HFTokenizer.from_file(tmp_path / "nope.json")
+
+
+def test_a_vocabulary_larger_than_a_model_takes_is_refused(bpe, monkeypatch):
+    import addnorm.data.hf_tokenizer as module
+
+    monkeypatch.setattr(module, "MAX_VOCAB_SIZE", 100)
+    with pytest.raises(DataError, match="a vocabulary of 300 tokens, more than the 100"):
+        HFTokenizer.from_json(bpe.to_json())
+    with pytest.raises(ValueError, match="vocab_size"):
+        HFTokenizer.train_bpe(iter(CORPUS), MAX_VOCAB_SIZE + 1)
+
+
+def test_character_bytes_are_each_characters_utf8_length():
+    tok = CharTokenizer("aé日")
+    assert token_byte_lengths(tok).tolist() == [0, 0, 0, 0, 1, 2, 3]
+    assert tokenizer_from_dict(tok.to_dict()) == tok

@@ -1,0 +1,139 @@
+"""The translate task on a user's sentence pairs: planned, trained, scored (exact match, and
+chrF by sacrebleu), saved, loaded and resumed through the generic code.
+
+Provenance: the exact match is recounted from the task's own ``predict`` on the held-out
+pairs; chrF is sacrebleu's ``CHRF`` on the same predictions (the reference implementation);
+the model config's sizes are the tokenizers' (an identity); a resumed run refuses pairs that
+changed, naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from addnorm.data.fingerprint import DataChangedError
+from addnorm.data.hf_tokenizer import HFTokenizer
+from addnorm.data.pairs import PairCorpus
+from addnorm.tasks.plan import plan_fresh_run, plan_resumed_run
+from addnorm.tasks.run import load_trained, train_run
+from addnorm.tasks.translate import TranslateTask, TranslateTaskConfig
+
+TINY = dict(d_model=32, n_heads=2, d_ff=64, n_encoder_layers=1, n_decoder_layers=1)
+TRAIN = dict(max_steps=3, batch_size=8, eval_size=12, log_every=1, checkpoint_every=0,
+             max_minutes=None, warmup=1)
+ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+
+
+def _pairs_file(path, n=300):
+    lines = [f"{ONES[i // 10]} {ONES[i % 10]}\t{i}" for i in range(min(n, 100))]
+    lines += [f"{ONES[i % 10]} {ONES[i // 10 % 10]} {ONES[i // 100]}\t{i}" for i in range(100, n)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _run(out, data, **overrides):
+    plan = plan_fresh_run("translate", model_overrides=TINY,
+                          train_overrides={**TRAIN, "data": str(data), **overrides})
+    summary = train_run("translate", plan.model_cfg, plan.train_cfg, out,
+                        task_cfg=plan.task_cfg, resume=plan.resume)
+    return plan, summary
+
+
+def test_exact_match_and_chrf_are_the_models_on_the_held_out_pairs(tmp_path):
+    sacrebleu = pytest.importorskip("sacrebleu")
+    data = _pairs_file(tmp_path / "pairs.tsv")
+    plan, summary = _run(tmp_path / "run", data)
+    task, model, _ = load_trained(tmp_path / "run")
+    held = task.corpus.held_out[:12]
+    predictions = task.predict(model, [p.source for p in held])
+    hits = sum(p == h.target for p, h in zip(predictions, held, strict=True))
+    assert summary.metrics["test_exact_match"] == hits / len(held)
+    assert summary.metrics["n_test"] == len(held)
+    chrf = sacrebleu.metrics.CHRF().corpus_score(predictions, [[h.target for h in held]]).score
+    assert summary.metrics["test_chrf"] == chrf
+
+
+def test_without_sacrebleu_the_run_says_chrf_is_left_out(tmp_path, monkeypatch, caplog):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_sacrebleu(name, *args, **kwargs):
+        if name.startswith("sacrebleu"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_sacrebleu)
+    with caplog.at_level(logging.WARNING):
+        _, summary = _run(tmp_path / "run", _pairs_file(tmp_path / "pairs.tsv"), max_steps=1)
+    assert "test_chrf" not in summary.metrics
+    assert "chrF left out: it needs sacrebleu" in caplog.text
+
+
+@pytest.mark.parametrize(("tokenizer", "shared", "files"), [
+    ("char", False, set()),
+    ("bpe", False, {"source_tokenizer.json", "target_tokenizer.json"}),
+    ("bpe", True, {"tokenizer.json"}),
+])
+def test_tokenizers_size_the_model_and_are_kept_in_the_run(tmp_path, tokenizer, shared, files):
+    data = _pairs_file(tmp_path / "pairs.tsv")
+    overrides = {"tokenizer": tokenizer, "shared_vocab": shared}
+    if tokenizer == "bpe":
+        overrides["vocab_size"] = 280
+    plan, _ = _run(tmp_path / "run", data, max_steps=1, **overrides)
+    task, model, checkpoint = load_trained(tmp_path / "run")
+    cfg = model.cfg
+    assert (cfg.src_vocab_size, cfg.tgt_vocab_size) == (task.src_tok.vocab_size,
+                                                        task.tgt_tok.vocab_size)
+    assert cfg.share_embeddings == shared and (task.src_tok is task.tgt_tok) == shared
+    written = {p.name for p in (tmp_path / "run").iterdir() if p.name.endswith("tokenizer.json")}
+    assert written == files
+    for name in files:
+        text = (tmp_path / "run" / name).read_text()
+        side = task.tgt_tok if name.startswith("target") else task.src_tok
+        assert isinstance(side, HFTokenizer) and text == side.to_json()
+    record = json.loads((tmp_path / "run" / "data.json").read_text())
+    assert record["kind"] == "pairs" and record["split"]["train_pairs"] > 0
+    assert task.answer_problem("anything at all") is None  # no date check for a user's pairs
+
+
+def test_a_resumed_run_refuses_pairs_that_changed(tmp_path):
+    data = _pairs_file(tmp_path / "pairs.tsv")
+    _run(tmp_path / "run", data, max_steps=2)
+    plan = plan_resumed_run("translate", tmp_path / "run", train_overrides={"max_steps": 3})
+    assert plan.task_cfg.data == str(data)
+    with open(data, "a", encoding="utf-8") as f:
+        f.write("nine nine nine\t999\n")
+    with pytest.raises(DataChangedError, match=r"pairs.tsv: \d+ -> \d+ bytes"):
+        plan_resumed_run("translate", tmp_path / "run", train_overrides={"max_steps": 3})
+
+
+def test_too_few_train_pairs_for_a_batch_are_refused(tmp_path):
+    data = _pairs_file(tmp_path / "pairs.tsv", n=40)
+    with pytest.raises(ValueError, match=r"fewer than a batch \(batch_size 64\)"):
+        plan_fresh_run("translate", train_overrides={"data": str(data), "batch_size": 64})
+
+
+def test_inputs_a_bpe_model_cannot_take_are_named(tmp_path):
+    corpus = PairCorpus.build(_pairs_file(tmp_path / "pairs.tsv"), tokenizer="bpe",
+                              vocab_size=280)
+    task = TranslateTask(data=corpus)
+    assert task.source_alphabet() is None
+    assert task.input_problem("one two", 10) is None
+    long = " ".join(["seven"] * 20)
+    assert task.input_problem(long, 10) == (
+        f"{len(task.src_tok.encode(long))} tokens; the model takes at most 10 (its max_len)"
+    )
+    dates = TranslateTask()
+    assert dates.answer_problem("2026-11-21") is None
+    assert dates.answer_problem("2026-13-01") == "not a valid date from 1900 to 2099"
+
+
+def test_the_translate_config_checks_its_data_settings():
+    with pytest.raises(ValueError, match="valid, shared_vocab need data"):
+        TranslateTaskConfig(valid="v.tsv", shared_vocab=True)
+    with pytest.raises(TypeError, match="shared_vocab must be a bool"):
+        TranslateTaskConfig(data="p.tsv", shared_vocab=1)
