@@ -272,7 +272,7 @@ def _announce(args, train_cfg: TrainConfig, device: str) -> None:
 def _report(task_cls, summary) -> None:
     """What a finished run did, on stdout: steps and time, its held-out metric, its files, and
     what the task shows of its samples (an lm's continuations)."""
-    metric = task_cls.metric
+    metric = summary.metrics["metric"]  # the task's headline (its data may decide which)
     compiled = summary.metrics.get("compile_s")
     print(
         f"trained {summary.step} steps in {summary.elapsed_s:.0f} s "

@@ -4,7 +4,8 @@ A run directory holds ``addnorm-run.json`` (the marker that proves addnorm start
 see ``addnorm.training.run_dir``), ``checkpoints/`` (see ``addnorm.training.checkpoint``),
 ``metrics.jsonl`` (one line per logged step), ``loss.png`` (the loss curve) and, after a run
 that was not stopped by a signal, ``metrics.json`` (the held-out figures: ``test_exact_match``
-for translate, ``val_bpc`` for lm, ``class_agreement`` and its companions for dit;
+for translate, ``val_bpc`` for lm, ``class_agreement`` and its companions for dit, the
+headline's key under ``"metric"``;
 ``"weights"``: ``"ema"`` when the run kept an EMA of its weights (``ema_decay > 0``) and was
 scored with it, else ``"raw"``; ``"samples"``: a few held-out predictions for translate, text
 continuations for lm, one generated digit per class for dit). A run on a user's files also
@@ -305,6 +306,7 @@ def _finish(
     if result.stopped_by not in STOP_SIGNALS.values():
         metrics = {
             "task": task.name,
+            "metric": task.metric,
             "step": result.step,
             "train_loss": result.loss,
             "stopped_by": result.stopped_by,

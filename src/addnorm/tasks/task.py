@@ -121,7 +121,8 @@ class Task(Protocol[ModelConfigT, ModelT, TaskConfigT]):
     Attributes:
         name: the task's name (``addnorm train NAME``, a checkpoint's ``run.task``).
         description: one line for ``addnorm train --help``.
-        metric: the key of the headline figure of ``evaluate_run``.
+        metric: the key of the headline figure of ``evaluate_run`` (a class attribute, or a
+            property where the data decides: a DiT on one class has no class agreement).
         owned_fields: the model config fields ``prepare`` sets (vocabulary sizes, special
             ids, image size ...), never a flag or a config file.
         loss_label: the y label of the loss curve.
@@ -129,9 +130,13 @@ class Task(Protocol[ModelConfigT, ModelT, TaskConfigT]):
 
     name: ClassVar[str]
     description: ClassVar[str]
-    metric: ClassVar[str]
     owned_fields: ClassVar[frozenset[str]]
     loss_label: str
+
+    @property
+    def metric(self) -> str:
+        """The key of the headline figure of ``evaluate_run``."""
+        ...
 
     @staticmethod
     def default_model_config() -> ModelConfigT:
