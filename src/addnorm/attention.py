@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from addnorm.attention_kernel import scaled_dot_product
 from addnorm.attention_mask import (
     AttentionMask,
     build_attention_mask,
@@ -38,7 +39,6 @@ from addnorm.attention_mask import (
     self_attention_mask,
 )
 from addnorm.cache import KVCache
-from addnorm.packing import Packing
 from addnorm.rotary import RotaryEmbedding
 from addnorm.utils.checks import (
     check_int,
@@ -46,6 +46,7 @@ from addnorm.utils.checks import (
     check_tensor,
     check_weight_dtype,
 )
+from addnorm.varlen_attention import varlen_attention
 
 __all__ = [
     "AttentionMask",
@@ -280,17 +281,18 @@ class MultiHeadAttention(nn.Module):
         Self-attention uses the fused ``in_proj``; cross-attention calls it (through
         ``__call__``, so hooks and adapters see it) on x, keeping the q columns, and on the
         memory, keeping the k, v columns (not once a cross-attention cache holds them). With
-        ``mask.packing``, x is packed (1, N, D) and its projections are unpacked for the kernel.
-        Keys no query may attend come back as zeros (see the module docstring).
+        ``mask.packing``, x is packed (1, N, D): its projections stay packed, (N, H, Dh) each,
+        for variable-length attention (``mask.variable_length``), or are unpacked for the
+        padded kernel. Keys no query may attend come back as zeros (see the module docstring).
 
         Shapes:
             x: (B, L, D); memory: (B, S, D); positions: (L,) or (B, L)
-            returns: q (B, H, L, Dh), k (B, H, S, Dh), v (B, H, S, Dh)
+            returns: q (B, H, L, Dh), k (B, H, S, Dh), v (B, H, S, Dh); packed: (N, H, Dh)
         """
-        if mask.packing is not None:  # x packed: (1, N, D); padding left out, unpacked as zeros
+        if mask.packing is not None:  # x packed: (1, N, D); padding left out
             if memory is not None or cache is not None:
                 raise ValueError("a packed mask is for uncached self-attention only")
-            return self._unpacked_heads(self.in_proj(x), mask.packing, positions)
+            return self._packed_heads(self.in_proj(x), mask, positions)
         hidden = hidden_keys(mask)  # (B|1, H|1, S, 1) or None
         if memory is None:
             qkv = split_heads(self.in_proj(x), 3 * self.n_heads)  # (B, 3H, L, Dh)
@@ -335,16 +337,20 @@ class MultiHeadAttention(nn.Module):
         bias = self.in_proj.bias
         return F.linear(x, self.in_proj.weight[columns], None if bias is None else bias[columns])
 
-    def _unpacked_heads(
-        self, qkv: torch.Tensor, packing: Packing, positions: torch.Tensor | None
+    def _packed_heads(
+        self, qkv: torch.Tensor, mask: AttentionMask, positions: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per-head q, k, v in the padded layout from packed projections; rotary positions
-        are applied to the packed rows, so padding is not rotated either.
+        """Per-head q, k, v of packed projections: packed for variable-length attention, else
+        in the padded layout; rotary positions are applied to the packed rows, so padding is
+        not rotated either.
 
         Shapes:
             qkv: (1, N, 3D); positions: (L,) or (B, L)
-            returns: q, k, v (B, H, L, Dh), zeros at padding
+            returns: q, k, v (N, H, Dh) (``mask.variable_length``), else (B, H, L, Dh), zeros
+            at padding
         """
+        packing = mask.packing
+        assert packing is not None  # for mypy: the caller's condition
         qk, v = qkv.split([2 * self.d_model, self.d_model], dim=-1)  # (1, N, 2D), (1, N, D)
         if self.rotary is not None:
             packed_positions = packing.positions(positions)  # (1, N)
@@ -353,6 +359,10 @@ class MultiHeadAttention(nn.Module):
             heads = split_heads(qk, 2 * self.n_heads)  # (1, 2H, N, Dh)
             rotated = self.rotary(heads, positions=packed_positions, positions_below=below)
             qk = merge_heads(rotated)  # (1, N, 2D)
+        if mask.variable_length:  # each row attends to its own packed tokens
+            tokens = qk.shape[1]
+            q, k = qk[0].view(tokens, 2 * self.n_heads, self.d_head).split(self.n_heads, dim=1)
+            return q, k, v[0].view(tokens, self.n_heads, self.d_head)  # (N, H, Dh) each
         q, k = split_heads(packing.unpack(qk), 2 * self.n_heads).split(self.n_heads, dim=1)
         return q, k, split_heads(packing.unpack(v), self.n_heads)  # (B, H, L, Dh) each
 
@@ -360,14 +370,19 @@ class MultiHeadAttention(nn.Module):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AttentionMask
     ) -> torch.Tensor:
         """SDPA over projected heads, then ``out_proj``; rows that see no key give zeros.
+        Packed heads take variable-length attention, each row over its own tokens.
 
         Shapes:
-            q: (B, H, L, Dh); k, v: (B, H, S, Dh)
-            returns: (B, L, D)
+            q: (B, H, L, Dh); k, v: (B, H, S, Dh); packed: q, k, v (N, H, Dh)
+            returns: (B, L, D); packed: (1, N, D)
         """
         p = self.dropout if self.training else 0.0
-        heads = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask.allowed, dropout_p=p, is_causal=mask.is_causal
+        if mask.variable_length:
+            assert mask.packing is not None  # for mypy: implied by variable_length
+            heads = varlen_attention(q, k, v, mask.packing, dropout_p=p)  # (N, H, Dh)
+            return self.out_proj(heads.flatten(1)[None])  # (1, N, D)
+        heads = scaled_dot_product(
+            q, k, v, allowed=mask.allowed, dropout_p=p, is_causal=mask.is_causal
         )  # (B, H, L, Dh)
         return self._output(heads, mask)
 

@@ -1,5 +1,5 @@
 """Every value a flag of ``addnorm`` takes works, and every other one is refused at the door:
-exit 2, one line on stderr naming the flag, before any work (issue 22).
+exit 2, one line on stderr naming the flag, before any work.
 
 The values are drawn from the whole space a user can type: any float (NaN, the infinities,
 subnormals, -0.0), any integer up to 2**70, and junk text (newlines, NUL, the empty string).

@@ -1,7 +1,7 @@
 """The ``dit`` task: its loss is the MSE to the prediction target at q_sample (restated
 here, for v and for eps), a tiny run lowers the loss, resuming is exact, a run probes its
 quality into quality.png, runs saved before ``prediction`` existed load as eps, and (slow)
-the default run reaches the issue's bar of class_agreement >= 0.95."""
+the default run's samples are labelled as their requested class at least 95% of the time."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def test_the_task_refuses_a_model_without_a_trained_null_class():
 
 @pytest.mark.slow
 def test_the_default_dit_run_reaches_95_percent_class_agreement(tmp_path):
-    # The issue's acceptance bar for the default run (task defaults, 2 CPU cores, <= 5 min).
+    # What the default run promises (task defaults, 2 CPU cores, within its 5-minute cap).
     task = DiTTask()
     summary = train_run(
         "dit", task.default_model_config(), task.default_train_config(), tmp_path

@@ -148,7 +148,7 @@ def test_a_short_lm_run_beats_the_uniform_bits_per_character(tmp_path):
 
 @pytest.mark.slow
 def test_the_default_translate_run_reaches_98_percent_exact_match(tmp_path):
-    # The acceptance bar for the default run (task defaults, 2 CPU cores, <= 5 min).
+    # What the default run promises (task defaults, 2 CPU cores, within its 4-minute cap).
     task = TranslateTask()
     summary = train_run(
         "translate", task.default_model_config(), task.default_train_config(), tmp_path
@@ -296,7 +296,8 @@ def test_resuming_another_tasks_checkpoint_is_refused_before_training(tmp_path):
 
 
 def test_a_checkpoint_recording_the_retired_schedule_d_model_resumes_like_one_without(tmp_path):
-    # Checkpoints written before LRSchedule dropped its unused d_model field store it.
+    # Checkpoints written before the schedule (then LRSchedule) dropped its unused d_model
+    # field store it.
     tiny_lm_run(tmp_path / "new")
     shutil.copytree(tmp_path / "new", tmp_path / "old")
     for name in ("new", "old"):

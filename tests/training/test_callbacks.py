@@ -20,7 +20,7 @@ from addnorm.training import Callback
 from addnorm.training.checkpoint import load_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.metrics import read_metrics
-from addnorm.training.schedules import LRSchedule
+from addnorm.training.schedules import ScheduleConfig
 from addnorm.training.trainer import Trainer
 
 
@@ -53,7 +53,7 @@ def make_trainer(run_dir, callbacks=(), **overrides) -> Trainer:
     settings = dict(max_steps=6, lr=1e-2, warmup=2, log_every=2, checkpoint_every=0,
                     grad_accum=2, ema_decay=0.9)
     config = TrainConfig(**{**settings, **overrides})
-    schedule = LRSchedule("constant", config.lr, config.warmup, total_steps=config.max_steps)
+    schedule = ScheduleConfig("constant", config.lr, config.warmup, total_steps=config.max_steps)
     return Trainer(model, mse_loss, SumBatches(), config, run_dir=run_dir, schedule=schedule,
                    callbacks=callbacks)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from addnorm.training.ema import EMA
+from addnorm.training.ema import make_ema
 from addnorm.training.probes import Probe, ProbeRunner
 
 
@@ -21,7 +21,7 @@ def test_a_probe_is_due_every_n_steps_but_the_last():
 def test_a_probe_scores_a_scratch_copy_of_the_averaged_or_the_trained_weights():
     torch.manual_seed(0)
     model = nn.Linear(2, 1)
-    ema = EMA(model, decay=0.5)
+    ema = make_ema(model, decay=0.5)
     with torch.no_grad():
         model.weight.add_(1.0)
     seen = []
@@ -33,7 +33,7 @@ def test_a_probe_scores_a_scratch_copy_of_the_averaged_or_the_trained_weights():
 
     runner = ProbeRunner(Probe(every=1, score=score))
     assert runner(model, ema) == {"probe_weight_sum": float(seen[-1].sum())}
-    assert torch.equal(seen[-1], ema.state_dict()["weight"])
+    assert torch.equal(seen[-1], ema.module.weight)
     runner(model, None)
     assert torch.equal(seen[-1], model.weight.detach())
     assert model.training  # the live model is left as it was

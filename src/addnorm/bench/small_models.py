@@ -34,7 +34,7 @@ from addnorm.bench.harness import (
     Report,
     compiled_first_call,
     cpu_has_bf16,
-    interleaved,
+    time_case,
 )
 from addnorm.bench.references import optional_module
 from addnorm.dit.config import DIT_PRESETS
@@ -182,7 +182,7 @@ def _time_training(fns: dict, refs: set[str], case: str, settings: BenchSettings
     log(f"{GROUP}: {case}")
     for model in models:
         model.train()
-    times = interleaved(fns, rounds=settings.rounds, min_seconds=settings.min_seconds)
+    times = time_case(fns, settings, report, GROUP, case)
     report.add_rows(GROUP, case, times, per_call=1, unit="steps/s", references=refs)
     for model in models:
         model.eval()

@@ -39,6 +39,7 @@ from addnorm.cli.time_cap import UNDERTRAINED_SHARE, warn_if_cut_short
 from addnorm.data.dates import dates_in_split, format_date
 from addnorm.tasks.run import load_trained, train_run
 from addnorm.tasks.translate import TranslateTask
+from addnorm.training.config import TrainConfig
 
 __all__ = ["DEMO_FORMATS", "add_parser", "run", "run_demo", "run_dit_demo", "smoothed_loss_floor"]
 
@@ -232,8 +233,8 @@ def run_dit_demo(
     )
     print(
         f"  training: up to {train_cfg.max_steps} steps or {train_cfg.max_minutes:g} minutes "
-        f"on {device}, batch {train_cfg.batch_size}, AdamW lr {train_cfg.lr:g}, EMA "
-        f"{train_cfg.ema_decay:g}",
+        f"on {device}, batch {train_cfg.batch_size}, AdamW lr {train_cfg.lr:g}, "
+        + _ema_text(train_cfg),
         flush=True,
     )
     summary = train_run(
@@ -321,3 +322,15 @@ def _pad(text: str, width: int) -> int:
     """Column width for ``text`` so that wide (CJK, Hangul) characters still line up."""
     wide = sum(1 for c in text if ord(c) >= 0x1100)
     return max(width - wide, len(text) + 1)
+
+
+def _ema_text(train_cfg: TrainConfig) -> str:
+    """The EMA as the run applies it: with warm-up, the decay after the last step (the
+    warm-up's ``(1 + n) / (10 + n)`` stays below the configured decay for short runs)."""
+    if train_cfg.ema_decay == 0:
+        return "no EMA"
+    if not train_cfg.ema_warmup:
+        return f"EMA {train_cfg.ema_decay:g}"
+    last = train_cfg.max_steps - 1  # the last update's n, counted from 0
+    reached = min(train_cfg.ema_decay, (1 + last) / (10 + last))
+    return f"EMA {train_cfg.ema_decay:g} with warm-up ({reached:.3g} at the last step)"

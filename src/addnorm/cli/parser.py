@@ -9,6 +9,7 @@ subcommand's flags and handler live in its own module (``SUBCOMMANDS``).
     addnorm export CHECKPOINT --out MODEL.onnx [--part forward|encoder]
     addnorm embed ["text" ...] [--similarity] [--json]   (no text: one per stdin line)
     addnorm bench [--quick] [--json FILE] [--only GROUP ...] [--compile] [--bf16]
+                  [--device cuda] [--suite cpu|gpu] [--tiny] [--profile DIR]
     addnorm demo [--out DIR] [--max-minutes M]
     addnorm explain [NAME | all] [--quick] [--list] [--out DIR]
     addnorm --version

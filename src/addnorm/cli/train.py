@@ -29,6 +29,7 @@ from addnorm.cli.exits import EXIT_OK, SIGNAL_STOPS, exit_on_sigterm, report_sig
 from addnorm.cli.shared_flags import add_runtime_flags
 from addnorm.cli.time_cap import warn_if_cut_short
 from addnorm.training.config import TrainConfig
+from addnorm.training.logger import REPORT_TO, tensorboard_available
 
 if TYPE_CHECKING:
     from addnorm.tasks.plan import RunPlan
@@ -77,9 +78,19 @@ def add_parser(subparsers) -> None:
             action="store_true",
             help="replace a previous run in --out (without it, or --resume, a run there is "
             "refused); deletes only that run's own files (checkpoints/, metrics.jsonl, "
-            "metrics.json, loss.png, samples.png, data.json, tokenizer files, "
-            "addnorm-run.json), never other files, and "
-            "still refuses a folder addnorm did not start (no addnorm-run.json)",
+            "metrics.json, loss.png, samples.png, quality.png, data.json, tokenizer files, "
+            "tensorboard/'s event files, addnorm-run.json), never other files, and still "
+            "refuses a folder addnorm did not start (no addnorm-run.json)",
+        )
+        sub.add_argument(
+            "--report-to",
+            choices=REPORT_TO,
+            default="jsonl",
+            help="what the run records besides its checkpoints and metrics.json: jsonl "
+            "(metrics.jsonl, loss.png, quality.png), tensorboard (those and TensorBoard event "
+            "files in OUT/tensorboard: loss, lr, grad norm, tokens/s, probe scores, the final "
+            "metrics, pictures of the samples and figures; needs the tensorboard package; "
+            "view with tensorboard --logdir OUT), or none (default jsonl)",
         )
         add_runtime_flags(sub)
         sub.set_defaults(
@@ -129,6 +140,11 @@ def _train_here(args, device: str) -> int:
     from addnorm.training.run_dir import RunDirError, RunLock
 
     check_out_dir(args.out)
+    if args.report_to == "tensorboard" and not tensorboard_available():
+        raise UsageError(
+            "--report-to tensorboard needs the tensorboard package: pip install tensorboard "
+            "(or addnorm[tensorboard])"
+        )
     model_flags = {k: getattr(args, k) for k in args.model_fields if hasattr(args, k)}
     train_flags = {k: getattr(args, k) for k in args.train_fields if hasattr(args, k)}
     try:
@@ -143,6 +159,8 @@ def _train_here(args, device: str) -> int:
         raise UsageError(
             "--fsdp shards the model over the processes of a torchrun launch: "
             f"torchrun --nproc-per-node N -m addnorm train {args.task} --fsdp ..."
+            + ("; this checkpoint trained with --fsdp: add --no-fsdp to continue it in one "
+               "process" if plan.resume is not None and "fsdp" not in train_flags else "")
         )
     distributed.barrier()  # every rank has checked the folder before rank 0 writes it
     main = distributed.is_main()
@@ -165,6 +183,7 @@ def _train_here(args, device: str) -> int:
                 overwrite=args.overwrite,
                 device=device,
                 progress=not args.quiet and sys.stderr.isatty(),
+                report_to=args.report_to,
             )
     except RunDirError as err:  # another writer took the folder since the checks above
         raise UsageError(str(err)) from None
@@ -283,6 +302,9 @@ def _report(task_cls, summary) -> None:
     print(
         f"{metric}: {summary.metrics[metric]:.4f} "
         f"({summary.metrics['weights']} weights); "
-        f"metrics: {summary.run_dir / 'metrics.json'}; loss curve: {summary.loss_png}"
+        f"metrics: {summary.run_dir / 'metrics.json'}"
+        + ("" if summary.loss_png is None else f"; loss curve: {summary.loss_png}")
+        + ("; TensorBoard: tensorboard --logdir " + str(summary.run_dir)
+           if (summary.run_dir / "tensorboard").is_dir() else "")
     )
     print(task_cls.samples_text(summary.metrics["samples"]), end="")

@@ -20,6 +20,7 @@ it. An encoder-decoder's decoder starts from its start token alone, which plays 
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 import torch
@@ -28,7 +29,7 @@ from torch import Tensor
 from addnorm.cache import check_cache_room
 from addnorm.generation.config import GenerationConfig, transformers_call
 from addnorm.generation.loop import check_decoding_options, decode, prompt_history
-from addnorm.generation.step import compiled_step
+from addnorm.generation.step import compiled_step, held_buffers
 from addnorm.generation.stop_strings import StopFn
 
 if TYPE_CHECKING:
@@ -82,8 +83,10 @@ def generate(
     if continues_prompt and checked.reshapes_logits:  # the prompt counts as seen
         seen = (inputs, cache.padding_mask[:, : inputs.shape[1]])  # its padding, as start had it
     step = compiled_step(model.step) if checked.compile else model.step
-    new = decode(step, logits, cache, checked, generator=generator, seen=seen, stop_fn=stop_fn,
-                 banned=banned_ids(spec, logits.device))
+    held = held_buffers(model, cache) if checked.compile else contextlib.nullcontext()
+    with held:  # compiled: the cache's state in the model's buffers, at fixed addresses
+        new = decode(step, logits, cache, checked, generator=generator, seen=seen,
+                     stop_fn=stop_fn, banned=banned_ids(spec, logits.device))
     if not call.return_prompt:
         return new
     prompt = inputs if spec.start_id is None else torch.full_like(inputs[:, :1], spec.start_id)

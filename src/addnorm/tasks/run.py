@@ -2,7 +2,10 @@
 
 A run directory holds ``addnorm-run.json`` (the marker that proves addnorm started the run;
 see ``addnorm.training.run_dir``), ``checkpoints/`` (see ``addnorm.training.checkpoint``),
-``metrics.jsonl`` (one line per logged step), ``loss.png`` (the loss curve) and, after a run
+``metrics.jsonl`` (one line per logged step), ``loss.png`` (the loss curve), with
+``report_to="tensorboard"`` ``tensorboard/`` (TensorBoard event files: every record's scalars,
+the held-out figures and pictures of the loss curve, the quality figure and the samples) and,
+after a run
 that was not stopped by a signal, ``metrics.json`` (the held-out figures: ``test_exact_match``
 for translate, ``val_bpc`` for lm, ``class_agreement`` and its companions for dit, the
 headline's key under ``"metric"``;
@@ -46,16 +49,18 @@ from addnorm.tasks.task import AnyTask, TaskConfig, WritesRunFiles, split_train_
 from addnorm.training import distributed
 from addnorm.training.checkpoint import LoadedCheckpoint, load_checkpoint
 from addnorm.training.config import TrainConfig
-from addnorm.training.metrics import plot_loss_curve, plot_quality
+from addnorm.training.logger import REPORT_TO, Logger, TensorBoardLogger, read_png
+from addnorm.training.metrics import draw_samples, plot_loss_curve, plot_quality
 from addnorm.training.run_dir import (
     RUN_FILES,
+    TENSORBOARD_DIR,
     RunLock,
     check_fresh_run_dir,
     clear_run,
     read_marker,
     write_marker,
 )
-from addnorm.training.schedules import LRSchedule
+from addnorm.training.schedules import ScheduleConfig
 from addnorm.training.sizes import SizeError, check_model_fits
 from addnorm.training.state import seed_everything
 from addnorm.training.stopping import STOP_SIGNALS
@@ -114,9 +119,9 @@ class RunSummary:
     loss_png: Path | None
 
 
-def schedule_for(train_cfg: TrainConfig) -> LRSchedule:
+def schedule_for(train_cfg: TrainConfig) -> ScheduleConfig:
     """The lr schedule ``train_cfg`` asks for (cosine ends at ``max_steps``)."""
-    return LRSchedule(
+    return ScheduleConfig(
         train_cfg.schedule,
         train_cfg.lr,
         train_cfg.warmup,
@@ -125,16 +130,16 @@ def schedule_for(train_cfg: TrainConfig) -> LRSchedule:
     )
 
 
-def _saved_schedule(checkpoint: LoadedCheckpoint) -> LRSchedule:
+def _saved_schedule(checkpoint: LoadedCheckpoint) -> ScheduleConfig:
     """The lr schedule a checkpoint saved (a resumed run keeps it, even if ``max_steps``
-    changes). Checkpoints written while ``LRSchedule`` still had its unused ``d_model`` field
-    store it; it is dropped here."""
+    changes). Checkpoints written while the schedule (then ``LRSchedule``) had an unused
+    ``d_model`` field store it; it is dropped here."""
     where = checkpoint.path / "state.json"
     saved = checkpoint.state.get("schedule")
     if isinstance(saved, dict):
         saved = {k: v for k, v in saved.items() if k != "d_model"}
     try:
-        return LRSchedule(**check_known_fields(LRSchedule, saved, "schedule"))
+        return ScheduleConfig(**check_known_fields(ScheduleConfig, saved, "schedule"))
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"{where} does not describe an lr schedule: {err}") from None
 
@@ -191,6 +196,7 @@ def train_run(
     overwrite: bool = False,
     device: torch.device | str = "cpu",
     progress: bool = False,
+    report_to: str = "jsonl",
 ) -> RunSummary:
     """Train ``task_name`` into ``run_dir``, then evaluate on held-out data (with the EMA
     weights when ``train_cfg.ema_decay > 0``) and store a few samples.
@@ -203,10 +209,17 @@ def train_run(
     its device (other files stay), and the new run's marker is written. With ``resume`` (a
     checkpoint of ``task_name``), weights, optimizer, schedule, RNG and data order continue
     from it. ``run_dir`` is locked throughout.
+
+    ``report_to`` (``REPORT_TO``): ``"jsonl"`` writes ``metrics.jsonl`` and the figures drawn
+    from it, ``"tensorboard"`` also TensorBoard event files (``TensorBoardMissingError``
+    without the ``tensorboard`` package), ``"none"`` neither (checkpoints and
+    ``metrics.json`` only).
     Raises ValueError if the configs cannot train the task or ``resume`` is another task's;
     ``RunDirError`` if ``run_dir`` holds other files or runs, or another process writes it.
     """
     run_dir = Path(run_dir)
+    if report_to not in REPORT_TO:
+        raise ValueError(f"report_to must be one of {REPORT_TO}, got {report_to!r}")
     task: AnyTask
     if resume is None:
         task_cls = task_class(task_name)
@@ -237,6 +250,10 @@ def train_run(
         run_info = {
             "task": task.name, "model_config": model_cfg.to_dict(), "task_data": task.to_dict()
         }
+        loggers: list[Logger] = (
+            [TensorBoardLogger(run_dir / TENSORBOARD_DIR)] if main and report_to == "tensorboard"
+            else []
+        )
         trainer = Trainer(
             model,
             task.loss_fn(task_cfg),
@@ -248,19 +265,28 @@ def train_run(
             extra_config=task_cfg.to_dict(),
             progress=progress,
             probe=task.probe(task_cfg),
+            loggers=loggers,
+            metrics_file=report_to != "none",
         )
-        if resume is not None:
-            trainer.load(resume)
-        result = trainer.fit()
-        weights = trainer.scored_weights()  # every rank takes part in gathering them
-        if not main:
-            return RunSummary(
-                run_dir, result.checkpoint, result.step, result.stopped_by, result.elapsed_s,
-                {}, None,
-            )
-        model = task.build_model(model_cfg).to(device)
-        model.load_state_dict(weights)
-        return _finish(task, model, trainer, result, task_cfg, run_dir)
+        try:
+            if resume is not None:
+                trainer.load(resume)
+            result = trainer.fit()
+            weights = trainer.scored_weights()  # every rank takes part in gathering them
+            if not main:
+                return RunSummary(
+                    run_dir, result.checkpoint, result.step, result.stopped_by,
+                    result.elapsed_s, {}, None,
+                )
+            model = task.build_model(model_cfg).to(device)
+            model.load_state_dict(weights)
+            summary = _finish(task, model, trainer, result, task_cfg, run_dir)
+            for logger in loggers:
+                _log_finish(logger, task, summary, run_dir)
+            return summary
+        finally:
+            for logger in loggers:
+                logger.close()
 
 
 def _write_run_files(run_dir: Path, files: dict[str, str]) -> None:
@@ -297,7 +323,8 @@ def _finish(
     """Plot the loss curve and, unless a signal stopped the run, score ``model`` (a plain copy
     of the trained or EMA weights) into metrics.json."""
     png = None
-    if (run_dir / "metrics.jsonl").stat().st_size > 0:
+    jsonl = run_dir / "metrics.jsonl"
+    if jsonl.is_file() and jsonl.stat().st_size > 0:
         png = plot_loss_curve(
             run_dir / "metrics.jsonl", run_dir / "loss.png", title=task.name,
             ylabel=task.loss_label,
@@ -320,9 +347,9 @@ def _finish(
         metrics["samples"] = task.run_samples(model)
         final = (result.elapsed_s, float(metrics[task.metric]))
         quality = plot_quality(
-            run_dir / "metrics.jsonl", run_dir / "quality.png", metric=task.metric,
+            jsonl, run_dir / "quality.png", metric=task.metric,
             final=final, ylabel=task.loss_label, title=f"{task.name}: where quality arrives",
-        )
+        ) if jsonl.is_file() else None
         if quality is not None:
             metrics["quality_figure"] = quality.name
         text = json.dumps(metrics, indent=1)
@@ -330,6 +357,30 @@ def _finish(
     return RunSummary(
         run_dir, result.checkpoint, result.step, result.stopped_by, result.elapsed_s, metrics, png
     )
+
+
+def _log_finish(logger: Logger, task: AnyTask, summary: RunSummary, run_dir: Path) -> None:
+    """A finished run for ``logger``, at its last step: the held-out figures (numbers) under
+    ``final/<name>``, and as images the samples (``samples``), the loss curve
+    (``figures/loss``) and the quality figure (``figures/quality``) when drawn."""
+    step, metrics = summary.step, summary.metrics
+    numbers = {
+        f"final/{name}": float(value) for name, value in metrics.items()
+        if isinstance(value, int | float) and not isinstance(value, bool)
+    }
+    if numbers:
+        logger.log_scalars(step, numbers)
+    if metrics.get("samples"):
+        logger.log_image(step, "samples", draw_samples(
+            metrics["samples"], title=f"{task.name}: samples at step {step}"
+        ))
+    figures = {"figures/loss": summary.loss_png}
+    if "quality_figure" in metrics:
+        figures["figures/quality"] = run_dir / metrics["quality_figure"]
+    for tag, png in figures.items():
+        if png is not None and Path(png).is_file():
+            logger.log_image(step, tag, read_png(png))
+    logger.flush()
 
 
 def load_trained(

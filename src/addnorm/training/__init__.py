@@ -7,21 +7,23 @@ parallelism. The tasks that wire it to the models live above it, in :mod:`addnor
 from addnorm.training.callbacks import Callback
 from addnorm.training.checkpoint import load_checkpoint, save_checkpoint
 from addnorm.training.config import TrainConfig
-from addnorm.training.ema import EMA
-from addnorm.training.schedules import LRSchedule, noam_lr, warmup_cosine_lr
+from addnorm.training.ema import make_ema
+from addnorm.training.logger import Logger, TensorBoardLogger
+from addnorm.training.schedules import ScheduleConfig, noam_lr
 from addnorm.training.trainer import Trainer, TrainResult
 from addnorm.utils.files import CheckpointError
 
 __all__ = [
-    "EMA",
     "Callback",
     "CheckpointError",
-    "LRSchedule",
+    "Logger",
+    "ScheduleConfig",
+    "TensorBoardLogger",
     "TrainConfig",
     "TrainResult",
     "Trainer",
     "load_checkpoint",
+    "make_ema",
     "noam_lr",
     "save_checkpoint",
-    "warmup_cosine_lr",
 ]

@@ -48,8 +48,9 @@ class TrainConfig:
             eq. 3, peaking at ``lr`` at step ``warmup``: ``lr * sqrt(warmup) * min(step^-0.5,
             step * warmup^-1.5)``; the paper's own values are ``lr = d_model^-0.5 *
             warmup^-0.5``), "cosine" (linear warm-up, then cosine decay to
-            ``final_lr_fraction * lr`` at ``max_steps``) or "constant" (after warm-up).
-        warmup: warm-up steps.
+            ``final_lr_fraction * lr`` at ``max_steps``, held after) or "constant" (after
+            warm-up); torch's lr schedulers (``schedules.ScheduleConfig``).
+        warmup: warm-up steps (0 or 1: the first step takes the peak ``lr``).
         final_lr_fraction: the cosine schedule's last learning rate, as a fraction of ``lr``.
         weight_decay: AdamW's decoupled weight decay.
         beta1, beta2: AdamW's moment decay rates (the paper: 0.9, 0.98).

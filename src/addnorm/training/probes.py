@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-
-from addnorm.training.ema import EMA
+from torch.optim.swa_utils import AveragedModel
 
 __all__ = ["Probe", "ProbeRunner"]
 
@@ -45,14 +44,11 @@ class ProbeRunner:
         return step % self.probe.every == 0 and step < max_steps
 
     @torch.no_grad()
-    def __call__(self, model: nn.Module, ema: EMA | None) -> dict[str, float]:
+    def __call__(self, model: nn.Module, ema: AveragedModel | None) -> dict[str, float]:
         """The probe's numbers, as ``probe_<name>``, for ``model``'s weights or ``ema``'s."""
         if self._scratch is None:
             self._scratch = copy.deepcopy(model)
         scratch = self._scratch
-        if ema is not None:
-            ema.copy_to(scratch)
-        else:
-            scratch.load_state_dict(model.state_dict())
+        scratch.load_state_dict((model if ema is None else ema.module).state_dict())
         scores = self.probe.score(scratch.eval())
         return {f"probe_{name}": float(value) for name, value in scores.items()}

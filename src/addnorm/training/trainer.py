@@ -1,5 +1,6 @@
-"""A small, generic trainer: AdamW, a step-indexed lr schedule, clipping, accumulation,
-optional bf16 autocast, an EMA of the weights, budgets, exact resume and atomic checkpoints.
+"""A small, generic trainer: AdamW, a torch lr scheduler, clipping, accumulation, optional
+bf16 autocast, an EMA of the weights (torch's ``AveragedModel``), budgets, exact resume,
+atomic checkpoints and trackers (``loggers``: TensorBoard, or any ``Logger``).
 
 It trains any ``nn.Module`` given a loss function and a source of batches:
 
@@ -8,22 +9,25 @@ It trains any ``nn.Module`` given a loss function and a source of batches:
 - ``batches``: an object with ``next_batch() -> dict[str, Tensor]`` (CPU tensors) and
   ``state_dict()`` / ``load_state_dict(state)`` whose state is JSON (the data order).
 
-Resuming restores the weights, the optimizer, the EMA, the step, every global random number
-generator and the data order, so on the same machine and thread count a resumed run's loss
-curve equals the uninterrupted run's bit for bit.
+Resuming restores the weights, the optimizer, the lr scheduler, the EMA, the step, every
+global random number generator and the data order, so on the same machine and thread count
+a resumed run's loss curve equals the uninterrupted run's bit for bit.
 
 ``fit`` is the loop; what happens around it lives beside it, one concern a module:
 ``stopping`` (Ctrl-C, SIGTERM and the time cap, agreed between ranks: ``stopped_by``),
 ``step_boundary`` (what an interrupt inside a step keeps), ``probes`` (quality along the
 way), ``callbacks`` (the progress bar, ``metrics.jsonl``, and hooks for a caller's own code at
-each step and record), ``clock`` (training time, probes left out), ``optimizer``, ``ema``,
-``schedules`` and ``resume`` (whether a checkpoint fits before it is loaded).
+each step and record), ``logger`` (TensorBoard or any tracker: ``loggers``), ``clock``
+(training time, probes left out), ``optimizer``, ``ema`` (torch's ``AveragedModel``),
+``schedules`` (torch's lr schedulers) and ``resume`` (whether a checkpoint fits before it is
+loaded).
 
 Several processes (``torchrun``; see ``distributed.py``): each rank trains on its share of the
 global batch, its loss weighted so that DDP's gradient average is the global batch's mean
 gradient; stops are agreed between ranks, and only rank 0 writes checkpoints and metrics and
-shows progress. ``config.fsdp`` shards the model with FSDP2 instead; checkpoints are whole
-state dicts either way. ``config.activation_checkpointing`` recomputes each layer in the
+shows progress. ``config.fsdp`` shards the model with FSDP2 instead; its checkpoints are
+sharded (``torch.distributed.checkpoint``, each rank writing its part; see ``checkpoint.py``)
+and load at any world size. ``config.activation_checkpointing`` recomputes each layer in the
 backward pass; ``config.compile`` runs the forward through ``torch.compile`` (the model object,
 and so its checkpoint keys, stay the same; ``TrainResult.compile_s`` is the first step's time).
 """
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import os
 import random
@@ -43,6 +48,7 @@ from typing import Protocol, cast
 
 import torch
 from torch import nn
+from torch.optim.lr_scheduler import LRScheduler
 
 from addnorm.data.batches import RankShard
 from addnorm.training import distributed
@@ -50,11 +56,17 @@ from addnorm.training.callbacks import Callback, MetricsFile, ProgressBar
 from addnorm.training.checkpoint import LoadedCheckpoint, list_checkpoints, save_checkpoint
 from addnorm.training.clock import TrainingClock
 from addnorm.training.config import TrainConfig
-from addnorm.training.ema import EMA
+from addnorm.training.ema import make_ema
+from addnorm.training.logger import Logger, LoggerCallback
 from addnorm.training.optimizer import make_optimizer
 from addnorm.training.probes import Probe, ProbeRunner
 from addnorm.training.resume import check_checkpoint_fits, refusing
-from addnorm.training.schedules import LRSchedule
+from addnorm.training.schedules import (
+    ScheduleConfig,
+    SchedulerFactory,
+    check_scheduler_state,
+    replay_schedule,
+)
 from addnorm.training.state import (
     capture_rng,
     optimizer_from_parts,
@@ -126,7 +138,10 @@ class Trainer:
         batches: the batch source (see the module docstring).
         config: the trainer settings.
         run_dir: where checkpoints and ``metrics.jsonl`` go.
-        schedule: the learning rate of each step.
+        schedule: the learning rate of each step: a :class:`ScheduleConfig` (saved in every
+            checkpoint) or any ``optimizer -> torch.optim.lr_scheduler.LRScheduler`` maker;
+            the scheduler (``self.scheduler``) steps after every optimizer step, and
+            checkpoints keep its ``state_dict`` (as JSON: it must hold plain numbers).
         run_info: JSON saved in every checkpoint (what is needed to rebuild the model).
         extra_config: more settings (JSON) saved with ``config``'s in every checkpoint's
             ``train_config`` (a task's own: a resumed run reads them back from there); their
@@ -136,6 +151,9 @@ class Trainer:
             with several processes).
         callbacks: more :class:`~addnorm.training.callbacks.Callback` hooks, called after the
             trainer's own, in order.
+        loggers: :class:`~addnorm.training.logger.Logger` trackers (TensorBoard, W&B, ...)
+            that get every metrics record (rank 0 only); their owner closes them.
+        metrics_file: write ``metrics.jsonl`` (rank 0).
 
     With a process group, ``model`` is wrapped for data parallelism (or sharded, with
     ``config.fsdp``) here, and ``batches`` gives each rank its share of the global batch.
@@ -149,12 +167,14 @@ class Trainer:
         config: TrainConfig,
         *,
         run_dir: str | os.PathLike,
-        schedule: LRSchedule,
+        schedule: ScheduleConfig | SchedulerFactory,
         run_info: dict | None = None,
         extra_config: dict | None = None,
         progress: bool = False,
         probe: Probe | None = None,
         callbacks: Sequence[Callback] = (),
+        loggers: Sequence[Logger] = (),
+        metrics_file: bool = True,
     ) -> None:
         if not isinstance(config, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
@@ -171,33 +191,40 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.schedule = schedule
         self.run_info = run_info or {}
+        main = distributed.is_main()
         self.callbacks: list[Callback] = [
-            *([ProgressBar()] if progress and distributed.is_main() else []),
-            *([MetricsFile(self.run_dir / "metrics.jsonl")] if distributed.is_main() else []),
+            *([ProgressBar()] if progress and main else []),
+            *([MetricsFile(self.run_dir / "metrics.jsonl")] if main and metrics_file else []),
+            *([LoggerCallback(logger) for logger in loggers] if main else []),
             *callbacks,
         ]
         self.probe = None if distributed.is_distributed() or probe is None else ProbeRunner(probe)
         self.device = next(model.parameters()).device
+        self.ema = (  # before sharding (a sharded module cannot be copied), then sharded alike
+            make_ema(model, config.ema_decay, warmup=config.ema_warmup) if config.ema_decay > 0
+            else None
+        )
         self.forward_model = distributed.prepare_model(
             model, activation_checkpointing=config.activation_checkpointing, fsdp=config.fsdp
         )
+        if self.ema is not None and config.fsdp:
+            distributed.shard(self.ema.module)
         if config.compile:  # the module stays the same object: its state dict keys do too
             self.forward_model = cast(nn.Module, torch.compile(self.forward_model))
         self.optimizer = make_optimizer(model, config)
         self._optimizer_view = distributed.OptimizerView(model, self.optimizer)
-        self.ema = (
-            EMA(model, config.ema_decay, warmup=config.ema_warmup) if config.ema_decay > 0
-            else None
-        )
+        self.scheduler = _make_scheduler(schedule, self.optimizer)
         self.step = 0
         self.elapsed_s = 0.0  # training time of the invocations before this ``fit``
         self.resumed_from: int | None = None  # the checkpoint's step, after ``load``
         self._boundary = StepBoundary()
         self._clock = TrainingClock()
         self._window = (0, 0.0)  # tokens, and training seconds, since the last record
+        self._step_lr, self._grad_norm = 0.0, torch.zeros(())  # the last step's
 
     def load(self, checkpoint: LoadedCheckpoint) -> None:
-        """Continue from ``checkpoint``: weights, optimizer, EMA, step, RNG and data order.
+        """Continue from ``checkpoint``: weights, optimizer, lr scheduler, EMA, step, RNG and
+        data order (a checkpoint of any world size, sharded or whole).
 
         Raises ``CheckpointError`` naming the file (and the tensor or entry) whose contents do
         not fit this trainer (a tensor of another shape, a missing entry), before training; the
@@ -213,9 +240,13 @@ class Trainer:
                 tensors["optimizer"],
                 checkpoint.state["optimizer"],
             )
+        with refusing(checkpoint.path / "state.json"):
+            self._load_schedule(checkpoint)
         if self.ema is not None:
             with refusing(checkpoint.path / "ema.safetensors"):
-                self.ema.load_state_dict(tensors["ema"])
+                distributed.load_full_model_state(self.ema.module, tensors["ema"])
+            with refusing(checkpoint.path / "state.json"):
+                self.ema.n_averaged.fill_(_n_averaged(checkpoint))
         with refusing(checkpoint.path / "state.json"):
             self.batches.load_state_dict(checkpoint.state["data"])
         with refusing(checkpoint.path / "rng.safetensors"):
@@ -256,47 +287,52 @@ class Trainer:
     def save(self, *, elapsed_now: float = 0.0) -> Path:
         """Write a checkpoint of the current step (atomically; see ``checkpoint.py``), with
         ``elapsed_now`` seconds of this ``fit`` added to the training time. With several
-        processes every rank calls it (a sharded model is gathered) and rank 0 writes; the
-        others return the path rank 0 writes."""
+        processes every rank calls it: a sharded (FSDP2) model's ranks each write their part
+        (``torch.distributed.checkpoint``), a replicated one's rank 0 writes; every rank
+        returns the path."""
+        sharded = distributed.is_fsdp(self.model)
         opt_tensors, opt_skeleton = optimizer_to_parts(
-            self._optimizer_view  # type: ignore[arg-type]  # an optimizer's state interface
+            self.optimizer if sharded  # its state as this rank's shards (DTensors)
+            else self._optimizer_view  # type: ignore[arg-type]  # an optimizer's interface
         )
         rng_tensors, rng_json = capture_rng()
-        tensors = {
-            "model": distributed.full_model_state(self.model),
-            "optimizer": opt_tensors,
-            "rng": rng_tensors,
-        }
+        model_state = distributed.model_state(self.model, whole=not sharded)
+        tensors = {"model": model_state, "optimizer": opt_tensors}
+        if distributed.is_main():  # the other ranks' generators follow (seed, step, rank)
+            tensors["rng"] = rng_tensors
         if self.ema is not None:
-            tensors["ema"] = distributed.full_tensors(self.ema.state_dict())
-        if not distributed.is_main():
+            tensors["ema"] = distributed.model_state(self.ema.module, whole=not sharded)
+        if not distributed.is_main() and not sharded:
             return self.run_dir / "checkpoints" / f"step-{self.step:08d}"
         state = {
             "step": self.step,
             "elapsed_s": self.elapsed_s + elapsed_now,
             "run": self.run_info,
             "train_config": {**self.config.to_dict(), **self.extra_config},
-            "schedule": dataclasses.asdict(self.schedule),
+            "schedule": (
+                dataclasses.asdict(self.schedule) if isinstance(self.schedule, ScheduleConfig)
+                else None
+            ),
+            "scheduler": self.scheduler.state_dict(),
             "optimizer": opt_skeleton,
             "data": self.batches.state_dict(),
             "rng": rng_json,
         }
+        if self.ema is not None:
+            state["ema"] = {"n_averaged": int(self.ema.n_averaged)}
         return save_checkpoint(
-            self.run_dir, self.step, tensors, state, keep=self.config.keep_checkpoints
+            self.run_dir, self.step, tensors, state, keep=self.config.keep_checkpoints,
+            sharded=sharded,
         )
 
     def scored_weights(self) -> dict[str, torch.Tensor]:
         """The weights a finished run is scored with (the EMA's when it keeps one), whole.
         With several processes every rank calls it (a sharded model is gathered)."""
-        if self.ema is not None:
-            return distributed.full_tensors(self.ema.state_dict())
-        return distributed.full_model_state(self.model)
+        return distributed.full_model_state(self.model if self.ema is None else self.ema.module)
 
     def _train_step(self) -> tuple[float, int]:
         """One optimizer step over ``grad_accum`` micro-batches; returns (mean loss, tokens)."""
-        lr = self.schedule(self.step + 1)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        lr = self._step_lr = self.optimizer.param_groups[0]["lr"]  # the scheduler's, for it
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         self._seed_other_ranks()
@@ -306,13 +342,13 @@ class Trainer:
             raise FloatingPointError(
                 f"training loss is {mean_loss} at step {self.step + 1}; try a lower lr ({lr:.3g})"
             )
-        if self.config.grad_clip > 0:
-            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self._grad_norm = _gradient_norm(self.model, self.config.grad_clip)
         self._call("on_before_update")
         self._boundary.phase = "update"
         self.optimizer.step()
         if self.ema is not None:
-            self.ema.update(self.model, self.step)  # the update's number: steps before it
+            self.ema.update_parameters(self.model)
+        self.scheduler.step()  # the next step's lr
         self.step += 1
         self._boundary.phase = "idle"
         return mean_loss, tokens
@@ -362,7 +398,8 @@ class Trainer:
         record = {
             "step": self.step,
             "loss": loss,
-            "lr": self.schedule(self.step),
+            "lr": self._step_lr,
+            "grad_norm": _as_float(self._grad_norm),
             "tokens_per_s": tokens / max(now - since, 1e-9),
             "elapsed_s": self.elapsed_s + now,
             **scores,
@@ -401,3 +438,68 @@ class Trainer:
         if distributed.rank() > 0:
             draws = random.Random(f"{self.config.seed}/{self.step}/{distributed.rank()}")
             torch.manual_seed(draws.getrandbits(63))
+
+    def _load_schedule(self, checkpoint: LoadedCheckpoint) -> None:
+        """The scheduler's state from ``checkpoint`` (after the optimizer's: its groups hold
+        the lr the scheduler goes on from). A checkpoint written before the schedules were
+        torch's has none: its schedule is rebuilt and stepped to the checkpoint's step."""
+        saved = checkpoint.state.get("scheduler")
+        if saved is None:
+            self.scheduler = replay_schedule(
+                lambda: _make_scheduler(self.schedule, self.optimizer), self.optimizer,
+                checkpoint.step,
+            )
+            return
+        check_scheduler_state(self.scheduler, saved, where="scheduler")
+        self.scheduler.load_state_dict(saved)
+
+
+def _make_scheduler(
+    schedule: ScheduleConfig | SchedulerFactory, optimizer: torch.optim.Optimizer
+) -> LRScheduler:
+    """``schedule``'s scheduler over ``optimizer``; TypeError unless it is a torch scheduler
+    whose state is JSON (a checkpoint keeps it so)."""
+    scheduler = schedule.build(optimizer) if isinstance(schedule, ScheduleConfig) else (
+        schedule(optimizer)
+    )
+    if not isinstance(scheduler, LRScheduler):
+        raise TypeError(
+            "schedule must be a ScheduleConfig or make a torch.optim.lr_scheduler.LRScheduler, "
+            f"got {type(scheduler).__name__}"
+        )
+    try:
+        json.dumps(scheduler.state_dict())
+    except (TypeError, ValueError) as err:
+        raise TypeError(
+            f"{type(scheduler).__name__}'s state_dict must be JSON (numbers, lists, dicts) to "
+            f"be checkpointed without pickle: {err}"
+        ) from None
+    return scheduler
+
+
+def _n_averaged(checkpoint: LoadedCheckpoint) -> int:
+    """The EMA's ``n_averaged`` a checkpoint saved; one written before the EMA was torch's
+    made one update per step after its initial weights: ``step + 1``."""
+    saved = checkpoint.state.get("ema", {"n_averaged": checkpoint.step + 1})
+    n = saved.get("n_averaged") if isinstance(saved, dict) else None
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"ema.n_averaged must be an int >= 1, got {n!r}")
+    return n
+
+
+def _gradient_norm(model: nn.Module, clip: float) -> torch.Tensor:
+    """The global norm of ``model``'s gradients before clipping (clipped to ``clip`` when it
+    is > 0), as a tensor: it is read only when a record is made."""
+    if clip > 0:
+        return nn.utils.clip_grad_norm_(model.parameters(), clip)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    return nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+
+
+def _as_float(value: torch.Tensor) -> float:
+    """A (possibly replicated ``DTensor``) scalar as a Python float."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(value, DTensor):
+        value = value.full_tensor()
+    return float(value)
