@@ -291,6 +291,8 @@ def _announce(args, train_cfg: TrainConfig, device: str) -> None:
 def _report(task_cls, summary) -> None:
     """What a finished run did, on stdout: steps and time, its held-out metric, its files, and
     what the task shows of its samples (an lm's continuations)."""
+    from addnorm.tasks.task import ReportsFigures
+
     metric = summary.metrics["metric"]  # the task's headline (its data may decide which)
     compiled = summary.metrics.get("compile_s")
     print(
@@ -307,4 +309,6 @@ def _report(task_cls, summary) -> None:
         + ("; TensorBoard: tensorboard --logdir " + str(summary.run_dir)
            if (summary.run_dir / "tensorboard").is_dir() else "")
     )
+    if isinstance(task_cls, ReportsFigures):  # quality in several figures (a dit on images)
+        print(task_cls.figures_text(summary.metrics), end="")
     print(task_cls.samples_text(summary.metrics["samples"]), end="")

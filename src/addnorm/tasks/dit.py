@@ -484,6 +484,29 @@ class DiTTask:
                 f"{', ...' if len(names) == RUN_SAMPLE_CLASSES else ''}): addnorm sample "
                 "--checkpoint RUN --class NAME --out grid.png draws them\n")
 
+    @staticmethod
+    def figures_text(metrics: Mapping[str, Any]) -> str:
+        """The quality figures of a run on a user's images, each beside what real held-out
+        images score (see :mod:`addnorm.tasks.image_quality`); nothing for the digits (their
+        headline says it)."""
+        if "precision_real" not in metrics:  # the digits: their judge has no manifolds
+            return ""
+        lines = []
+        if "judge_test_accuracy" in metrics:
+            lines.append("judge_test_accuracy: "
+                         f"{metrics['judge_test_accuracy']:.4f} (the class judge, trained on "
+                         "your train images, on the held-out ones)")
+        lines += [
+            f"frechet_distance: {metrics['frechet_distance']:.2f} (real held-out images vs "
+            f"train images: {metrics['frechet_distance_real']:.2f}; lower is better)",
+            f"precision: {metrics['precision']:.3f}, recall: {metrics['recall']:.3f} (real: "
+            f"{metrics['precision_real']:.3f}, {metrics['recall_real']:.3f})",
+            f"nearest_train_distance: {metrics['nearest_train_distance']:.2f} (real: "
+            f"{metrics['nearest_train_distance_real']:.2f}; far below it: copies of the "
+            "train images)",
+        ]
+        return "".join(line + "\n" for line in lines)
+
     @classmethod
     def from_config(cls, task_cfg: DiTTaskConfig) -> DiTTask:
         """The task a new run trains: the digits, or ``task_cfg.data`` (its headers read and

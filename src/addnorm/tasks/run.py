@@ -172,7 +172,10 @@ def resume_configs(
     saved = {**train_cfg.to_dict(), **task_cfg.to_dict()}
     allowed = (*RESUMABLE_FIELDS, *task_cfg.resumable)
     trainer_changes, task_changes = split_train_settings(type(task), overrides)
-    for name, value in {**trainer_changes, **task_changes}.items():
+    # A task field as its config keeps it (a data path made absolute), so that the same value
+    # spelt another way is no change.
+    kept = dataclasses.replace(task_cfg, **task_changes).to_dict()
+    for name, value in {**trainer_changes, **{k: kept[k] for k in task_changes}}.items():
         if name not in allowed and saved[name] != value:
             raise ValueError(
                 f"{name} cannot change when resuming (the checkpoint has "

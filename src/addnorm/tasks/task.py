@@ -53,6 +53,7 @@ __all__ = [
     "Sizing",
     "Task",
     "TaskConfig",
+    "ReportsFigures",
     "WritesRunFiles",
     "split_train_settings",
 ]
@@ -235,6 +236,18 @@ class WritesRunFiles(Protocol):
 
     def run_files(self) -> dict[str, str]:
         """File name -> UTF-8 text, e.g. ``{"data.json": ..., "tokenizer.json": ...}``."""
+        ...
+
+
+@runtime_checkable
+class ReportsFigures(Protocol):
+    """A task (class) whose finished run reports more held-out figures than its headline
+    (``addnorm train`` prints ``figures_text`` after the headline): the DiT on a user's
+    images, whose quality is several figures."""
+
+    @staticmethod
+    def figures_text(metrics: Mapping[str, Any]) -> str:
+        """Lines (each ending in a newline; "" for none) of a run's ``metrics.json``."""
         ...
 
 
