@@ -168,3 +168,30 @@ def test_a_file_that_fails_while_read_exits_1_with_one_line(tmp_path, capsys, mo
                           str(tmp_path / "run"))
     assert code == 1 and len(err) == 1, err
     assert "b/img2.png: cannot be read (Input/output error)" in err[0]
+
+
+@pytest.mark.slow
+def test_torchrun_with_data_equals_the_one_process_run(tmp_path):
+    """``torchrun -m addnorm train dit --data``: each rank keeps its rows of the global batch
+    the one process draws, the label dropout included, so the logged losses are the one
+    process's (to float32 summation order) and rank 0 reports once."""
+    from training.test_distributed import _train_cli
+
+    from addnorm.training.metrics import read_metrics
+
+    write_folder(tmp_path / "pics", {"ants": 8, "bees": 8, "wasps": 8}, size=8)
+    flags = ["--data", str(tmp_path / "pics"), "--preset", "DiT-digits-tiny", "--max-steps",
+             "8", "--eval-size", "6", "--batch-size", "8", "--log-every", "1"]
+    one = _train_cli(tmp_path / "one", "dit", *flags, nproc=1)
+    two = _train_cli(tmp_path / "two", "dit", *flags, nproc=2)
+    assert one.returncode == 0, one.stderr[-2000:]
+    assert two.returncode == 0, two.stderr[-2000:]
+    assert two.stdout.count("trained 8 steps") == 1
+    # The tolerance of the bundled tasks' equivalence test (test_distributed.py): float32
+    # means summed in another order, plus Adam's steps on rounding noise.
+    losses = [[r["loss"] for r in read_metrics(tmp_path / run / "metrics.jsonl")]
+              for run in ("one", "two")]
+    assert len(losses[0]) == len(losses[1]) == 8
+    for x, y in zip(*losses, strict=True):
+        assert abs(x - y) <= 1e-4 * abs(x), losses
+    assert json.loads((tmp_path / "two" / "metrics.json").read_text())["world_size"] == 2
