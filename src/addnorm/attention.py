@@ -20,6 +20,16 @@ the mask to their scores (``-inf + NaN = NaN``), so NaN or inf held by padding w
 reach every real query. Cross-attention zeroes the memory's padding rows before projecting
 them, so no gradient (inputs' or weights') sees those values either; self-attention zeroes the
 projected keys and values only, since padding queries keep their own outputs (as torch.nn's).
+
+Padding *queries* (``mask.query_padding``) are kept out of the backward pass, which runs every
+query row against every key: their output rows are held constant (detached, values unchanged),
+so a gradient arriving there, NaN included, stops before the kernel; and their non-finite
+query entries are set to 0 for the kernel (finite ones are used as they are), whose backward
+would otherwise multiply NaN weights of those rows into the real keys' gradients. Both apply
+only where gradients are recorded (under ``torch.no_grad()`` the kernel runs as before). So
+NaN or inf at padding positions reaches neither the real outputs nor the real inputs'
+gradients; like every position-wise Linear, the projections' weight gradients still sum over
+padding rows (``0 * NaN``), as LayerNorm's do (see :mod:`addnorm.norms`).
 """
 
 from __future__ import annotations
@@ -115,6 +125,38 @@ def hidden_keys(mask: AttentionMask) -> torch.Tensor | None:
     return ~live.any(dim=-2).unsqueeze(-1)  # (B|1, H|1, S, 1)
 
 
+def finite_padding_queries(q: torch.Tensor, query_padding: torch.Tensor | None) -> torch.Tensor:
+    """``q`` with the padding queries' NaN and inf entries replaced by 0 (``torch.where``).
+
+    Real queries, and finite padding queries, are returned as they are (bit for bit), so every
+    finite result is unchanged; a padding row holding NaN would make its attention weights NaN,
+    and the kernel's backward multiplies them (times a zero gradient) into every key's. Under
+    ``torch.no_grad()`` (inference) there is no backward pass, and ``q`` is returned as is.
+
+    Shapes:
+        q: (B, H, L, Dh); query_padding: (B, L) bool, True = padding
+        returns: (B, H, L, Dh)
+    """
+    if query_padding is None or not torch.is_grad_enabled():  # no backward pass to guard
+        return q
+    finite = q.detach().nan_to_num(0.0, posinf=0.0, neginf=0.0)  # padding rows get no gradient
+    return torch.where(query_padding[:, None, :, None], finite, q)  # (B, H, L, Dh)
+
+
+def held_padding_rows(heads: torch.Tensor, query_padding: torch.Tensor | None) -> torch.Tensor:
+    """The kernel's output with the padding queries' rows detached: the same values, but a
+    gradient arriving at those rows (NaN from padding downstream, say) stops there instead of
+    reaching the keys and values of real tokens through the kernel's backward.
+
+    Shapes:
+        heads: (B, H, L, Dh); query_padding: (B, L) bool, True = padding
+        returns: (B, H, L, Dh)
+    """
+    if query_padding is None or not torch.is_grad_enabled():
+        return heads
+    return torch.where(query_padding[:, None, :, None], heads.detach(), heads)  # (B, H, L, Dh)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head scaled dot-product attention, self or cross, through SDPA.
 
@@ -207,7 +249,7 @@ class MultiHeadAttention(nn.Module):
                 "pass either a prebuilt mask or padding_mask / attend_mask / causal, not both"
             )
         q, k, v = self._project(x, memory, cache, positions, mask)
-        return self._attend(q, k, v, mask)
+        return self._attend(finite_padding_queries(q, mask.query_padding), k, v, mask)
 
     def forward_with_weights(
         self,
@@ -231,6 +273,7 @@ class MultiHeadAttention(nn.Module):
         """
         mask = self._checked_mask(x, memory, cache, padding_mask, attend_mask, causal)
         q, k, v = self._project(x, memory, cache, positions, mask)
+        q = finite_padding_queries(q, mask.query_padding)
         return self._attend_with_weights(q, k, v, mask)
 
     def _checked_mask(
@@ -414,6 +457,7 @@ class MultiHeadAttention(nn.Module):
         return self._output(heads.to(v.dtype), mask), weights.to(v.dtype)
 
     def _output(self, heads: torch.Tensor, mask: AttentionMask) -> torch.Tensor:
+        heads = held_padding_rows(heads, mask.query_padding)  # (B, H, L, Dh)
         if mask.dead is not None:
             heads = heads.masked_fill(mask.dead, 0.0)
         merged = merge_heads(heads)  # (B, L, D)

@@ -19,6 +19,8 @@ Shapes legend: B batch, H heads, L queries, S keys, Dh head dim.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -30,11 +32,11 @@ EXPLICIT_MAX_SCORES = 2**24  # 32 MiB of bfloat16 scores
 def explicit_product_pays(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float
                           ) -> bool:
     """Whether the explicit bfloat16 product takes this call (see the module docstring)."""
-    wants_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad
-                                              or v.requires_grad)
-    scores = q.shape[:-1].numel() * k.shape[-2]
-    return (q.device.type == "cpu" and q.dtype == torch.bfloat16 and dropout_p == 0.0
-            and not wants_grad and scores <= EXPLICIT_MAX_SCORES)
+    if q.device.type != "cpu" or q.dtype != torch.bfloat16 or dropout_p != 0.0:
+        return False  # decided before any size is looked at: no guard on a traced batch size
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return False
+    return math.prod(q.shape[:-1]) * k.shape[-2] <= EXPLICIT_MAX_SCORES
 
 
 def scaled_dot_product(

@@ -50,7 +50,9 @@ class AttentionMask(NamedTuple):
             output row is zeroed (the out_proj bias is not added to an empty attention).
         is_causal: use SDPA's ``is_causal`` fast path (plain causal mask with L == S).
         query_padding: bool (B, L), True = padding query token (the norms of a layer leave it
-            out of their statistics), or None. Self-attention only: the last L keys.
+            out of their statistics; attention keeps it out of the backward pass), or None.
+            Self-attention: the last L keys; a Decoder's cross-attention mask carries the
+            target's.
         packing: set when the queries arrive packed, (1, N, D) (see :mod:`addnorm.packing`),
             and ``query_padding`` is None. With ``allowed`` None the mask is the padding
             alone: each row attends to its own packed tokens (:attr:`variable_length`, see

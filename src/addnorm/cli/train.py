@@ -184,6 +184,7 @@ def _train_here(args, device: str) -> int:
                 device=device,
                 progress=not args.quiet and sys.stderr.isatty(),
                 report_to=args.report_to,
+                progress_lines=not args.quiet and not _is_terminal(sys.stdout),
             )
     except RunDirError as err:  # another writer took the folder since the checks above
         raise UsageError(str(err)) from None
@@ -312,3 +313,11 @@ def _report(task_cls, summary) -> None:
     if isinstance(task_cls, ReportsFigures):  # quality in several figures (a dit on images)
         print(task_cls.figures_text(summary.metrics), end="")
     print(task_cls.samples_text(summary.metrics["samples"]), end="")
+
+
+def _is_terminal(stream) -> bool:
+    """Whether ``stream`` is a terminal (no stream, as with stdout closed, is none)."""
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False

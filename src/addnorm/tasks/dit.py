@@ -35,7 +35,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 import torch
 from torch import nn
@@ -114,6 +114,10 @@ class DiTTaskConfig(TaskConfig):
             none = the model's input_size: 8 by default, or the preset's).
         val_fraction: the share of each class's images held out for scoring, in (0, 0.5]
             (with data).
+        prediction: what the model learns to predict: v (the default, Salimans & Ho) or
+            epsilon, the noise (DiT's).
+        min_snr_gamma: the loss's Min-SNR-gamma weighting (Hang et al.; 5 is their value),
+            or none to weigh every step alike (DiT's loss).
     """
 
     resumable: ClassVar[tuple[str, ...]] = ("eval_size",)
@@ -122,9 +126,14 @@ class DiTTaskConfig(TaskConfig):
     data: str | None = None
     image_size: int | None = None
     val_fraction: float = DEFAULT_VAL_FRACTION
+    prediction: Literal["v", "epsilon"] = "v"
+    min_snr_gamma: float | None = 5.0
 
     def __post_init__(self) -> None:
         check_int("eval_size", self.eval_size, min_value=1)
+        check_choice("prediction", self.prediction, ("v", "epsilon"))
+        if self.min_snr_gamma is not None:
+            check_float("min_snr_gamma", self.min_snr_gamma, min_value=0.0, min_inclusive=False)
         if self.data is not None:
             if not isinstance(self.data, str) or not self.data:
                 raise TypeError(f"data must be a non-empty str or None, got {self.data!r}")
@@ -510,12 +519,14 @@ class DiTTask:
     @classmethod
     def from_config(cls, task_cfg: DiTTaskConfig) -> DiTTask:
         """The task a new run trains: the digits, or ``task_cfg.data`` (its headers read and
-        its files fingerprinted here; the pixels are decoded by ``check``); the diffusion's
-        defaults."""
+        its files fingerprinted here; the pixels are decoded by ``check``); its diffusion
+        predicts ``task_cfg.prediction`` with ``task_cfg.min_snr_gamma``'s weighting (1000
+        linear steps). Raises ValueError for a gamma whose weights underflow float32."""
+        diffusion = {"prediction": task_cfg.prediction, "min_snr_gamma": task_cfg.min_snr_gamma}
         if task_cfg.data is None:
-            return cls()
+            return cls(**diffusion)
         corpus = ImageCorpus.build(task_cfg.data, val_fraction=task_cfg.val_fraction)
-        return cls(data=corpus, image_size=task_cfg.image_size)
+        return cls(**diffusion, data=corpus, image_size=task_cfg.image_size)
 
     @staticmethod
     def config_from_dict(data: dict) -> DiTConfig:

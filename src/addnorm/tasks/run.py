@@ -47,6 +47,7 @@ from torch import nn
 from addnorm.tasks.registry import TASKS, task_class
 from addnorm.tasks.task import AnyTask, TaskConfig, WritesRunFiles, split_train_settings
 from addnorm.training import distributed
+from addnorm.training.callbacks import ProgressLines
 from addnorm.training.checkpoint import LoadedCheckpoint, load_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.logger import REPORT_TO, Logger, TensorBoardLogger, read_png
@@ -145,17 +146,34 @@ def _saved_schedule(checkpoint: LoadedCheckpoint) -> ScheduleConfig:
 
 
 def saved_train_configs(
-    task_cls: type[AnyTask], checkpoint: LoadedCheckpoint
+    task_cls: type[AnyTask], checkpoint: LoadedCheckpoint, task: AnyTask | None = None
 ) -> tuple[TrainConfig, TaskConfig]:
     """The trainer's and the task's configs a checkpoint of ``task_cls`` saved, both in its
     ``train_config`` (a checkpoint written before the task configs existed holds the task's
     fields among ``TrainConfig``'s, and maybe ``FORMER_FIELDS`` the task ignores: read so).
-    Raises ValueError or TypeError naming a field that is unknown or out of range."""
-    trainer, task = split_train_settings(task_cls, checkpoint.state["train_config"])
-    return (
-        TrainConfig.from_dict(trainer),
-        dataclasses.replace(task_cls.default_task_config(), **task),
-    )
+    A task config field the ``train_config`` lacks (written before the field existed) takes
+    the value of ``task``'s attribute of that name where it has one (the checkpoint's task,
+    which saved it in its own data: the DiT's ``prediction``), else the field's default.
+    Raises ``CheckpointError`` naming ``state.json`` if it has no ``train_config`` object or
+    one with a field that is unknown or out of range."""
+    where = checkpoint.path / "state.json"
+    saved = checkpoint.state.get("train_config")
+    if not isinstance(saved, dict):
+        raise CheckpointError(
+            f"{where} has no 'train_config' object (the run's trainer settings), so the run "
+            "cannot be continued exactly"
+        )
+    try:
+        trainer, own = split_train_settings(task_cls, saved)
+        defaults = task_cls.default_task_config()
+        older = {f.name: getattr(task, f.name) for f in dataclasses.fields(defaults)
+                 if f.name not in own and hasattr(task, f.name)}
+        return (
+            TrainConfig.from_dict(trainer),
+            dataclasses.replace(defaults, **{**older, **own}),
+        )
+    except (ValueError, TypeError) as err:
+        raise CheckpointError(f"{where}: train_config: {err}") from None
 
 
 def resume_configs(
@@ -168,7 +186,7 @@ def resume_configs(
     """
     task, model_cfg = task_of_checkpoint(checkpoint)
     _check_same_task(checkpoint, task, task_name)
-    train_cfg, task_cfg = saved_train_configs(type(task), checkpoint)
+    train_cfg, task_cfg = saved_train_configs(type(task), checkpoint, task)
     saved = {**train_cfg.to_dict(), **task_cfg.to_dict()}
     allowed = (*RESUMABLE_FIELDS, *task_cfg.resumable)
     trainer_changes, task_changes = split_train_settings(type(task), overrides)
@@ -200,12 +218,14 @@ def train_run(
     device: torch.device | str = "cpu",
     progress: bool = False,
     report_to: str = "jsonl",
+    progress_lines: bool = False,
 ) -> RunSummary:
     """Train ``task_name`` into ``run_dir``, then evaluate on held-out data (with the EMA
     weights when ``train_cfg.ema_decay > 0``) and store a few samples.
 
     ``task_cfg``: the task's own settings; None takes the task's defaults for a fresh run and
-    the checkpoint's for a resumed one.
+    the checkpoint's for a resumed one. ``progress``: a bar on stderr; ``progress_lines``:
+    plain lines on stdout instead, every ``log_every`` steps or 30 seconds (for a log file).
 
     A fresh run (``resume`` None) needs ``run_dir`` missing or empty, or holding an addnorm
     run and ``overwrite``: that run's own files are removed once the new model is built and on
@@ -235,7 +255,8 @@ def train_run(
         task, _ = task_of_checkpoint(resume)
         _check_same_task(resume, task, task_name)
         schedule = _saved_schedule(resume)
-        task_cfg = saved_train_configs(type(task), resume)[1] if task_cfg is None else task_cfg
+        if task_cfg is None:
+            task_cfg = saved_train_configs(type(task), resume, task)[1]
         _check_task_config(type(task), task_cfg)
     task.check(model_cfg, train_cfg, task_cfg)
     main = distributed.is_main()
@@ -270,6 +291,7 @@ def train_run(
             probe=task.probe(task_cfg),
             loggers=loggers,
             metrics_file=report_to != "none",
+            callbacks=[ProgressLines(every_steps=train_cfg.log_every)] if progress_lines else [],
         )
         try:
             if resume is not None:

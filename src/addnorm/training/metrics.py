@@ -5,7 +5,9 @@ A line that is not a metrics record (a torn line from a kill, an edit, bytes tha
 UTF-8, a line over ``MAX_LINE_BYTES``) never stops a run: ``read_metrics`` skips it, with a
 warning naming the first such line (a torn last line, the trace of a kill, is skipped quietly),
 and a resumed run rewrites the log with the records it keeps, so the log holds only records.
-A record is a JSON object with an int ``step`` >= 0 and numbers ``loss`` and ``lr``.
+A record is a JSON object with an int ``step`` >= 0 and numbers ``loss`` and ``lr``
+(``loss``: the mean of the steps' losses since the record before, so a curve of records is
+not one batch's noise).
 """
 
 from __future__ import annotations

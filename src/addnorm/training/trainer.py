@@ -75,6 +75,7 @@ from addnorm.training.state import (
 )
 from addnorm.training.step_boundary import StepBoundary
 from addnorm.training.stopping import STOP_SIGNALS, StopRequests
+from addnorm.utils.memory import describe_out_of_memory, is_out_of_memory
 
 __all__ = [  # (Probe, STOP_SIGNALS, make_optimizer, check_checkpoint_fits: from their modules)
     "STOP_SIGNALS",
@@ -221,6 +222,13 @@ class Trainer:
         self._clock = TrainingClock()
         self._window = (0, 0.0)  # tokens, and training seconds, since the last record
         self._step_lr, self._grad_norm = 0.0, torch.zeros(())  # the last step's
+        self._losses = (0.0, 0)  # the steps' losses summed since the last record, and count
+        self._fit_from_step = 0  # the step ``fit`` began at
+
+    @property
+    def step_lr(self) -> float:
+        """The learning rate the last step took (the scheduler's, read before its update)."""
+        return self._step_lr
 
     def load(self, checkpoint: LoadedCheckpoint) -> None:
         """Continue from ``checkpoint``: weights, optimizer, lr scheduler, EMA, step, RNG and
@@ -251,6 +259,8 @@ class Trainer:
             self.batches.load_state_dict(checkpoint.state["data"])
         with refusing(checkpoint.path / "rng.safetensors"):
             restore_rng(tensors["rng"], checkpoint.state["rng"])
+        with refusing(checkpoint.path / "state.json"):
+            self._losses = _loss_window(checkpoint.state.get("loss_window"))
         self.step = checkpoint.step
         self.elapsed_s = float(checkpoint.state.get("elapsed_s", 0.0))
         self.resumed_from = checkpoint.step
@@ -260,6 +270,7 @@ class Trainer:
         SIGTERM (:mod:`~addnorm.training.stopping`); an interrupt inside a step keeps what
         :mod:`~addnorm.training.step_boundary` says. Ends with a checkpoint of the last step."""
         loss, compile_s = None, None
+        self._fit_from_step = self.step  # a non-finite loss before any update: the weights
         with StopRequests(self.config.max_minutes) as stops:
             self._clock.start()
             self._window = (0, 0.0)
@@ -277,6 +288,10 @@ class Trainer:
                 if self._boundary.phase == "update":
                     return self._keep_newest_checkpoint(stops.stopped_by)
                 self._boundary.rewind(self.batches)
+            except (MemoryError, RuntimeError) as err:
+                if not is_out_of_memory(err):
+                    raise
+                raise MemoryError(self._out_of_memory(err)) from None
             finally:
                 self._boundary.phase = "idle"
                 self._call("on_fit_end")
@@ -317,6 +332,7 @@ class Trainer:
             "optimizer": opt_skeleton,
             "data": self.batches.state_dict(),
             "rng": rng_json,
+            "loss_window": {"sum": self._losses[0], "steps": self._losses[1]},
         }
         if self.ema is not None:
             state["ema"] = {"n_averaged": int(self.ema.n_averaged)}
@@ -339,9 +355,7 @@ class Trainer:
         self._call("on_step_start")
         mean_loss, tokens = self._gradients()
         if not math.isfinite(mean_loss):
-            raise FloatingPointError(
-                f"training loss is {mean_loss} at step {self.step + 1}; try a lower lr ({lr:.3g})"
-            )
+            raise FloatingPointError(self._non_finite_loss(mean_loss, lr))
         self._grad_norm = _gradient_norm(self.model, self.config.grad_clip)
         self._call("on_before_update")
         self._boundary.phase = "update"
@@ -352,6 +366,41 @@ class Trainer:
         self.step += 1
         self._boundary.phase = "idle"
         return mean_loss, tokens
+
+    def _out_of_memory(self, err: BaseException) -> str:
+        """An allocation that failed inside ``fit`` (past the estimates made before it, which
+        cannot see what other processes take meanwhile), in one line: the step, what could
+        not be allocated and the checkpoint kept (none is written for a step that failed)."""
+        newest = list_checkpoints(self.run_dir)
+        kept = f"{newest[-1]} is kept" if newest else "no checkpoint was written yet"
+        return (f"out of memory at step {self.step + 1} ({describe_out_of_memory(err)}); "
+                f"{kept}: train with a smaller batch_size or model, or free memory")
+
+    def _non_finite_loss(self, loss: float, lr: float) -> str:
+        """What a non-finite loss says: after updates of this ``fit``, the step size (lr); on
+        its first step, before any update, the weights it started from (a resumed
+        checkpoint's, which the lr cannot have broken), with the worst of them named."""
+        where = f"training loss is {loss} at step {self.step + 1}"
+        if self.step > self._fit_from_step:
+            return f"{where}; try a lower lr ({lr:.3g})"
+        worst, name = 0.0, ""
+        for key, tensor in self.model.state_dict().items():
+            local = tensor.to_local() if hasattr(tensor, "to_local") else tensor  # (sharded)
+            if local.is_floating_point() and local.numel():
+                top = float(local.detach().abs().max())
+                if not top <= worst:  # NaN wins too
+                    worst, name = top, key
+                if math.isnan(worst):
+                    break
+        largest = (f"NaN in {name}" if math.isnan(worst)
+                   else f"largest |weight| {worst:.3g}, in {name}")
+        if self.resumed_from is None:
+            return (f"{where}, before any update: the initial weights or the first batch give a "
+                    f"non-finite loss ({largest}), not the lr")
+        return (f"{where}, before any update of this run: the weights of its checkpoint "
+                f"step-{self.resumed_from:08d} (in {self.run_dir / 'checkpoints'}) give a "
+                f"non-finite loss ({largest}); they are broken, not the lr: continue from an "
+                "earlier checkpoint or train afresh")
 
     def _gradients(self) -> tuple[float, int]:
         """Forward and backward over the step's micro-batches, gradients accumulated (and
@@ -378,10 +427,15 @@ class Trainer:
         periodic checkpoint."""
         cfg = self.config
         self._window = (self._window[0] + tokens, self._window[1])
-        self._call("on_step_end", loss, tokens)
+        total, steps = self._losses[0] + loss, self._losses[1] + 1
         probing = self.probe is not None and self.probe.due(self.step, cfg.max_steps)
-        if probing or self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
-            self._log(loss, self._run_probe() if probing else {})
+        due = probing or self.step % cfg.log_every == 0 or self.step == cfg.max_steps
+        # A record closes the loss window at its step, written or not (an interrupt in
+        # on_step_end drops it): a resumed run's windows then match the uninterrupted run's.
+        self._losses = (0.0, 0) if due else (total, steps)
+        self._call("on_step_end", loss, tokens)
+        if due:
+            self._log(total / steps, self._run_probe() if probing else {})
         if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
             self.save(elapsed_now=self._clock.seconds())
 
@@ -392,7 +446,9 @@ class Trainer:
             return self.probe(self.model, self.ema)
 
     def _log(self, loss: float, scores: dict[str, float]) -> None:
-        """Make this step's metrics record and hand it to the callbacks' ``on_log``."""
+        """Make this step's metrics record and hand it to the callbacks' ``on_log``;
+        ``loss`` is the mean of the steps' losses since the record before (a resumed run's
+        sum carried over in its checkpoint's ``loss_window``, so the records are the same)."""
         now = self._clock.seconds()
         tokens, since = self._window
         record = {
@@ -503,3 +559,18 @@ def _as_float(value: torch.Tensor) -> float:
     if isinstance(value, DTensor):
         value = value.full_tensor()
     return float(value)
+
+def _loss_window(saved: object) -> tuple[float, int]:
+    """The ``loss_window`` of a checkpoint's state: the losses summed since the last record,
+    and how many; a checkpoint from before it kept none starts a new window. TypeError or
+    ValueError (turned into a ``CheckpointError`` naming the file) for any other value."""
+    if saved is None:
+        return 0.0, 0
+    if not isinstance(saved, dict) or set(saved) != {"sum", "steps"}:
+        raise ValueError(f"loss_window must be {{'sum': float, 'steps': int}}, got {saved!r}")
+    total, steps = saved["sum"], saved["steps"]
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"loss_window steps must be an int >= 0, got {steps!r}")
+    if isinstance(total, bool) or not isinstance(total, int | float) or not math.isfinite(total):
+        raise ValueError(f"loss_window sum must be a finite number, got {total!r}")
+    return float(total), steps

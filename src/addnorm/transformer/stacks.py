@@ -223,6 +223,8 @@ class Decoder(nn.Module):
             )
         elif memory_padding_mask is not None:
             raise ValueError("give memory_padding_mask or a built memory_mask, not both")
+        # the target's padding queries are kept out of the cross-attention's backward pass
+        memory_mask = memory_mask._replace(query_padding=mask.query_padding)
         for layer, layer_cache in zip(self.layers, caches, strict=True):
             x = layer(x, memory, mask, memory_mask, cache=layer_cache, positions=positions)
         return self.norm(x, padding_mask=mask.query_padding)
