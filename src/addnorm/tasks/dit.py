@@ -522,11 +522,10 @@ class DiTTask:
         its files fingerprinted here; the pixels are decoded by ``check``); its diffusion
         predicts ``task_cfg.prediction`` with ``task_cfg.min_snr_gamma``'s weighting (1000
         linear steps). Raises ValueError for a gamma whose weights underflow float32."""
-        diffusion = {"prediction": task_cfg.prediction, "min_snr_gamma": task_cfg.min_snr_gamma}
-        if task_cfg.data is None:
-            return cls(**diffusion)
-        corpus = ImageCorpus.build(task_cfg.data, val_fraction=task_cfg.val_fraction)
-        return cls(**diffusion, data=corpus, image_size=task_cfg.image_size)
+        corpus = None if task_cfg.data is None else ImageCorpus.build(
+            task_cfg.data, val_fraction=task_cfg.val_fraction)
+        return cls(prediction=task_cfg.prediction, min_snr_gamma=task_cfg.min_snr_gamma,
+                   data=corpus, image_size=task_cfg.image_size)
 
     @staticmethod
     def config_from_dict(data: dict) -> DiTConfig:
