@@ -64,7 +64,8 @@ def test_sample_writes_the_grid_and_the_array_the_task_draws(dit_run, tmp_path, 
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--class", "10"], "--class must be a digit 0-9, got 10"),
+        (["--class", "10"],
+         "--class must be one of the run's 10 classes (0, 1, 2, 3, 4, 5, 6, 7, 8, 9), got '10'"),
         (["--n", "0"], "--n must be from 1 to 10000, got 0"),
         (["--steps", "0"], "--steps must be >= 1"),
         (["--steps", "2000"], "--steps must be <= the diffusion's 1000 steps, got 2000"),

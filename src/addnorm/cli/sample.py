@@ -1,11 +1,14 @@
-"""``addnorm sample --out GRID.png``: digits drawn by a trained dit run, as a PNG grid for
-people and, with ``--save-array``, an (N, 8, 8) array on the digits' own 0..16 scale for
-programs.
+"""``addnorm sample --out GRID.png``: images drawn by a trained dit run, as a PNG grid for
+people and, with ``--save-array``, an array for programs: the digits as (N, 8, 8) on their own
+0..16 scale; a run on your images as uint8 0..255, (N, S, S) grayscale or (N, S, S, 3) colour
+(the layout ``--data FILE.npz`` takes). ``--class NAME`` names a class as the run does: a digit
+0-9, or your class folder's name (``addnorm info RUN`` lists them).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -20,9 +23,10 @@ def add_parser(subparsers) -> None:
     """Register ``addnorm sample``."""
     sample = subparsers.add_parser(
         "sample",
-        help="draw digits from a trained DiT",
-        description="Generate digits with a trained dit run: a PNG grid for people and, with "
-        "--save-array, an (N, 8, 8) array on the digits' own 0..16 scale for programs.",
+        help="draw images from a trained DiT",
+        description="Generate images with a trained dit run: a PNG grid for people and, with "
+        "--save-array, an array for programs: the digits as (N, 8, 8) on their own 0..16 "
+        "scale, your images as uint8 (N, S, S) or (N, S, S, 3).",
     )
     sample.add_argument(
         "--checkpoint", type=Path, default=Path("runs/dit"),
@@ -32,8 +36,9 @@ def add_parser(subparsers) -> None:
         "the dit task's own settings (1000 linear steps, v-prediction)",
     )
     sample.add_argument(
-        "--class", dest="digit", type=int, default=None,
-        help="the digit to draw, 0-9 (default: every class in turn)",
+        "--class", dest="class_name", metavar="NAME", default=None,
+        help="the class to draw, by the run's name for it: a digit 0-9, or your class "
+        "folder's name (default: every class in turn)",
     )
     sample.add_argument("--n", type=int, default=20, help="how many samples (default 20)")
     sample.add_argument(
@@ -46,8 +51,9 @@ def add_parser(subparsers) -> None:
         "1000) or ddpm (ancestral, on DiT's evenly divided steps: 0, 20, 41, ..., 999)",
     )
     sample.add_argument(
-        "--guidance", type=float, default=3.0,
-        help="classifier-free guidance scale, finite and >= 0; 1 = none (default 3.0)",
+        "--guidance", type=float, default=None,
+        help="classifier-free guidance scale, finite and >= 0; 1 = none (default 3.0; 1 for "
+        "a run on one class, which has no other to tell apart)",
     )
     sample.add_argument("--seed", type=seed, default=0,
                         help="seeds the starting noise (and ddpm's), 0 to 2**64 - 1")
@@ -55,29 +61,27 @@ def add_parser(subparsers) -> None:
                         help="the PNG grid to write (its folder is created)")
     sample.add_argument(
         "--save-array", type=Path, default=None, metavar="SAMPLES.npy",
-        help="also write the samples as an (N, 8, 8) float array, 0..16 scale (default: not "
-        "written)",
+        help="also write the samples: digits as an (N, 8, 8) float array on the 0..16 "
+        "scale, your images as uint8 (N, S, S) or (N, S, S, 3) (default: not written)",
     )
     sample.add_argument("--quiet", action="store_true", help="no progress bar")
     add_inference_flags(sample)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Draw digits from a dit run: a PNG grid, and the raw array with --save-array.
+    """Draw images from a dit run: a PNG grid, and the raw array with --save-array.
 
     Accepted: ``--steps`` 1 .. the run's diffusion steps with either method (every count has
-    its steps, :mod:`addnorm.diffusion.spacing`), ``--guidance`` finite and >= 0; anything
-    else exits 2 before the checkpoint is read (the steps' upper bound: once it is). Samples
-    that come out non-finite (a guidance scale far past any useful one) exit 1 with one line
-    and nothing written."""
+    its steps, :mod:`addnorm.diffusion.spacing`), ``--guidance`` finite and >= 0, ``--class``
+    one of the run's class names; anything else exits 2 before the checkpoint is read (the
+    steps' upper bound and the class: once it is). Samples that come out non-finite (a
+    guidance scale far past any useful one) exit 1 with one line and nothing written."""
     import numpy as np
     import torch
 
-    from addnorm.cli.grid import save_digit_grid
+    from addnorm.cli.grid import save_image_grid
     from addnorm.tasks.dit import SampleSettings
 
-    if args.digit is not None and not 0 <= args.digit <= 9:
-        raise UsageError(f"--class must be a digit 0-9, got {args.digit}")
     if not 1 <= args.n <= 10_000:
         raise UsageError(f"--n must be from 1 to 10000, got {args.n}")
     if args.out.suffix.lower() != ".png":
@@ -90,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
     if args.steps < 1:  # its upper bound, the run's diffusion steps, once the run is loaded
         raise UsageError(f"--steps must be >= 1, got {args.steps}")
     try:
-        settings = SampleSettings(steps=args.steps, method=args.method, guidance=args.guidance)
+        guidance = {} if args.guidance is None else {"guidance": args.guidance}
+        settings = SampleSettings(steps=args.steps, method=args.method, **guidance)
     except (ValueError, TypeError) as err:
         raise UsageError(f"--{str(err).replace('_', '-')}") from None
     task, model = load_task_model(args, "dit")
@@ -98,17 +103,23 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--steps must be <= the diffusion's {task.n_steps} steps, got {settings.steps}"
         )
-    if args.digit is None:
-        labels = torch.arange(args.n) % 10
+    if args.guidance is None:  # the run's own default: none for a single class
+        settings = dataclasses.replace(settings, guidance=task.sample_settings.guidance)
+    n_classes = len(task.class_names)
+    if args.class_name is None:
+        labels = torch.arange(args.n) % n_classes
     else:
-        labels = torch.full((args.n,), args.digit)
+        try:
+            labels = torch.full((args.n,), task.class_index(args.class_name))
+        except ValueError as err:
+            raise UsageError(f"--{err}") from None
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(args.seed)
     try:
         pixels = task.sample(
             model, labels, settings, generator=generator,
             progress=not args.quiet and sys.stderr.isatty(),
-        )  # (N, 8, 8), 0..16
+        )  # digits (N, 8, 8) on 0..16; your images uint8 (N, C, S, S)
     except FloatingPointError:  # the parser's main: one line, exit 1
         raise FloatingPointError(
             f"--guidance {settings.guidance:g} (--method {settings.method}, --steps "
@@ -118,9 +129,15 @@ def run(args: argparse.Namespace) -> int:
         ) from None
     title = f"{settings.method} {settings.steps} steps, guidance {settings.guidance:g}"
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    print(f"grid: {save_digit_grid(pixels, labels, args.out, title=title)}")
+    names = [task.class_names[int(c)] for c in labels]
+    grid = save_image_grid(pixels, names, args.out, vmax=task.pixel_max, title=title)
+    print(f"grid: {grid}")
     if args.save_array is not None:
+        array = pixels.numpy()
+        if array.ndim == 4:  # (N, C, S, S) -> the layout of image files
+            array = array[:, 0] if array.shape[1] == 1 else array.transpose(0, 2, 3, 1)
         args.save_array.parent.mkdir(parents=True, exist_ok=True)
-        np.save(args.save_array, pixels.numpy())
-        print(f"array: {args.save_array} {tuple(pixels.shape)}, 0..16 scale")
+        np.save(args.save_array, array)
+        print(f"array: {args.save_array} {tuple(array.shape)} {array.dtype}, "
+              f"0..{task.pixel_max:g} scale")
     return EXIT_OK

@@ -323,7 +323,9 @@ def _announce(args, train_cfg: TrainConfig, device: str) -> None:
 def _report(task_cls, summary) -> None:
     """What a finished run did, on stdout: steps and time, its held-out metric, its files, and
     what the task shows of its samples (an lm's continuations)."""
-    metric = task_cls.metric
+    from addnorm.tasks.task import ReportsFigures
+
+    metric = summary.metrics["metric"]  # the task's headline (its data may decide which)
     compiled = summary.metrics.get("compile_s")
     print(
         f"trained {summary.step} steps in {summary.elapsed_s:.0f} s "
@@ -342,6 +344,8 @@ def _report(task_cls, summary) -> None:
     watched = summary.run_dir / "watch.png"
     if watched.exists():
         print(f"inside the model: {watched} (addnorm info {summary.run_dir} summarises it)")
+    if isinstance(task_cls, ReportsFigures):  # quality in several figures (a dit on images)
+        print(task_cls.figures_text(summary.metrics), end="")
     print(task_cls.samples_text(summary.metrics["samples"]), end="")
 
 

@@ -4,7 +4,8 @@ pretrained model's ``tokenizer.json`` in ``pretrained_tokenizer``, and for a use
 ``HFTokenizer``: a byte-level BPE trained with ``tokenizers``, or a user's file), training
 batch sources, and a user's own data: text tokenized into a memory-mapped token file
 (``TokenCorpus``, ``TextWindows``), sentence pairs (``PairCorpus``, ``TranslationPairs``,
-``PairBatches``) and the record a run keeps of them (``fingerprint``: ``DataRecord``)."""
+``PairBatches``), images (``ImageCorpus``, ``ImageDataset``, ``ImageBatches``) and the record a
+run keeps of them (``fingerprint``: ``DataRecord``)."""
 
 from addnorm.data.batches import DateBatches, TextBatches
 from addnorm.data.dates import FORMATS, format_date, random_examples
@@ -15,6 +16,7 @@ from addnorm.data.fingerprint import (
     DataRecord,
 )
 from addnorm.data.hf_tokenizer import HFTokenizer
+from addnorm.data.images import ImageBatches, ImageCorpus, ImageDataset
 from addnorm.data.pairs import PairBatches, PairCorpus, TranslationPairs
 from addnorm.data.text import TextCorpus
 from addnorm.data.token_corpus import TextWindows, TokenCorpus
@@ -29,6 +31,9 @@ __all__ = [
     "DataRecord",
     "DateBatches",
     "HFTokenizer",
+    "ImageBatches",
+    "ImageCorpus",
+    "ImageDataset",
     "PairBatches",
     "PairCorpus",
     "TextBatches",

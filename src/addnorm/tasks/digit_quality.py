@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from addnorm.data.digits import MAX_PIXEL, load_digits
+from addnorm.tasks.image_quality import frechet_distance as _frechet
 
 __all__ = ["DigitJudge", "digit_judge"]
 
@@ -35,17 +36,6 @@ _PCA_DIMS = 16
 def _flat(pixels: torch.Tensor) -> np.ndarray:
     """(N, 8, 8) pixels on the 0..16 scale as (N, 64) float64 in [0, 1]."""
     return pixels.reshape(pixels.shape[0], -1).double().numpy() / MAX_PIXEL
-
-
-def _frechet(a: np.ndarray, b: np.ndarray) -> float:
-    """``|mu_a - mu_b|^2 + Tr(S_a + S_b - 2 (S_a S_b)^(1/2))`` of two feature sets (N, F)."""
-    from scipy import linalg
-
-    mu_a, mu_b = a.mean(axis=0), b.mean(axis=0)
-    cov_a, cov_b = np.cov(a, rowvar=False), np.cov(b, rowvar=False)
-    root = linalg.sqrtm(cov_a @ cov_b)
-    root = np.real(root)  # numerical noise can leave tiny imaginary parts
-    return float(((mu_a - mu_b) ** 2).sum() + np.trace(cov_a + cov_b - 2.0 * root))
 
 
 def _nearest_distance(queries: np.ndarray, references: np.ndarray) -> float:

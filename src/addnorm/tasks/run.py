@@ -8,7 +8,7 @@ the held-out figures and pictures of the loss curve, the quality figure and the 
 ``--watch`` ``watch.jsonl`` and ``watch.png`` (per-layer measurements,
 :mod:`addnorm.training.watch`) and, after a run that was not stopped by a signal,
 ``metrics.json`` (the held-out figures: ``test_exact_match`` for translate, ``val_bpc`` for lm,
-``class_agreement`` and its companions for dit;
+``class_agreement`` and its companions for dit, the headline's key under ``"metric"``;
 ``"weights"``: ``"ema"`` when the run kept an EMA of its weights (``ema_decay > 0``) and was
 scored with it, else ``"raw"``; ``"samples"``: a few held-out predictions for translate, text
 continuations for lm, one generated digit per class for dit). A run on a user's files also
@@ -192,7 +192,10 @@ def resume_configs(
     saved = {**train_cfg.to_dict(), **task_cfg.to_dict()}
     allowed = (*RESUMABLE_FIELDS, *task_cfg.resumable)
     trainer_changes, task_changes = split_train_settings(type(task), overrides)
-    for name, value in {**trainer_changes, **task_changes}.items():
+    # A task field as its config keeps it (a data path made absolute), so that the same value
+    # spelt another way is no change.
+    kept = dataclasses.replace(task_cfg, **task_changes).to_dict()
+    for name, value in {**trainer_changes, **{k: kept[k] for k in task_changes}}.items():
         if name not in allowed and saved[name] != value:
             raise ValueError(
                 f"{name} cannot change when resuming (the checkpoint has "
@@ -366,6 +369,7 @@ def _finish(
     if result.stopped_by not in STOP_SIGNALS.values():
         metrics = {
             "task": task.name,
+            "metric": task.metric,
             "step": result.step,
             "train_loss": result.loss,
             "stopped_by": result.stopped_by,

@@ -53,6 +53,7 @@ __all__ = [
     "Sizing",
     "Task",
     "TaskConfig",
+    "ReportsFigures",
     "WritesRunFiles",
     "split_train_settings",
 ]
@@ -121,7 +122,8 @@ class Task(Protocol[ModelConfigT, ModelT, TaskConfigT]):
     Attributes:
         name: the task's name (``addnorm train NAME``, a checkpoint's ``run.task``).
         description: one line for ``addnorm train --help``.
-        metric: the key of the headline figure of ``evaluate_run``.
+        metric: the key of the headline figure of ``evaluate_run`` (a class attribute, or a
+            property where the data decides: a DiT on one class has no class agreement).
         owned_fields: the model config fields ``prepare`` sets (vocabulary sizes, special
             ids, image size ...), never a flag or a config file.
         loss_label: the y label of the loss curve.
@@ -129,9 +131,13 @@ class Task(Protocol[ModelConfigT, ModelT, TaskConfigT]):
 
     name: ClassVar[str]
     description: ClassVar[str]
-    metric: ClassVar[str]
     owned_fields: ClassVar[frozenset[str]]
     loss_label: str
+
+    @property
+    def metric(self) -> str:
+        """The key of the headline figure of ``evaluate_run``."""
+        ...
 
     @staticmethod
     def default_model_config() -> ModelConfigT:
@@ -230,6 +236,18 @@ class WritesRunFiles(Protocol):
 
     def run_files(self) -> dict[str, str]:
         """File name -> UTF-8 text, e.g. ``{"data.json": ..., "tokenizer.json": ...}``."""
+        ...
+
+
+@runtime_checkable
+class ReportsFigures(Protocol):
+    """A task (class) whose finished run reports more held-out figures than its headline
+    (``addnorm train`` prints ``figures_text`` after the headline): the DiT on a user's
+    images, whose quality is several figures."""
+
+    @staticmethod
+    def figures_text(metrics: Mapping[str, Any]) -> str:
+        """Lines (each ending in a newline; "" for none) of a run's ``metrics.json``."""
         ...
 
 

@@ -209,7 +209,8 @@ def plot_quality(
 
 def draw_samples(samples: list[dict], *, title: str = "") -> np.ndarray:
     """A run's samples (``metrics.json``'s ``"samples"``) as one (H, W, 3) uint8 picture:
-    images (a ``"pixels"`` grid each, 0..16, labelled by their ``"class"``) side by side, or
+    images (a ``"pixels"`` grid each, 0..16, or 0..``"max"`` where a sample names its scale,
+    labelled by their ``"class"``) side by side, or
     else the samples' text, one line each (``input -> prediction (answer)``, or every field).
     Drawn on a bare ``Figure`` with an Agg canvas."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -220,7 +221,15 @@ def draw_samples(samples: list[dict], *, title: str = "") -> np.ndarray:
         fig = Figure(figsize=(1.2 * len(images), 1.6), layout="constrained")
         axes = fig.subplots(1, len(images), squeeze=False)[0]
         for ax, sample in zip(axes, images, strict=True):
-            ax.imshow(np.asarray(sample["pixels"], dtype=float), cmap="gray_r", vmin=0, vmax=16)
+            pixels = np.asarray(sample["pixels"], dtype=float)
+            if "max" in sample:  # a user's images: (S, S) gray or (S, S, 3) colour, 0..max
+                top = float(sample["max"])
+                if pixels.ndim == 3:
+                    ax.imshow(np.clip(pixels / top, 0.0, 1.0))
+                else:
+                    ax.imshow(pixels, cmap="gray", vmin=0, vmax=top)
+            else:  # the digits: dark ink on light, 0..16
+                ax.imshow(pixels, cmap="gray_r", vmin=0, vmax=16)
             ax.set_title(str(sample.get("class", "")), fontsize=9)
             ax.set_axis_off()
         if title:

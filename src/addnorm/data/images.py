@@ -1,0 +1,667 @@
+"""A user's images for the Diffusion Transformer: a folder in the ImageFolder convention or an
+``.npz`` file, decoded by Pillow, split into train and held-out images by a recorded rule.
+
+- A folder: one subfolder per class (its name is the class's name; images below it at any
+  depth belong to it), or images directly in the folder: one class, named after the folder
+  (unconditional). A folder that holds both is refused. Files are images by their suffix,
+  any format Pillow opens (``.png``, ``.jpg``, ``.gif``, ``.bmp``, ``.webp``, ``.tif`` ...);
+  other files are left out (counted in the record); names starting with "." are skipped.
+  A glob (``"pics/*/*.png"``) works as the folder its fixed part names.
+- An ``.npz`` file (``numpy.savez``): an ``images`` array, (N, H, W) grayscale or (N, H, W, C)
+  / (N, C, H, W) with C 1 or 3, of ``uint8`` (or integers 0..255, or floats in [0, 1],
+  rounded to 0..255), and an optional ``labels`` array (N,) of integers or strings: the
+  classes are its distinct values, sorted, named by their text.
+
+Images are kept as found, grayscale (one channel) or colour (RGB, three): Pillow's modes
+``1``, ``L`` and ``LA`` are grayscale; ``RGB``, ``RGBA``, ``RGBX``, ``P`` (palette), ``PA``,
+``CMYK`` and ``YCbCr`` are colour; transparency is dropped. A data set of both kinds is
+refused (``images of mixed modes``), and so are 16-bit and floating-point images (modes
+``I``, ``I;16``, ``F``). Each image is center-cropped to a square and resized to the image
+size (``PIL.ImageOps.fit``, bicubic, which anti-aliases when it shrinks; a large JPEG is
+first decoded at a reduced scale no smaller than the image size, Pillow's draft mode).
+
+:meth:`ImageCorpus.build` reads the names, classes, modes and sizes (the images' headers
+only) and fingerprints the files (:mod:`addnorm.data.fingerprint`); the pixels are decoded
+on first use at the size asked for (:meth:`ImageCorpus.pixels`), into memory (N * C * S * S
+bytes: 400 images of 32 x 32 RGB are 1.2 MB), once per size. Held out: in each class, the
+``round(val_fraction * n)`` images (at least 1, at most n - 1) whose names' CRC-32 is
+smallest (a folder's: the file's path below the folder; an npz's: ``images[i]``), the same
+in every process and run, so each class needs at least 2 images.
+
+Bad data raises one :class:`~addnorm.data.fingerprint.DataError` naming the path, and the
+file where one is to blame: a missing or empty path, a folder with no images, images of
+mixed or unsupported modes, an image Pillow cannot decode (damaged, truncated or not an
+image at all: found from its header when the data is read, or when it is decoded), a class
+with one image, an npz without ``images`` or with labels that do not match them. A file
+that cannot be read, or changes while it is read, raises
+:class:`~addnorm.data.fingerprint.DataReadError` (an ``OSError``).
+
+:class:`ImageDataset` is a ``torch.utils.data.Dataset`` of one split at one size, for a
+``DataLoader``; :class:`ImageBatches` is the trainer's batch source for the DiT (images,
+labels, timesteps, noise and the label-dropout draw, all from its own generator).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import warnings
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from addnorm.data.batches import _rng_state, _set_rng_state
+from addnorm.data.fingerprint import (
+    DataChangedError,
+    DataError,
+    DataFingerprint,
+    DataReadError,
+    DataRecord,
+    absolute_path,
+    fingerprint_files,
+    is_glob,
+    resolve_data_files,
+)
+from addnorm.utils.checks import check_choice, check_float, check_int, check_probability
+
+__all__ = [
+    "COLOUR_MODES",
+    "DEFAULT_VAL_FRACTION",
+    "GRAY_MODES",
+    "ImageBatches",
+    "ImageCorpus",
+    "ImageDataset",
+    "image_suffixes",
+    "to_model_scale",
+    "to_pixels",
+]
+
+GRAY_MODES = frozenset({"1", "L", "LA", "La"})
+COLOUR_MODES = frozenset({"RGB", "RGBA", "RGBa", "RGBX", "P", "PA", "CMYK", "YCbCr"})
+DEFAULT_VAL_FRACTION = 0.2
+# The largest image side an npz or a resize may ask for (a DiT of that size is far past any
+# machine's memory; the bound keeps the decoded array's size a plain number).
+MAX_IMAGE_SIZE = 4096
+_SPLITS = ("train", "val")
+# Corpora built in this process, by their files and settings: planning a run, sizing it and
+# running it each ask for the task's corpus, whose pixels are then decoded once.
+_BUILT: dict[str, ImageCorpus] = {}
+_MAX_BUILT = 4
+_SHOWN = 3  # examples named in a message
+_UNDECODABLE = "cannot be decoded as an image (damaged, truncated, or not a format Pillow reads)"
+
+
+def to_model_scale(pixels: torch.Tensor) -> torch.Tensor:
+    """0..255 pixels (uint8) as the DiT's [-1, 1] float32: ``x = pixels / 127.5 - 1``."""
+    return pixels.float() / 127.5 - 1.0
+
+
+def to_pixels(x: torch.Tensor) -> torch.Tensor:
+    """The DiT's scale back to 0..255 pixels, rounded and clipped, as uint8."""
+    return ((x.float() + 1.0) * 127.5).round().clamp(0.0, 255.0).to(torch.uint8)
+
+
+@lru_cache(maxsize=1)
+def image_suffixes() -> frozenset[str]:
+    """The file suffixes (lower case, with the dot) of the formats Pillow can open."""
+    from PIL import Image
+
+    Image.init()
+    return frozenset(ext.lower() for ext, fmt in Image.registered_extensions().items()
+                     if fmt in Image.OPEN)
+
+
+def _is_image_name(path: Path) -> bool:
+    return path.suffix.lower() in image_suffixes()
+
+
+@dataclass(frozen=True)
+class _Header:
+    """What an image's header says: its Pillow mode and its width and height."""
+
+    mode: str
+    size: tuple[int, int]
+
+
+class ImageCorpus:
+    """A user's images: their classes, labels, mode and held-out split, the record of their
+    files, and their pixels at any size (decoded on first use).
+
+    Build one with :meth:`build` (or :meth:`reopen`, from a run's record).
+
+    Attributes:
+        classes: the class names, in id order (a folder's subfolders, sorted; an npz's
+            distinct labels, sorted; one class: the folder's or file's name).
+        labels: (N,) int64 class ids, in the images' order (by name; an npz's own order).
+        names: (N,) each image's name (its path below the folder, or ``images[i]``).
+        mode: ``"L"`` (grayscale) or ``"RGB"``; ``channels`` is 1 or 3.
+        train_index, val_index: the images of each split (sorted positions).
+        record: the files, split and classes (:class:`DataRecord`).
+    """
+
+    def __init__(
+        self,
+        *,
+        names: Sequence[str],
+        labels: np.ndarray,
+        classes: Sequence[str],
+        mode: str,
+        record: DataRecord,
+        val_fraction: float,
+        files: Sequence[Path] = (),
+        root: Path | None = None,
+        array: np.ndarray | None = None,
+    ) -> None:
+        self.names, self.classes = tuple(names), tuple(classes)
+        self.labels = np.asarray(labels, dtype=np.int64)
+        self.mode, self.record = mode, record
+        self.channels = 1 if mode == "L" else 3
+        self._files, self._root, self._array = list(files), root, array
+        self.train_index, self.val_index = _split(self.names, self.labels, val_fraction)
+        self._pixels: dict[int, torch.Tensor] = {}
+
+    # ---------------------------------------------------------------- building and opening
+
+    @classmethod
+    def build(
+        cls, path: str | os.PathLike, *, val_fraction: float = DEFAULT_VAL_FRACTION,
+        what: str = "data",
+    ) -> ImageCorpus:
+        """The images at ``path``: a folder (or glob) of image files, or an ``.npz`` file
+        (see the module docstring). Reads the headers only; the pixels come with
+        :meth:`pixels`. Raises :class:`DataError` (messages start with ``what`` and the
+        path) for data that cannot be used, :class:`DataReadError` for a file that cannot be
+        read."""
+        _check_val_fraction(val_fraction)
+        root, files = _resolve(path, what)
+        fingerprint = fingerprint_files(files, root)
+        key = repr((absolute_path(path), fingerprint.digest, val_fraction))
+        if key in _BUILT:
+            return _BUILT[key]
+        if os.path.isfile(absolute_path(path)):  # _resolve takes no other file
+            corpus = cls._from_npz(path, files[0], fingerprint, val_fraction, what)
+        else:
+            corpus = cls._from_folder(path, root, files, fingerprint, val_fraction, what)
+        if len(_BUILT) >= _MAX_BUILT:
+            _BUILT.pop(next(iter(_BUILT)))
+        _BUILT[key] = corpus
+        return corpus
+
+    @classmethod
+    def reopen(cls, record: DataRecord) -> ImageCorpus:
+        """The images ``record`` describes (a run's). Raises :class:`DataChangedError` naming
+        what changed if the files no longer fingerprint as recorded (or are gone)."""
+        try:
+            fraction = float(record.split["val_fraction"])
+            root, files = _resolve(record.path, "data")
+        except DataError as err:
+            raise DataChangedError(
+                f"{record.path}: the files the run recorded cannot be read any more ({err}); "
+                "a resumed run must train on the same files"
+            ) from None
+        except (KeyError, TypeError, ValueError) as err:
+            raise DataChangedError(f"{record.path}: the run's data record is damaged: {err!r}"
+                                   ) from None
+        record.check_unchanged(fingerprint_files(files, root))
+        return cls.build(record.path, val_fraction=fraction)
+
+    @classmethod
+    def _from_folder(
+        cls, path: str | os.PathLike, root: Path, files: list[Path],
+        fingerprint: DataFingerprint, val_fraction: float, what: str,
+    ) -> ImageCorpus:
+        where = f"{what} {os.fspath(path)}"
+        names = [f.relative_to(root).as_posix() for f in files]
+        top = [n for n in names if "/" not in n]
+        nested = [n for n in names if "/" in n]
+        if top and nested:
+            raise DataError(
+                f"{where}: holds images both at its top ({_examples(top)}) and in class "
+                f"folders ({_examples(sorted({n.split('/')[0] + '/' for n in nested}))}); put "
+                "every image in a class folder, or all at the top for one class"
+            )
+        if nested:
+            classes = sorted({n.split("/")[0] for n in names})
+            index = {c: i for i, c in enumerate(classes)}
+            labels = np.array([index[n.split("/")[0]] for n in names], dtype=np.int64)
+        else:
+            classes = [root.name or "images"]
+            labels = np.zeros(len(names), dtype=np.int64)
+        _check_class_sizes(where, classes, labels, names)
+        headers = [_read_header(f) for f in files]
+        mode = _common_mode(where, names, headers)
+        record = _record(path, fingerprint, "folder", classes, labels, mode, val_fraction,
+                         ignored=_count_other_files(path, len(files)))
+        return cls(names=names, labels=labels, classes=classes, mode=mode, record=record,
+                   val_fraction=val_fraction, files=files, root=root)
+
+    @classmethod
+    def _from_npz(
+        cls, path: str | os.PathLike, file: Path, fingerprint: DataFingerprint,
+        val_fraction: float, what: str,
+    ) -> ImageCorpus:
+        where = f"{what} {os.fspath(path)}"
+        images, raw_labels = _read_npz(file, where)
+        n = images.shape[0]
+        if raw_labels is None:
+            classes = [file.stem or "images"]
+            labels = np.zeros(n, dtype=np.int64)
+        else:
+            values, labels = np.unique(raw_labels, return_inverse=True)
+            classes = [str(v) for v in values.tolist()]
+            if len(set(classes)) != len(classes):  # e.g. 1 and 1.0 in a float array
+                raise DataError(f"{where}: its labels {_examples(classes)} do not name "
+                                "distinct classes")
+            labels = labels.reshape(-1).astype(np.int64)
+        names = [f"images[{i}]" for i in range(n)]
+        _check_class_sizes(where, classes, labels, names)
+        mode = "L" if images.shape[-1] == 1 else "RGB"
+        record = _record(path, fingerprint, "npz", classes, labels, mode, val_fraction)
+        return cls(names=names, labels=labels, classes=classes, mode=mode, record=record,
+                   val_fraction=val_fraction, array=images)
+
+    # ---------------------------------------------------------------- the images
+
+    @property
+    def n_classes(self) -> int:
+        """How many classes (1: unconditional)."""
+        return len(self.classes)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def pixels(self, image_size: int, *, progress: bool = True) -> torch.Tensor:
+        """Every image at ``image_size`` x ``image_size`` as uint8 (N, C, S, S), decoded on
+        the first call for that size (a progress bar on a terminal). Raises
+        :class:`DataError` naming an image Pillow cannot decode and :class:`DataReadError`
+        for a file that cannot be read or changed since it was fingerprinted."""
+        check_int("image_size", image_size, min_value=1)
+        if image_size > MAX_IMAGE_SIZE:
+            raise ValueError(f"image_size ({image_size}) must be <= {MAX_IMAGE_SIZE}")
+        if image_size not in self._pixels:
+            if len(self._pixels) >= 2:  # one size a run trains at, and one more at most
+                self._pixels.pop(next(iter(self._pixels)))
+            self._pixels[image_size] = self._decode(image_size, progress)
+        return self._pixels[image_size]
+
+    def split(self, split: str, image_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``"train"`` or ``"val"`` (held-out) images as uint8 (n, C, S, S) and their
+        labels (n,) int64."""
+        check_choice("split", split, _SPLITS)
+        index = torch.from_numpy(self.train_index if split == "train" else self.val_index)
+        return self.pixels(image_size)[index], torch.from_numpy(self.labels)[index]
+
+    def _decode(self, size: int, progress: bool) -> torch.Tensor:
+        out = np.empty((len(self), self.channels, size, size), dtype=np.uint8)
+        if self._array is not None:
+            if self._array.shape[1:3] == (size, size):  # already square at this size: exact
+                return torch.from_numpy(np.ascontiguousarray(self._array.transpose(0, 3, 1, 2)))
+            for i, image in enumerate(self._array):
+                out[i] = _fit(_array_image(image), size, self.mode)
+            return torch.from_numpy(out)
+        from tqdm import tqdm
+
+        assert self._root is not None
+        for i, file in enumerate(tqdm(self._files, desc="decoding images", unit="image",
+                                      disable=None if progress else True, leave=False)):
+            out[i] = _fit(_decode_file(file, size), size, self.mode)
+        now = fingerprint_files(self._files, self._root)
+        if now.digest != self.record.fingerprint.digest:
+            changed = "; ".join(self.record.fingerprint.changes(now)[:_SHOWN])
+            raise DataReadError(f"{self.record.path}: changed while it was read ({changed})")
+        return torch.from_numpy(out)
+
+    def __repr__(self) -> str:
+        return (f"ImageCorpus({self.record.path!r}, {len(self)} {self.mode} images, "
+                f"classes={list(self.classes)[:_SHOWN]}{'...' if self.n_classes > _SHOWN else ''}"
+                f", train={len(self.train_index)}, held_out={len(self.val_index)})")
+
+
+def _check_val_fraction(val_fraction: float) -> float:
+    """``val_fraction`` checked: in (0, 0.5]."""
+    return check_float("val_fraction", val_fraction, min_value=0.0, min_inclusive=False,
+                       max_value=0.5)
+
+
+def _resolve(path: str | os.PathLike, what: str) -> tuple[Path, list[Path]]:
+    """``(root, files)``: the image files of a folder or glob, or ``[file]`` for an npz."""
+    where = f"{what} {os.fspath(path)}"
+    text = absolute_path(path)
+    if not is_glob(text) and os.path.isfile(text):
+        if Path(text).suffix.lower() != ".npz":
+            raise DataError(f"{where}: not a folder of images or an .npz file (a single "
+                            "image is one example; a class needs at least 2)")
+        root, files = resolve_data_files(path, what=what)
+        if files[0].stat().st_size == 0:
+            raise DataError(f"{where}: is empty (0 bytes)")
+        return root, files
+    try:
+        return resolve_data_files(path, what=what, accept=_is_image_name, kinds="image files")
+    except DataError as err:
+        others = _other_files(text)
+        if not others:
+            raise
+        shown = ", ".join(o.name for o in others[:_SHOWN])
+        raise DataError(
+            f"{err} ({len(others)} other file{'s' if len(others) > 1 else ''}: {shown}"
+            f"{', ...' if len(others) > _SHOWN else ''}; images are files Pillow opens: "
+            ".png, .jpg, .gif, .bmp, .webp, .tif, ...)"
+        ) from None
+
+
+def _other_files(text: str) -> list[Path]:
+    """The files (not images) a folder or glob holds, for a message; [] if none."""
+    try:
+        return resolve_data_files(text)[1]
+    except DataError:
+        return []
+
+
+def _count_other_files(path: str | os.PathLike, n_images: int) -> int:
+    return max(len(_other_files(absolute_path(path))) - n_images, 0)
+
+
+def _examples(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:_SHOWN])
+    return shown + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
+
+
+def _check_class_sizes(where: str, classes: Sequence[str], labels: np.ndarray,
+                       names: Sequence[str]) -> None:
+    """Every class needs an image to train on and one to hold out."""
+    small = np.flatnonzero(np.bincount(labels, minlength=len(classes)) < 2).tolist()
+    if small:
+        first = next(n for n, label in zip(names, labels.tolist(), strict=True)
+                     if label == small[0])
+        which = "class" if len(classes) > 1 else "its one class"
+        raise DataError(
+            f"{where}: {which} {classes[small[0]]!r} holds one image ({first}); every class "
+            "needs at least 2 (one to train on, one held out)"
+            + (f" ({len(small) - 1} more such classes)" if len(small) > 1 else "")
+        )
+
+
+def _read_header(file: Path) -> _Header:
+    """The mode and size of an image file, from its header. A file that cannot be read:
+    :class:`DataReadError`; one that is not an image Pillow opens: :class:`DataError`."""
+    from PIL import Image
+
+    try:
+        with open(file, "rb") as f, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(f) as image:
+                return _Header(image.mode, image.size)
+    except OSError as err:
+        if err.errno is not None:  # the system's read failed: not the image's fault
+            raise DataReadError(f"{file}: cannot be read ({err.strerror or err})") from None
+        raise DataError(f"{file}: {_UNDECODABLE} ({_reason(err)})") from None
+    except Exception as err:  # Pillow's parsers raise many kinds on damaged headers
+        raise DataError(f"{file}: {_UNDECODABLE} ({_reason(err)})") from None
+
+
+def _reason(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def _kind(mode: str) -> str | None:
+    return "grayscale" if mode in GRAY_MODES else "colour" if mode in COLOUR_MODES else None
+
+
+def _common_mode(where: str, names: Sequence[str], headers: Sequence[_Header]) -> str:
+    """``"L"`` or ``"RGB"``: the one kind of every image; DataError for an unsupported mode or
+    images of both kinds."""
+    by_kind: dict[str, list[str]] = {}
+    for name, header in zip(names, headers, strict=True):
+        kind = _kind(header.mode)
+        if kind is None:
+            raise DataError(
+                f"{where}: {name} has mode {header.mode} (16-bit, floating-point or another "
+                f"kind Pillow keeps apart); convert it to 8-bit grayscale (L) or colour (RGB)"
+            )
+        by_kind.setdefault(kind, []).append(f"{name} ({header.mode})")
+    if len(by_kind) > 1:
+        parts = "; ".join(f"{len(v)} {k} (e.g. {v[0]})" for k, v in sorted(by_kind.items()))
+        raise DataError(
+            f"{where}: images of mixed modes: {parts}; a model takes one kind: convert them "
+            "all to grayscale (L) or all to colour (RGB)"
+        )
+    return "L" if "grayscale" in by_kind else "RGB"
+
+
+def _decode_file(file: Path, size: int):
+    """The image in ``file``, decoded (at a reduced scale no smaller than ``size`` where the
+    format allows: Pillow's draft). :class:`DataReadError` if reading fails,
+    :class:`DataError` naming the file if Pillow cannot decode it."""
+    from PIL import Image
+
+    try:
+        with open(file, "rb") as f, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            image = Image.open(f)
+            image.draft(None, (size, size))
+            image.load()
+            return image
+    except OSError as err:
+        if err.errno is not None:
+            raise DataReadError(f"{file}: cannot be read ({err.strerror or err})") from None
+        raise DataError(f"{file}: {_UNDECODABLE} ({_reason(err)})") from None
+    except Exception as err:  # Pillow's decoders raise many kinds on damaged data
+        raise DataError(f"{file}: {_UNDECODABLE} ({_reason(err)})") from None
+
+
+def _array_image(image: np.ndarray):
+    """One (H, W, C) uint8 array of an npz as a Pillow image."""
+    from PIL import Image
+
+    return Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image)
+
+
+def _fit(image, size: int, mode: str) -> np.ndarray:
+    """``image`` in ``mode`` ("L" or "RGB"), center-cropped to a square and resized to
+    ``size`` (bicubic), as uint8 (C, size, size)."""
+    from PIL import Image, ImageOps
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # e.g. a palette's transparency, dropped here
+        image = image.convert(mode)
+        if image.size != (size, size):
+            image = ImageOps.fit(image, (size, size), method=Image.Resampling.BICUBIC)
+    array = np.asarray(image, dtype=np.uint8)
+    return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
+
+
+def _read_npz(file: Path, where: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """``images`` as uint8 (N, H, W, C) and ``labels`` (N,) or None, checked."""
+
+    try:
+        with open(file, "rb") as f:
+            loaded = np.load(f, allow_pickle=False)
+            if not isinstance(loaded, np.lib.npyio.NpzFile):
+                raise DataError(f"{where}: holds one array (an .npy file); an .npz with an "
+                                "'images' array is expected (numpy.savez(f, images=...))")
+            with loaded as npz:
+                if "images" not in npz.files:
+                    held = ", ".join(npz.files[:_SHOWN]) or "nothing"
+                    raise DataError(f"{where}: holds no 'images' array (it holds {held}); "
+                                    "save one with numpy.savez(f, images=..., labels=...)")
+                images = npz["images"]
+                labels = npz["labels"] if "labels" in npz.files else None
+    except DataError:
+        raise
+    except OSError as err:
+        if err.errno is not None:
+            raise DataReadError(f"{file}: cannot be read ({err.strerror or err})") from None
+        raise DataError(f"{where}: not an .npz file numpy can read ({_reason(err)})") from None
+    except Exception as err:  # zipfile, zlib and numpy's format checks raise many kinds
+        raise DataError(f"{where}: not an .npz file numpy can read ({_reason(err)})") from None
+    return _checked_images(images, where), _checked_labels(labels, images.shape[0], where)
+
+
+def _checked_images(images: np.ndarray, where: str) -> np.ndarray:
+    """An npz's images as uint8 (N, H, W, C) with C 1 or 3; DataError saying what is
+    wrong."""
+    shape = images.shape
+    if images.ndim == 3:
+        images = images[..., None]
+    elif images.ndim == 4 and shape[-1] not in (1, 3) and shape[1] in (1, 3):
+        images = images.transpose(0, 2, 3, 1)  # (N, C, H, W) -> (N, H, W, C)
+    if images.ndim != 4 or images.shape[-1] not in (1, 3):
+        raise DataError(
+            f"{where}: images has shape {shape}; expected (N, H, W) grayscale, or (N, H, W, C) "
+            "or (N, C, H, W) with C = 1 or 3 channels"
+        )
+    n, h, w, _ = images.shape
+    if n == 0 or h == 0 or w == 0:
+        raise DataError(f"{where}: images has shape {shape}: no images")
+    if max(h, w) > MAX_IMAGE_SIZE:
+        raise DataError(f"{where}: images of {h} x {w} pixels; at most {MAX_IMAGE_SIZE} a side")
+    if images.dtype == np.uint8:
+        return np.ascontiguousarray(images)
+    if images.dtype.kind in "iu":
+        low, high = int(images.min()), int(images.max())
+        if low < 0 or high > 255:
+            raise DataError(f"{where}: integer images must lie in 0..255, found {low}..{high}")
+        return images.astype(np.uint8)
+    if images.dtype.kind == "f":
+        finite = np.isfinite(images)
+        if not finite.all():
+            raise DataError(f"{where}: images holds {int((~finite).sum())} non-finite values")
+        lowest, highest = float(images.min()), float(images.max())
+        if lowest < 0.0 or highest > 1.0:
+            raise DataError(f"{where}: float images must lie in [0, 1], found "
+                            f"{lowest:g}..{highest:g}")
+        return np.round(images * 255.0).astype(np.uint8)
+    raise DataError(f"{where}: images of dtype {images.dtype}; expected uint8, integers 0..255 "
+                    "or floats in [0, 1]")
+
+
+def _checked_labels(labels: np.ndarray | None, n: int, where: str) -> np.ndarray | None:
+    if labels is None:
+        return None
+    if labels.ndim != 1 or labels.shape[0] != n:
+        raise DataError(f"{where}: labels has shape {labels.shape}, but images holds {n} "
+                        f"images: one label per image, shape ({n},), is expected")
+    if labels.dtype.kind not in "iuUSb":
+        if labels.dtype.kind == "f" and np.isfinite(labels).all() and (
+            labels == np.round(labels)
+        ).all():
+            return labels.astype(np.int64)
+        raise DataError(f"{where}: labels of dtype {labels.dtype}; expected integers or strings")
+    return labels
+
+
+def _split(names: Sequence[str], labels: np.ndarray, val_fraction: float
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """The held-out rule of the module docstring: ``(train_index, val_index)``."""
+    held: list[int] = []
+    for c in range(int(labels.max()) + 1 if len(labels) else 0):
+        members = np.flatnonzero(labels == c).tolist()
+        n_val = min(max(round(val_fraction * len(members)), 1), len(members) - 1)
+        ranked = sorted(members, key=lambda i: (zlib.crc32(names[i].encode("utf-8")), names[i]))
+        held += ranked[:n_val]
+    val = np.array(sorted(held), dtype=np.int64)
+    train = np.setdiff1d(np.arange(len(names)), val).astype(np.int64)
+    return train, val
+
+
+def _record(
+    path: str | os.PathLike, fingerprint: DataFingerprint, fmt: str, classes: Sequence[str],
+    labels: np.ndarray, mode: str, val_fraction: float, *, ignored: int = 0,
+) -> DataRecord:
+    counts = np.bincount(labels, minlength=len(classes)).tolist()
+    n_val = sum(min(max(round(val_fraction * n), 1), n - 1) for n in counts)
+    split = {
+        "val_fraction": val_fraction,
+        "rule": "held out: in each class, the round(val_fraction * n) images (at least 1, at "
+                "most n - 1) whose names' CRC-32 (UTF-8) is smallest",
+        "train_images": len(labels) - n_val,
+        "val_images": n_val,
+    }
+    details: dict[str, Any] = {
+        "format": fmt, "mode": mode, "classes": list(classes), "class_sizes": counts,
+    }
+    if ignored:
+        details["other_files_left_out"] = ignored
+    return DataRecord(absolute_path(path), "images", fingerprint, split, None, details)
+
+
+class ImageDataset(torch.utils.data.Dataset):
+    """One split of an :class:`ImageCorpus` at one size, as a map-style dataset: item ``i``
+    is ``(image, label)``, the image float32 (C, S, S) on the DiT's [-1, 1] scale
+    (:func:`to_model_scale`), the label an int class id. ``DataLoader(dataset,
+    batch_size=..., shuffle=True)`` gives (B, C, S, S) and (B,) batches.
+
+    Args:
+        corpus: the images.
+        split: ``"train"`` or ``"val"`` (held out).
+        image_size: S, the side every image is cropped and resized to.
+    """
+
+    def __init__(self, corpus: ImageCorpus, split: str = "train", *, image_size: int) -> None:
+        pixels, labels = corpus.split(split, image_size)
+        self.corpus, self.images, self.labels = corpus, to_model_scale(pixels), labels
+
+    def __len__(self) -> int:
+        return self.labels.shape[0]
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        return self.images[index], int(self.labels[index])
+
+
+class ImageBatches:
+    """Endless batches of random train images for the DiT, with the timesteps, noise and
+    label-dropout draws they are trained with, all from this source's own random generator
+    (its state is the data order a checkpoint saves: a resumed run sees the same batches;
+    and ``torchrun`` ranks, each keeping its rows of the same global batch, see what one
+    process sees, the label dropout included).
+
+    Args:
+        images: (N, C, S, S) float on the [-1, 1] scale.
+        labels: (N,) class ids.
+        batch_size: images per batch.
+        n_steps: the diffusion's timesteps; t is uniform on 0 .. n_steps - 1.
+        class_dropout: the probability that a label is replaced by the null class.
+        seed: seeds the data order.
+
+    Batches: ``images`` (B, C, S, S), ``labels`` (B,) long, ``t`` (B,) long, ``noise``
+    (B, C, S, S) standard normal, ``drop`` (B,) bool (True: the null class).
+    """
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, *, batch_size: int,
+                 n_steps: int, class_dropout: float, seed: int) -> None:
+        if images.ndim != 4 or labels.shape != (images.shape[0],) or images.shape[0] < 1:
+            raise ValueError(f"images must be (N, C, S, S) and labels (N,), N >= 1, got "
+                             f"{tuple(images.shape)} and {tuple(labels.shape)}")
+        self.images, self.labels = images, labels.long()
+        self.batch_size = check_int("batch_size", batch_size, min_value=1)
+        self.n_steps = check_int("n_steps", n_steps, min_value=1)
+        self.class_dropout = check_probability("class_dropout", class_dropout)
+        self.rng = random.Random(check_int("seed", seed, min_value=0))
+
+    def next_batch(self) -> dict[str, torch.Tensor]:
+        n = self.labels.shape[0]
+        index = torch.tensor([self.rng.randrange(n) for _ in range(self.batch_size)])  # (B,)
+        draws = torch.Generator().manual_seed(self.rng.getrandbits(63))
+        images = self.images[index]  # (B, C, S, S)
+        return {
+            "images": images,
+            "labels": self.labels[index],
+            "t": torch.randint(0, self.n_steps, (self.batch_size,), generator=draws),
+            "noise": torch.randn(images.shape, generator=draws),
+            "drop": torch.rand(self.batch_size, generator=draws) < self.class_dropout,
+        }
+
+    def state_dict(self) -> dict:
+        """The data order: the state of this source's random generator."""
+        return {"rng": _rng_state(self.rng)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the data order saved by ``state_dict``."""
+        _set_rng_state(self.rng, state["rng"])

@@ -1,0 +1,365 @@
+"""A user's images: a folder in the ImageFolder convention or an .npz, decoded by Pillow,
+split by the recorded rule; what is refused (one ``DataError`` naming the path and the file),
+the dataset a DataLoader takes, and the batches the DiT trains on.
+
+Provenance: the pixels read are the pixels written (an identity, for images already at the
+size asked for, in PNG, BMP, TIFF and an npz's own array); a crop of a wider image is its
+central square (an identity); a resize is Pillow's bicubic resize of the same image (the
+reference the module names); grayscale, palette and alpha images convert as Pillow's
+``convert`` does; the split is the stated CRC-32 rule recomputed with ``zlib``; a batch
+replays from a copy of its generator; hypothesis draws damaged image bytes, each of which
+must decode or be one ``DataError`` naming its file.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from PIL import Image
+from properties import examples
+
+from addnorm.data.fingerprint import DataChangedError, DataError, DataReadError
+from addnorm.data.images import ImageBatches, ImageCorpus, ImageDataset, to_model_scale
+
+
+def _pixels(seed: int, shape: tuple[int, ...]) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, shape, dtype=np.uint8)
+
+
+def write_folder(root: Path, classes: dict[str, int], *, size: int = 8, mode: str = "RGB",
+                 suffix: str = "png", seed: int = 0) -> dict[str, np.ndarray]:
+    """``classes``: name -> count of random images; returns each file's pixels by name."""
+    written = {}
+    for k, (name, count) in enumerate(classes.items()):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(count):
+            shape = (size, size) if mode == "L" else (size, size, 3)
+            array = _pixels(1000 * seed + 100 * k + i, shape)
+            Image.fromarray(array).save(root / name / f"img{i}.{suffix}")
+            written[f"{name}/img{i}.{suffix}"] = array
+    return written
+
+
+def _channels_first(array: np.ndarray) -> np.ndarray:
+    return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
+
+
+@pytest.mark.parametrize("suffix", ["png", "bmp", "tif"])
+@pytest.mark.parametrize("mode", ["RGB", "L"])
+def test_a_class_folder_reads_back_the_pixels_written(tmp_path, suffix, mode):
+    written = write_folder(tmp_path, {"cats": 3, "dogs": 4}, mode=mode, suffix=suffix)
+    corpus = ImageCorpus.build(tmp_path)
+    assert corpus.classes == ("cats", "dogs") and corpus.mode == mode
+    assert corpus.names == tuple(sorted(written))  # by name
+    assert corpus.labels.tolist() == [0, 0, 0, 1, 1, 1, 1]
+    pixels = corpus.pixels(8)
+    assert pixels.dtype == torch.uint8 and pixels.shape == (7, 1 if mode == "L" else 3, 8, 8)
+    for i, name in enumerate(corpus.names):
+        np.testing.assert_array_equal(pixels[i].numpy(), _channels_first(written[name]))
+
+
+def test_a_flat_folder_is_one_class_named_after_it_and_nested_files_belong_to_their_class(
+    tmp_path
+):
+    flat = tmp_path / "shells"
+    flat.mkdir()
+    for i in range(3):
+        Image.fromarray(_pixels(i, (8, 8, 3))).save(flat / f"{i}.png")
+    (flat / "notes.txt").write_text("not an image")
+    corpus = ImageCorpus.build(flat)
+    assert corpus.classes == ("shells",) and len(corpus) == 3
+    assert corpus.record.details["other_files_left_out"] == 1
+    nested = tmp_path / "nested"
+    write_folder(nested / "a" / "deep", {"x": 2})
+    write_folder(nested / "b", {"y": 2})
+    assert ImageCorpus.build(nested).classes == ("a", "b")
+
+
+def test_a_wider_image_is_center_cropped_and_a_larger_one_resized_as_pillow_does(tmp_path):
+    wide, big = _pixels(1, (8, 12, 3)), _pixels(2, (16, 16, 3))
+    write = tmp_path / "c"
+    write.mkdir()
+    Image.fromarray(wide).save(write / "a.png")
+    Image.fromarray(big).save(write / "b.png")
+    pixels = ImageCorpus.build(tmp_path).pixels(8)
+    np.testing.assert_array_equal(pixels[0].numpy(), wide[:, 2:10].transpose(2, 0, 1))
+    reference = np.asarray(Image.fromarray(big).resize((8, 8), Image.Resampling.BICUBIC))
+    np.testing.assert_array_equal(pixels[1].numpy(), reference.transpose(2, 0, 1))
+
+
+@pytest.mark.parametrize(("mode", "kept"), [("P", "RGB"), ("RGBA", "RGB"), ("1", "L"),
+                                            ("LA", "L"), ("CMYK", "RGB")])
+def test_pillow_modes_convert_as_pillow_converts_them(tmp_path, mode, kept):
+    folder = tmp_path / "c"
+    folder.mkdir()
+    images = [Image.fromarray(_pixels(i, (8, 8, 3))).convert(mode) for i in range(2)]
+    for i, image in enumerate(images):
+        image.save(folder / f"{i}.{'jpg' if mode == 'CMYK' else 'png'}")
+    corpus = ImageCorpus.build(tmp_path)
+    assert corpus.mode == kept
+    for i, name in enumerate(corpus.names):
+        with Image.open(tmp_path / name) as image:
+            expected = np.asarray(image.convert(kept))
+        np.testing.assert_array_equal(corpus.pixels(8)[i].numpy(), _channels_first(expected))
+
+
+@pytest.mark.parametrize("layout", ["NHW", "NHWC", "NCHW", "NHW1"])
+def test_an_npz_reads_back_its_array_in_every_layout(tmp_path, layout):
+    array = _pixels(3, (6, 8, 8, 3)) if layout in ("NHWC", "NCHW") else _pixels(3, (6, 8, 8))
+    stored = {"NHW": array, "NHWC": array, "NCHW": array.transpose(0, 3, 1, 2) if
+              array.ndim == 4 else array, "NHW1": array[..., None]}[layout]
+    np.savez(tmp_path / "d.npz", images=stored, labels=np.array([5, 5, 9, 9, 9, 5]))
+    corpus = ImageCorpus.build(tmp_path / "d.npz")
+    assert corpus.classes == ("5", "9") and corpus.labels.tolist() == [0, 0, 1, 1, 1, 0]
+    expected = array[:, None] if array.ndim == 3 else array.transpose(0, 3, 1, 2)
+    np.testing.assert_array_equal(corpus.pixels(8).numpy(), expected)
+    assert corpus.names[2] == "images[2]" and corpus.record.details["format"] == "npz"
+
+
+def test_npz_floats_and_wide_integers_take_the_0_255_scale_and_string_labels_name_classes(
+    tmp_path
+):
+    array = _pixels(4, (4, 8, 8))
+    np.savez(tmp_path / "f.npz", images=array / 255.0, labels=np.array(["b", "a", "b", "a"]))
+    np.savez(tmp_path / "i.npz", images=array.astype(np.int64))
+    floats, ints = ImageCorpus.build(tmp_path / "f.npz"), ImageCorpus.build(tmp_path / "i.npz")
+    assert floats.classes == ("a", "b") and floats.labels.tolist() == [1, 0, 1, 0]
+    assert ints.classes == ("i",)  # no labels: one class, named after the file
+    for corpus in (floats, ints):
+        np.testing.assert_array_equal(corpus.pixels(8)[:, 0].numpy(), array)
+
+
+def test_the_held_out_split_is_the_stated_crc32_rule_per_class(tmp_path):
+    write_folder(tmp_path, {"a": 10, "b": 3, "c": 2})
+    corpus = ImageCorpus.build(tmp_path, val_fraction=0.25)
+    expected = []
+    for c in range(len(corpus.classes)):
+        members = [i for i, label in enumerate(corpus.labels) if label == c]
+        n_val = min(max(round(0.25 * len(members)), 1), len(members) - 1)
+        ranked = sorted(members, key=lambda i: (zlib.crc32(corpus.names[i].encode()),
+                                                corpus.names[i]))
+        expected += ranked[:n_val]
+    assert corpus.val_index.tolist() == sorted(expected)
+    assert sorted([*corpus.train_index, *corpus.val_index]) == list(range(15))
+    split = corpus.record.split
+    assert (split["train_images"], split["val_images"]) == (len(corpus.train_index),
+                                                             len(corpus.val_index))
+
+
+def test_the_dataset_gives_model_scale_images_to_a_dataloader(tmp_path):
+    write_folder(tmp_path, {"a": 5, "b": 5})
+    corpus = ImageCorpus.build(tmp_path)
+    data = ImageDataset(corpus, "train", image_size=8)
+    assert len(data) == len(corpus.train_index)
+    images, labels = next(iter(torch.utils.data.DataLoader(data, batch_size=len(data))))
+    train, train_labels = corpus.split("train", 8)
+    torch.testing.assert_close(images, train.float() / 127.5 - 1.0, rtol=0, atol=0)
+    assert images.min() >= -1 and images.max() <= 1
+    assert labels.tolist() == train_labels.tolist()
+
+
+def test_batches_replay_from_their_generator_and_drop_labels_at_the_rate_asked():
+    images = to_model_scale(torch.from_numpy(_pixels(0, (20, 3, 8, 8))))
+    labels = torch.arange(20) % 4
+    source = ImageBatches(images, labels, batch_size=4000, n_steps=1000, class_dropout=0.1,
+                          seed=3)
+    state = source.state_dict()
+    batch = source.next_batch()
+    source.load_state_dict(state)
+    again = source.next_batch()
+    for key in batch:
+        assert torch.equal(batch[key], again[key]), key
+    first = random.Random(3).randrange(20)  # the generator's first draw picks the first image
+    assert torch.equal(batch["images"][0], images[first])
+    assert batch["labels"][0] == labels[first]
+    assert batch["drop"].dtype == torch.bool
+    # 4000 Bernoulli(0.1) draws: the share lies within 5 standard deviations (0.024) of 0.1.
+    assert abs(batch["drop"].float().mean().item() - 0.1) < 5 * (0.1 * 0.9 / 4000) ** 0.5
+
+
+# ---------------------------------------------------------------- what is refused
+
+
+def _one_line(error: pytest.ExceptionInfo) -> str:
+    message = str(error.value)
+    assert "\n" not in message
+    return message
+
+
+def test_a_missing_or_empty_path_or_a_folder_without_images_is_refused(tmp_path):
+    with pytest.raises(DataError, match="no such file or folder"):
+        ImageCorpus.build(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="holds no image files"):
+        ImageCorpus.build(tmp_path / "empty")
+    (tmp_path / "text").mkdir()
+    (tmp_path / "text" / "a.txt").write_text("words")
+    with pytest.raises(DataError, match=r"holds no image files \(1 other file: a.txt"):
+        ImageCorpus.build(tmp_path / "text")
+    (tmp_path / "zero.npz").write_bytes(b"")
+    with pytest.raises(DataError, match="is empty"):
+        ImageCorpus.build(tmp_path / "zero.npz")
+    (tmp_path / "one.png").write_bytes(b"x")
+    with pytest.raises(DataError, match="not a folder of images or an .npz file"):
+        ImageCorpus.build(tmp_path / "one.png")
+
+
+def test_a_corrupt_image_is_refused_naming_it(tmp_path):
+    write_folder(tmp_path, {"a": 3})
+    bad = tmp_path / "a" / "img1.png"
+    bad.write_bytes(b"this is no PNG at all")
+    with pytest.raises(DataError) as error:
+        ImageCorpus.build(tmp_path)
+    assert _one_line(error).startswith(f"{bad}: cannot be decoded as an image (damaged, "
+                                       "truncated, or not a format Pillow reads) (")
+
+
+def test_a_truncated_image_is_refused_naming_it_when_decoded(tmp_path):
+    write_folder(tmp_path, {"a": 3}, size=32, suffix="jpg")
+    bad = tmp_path / "a" / "img2.jpg"
+    data = bad.read_bytes()
+    bad.write_bytes(data[: len(data) * 3 // 4])  # the header survives, the scan does not
+    corpus = ImageCorpus.build(tmp_path)
+    with pytest.raises(DataError) as error:
+        corpus.pixels(8)
+    assert _one_line(error).startswith(f"{bad}: cannot be decoded as an image")
+    assert "truncated" in str(error.value)
+
+
+def test_images_of_mixed_or_unsupported_modes_are_refused_naming_one_of_each(tmp_path):
+    write_folder(tmp_path / "mixed", {"a": 2}, mode="RGB")
+    write_folder(tmp_path / "mixed", {"b": 2}, mode="L", seed=1)
+    with pytest.raises(DataError) as error:
+        ImageCorpus.build(tmp_path / "mixed")
+    message = _one_line(error)
+    assert "images of mixed modes: 2 colour (e.g. a/img0.png (RGB)); 2 grayscale (e.g. " \
+           "b/img0.png (L))" in message
+    deep = tmp_path / "deep" / "a"
+    deep.mkdir(parents=True)
+    for i in range(2):
+        Image.fromarray(_pixels(i, (8, 8)).astype(np.uint16) * 200).save(deep / f"{i}.png")
+    with pytest.raises(DataError, match=r"a/0.png has mode I;16 .*convert it to 8-bit"):
+        ImageCorpus.build(tmp_path / "deep")
+
+
+def test_a_class_of_one_image_and_images_beside_class_folders_are_refused(tmp_path):
+    write_folder(tmp_path / "one", {"a": 3, "b": 1})
+    with pytest.raises(DataError) as error:
+        ImageCorpus.build(tmp_path / "one")
+    assert "class 'b' holds one image (b/img0.png); every class needs at least 2" in \
+        _one_line(error)
+    write_folder(tmp_path / "both", {"a": 2})
+    Image.fromarray(_pixels(0, (8, 8, 3))).save(tmp_path / "both" / "top.png")
+    with pytest.raises(DataError, match=r"both at its top \(top.png\) and in class folders"):
+        ImageCorpus.build(tmp_path / "both")
+
+
+@pytest.mark.parametrize(
+    ("arrays", "message"),
+    [
+        ({"pictures": _pixels(0, (4, 8, 8))}, "holds no 'images' array (it holds pictures)"),
+        ({"images": _pixels(0, (4, 8, 8)), "labels": np.arange(3)},
+         "labels has shape (3,), but images holds 4 images"),
+        ({"images": _pixels(0, (4, 8, 8)), "labels": np.zeros((4, 2))},
+         "labels has shape (4, 2)"),
+        ({"images": _pixels(0, (4, 8))}, "images has shape (4, 8);"),
+        ({"images": _pixels(0, (4, 8, 8, 5))}, "images has shape (4, 8, 8, 5)"),
+        ({"images": np.full((4, 8, 8), 1.5)}, "float images must lie in [0, 1], found 1.5..1.5"),
+        ({"images": np.full((4, 8, 8), np.nan)}, "images holds 256 non-finite values"),
+        ({"images": np.full((4, 8, 8), 300)}, "integer images must lie in 0..255"),
+        ({"images": np.zeros((0, 8, 8), np.uint8)}, "no images"),
+        ({"images": _pixels(0, (4, 8, 8)), "labels": np.array([0, 0, 0, 1])},
+         "class '1' holds one image (images[3])"),
+    ],
+)
+def test_a_bad_npz_is_refused_saying_what_is_wrong(tmp_path, arrays, message):
+    np.savez(tmp_path / "d.npz", **arrays)
+    with pytest.raises(DataError) as error:
+        ImageCorpus.build(tmp_path / "d.npz")
+    text = _one_line(error)
+    assert text.startswith(f"data {tmp_path / 'd.npz'}: ") and message in text, text
+
+
+def test_an_npz_that_is_not_one_is_refused(tmp_path):
+    (tmp_path / "x.npz").write_bytes(b"PK\x03\x04 damaged zip")
+    with pytest.raises(DataError, match="not an .npz file numpy can read"):
+        ImageCorpus.build(tmp_path / "x.npz")
+    np.save(tmp_path / "y.npy", _pixels(0, (4, 8, 8)))
+    (tmp_path / "y.npy").rename(tmp_path / "y.npz")
+    with pytest.raises(DataError, match=r"holds one array \(an .npy file\)"):
+        ImageCorpus.build(tmp_path / "y.npz")
+    np.savez(tmp_path / "z.npz", images=_pixels(0, (4, 8, 8)),
+             labels=np.array([{}, {}, {}, {}], dtype=object))
+    with pytest.raises(DataError, match="not an .npz file numpy can read"):
+        ImageCorpus.build(tmp_path / "z.npz")
+
+
+def test_a_file_that_fails_or_changes_while_read_is_a_read_error(tmp_path, monkeypatch):
+    write_folder(tmp_path, {"a": 3})
+    corpus = ImageCorpus.build(tmp_path)
+    changed = tmp_path / "a" / "img0.png"
+    Image.fromarray(_pixels(9, (8, 8, 3))).save(changed)
+    with pytest.raises(DataReadError, match="changed while it was read"):
+        corpus.pixels(8)
+    import builtins
+
+    real_open = builtins.open
+
+    def failing_open(file, mode="r", *args, **kwargs):
+        if str(file).endswith("img1.png") and "b" in mode:
+            raise OSError(5, "Input/output error")
+        return real_open(file, mode, *args, **kwargs)
+
+    fresh = ImageCorpus.build(tmp_path)  # the same files again: the cached corpus's pixels
+    monkeypatch.setattr(builtins, "open", failing_open)
+    with pytest.raises(DataReadError, match=r"img1.png: cannot be read \(Input/output error\)"):
+        fresh.pixels(4)
+
+
+def test_a_run_record_reopens_the_same_images_and_names_what_changed(tmp_path):
+    write_folder(tmp_path, {"a": 3, "b": 3})
+    corpus = ImageCorpus.build(tmp_path)
+    again = ImageCorpus.reopen(corpus.record)
+    assert again.names == corpus.names and again.val_index.tolist() == corpus.val_index.tolist()
+    (tmp_path / "b" / "img2.png").unlink()
+    with pytest.raises(DataChangedError, match="b/img2.png: removed"):
+        ImageCorpus.reopen(corpus.record)
+
+
+@examples(30)
+@given(
+    fmt=st.sampled_from(["PNG", "JPEG", "GIF", "BMP", "WEBP", "TIFF"]),
+    cut=st.floats(0.0, 1.0),
+    flips=st.lists(st.tuples(st.floats(0.0, 1.0), st.integers(0, 255)), max_size=6),
+    seed=st.integers(0, 2**16),
+)
+def test_damaged_image_bytes_decode_or_are_refused_naming_the_file(
+    tmp_path_factory, fmt, cut, flips, seed
+):
+    root = tmp_path_factory.mktemp("damaged")
+    write_folder(root, {"a": 2})
+    buffer = io.BytesIO()
+    Image.fromarray(_pixels(seed, (16, 16, 3))).save(buffer, format=fmt)
+    data = bytearray(buffer.getvalue()[: max(1, round(cut * len(buffer.getvalue())))])
+    for where, value in flips:
+        data[min(int(where * len(data)), len(data) - 1)] = value
+    damaged = root / "a" / f"damaged.{fmt.lower()}"
+    damaged.write_bytes(bytes(data))
+    try:
+        corpus = ImageCorpus.build(root)
+        pixels = corpus.pixels(8)
+    except DataError as err:
+        message = str(err)
+        assert "\n" not in message
+        assert message.startswith(f"{damaged}: ") or message.startswith(f"data {root}: "), \
+            message
+        return
+    assert pixels.shape == (3, 3, 8, 8)  # what Pillow could decode of it, and the others

@@ -1,0 +1,176 @@
+"""The ``dit`` task on a user's images: the model it prepares (the images' size, channels and
+classes), what it refuses before a run starts, the loss with the batch's label dropout, a
+tiny run (its figures, its data record, an exact resume, a resume refused after the images
+changed), a one-class run (its headline), and the record a checkpoint keeps.
+
+Provenance: ``force_drop_ids`` equals the null class id in the labels (the DiT's definition
+of label dropout, an identity); a resumed run's final loss equals the uninterrupted run's,
+bit for bit (the same batches from the saved data order, the same arithmetic); the prepared
+sizes are the images' own (written by the test); the figures' keys are those
+``image_quality`` documents.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+from data.test_images import write_folder
+from PIL import Image
+
+from addnorm.data.fingerprint import DataChangedError
+from addnorm.data.images import ImageCorpus
+from addnorm.dit import DIT_PRESETS
+from addnorm.tasks.dit import DiTTask, DiTTaskConfig
+from addnorm.tasks.plan import plan_fresh_run, plan_resumed_run
+from addnorm.tasks.run import load_trained, train_run
+from addnorm.training.config import TrainConfig
+
+TINY = DIT_PRESETS["DiT-digits-tiny"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny DiT forwards run many times slower when threads oversubscribe the cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def folder(tmp_path):
+    write_folder(tmp_path / "pics", {"ants": 6, "bees": 6, "wasps": 6}, size=12)
+    return tmp_path / "pics"
+
+
+def _train_cfg(**overrides) -> TrainConfig:
+    settings = dict(max_steps=4, max_minutes=None, batch_size=4, warmup=1, log_every=1,
+                    checkpoint_every=2, ema_decay=0.0, schedule="constant")
+    return dataclasses.replace(DiTTask.default_train_config(), **{**settings, **overrides})
+
+
+def test_the_model_takes_the_images_size_channels_and_classes(folder):
+    corpus = ImageCorpus.build(folder)
+    task = DiTTask(data=corpus)
+    cfg = task.prepare(TINY)  # no image_size: the model's own input_size (8)
+    assert (cfg.input_size, cfg.in_channels, cfg.n_classes) == (8, 3, 3)
+    assert task.prepare(dataclasses.replace(TINY, input_size=12)).input_size == 12
+    assert DiTTask(data=corpus, image_size=4).prepare(TINY).input_size == 4
+    assert task.class_names == ("ants", "bees", "wasps") and task.class_index("bees") == 1
+    with pytest.raises(ValueError, match=r"image_size \(6\) must be divisible by patch_size "
+                                         r"\(4\)"):
+        DiTTask(data=corpus, image_size=6).prepare(dataclasses.replace(TINY, patch_size=4))
+    with pytest.raises(ValueError, match=r"class must be one of the run's 3 classes \(ants, "
+                                         r"bees, wasps\), got 'moths'"):
+        task.class_index("moths")
+
+
+def test_a_run_needs_a_batch_of_train_images_and_two_held_out(folder, tmp_path):
+    task = DiTTask(data=ImageCorpus.build(folder))  # 18 images: 15 train, 3 held out
+    cfg = task.prepare(TINY)
+    with pytest.raises(ValueError, match=r"the train split holds 15 images, fewer than a "
+                                         r"batch \(batch_size 16\)"):
+        task.check(cfg, _train_cfg(batch_size=16), DiTTaskConfig())
+    write_folder(tmp_path / "few", {"a": 3}, size=8)
+    few = DiTTask(data=ImageCorpus.build(tmp_path / "few"))
+    with pytest.raises(ValueError, match="the held-out split holds 1 image; scoring needs "
+                                         "at least 2"):
+        few.check(few.prepare(TINY), _train_cfg(batch_size=1), DiTTaskConfig())
+
+
+def test_the_settings_name_the_data_and_refuse_image_settings_without_it(folder):
+    cfg = DiTTaskConfig(data="pics", image_size=16)
+    assert cfg.data is not None and cfg.data.endswith("/pics") and cfg.data.startswith("/")
+    for settings in ({"image_size": 16}, {"val_fraction": 0.3}):
+        with pytest.raises(ValueError, match="need data"):
+            DiTTaskConfig(**settings)
+    with pytest.raises(ValueError, match="val_fraction"):
+        DiTTaskConfig(data="pics", val_fraction=0.6)
+
+
+def test_the_batch_drop_draw_is_the_null_class(folder):
+    task = DiTTask(data=ImageCorpus.build(folder))
+    cfg = task.prepare(TINY)
+    torch.manual_seed(0)
+    model = task.build_model(cfg)
+    with torch.no_grad():  # a fresh DiT outputs zero: perturb it so the loss is not trivial
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    model.eval()  # no dropout draw of the model's own
+    batch = task.batches(cfg, _train_cfg(), DiTTaskConfig()).next_batch()
+    batch["drop"] = torch.tensor([True, False, True, False])
+    loss, n = task.loss_fn(DiTTaskConfig())(model, batch)
+    null = torch.where(batch["drop"], cfg.n_classes, batch["labels"])
+    x_t = task.diffusion.q_sample(batch["images"], batch["t"], batch["noise"])
+    expected = task.diffusion.loss(model(x_t, batch["t"], null), batch["images"], batch["t"],
+                                   batch["noise"])
+    assert n == 4 and torch.equal(loss, expected)
+
+
+def test_a_tiny_run_scores_records_and_resumes_exactly(folder, tmp_path):
+    task_cfg = DiTTaskConfig(data=str(folder), eval_size=6)
+    whole = train_run("dit", TINY, _train_cfg(), tmp_path / "whole", task_cfg=task_cfg)
+    metrics = whole.metrics
+    assert metrics["metric"] == "class_agreement" and 0 <= metrics["class_agreement"] <= 1
+    for key in ("judge_test_accuracy", "class_agreement_ants", "precision", "recall",
+                "frechet_distance", "frechet_distance_real", "nearest_train_distance",
+                "nearest_train_distance_real"):
+        assert np.isfinite(metrics[key]), key
+    assert [s["class"] for s in metrics["samples"]] == ["ants", "bees", "wasps"]
+    assert np.array(metrics["samples"][0]["pixels"]).shape == (8, 8, 3)
+    record = json.loads((tmp_path / "whole" / "data.json").read_text())
+    assert record["kind"] == "images" and record["details"]["classes"] == ["ants", "bees",
+                                                                          "wasps"]
+    assert record["split"]["train_images"] == 15 and record["n_files"] == 18
+    train_run("dit", TINY, _train_cfg(max_steps=2), tmp_path / "half", task_cfg=task_cfg)
+    plan = plan_resumed_run("dit", tmp_path / "half", train_overrides={"max_steps": 4})
+    resumed = train_run("dit", plan.model_cfg, plan.train_cfg, tmp_path / "half",
+                        task_cfg=plan.task_cfg, resume=plan.resume)
+    assert resumed.metrics["train_loss"] == metrics["train_loss"]  # bit for bit
+    Image.fromarray(np.zeros((12, 12, 3), np.uint8)).save(folder / "bees" / "img3.png")
+    with pytest.raises(DataChangedError, match=r"changed since the run recorded it \(bees/"
+                                               r"img3.png: 512 -> \d+ bytes\)"):
+        plan_resumed_run("dit", tmp_path / "half", train_overrides={"max_steps": 6})
+
+
+def test_a_run_read_back_samples_by_class_name_without_the_files(folder, tmp_path):
+    task_cfg = DiTTaskConfig(data=str(folder), eval_size=3)
+    train_run("dit", TINY, _train_cfg(max_steps=1), tmp_path / "run", task_cfg=task_cfg)
+    for path in folder.rglob("*.png"):
+        path.unlink()  # sampling never opens them
+    task, model, _ = load_trained(tmp_path / "run")
+    assert task.class_names == ("ants", "bees", "wasps") and task.channels == 3
+    images = task.sample(model, torch.full((2,), task.class_index("wasps")),
+                         generator=torch.Generator().manual_seed(0))
+    assert images.dtype == torch.uint8 and images.shape == (2, 3, 8, 8)
+    restored = DiTTask.from_dict(task.to_dict())
+    assert restored.record == task.record and restored.class_names == task.class_names
+
+
+def test_a_flat_folder_trains_one_class_headlined_by_precision(tmp_path):
+    write_folder(tmp_path / "flat", {"x": 12}, size=8, mode="L")
+    flat = tmp_path / "shells"
+    (tmp_path / "flat" / "x").rename(flat)
+    plan = plan_fresh_run("dit", preset="DiT-digits-tiny", train_overrides={
+        "data": str(flat), "batch_size": 4, "max_steps": 2, "eval_size": 4,
+        "max_minutes": None})
+    summary = train_run("dit", plan.model_cfg, plan.train_cfg, tmp_path / "run",
+                        task_cfg=plan.task_cfg)
+    assert summary.metrics["metric"] == "precision" and "class_agreement" not in summary.metrics
+    task, model, _ = load_trained(tmp_path / "run")
+    assert task.class_names == ("shells",) and task.sample_settings.guidance == 1.0
+    assert model.cfg.in_channels == 1
+
+
+def test_the_digits_task_is_as_before():
+    """What a digits run saves and is refused, unchanged by the data settings."""
+    task = DiTTask.from_dict({"n_steps": 1000, "schedule": "linear"})
+    assert task.record is None and task.metric == "class_agreement"
+    assert task.to_dict() == {"n_steps": 1000, "schedule": "linear", "prediction": "epsilon",
+                              "min_snr_gamma": None}
+    assert task.class_names == tuple("0123456789") and task.pixel_max == 16.0
+    assert DiTTask().run_files() == {}
