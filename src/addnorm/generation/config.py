@@ -359,7 +359,7 @@ class GenerationConfig:
         encoder-decoder's ``generate`` checks them against its ``bos_id``),
         ``return_dict_in_generate``, ``output_scores`` and ``output_logits`` (what a model's
         ``generate`` returns: :func:`transformers_call` reads them). Settings addnorm
-        does not implement (``typical_p``, ``output_scores``, ``num_beam_groups``, ...) are
+        does not implement (``typical_p``, ``output_attentions``, ``num_beam_groups``, ...) are
         accepted only at the value that switches them off; any other value, and any unknown
         name, raises a ValueError naming them all. A model's ``generate`` takes these names
         directly (with its own eos and pad ids as the defaults)::
