@@ -185,6 +185,16 @@ def test_bad_words_suppressed_and_forced_tokens_and_min_p_give_transformers_toke
     assert torch.equal(ours, theirs), names
 
 
+def test_a_row_with_fewer_continuations_than_beams_returns_the_filler_for_the_rest():
+    # forced_eos_token_id with one new token leaves a row one continuation for its 2 beams:
+    # its second hypothesis is none, returned as the filler (the stop id), as transformers
+    # returns it (a tie between an empty slot and a non-hypothesis keeps the empty slot).
+    ours, theirs = run_both(0, max_new_tokens=1, num_beams=2, num_return_sequences=2,
+                            forced_eos_token_id=0)
+    assert torch.equal(ours, theirs)
+    assert (ours[0::2, -1] == 0).all() and (ours[1::2, -1] == V - 1).all()
+
+
 def test_a_single_bad_word_that_is_a_stop_id_is_not_banned_as_transformers_filters_it():
     emitted = free_run(3)
     eos = int(emitted[0, 0])  # the first row's first greedy token

@@ -240,7 +240,10 @@ def _add_finished(beams: _Beams, sequences: Tensor, scores: Tensor,
     all_scores = torch.cat([beams.fin_scores, scores], dim=1)  # (B, K + K')
     n = sequences.shape[-1]
     all_lengths = torch.cat([beams.fin_lengths, torch.full_like(scores, n, dtype=torch.long)], 1)
-    beams.fin_scores, best = all_scores.topk(k, dim=-1)  # (B, K), best first
+    # best first; on a tie the hypothesis already kept wins (a stable sort), so a non-hypothesis
+    # (-inf) never takes an empty slot (-inf too), which returns the filler
+    ranked, order = all_scores.sort(dim=-1, descending=True, stable=True)  # (B, K + K')
+    beams.fin_scores, best = ranked[:, :k], order[:, :k]  # (B, K)
     beams.fin_tokens = _merged(beams.fin_tokens, sequences, beams.fill_id, best)
     beams.fin_lengths = all_lengths.gather(1, best)
     if beams.fin_rows is not None and rows is not None:
