@@ -17,11 +17,13 @@ whatever they say). Where addnorm refuses a call (a prompt row ending in padding
 transformers' pad rule) the test checks that the refusal names the reason, and that the
 reason holds.
 
-Two conventions differ from transformers' and are checked as such: a bad word's prefix never
-matches padding (addnorm leaves padding out of a row's history; the drawn prefixes avoid the
-pad value so both agree), and beam search writes ``pad_token_id`` after a finished hypothesis
-even when it is 0 (transformers' beam search writes ``eos_token_id[0]`` then: it reads
-``pad_token_id or eos_token_id[0]``).
+Three conventions differ from transformers' and are checked as such: a bad word's prefix
+never matches padding (addnorm leaves padding out of a row's history; the drawn prefixes
+avoid the pad value so both agree); beam search writes ``pad_token_id`` after a finished
+hypothesis even when it is 0 (transformers' beam search writes ``eos_token_id[0]`` then: it
+reads ``pad_token_id or eos_token_id[0]``); and where a forced token leaves a row fewer
+continuations than beams, the missing hypotheses are none (the filler), where transformers
+returns either that or a copy, by a tie of its top-k.
 """
 
 from __future__ import annotations
@@ -182,17 +184,40 @@ def test_bad_words_suppressed_and_forced_tokens_and_min_p_give_transformers_toke
         names["min_p"] = data.draw(st.sampled_from([None, 0.0, 0.05, 0.3, 1.0]))
     names["min_new_tokens"] = data.draw(st.integers(0, 3))
     ours, theirs = run_both(seed, **names)
-    assert torch.equal(ours, theirs), names
+    if first_steps_forced(names):
+        assert_forced_beams(ours, theirs, names)
+    else:
+        assert torch.equal(ours, theirs), names
 
 
-def test_a_row_with_fewer_continuations_than_beams_returns_the_filler_for_the_rest():
-    # forced_eos_token_id with one new token leaves a row one continuation for its 2 beams:
-    # its second hypothesis is none, returned as the filler (the stop id), as transformers
-    # returns it (a tie between an empty slot and a non-hypothesis keeps the empty slot).
-    ours, theirs = run_both(0, max_new_tokens=1, num_beams=2, num_return_sequences=2,
-                            forced_eos_token_id=0)
-    assert torch.equal(ours, theirs)
-    assert (ours[0::2, -1] == 0).all() and (ours[1::2, -1] == V - 1).all()
+def first_steps_forced(names: dict) -> bool:
+    """Beam search whose one new token is forced: each row has one continuation for its K
+    beams (see :func:`test_a_row_with_fewer_continuations_than_beams_returns_the_filler`)."""
+    return (names.get("num_beams", 1) > 1 and names.get("forced_eos_token_id") is not None
+            and names.get("max_new_tokens") == 1)
+
+
+def assert_forced_beams(ours: torch.Tensor, theirs: torch.Tensor, names: dict) -> None:
+    """The first hypothesis of each row is transformers'; the others are none (the filler)."""
+    rows = names.get("num_return_sequences", 1)
+    assert torch.equal(ours[::rows], theirs[::rows])
+    fill = names.get("pad_token_id", names.get("eos_token_id", V - 1))
+    for j in range(1, rows):
+        assert (ours[j::rows, -1] == fill).all()
+
+
+def test_a_row_with_fewer_continuations_than_beams_returns_the_filler():
+    # forced_eos_token_id with one new token leaves a row one continuation for its K beams:
+    # its other hypotheses are none, returned as the filler. transformers' empty slots and
+    # its copies of the one continuation both score -1e9, and which its top-k keeps is a tie
+    # (with 2 beams here the empty slot, with 3 a copy); addnorm keeps the empty slot, and
+    # scores it -inf.
+    for beams, rows in ((2, 2), (3, 2), (3, 3)):
+        names = {"max_new_tokens": 1, "num_beams": beams, "num_return_sequences": rows,
+                 "forced_eos_token_id": 0}
+        ours, theirs = run_both(0, **names)
+        assert (ours[::rows, -1] == 0).all()
+        assert_forced_beams(ours, theirs, names)
 
 
 def test_a_single_bad_word_that_is_a_stop_id_is_not_banned_as_transformers_filters_it():
@@ -438,4 +463,7 @@ def test_any_combination_of_hugging_faces_names_matches_transformers_or_is_refus
     if strategy == "beam" and names.get("pad_token_id") == 0:
         eos = names.get("eos_token_id", V - 1)
         sequences = as_transformers_beam_fills(sequences, ids.shape[1], eos)
-    assert torch.equal(sequences, expected), names
+    if first_steps_forced(names):
+        assert_forced_beams(sequences, expected, names)
+    else:
+        assert torch.equal(sequences, expected), names
