@@ -12,7 +12,7 @@ import dataclasses
 
 import pytest
 import torch
-from tolerances import FLOAT32_MODEL, FLOAT64_EXACT
+from tolerances import FLOAT32_MODEL, FLOAT64_EXACT, LOW_PRECISION
 
 import addnorm
 
@@ -116,3 +116,46 @@ def test_masked_batchnorm_on_cuda_equals_the_cpu_result():
     out = gpu(x.to(CUDA), padding.to(CUDA)).cpu()
     torch.testing.assert_close(out, cpu(x, padding), **FLOAT64_EXACT)
     torch.testing.assert_close(gpu.running_var.cpu(), cpu.running_var, **FLOAT64_EXACT)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("offset", [0.0, 1e2, 1e4, -3e4])
+def test_low_precision_layernorm_on_cuda_takes_float32_statistics(offset, dtype):
+    """On CUDA LayerNorm hands float16 / bfloat16 to torch's kernel, whose statistics are
+    float32 and centred: held to nn.LayerNorm in float64 on the same rounded input, with the
+    tolerance tests/test_norms.py derives for the CPU path (LOW_PRECISION, 4u)."""
+    gen = torch.Generator().manual_seed(9)
+    norm = addnorm.LayerNorm(64)
+    with torch.no_grad():
+        for p in norm.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.5 + 1.0)
+    ref = torch.nn.LayerNorm(64).double()
+    ref.load_state_dict(norm.state_dict())
+    for scale in (1e-2, 1.0, 1e2):
+        x = (torch.randn(8, 16, 64, generator=gen) * scale + offset).to(dtype)
+        y = copy.deepcopy(norm).to(CUDA, dtype)(x.to(CUDA))
+        assert y.dtype == dtype
+        torch.testing.assert_close(y.cpu().double(), ref(x.double()), **LOW_PRECISION[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_nan_padding_reaches_no_real_gradient_on_every_cuda_kernel(dtype):
+    # The property tests/test_padding_numerics.py checks on the CPU, on the GPU's SDPA
+    # kernels (flash, memory-efficient, math by dtype): real outputs and real inputs'
+    # gradients are the clean run's, bitwise, with NaN or inf in the padding.
+    torch.manual_seed(0)
+    mha = addnorm.MultiHeadAttention(64, 4).to(CUDA, dtype)
+    padding = torch.zeros(3, 7, dtype=torch.bool, device=CUDA)
+    padding[0, 4:], padding[2, 1:] = True, True
+    x = torch.randn(3, 7, 64, device=CUDA, dtype=dtype)
+    weights = torch.randn(3, 7, 64, device=CUDA, dtype=dtype)
+    runs = []
+    for fill in (0.0, float("nan"), float("inf")):
+        inp = x.masked_fill(padding[..., None], fill).requires_grad_()
+        out = mha(inp, padding_mask=padding)
+        torch.where(padding[..., None], 0.0, out * weights).sum().backward()
+        runs.append((out.detach()[~padding], inp.grad[~padding]))
+        mha.zero_grad()
+    for out, grad in runs[1:]:
+        assert torch.equal(out, runs[0][0]) and torch.equal(grad, runs[0][1])
+        assert torch.isfinite(grad).all()

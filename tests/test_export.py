@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import addnorm
-from addnorm.export import export_program, onnx_max_error, sample_inputs, to_onnx
+from addnorm.export import export_program, onnx_max_error, run_onnx, sample_inputs, to_onnx
 from addnorm.transformer.encoder_model import EncoderConfig, EncoderModel
 
 
@@ -94,6 +94,30 @@ def test_an_onnx_file_gives_the_pytorch_outputs_on_other_padded_batches(name, pa
     # and AVX-512, 6e-7 (EncoderModel, |y| <= 3.4, one CPU); 1e-4 keeps 10x over that, while
     # a wrong mask or op is off by O(0.1).
     assert onnx_max_error(model, path, part=part) < 1e-4
+
+
+def test_an_encoder_model_onnx_file_takes_bert_token_type_ids(tmp_path):
+    """BERT users pass segments: the file has a token_type_ids input, and onnxruntime with
+    mixed types gives the eager model's hidden states (tolerance as above), which the types
+    change (a file that ignored them would match the all-zero run instead)."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    import onnxruntime
+
+    model = tiny("encoder-model")
+    path = to_onnx(model, tmp_path / "bert.onnx")
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["ids", "padding_mask", "token_type_ids"]
+    inputs = sample_inputs(model, batch=4, length=9, seed=2)
+    types = inputs["token_type_ids"]
+    assert types.any() and not types[inputs["padding_mask"]].any()
+    expected = eval_output(model, "forward", inputs)
+    untyped = eval_output(model, "forward", {**inputs, "token_type_ids": torch.zeros_like(types)})
+    got = run_onnx(path, inputs)
+    assert (got - expected).abs().max() < 1e-4
+    assert (untyped - expected).abs().max() > 1e-2
+    no_types = EncoderModel(dataclasses.replace(model.cfg, n_token_types=0))
+    assert list(sample_inputs(no_types)) == ["ids", "padding_mask"]
 
 
 def test_export_refuses_what_it_cannot_export():

@@ -100,6 +100,62 @@ def test_layernorm_equals_nn_layernorm_and_shares_its_state_dict(shape, bias, de
     torch.testing.assert_close(back(x), ref(x), **FLOAT64_EXACT)
 
 
+def test_layernorm_with_eps_zero_is_nan_on_constant_tokens_as_nn_layernorm():
+    """Documented: eps=0 evaluates the formula exactly, so a token whose features are all equal
+    is 0 / 0 = NaN, as in nn.LayerNorm (the oracle, same parameters); other tokens are finite."""
+    ours = randomize_parameters(LayerNorm(4, eps=0.0), seed=3).double()
+    ref = nn.LayerNorm(4, eps=0.0).double()
+    ref.load_state_dict(ours.state_dict())
+    x = torch.tensor([[2.0, 2.0, 2.0, 2.0], [1.0, 2.0, 3.0, 4.0]], dtype=F64)
+    y = ours(x)
+    torch.testing.assert_close(y, ref(x), equal_nan=True, **FLOAT64_EXACT)
+    assert torch.isnan(y[0]).all() and torch.isfinite(y[1]).all()
+
+
+def test_layernorm_over_one_feature_refuses_eps_zero_and_otherwise_returns_its_bias():
+    """D = 1 with eps = 0 is NaN for every input, so it is refused (also through make_norm);
+    with eps > 0 a single feature is its own mean: x - mean = 0 and y = bias (identity)."""
+    for build in (lambda: LayerNorm(1, eps=0.0), lambda: make_norm("layer", 1, eps=0)):
+        with pytest.raises(ValueError, match=r"d_model = 1 feature with eps = 0 .*eps > 0"):
+            build()
+    norm = randomize_parameters(LayerNorm(1), seed=4)
+    y = norm(torch.randn(3, 5, 1) * 100)
+    assert torch.equal(y, norm.bias.detach().expand(3, 5, 1))
+
+
+@examples(20)
+@given(
+    dtype=st.sampled_from([torch.float16, torch.bfloat16]),
+    offset=st.sampled_from([0.0, 1e2, 1e4, -3e4]),
+    scale=st.sampled_from([1e-2, 1.0, 1e2]),
+    d_model=st.sampled_from([2, 8, 64]),
+    float32_module=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_low_precision_layernorm_takes_float32_statistics(
+    dtype, offset, scale, d_model, float32_module, seed
+):
+    """Oracle: nn.LayerNorm in float64 on the same (rounded) input and parameters.
+
+    Tolerance LOW_PRECISION (4u): the result is rounded once to dtype (u|y|), and float32
+    statistics of a centred token add float32's rounding of the mean over the token's std,
+    u32 * |offset| / std, largest for float16 at offset -3e4: its values are 16 apart, so a
+    token of D <= 64 that is not constant has std >= 16 * sqrt(63) / 64 = 1.98, and
+    6e-8 * 3e4 / 1.98 = 9.1e-4 < 4u = 2e-3 (offset 1e2: steps of 1/16, 7.7e-4). A token that
+    rounds to one value has variance 0 in both and gives the bias.
+    Low-precision statistics fail it: 1e4 + N(0, 1) in float16 came out 0.08 off."""
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(4, 6, d_model, generator=gen) * scale + offset).to(dtype)
+    norm = randomize_parameters(LayerNorm(d_model), seed=seed)
+    if not float32_module:
+        norm = norm.to(dtype)
+    ref = nn.LayerNorm(d_model).double()
+    ref.load_state_dict(norm.state_dict())
+    y = norm(x)
+    assert y.dtype == dtype
+    torch.testing.assert_close(y.double(), ref(x.double()), **LOW_PRECISION[dtype])
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("eps", [None, 1e-3])

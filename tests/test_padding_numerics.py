@@ -13,12 +13,13 @@ floating-point operations on the same real values). The comparisons are therefor
 ``torch.where``, never in the order of any reduction, and the shapes are the same.
 
 What self-attention cannot promise (documented in ``addnorm.attention``): its padding tokens
-are also queries whose outputs torch.nn defines, so NaN there is NaN in their own outputs, and
-the backward pass multiplies their zero upstream gradient by it (``0 * NaN``). Its gradients
-are checked with finite padding of any size instead; the packed path (``Encoder(unpad=True)``),
-which never touches padding, is checked with NaN. LayerNorm, which ignores the mask, likewise:
-its real outputs and input gradients ignore padding, its ``weight`` gradient only finite
-padding.
+are also queries whose outputs torch.nn defines, computed by the same projections as the real
+tokens', so the projections' weight gradients sum ``0 * NaN`` over padding rows. Its real
+outputs and the real inputs' gradients (and, in a stack, a decoder memory's) are checked with
+NaN and inf; its parameter gradients with finite padding of any size; the packed path
+(``Encoder(unpad=True)``), which never touches padding, with NaN throughout. LayerNorm, which
+ignores the mask, likewise: its real outputs and input gradients ignore padding, its ``weight``
+gradient only finite padding.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ import addnorm
 from addnorm.attention import MultiHeadAttention
 from addnorm.cache import KVCache
 from addnorm.norms import BatchNorm, GroupNorm, LayerNorm
+from addnorm.rotary import RotaryEmbedding
 from addnorm.transformer.config import LayerConfig
-from addnorm.transformer.stacks import Encoder
+from addnorm.transformer.stacks import Decoder, Encoder
 
 D, H = 8, 2
 POISONS = [float("nan"), float("inf"), float("-inf"), 1e30]
@@ -144,6 +146,110 @@ def test_self_attention_gradients_ignore_finite_padding_of_any_size(padding, sca
         assert torch.equal(p1.grad, p2.grad)
 
 
+SELF_ATTENTION_CALLS = {
+    "plain": lambda m, t, p: m(t, padding_mask=p),
+    "causal": lambda m, t, p: m(t, padding_mask=p, causal=True),
+    "weights": lambda m, t, p: m.forward_with_weights(t, padding_mask=p, causal=True)[0],
+    "cached": lambda m, t, p: m(
+        t, padding_mask=p, cache=KVCache(t.shape[0], H, t.shape[1], D // H, dtype=t.dtype)
+    ),
+}
+
+
+@BOUNDED
+@given(padding=padded_batches(), poison=st.sampled_from(POISONS),
+       call=st.sampled_from(sorted(SELF_ATTENTION_CALLS)), rotary=st.booleans(),
+       dtype=st.sampled_from([torch.float32, torch.float64]), seed=st.integers(0, 2**16))
+def test_self_attention_input_gradients_ignore_what_padding_holds(
+    padding, poison, call, rotary, dtype, seed
+):
+    """NaN, inf or 1e30 at padding: the real outputs and the real inputs' gradients of a loss
+    on the real outputs are the clean run's, bitwise (padding queries' rows are detached and
+    their non-finite entries selected out, so they add exact zeros to the real keys')."""
+    real = ~padding
+    x = tensors((*padding.shape, D), seed, dtype)
+    runs = clean_and_poisoned_runs(
+        lambda: MultiHeadAttention(
+            D, H, rotary=RotaryEmbedding(D // H) if rotary else None
+        ).to(dtype),
+        lambda m, t: SELF_ATTENTION_CALLS[call](m, t, padding),
+        x, poisoned(x, padding, poison),
+    )
+    for _module, _inp, out in runs:
+        backward_on_real(out, real, seed + 1)
+    (m1, x1, y1), (m2, x2, y2) = runs
+    assert_equal_where_real(y2, y1, real)
+    assert_equal_where_real(x2.grad, x1.grad, real)
+    assert torch.isfinite(x2.grad[real]).all()
+    assert torch.equal(m2.out_proj.weight.grad, m1.out_proj.weight.grad)
+
+
+def test_compiled_self_attention_gradients_ignore_nan_padding():
+    """The same under ``torch.compile(fullgraph=True)``: the compiled forward and backward give
+    the eager run's real outputs and real-input gradients (one graph, no break)."""
+    padding = torch.tensor([[False, False, False, True, True], [False] * 5])
+    x = poisoned(tensors((2, 5, D), 3), padding, float("nan"))
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(D, H)
+    compiled = torch.compile(lambda t: attention(t, padding_mask=padding), fullgraph=True,
+                             backend="eager")
+    results = []
+    for call in (lambda t: attention(t, padding_mask=padding), compiled):
+        inp = x.clone().requires_grad_()
+        out = call(inp)
+        backward_on_real(out, ~padding, 4)
+        results.append((out.detach(), inp.grad))
+    (eager_out, eager_grad), (out, grad) = results
+    assert_equal_where_real(out, eager_out, ~padding)
+    assert_equal_where_real(grad, eager_grad, ~padding)
+    assert torch.isfinite(grad[~padding]).all()
+
+
+def decoder(norm: str) -> Decoder:
+    cfg = LayerConfig(d_model=D, n_heads=H, d_ff=16, norm=norm, norm_position="pre")
+    return Decoder(cfg, 2).double()
+
+
+@STACKS
+@given(padding=padded_batches(), poison=st.sampled_from(POISONS),
+       norm=st.sampled_from(["layer", "batch", "rms"]), seed=st.integers(0, 2**16))
+def test_padded_stacks_input_gradients_ignore_what_padding_holds(padding, poison, norm, seed):
+    """An Encoder (padded path) and a Decoder whose target and memory padding hold NaN, inf or
+    1e30: the real outputs and the real inputs' gradients, the memory's included (the
+    decoder's padding queries also attend to it), are the clean run's, bitwise."""
+    if norm == "batch" and int((~padding).sum()) < 2:
+        return  # BatchNorm refuses fewer than 2 real tokens in training (tests/test_norms.py)
+    real = ~padding
+    x = tensors((*padding.shape, D), seed).double()
+    runs = clean_and_poisoned_runs(
+        lambda: encoder(norm, unpad=False),
+        lambda m, t: m(t, padding_mask=padding),
+        x, poisoned(x, padding, poison),
+    )
+    memory_padding = padding.flip(0)  # another pattern, same shape
+    memory = tensors(tuple(x.shape), seed + 2).double()
+    memories = iter([memory, poisoned(memory, memory_padding, poison)])
+    given_memories = []
+
+    def run_decoder(module: Decoder, target: torch.Tensor) -> torch.Tensor:
+        given_memories.append(next(memories).requires_grad_())
+        return module(target, given_memories[-1], padding_mask=padding,
+                      memory_padding_mask=memory_padding)
+
+    runs += clean_and_poisoned_runs(
+        lambda: decoder(norm), run_decoder, x, poisoned(x, padding, poison)
+    )
+    for _module, _inp, out in runs:
+        backward_on_real(out, real, seed + 1)
+    for (_, x1, y1), (_, x2, y2) in (runs[:2], runs[2:]):
+        assert_equal_where_real(y2, y1, real)
+        assert_equal_where_real(x2.grad, x1.grad, real)
+        assert torch.isfinite(x2.grad[real]).all()
+    clean_memory, bad_memory = given_memories
+    assert_equal_where_real(bad_memory.grad, clean_memory.grad, ~memory_padding)
+    assert torch.isfinite(bad_memory.grad[~memory_padding]).all()
+
+
 @BOUNDED
 @given(memory_padding=padded_batches(), poison=st.sampled_from(POISONS),
        query_len=st.integers(1, 4), cached=st.booleans(), seed=st.integers(0, 2**16))
@@ -210,7 +316,7 @@ def encoder(norm: str, unpad: bool) -> Encoder:
 
 @STACKS
 @given(padding=padded_batches(), poison=st.sampled_from(POISONS),
-       norm=st.sampled_from(["layer", "batch", "group"]), seed=st.integers(0, 2**16))
+       norm=st.sampled_from(["layer", "batch", "rms"]), seed=st.integers(0, 2**16))
 def test_padded_encoder_real_outputs_ignore_what_padding_holds(padding, poison, norm, seed):
     """The padded path (no packing) in training mode: attention, Add & Norm, FFN."""
     if norm == "batch" and int((~padding).sum()) < 2:
@@ -488,3 +594,21 @@ def test_cross_attention_through_hooked_in_proj_equals_the_plain_path(bias):
     hooked = attention(x, memory, padding_mask=padding)
     assert seen == [(2, 3, 3 * D), (2, 5, 3 * D)]  # the queries' call, then the memory's
     torch.testing.assert_close(hooked, plain, **FLOAT64_EXACT)
+
+
+def test_a_frozen_decoder_keeps_nan_target_padding_out_of_the_memorys_gradient():
+    """Only the memory asks for a gradient (a frozen decoder on a trained encoder): the
+    decoder's padding queries are still kept out of the backward pass, so the memory's real
+    rows get the gradient they get with clean padding."""
+    torch.manual_seed(0)
+    stack = decoder("layer").requires_grad_(False)
+    padding = torch.tensor([[False, False, True], [False, True, True]])
+    x = tensors((2, 3, D), 1).double()
+    memory = tensors((2, 4, D), 2).double()
+    grads_of = []
+    for fill in (0.0, float("nan")):
+        mem = memory.clone().requires_grad_()
+        out = stack(poisoned(x, padding, fill), mem, padding_mask=padding)
+        backward_on_real(out, ~padding, 3)
+        grads_of.append(mem.grad)
+    assert torch.isfinite(grads_of[1]).all() and torch.equal(grads_of[1], grads_of[0])

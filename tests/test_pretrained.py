@@ -19,7 +19,7 @@ import addnorm
 from addnorm import DiT, Transformer, TransformerLM
 from addnorm.dit.config import DiTConfig
 from addnorm.pretrained.mixin import CONFIG_FILE, WEIGHTS_FILE, PretrainedMixin
-from addnorm.tasks.lm import LMTask
+from addnorm.tasks.lm import LMTask, LMTaskConfig
 from addnorm.tasks.run import load_trained, train_run
 from addnorm.training.checkpoint import load_checkpoint, save_checkpoint
 from addnorm.training.config import TrainConfig
@@ -234,9 +234,9 @@ def lm_run(tmp_path_factory):
 @pytest.mark.slow
 def test_load_opens_what_addnorm_train_wrote(tmp_path):
     task = LMTask()
-    train = TrainConfig(max_steps=3, batch_size=2, seq_len=8, lr=3e-3, warmup=1, eval_size=2,
-                        ema_decay=0.5)
-    train_run("lm", _tiny_lm_config(task), train, tmp_path)
+    train = TrainConfig(max_steps=3, batch_size=2, lr=3e-3, warmup=1, ema_decay=0.5)
+    train_run("lm", _tiny_lm_config(task), train, tmp_path,
+              task_cfg=LMTaskConfig(seq_len=8, eval_size=2))
     model = addnorm.load(tmp_path)
     for name, value in model.state_dict().items():
         assert torch.equal(value, load_checkpoint(tmp_path).tensors["ema"][name]), name

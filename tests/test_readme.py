@@ -166,15 +166,16 @@ def test_the_readme_names_the_translators_default_position_encoding():
 
 
 def test_the_readme_states_the_digits_dits_ema_decay_as_the_code_computes_it():
-    from torch import nn
-
     from addnorm.tasks.dit import DiTTask
-    from addnorm.training.ema import EMA
+    from addnorm.training.ema import ema_decay
 
     cfg = DiTTask.default_train_config()
-    ema = EMA(nn.Linear(1, 1), cfg.ema_decay, warmup=cfg.ema_warmup)
-    last = ema.decay_at(cfg.max_steps - 1)  # the run's last update, counted from 0
-    capped = next(n for n in range(10**5) if ema.decay_at(n) >= cfg.ema_decay)
+
+    def decay_at(n: int) -> float:
+        return ema_decay(cfg.ema_decay, n, warmup=cfg.ema_warmup)
+
+    last = decay_at(cfg.max_steps - 1)  # the run's last update, counted from 0
+    capped = next(n for n in range(10**5) if decay_at(n) >= cfg.ema_decay)
     text = _flat(README.read_text(encoding="utf-8"))
     found = re.search(r"reaches ([\d.]+) only at update n = (\d+), and the (\d+)th update "
                       r"decays by ([\d.]+) \(an averaging horizon of about (\d+) steps\)", text)
@@ -247,3 +248,22 @@ def test_the_readme_gives_both_sides_of_min_snr_as_measured_over_seeds():
     assert (f"the demo trains {steps} steps in about {seconds} s, so the {cfg.max_minutes:g}-"
             f"minute cap stops it before step {arrives} only on a machine about {slower:.0f} "
             "times slower") in flat
+
+
+def test_the_readmes_train_lines_after_the_demo_do_not_reuse_the_demos_folders():
+    """``make demo`` leaves runs in its ``--out`` and ``--dit-out`` defaults; a README line
+    that trains into one of them again (no ``--out``, ``--resume`` or ``--overwrite``) is
+    refused right after it. The folders are read from the parsers, not restated."""
+    import shlex
+
+    from addnorm.cli.parser import build_parser
+
+    parser = build_parser()
+    demo = parser.parse_args(["demo"])
+    taken = {demo.out, demo.dit_out}
+    lines = [line.split("#")[0] for line in README.read_text(encoding="utf-8").splitlines()
+             if line.startswith("addnorm train ") and "--help" not in line]
+    assert lines, "the README shows addnorm train lines"
+    for line in lines:
+        args = parser.parse_args(shlex.split(line)[1:])
+        assert args.resume or args.overwrite or args.out not in taken, line

@@ -20,6 +20,16 @@ the mask to their scores (``-inf + NaN = NaN``), so NaN or inf held by padding w
 reach every real query. Cross-attention zeroes the memory's padding rows before projecting
 them, so no gradient (inputs' or weights') sees those values either; self-attention zeroes the
 projected keys and values only, since padding queries keep their own outputs (as torch.nn's).
+
+Padding *queries* (``mask.query_padding``) are kept out of the backward pass, which runs every
+query row against every key: their output rows are held constant (detached, values unchanged),
+so a gradient arriving there, NaN included, stops before the kernel; and their non-finite
+query entries are set to 0 for the kernel (finite ones are used as they are), whose backward
+would otherwise multiply NaN weights of those rows into the real keys' gradients. Both apply
+only where gradients are recorded (under ``torch.no_grad()`` the kernel runs as before). So
+NaN or inf at padding positions reaches neither the real outputs nor the real inputs'
+gradients; like every position-wise Linear, the projections' weight gradients still sum over
+padding rows (``0 * NaN``), as LayerNorm's do (see :mod:`addnorm.norms`).
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from addnorm.attention_kernel import scaled_dot_product
 from addnorm.attention_mask import (
     AttentionMask,
     build_attention_mask,
@@ -38,7 +49,6 @@ from addnorm.attention_mask import (
     self_attention_mask,
 )
 from addnorm.cache import KVCache
-from addnorm.packing import Packing
 from addnorm.rotary import RotaryEmbedding
 from addnorm.utils.checks import (
     check_int,
@@ -46,6 +56,7 @@ from addnorm.utils.checks import (
     check_tensor,
     check_weight_dtype,
 )
+from addnorm.varlen_attention import varlen_attention
 
 __all__ = [
     "AttentionMask",
@@ -112,6 +123,38 @@ def hidden_keys(mask: AttentionMask) -> torch.Tensor | None:
         return None
     live = mask.allowed if mask.dead is None else mask.allowed & ~mask.dead  # (B|1, H|1, L|1, S)
     return ~live.any(dim=-2).unsqueeze(-1)  # (B|1, H|1, S, 1)
+
+
+def finite_padding_queries(q: torch.Tensor, query_padding: torch.Tensor | None) -> torch.Tensor:
+    """``q`` with the padding queries' NaN and inf entries replaced by 0 (``torch.where``).
+
+    Real queries, and finite padding queries, are returned as they are (bit for bit), so every
+    finite result is unchanged; a padding row holding NaN would make its attention weights NaN,
+    and the kernel's backward multiplies them (times a zero gradient) into every key's. Under
+    ``torch.no_grad()`` (inference) there is no backward pass, and ``q`` is returned as is.
+
+    Shapes:
+        q: (B, H, L, Dh); query_padding: (B, L) bool, True = padding
+        returns: (B, H, L, Dh)
+    """
+    if query_padding is None or not torch.is_grad_enabled():  # no backward pass to guard
+        return q
+    finite = q.detach().nan_to_num(0.0, posinf=0.0, neginf=0.0)  # padding rows get no gradient
+    return torch.where(query_padding[:, None, :, None], finite, q)  # (B, H, L, Dh)
+
+
+def held_padding_rows(heads: torch.Tensor, query_padding: torch.Tensor | None) -> torch.Tensor:
+    """The kernel's output with the padding queries' rows detached: the same values, but a
+    gradient arriving at those rows (NaN from padding downstream, say) stops there instead of
+    reaching the keys and values of real tokens through the kernel's backward.
+
+    Shapes:
+        heads: (B, H, L, Dh); query_padding: (B, L) bool, True = padding
+        returns: (B, H, L, Dh)
+    """
+    if query_padding is None or not torch.is_grad_enabled():
+        return heads
+    return torch.where(query_padding[:, None, :, None], heads.detach(), heads)  # (B, H, L, Dh)
 
 
 class MultiHeadAttention(nn.Module):
@@ -206,7 +249,7 @@ class MultiHeadAttention(nn.Module):
                 "pass either a prebuilt mask or padding_mask / attend_mask / causal, not both"
             )
         q, k, v = self._project(x, memory, cache, positions, mask)
-        return self._attend(q, k, v, mask)
+        return self._attend(finite_padding_queries(q, mask.query_padding), k, v, mask)
 
     def forward_with_weights(
         self,
@@ -230,6 +273,7 @@ class MultiHeadAttention(nn.Module):
         """
         mask = self._checked_mask(x, memory, cache, padding_mask, attend_mask, causal)
         q, k, v = self._project(x, memory, cache, positions, mask)
+        q = finite_padding_queries(q, mask.query_padding)
         return self._attend_with_weights(q, k, v, mask)
 
     def _checked_mask(
@@ -280,17 +324,18 @@ class MultiHeadAttention(nn.Module):
         Self-attention uses the fused ``in_proj``; cross-attention calls it (through
         ``__call__``, so hooks and adapters see it) on x, keeping the q columns, and on the
         memory, keeping the k, v columns (not once a cross-attention cache holds them). With
-        ``mask.packing``, x is packed (1, N, D) and its projections are unpacked for the kernel.
-        Keys no query may attend come back as zeros (see the module docstring).
+        ``mask.packing``, x is packed (1, N, D): its projections stay packed, (N, H, Dh) each,
+        for variable-length attention (``mask.variable_length``), or are unpacked for the
+        padded kernel. Keys no query may attend come back as zeros (see the module docstring).
 
         Shapes:
             x: (B, L, D); memory: (B, S, D); positions: (L,) or (B, L)
-            returns: q (B, H, L, Dh), k (B, H, S, Dh), v (B, H, S, Dh)
+            returns: q (B, H, L, Dh), k (B, H, S, Dh), v (B, H, S, Dh); packed: (N, H, Dh)
         """
-        if mask.packing is not None:  # x packed: (1, N, D); padding left out, unpacked as zeros
+        if mask.packing is not None:  # x packed: (1, N, D); padding left out
             if memory is not None or cache is not None:
                 raise ValueError("a packed mask is for uncached self-attention only")
-            return self._unpacked_heads(self.in_proj(x), mask.packing, positions)
+            return self._packed_heads(self.in_proj(x), mask, positions)
         hidden = hidden_keys(mask)  # (B|1, H|1, S, 1) or None
         if memory is None:
             qkv = split_heads(self.in_proj(x), 3 * self.n_heads)  # (B, 3H, L, Dh)
@@ -335,16 +380,20 @@ class MultiHeadAttention(nn.Module):
         bias = self.in_proj.bias
         return F.linear(x, self.in_proj.weight[columns], None if bias is None else bias[columns])
 
-    def _unpacked_heads(
-        self, qkv: torch.Tensor, packing: Packing, positions: torch.Tensor | None
+    def _packed_heads(
+        self, qkv: torch.Tensor, mask: AttentionMask, positions: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per-head q, k, v in the padded layout from packed projections; rotary positions
-        are applied to the packed rows, so padding is not rotated either.
+        """Per-head q, k, v of packed projections: packed for variable-length attention, else
+        in the padded layout; rotary positions are applied to the packed rows, so padding is
+        not rotated either.
 
         Shapes:
             qkv: (1, N, 3D); positions: (L,) or (B, L)
-            returns: q, k, v (B, H, L, Dh), zeros at padding
+            returns: q, k, v (N, H, Dh) (``mask.variable_length``), else (B, H, L, Dh), zeros
+            at padding
         """
+        packing = mask.packing
+        assert packing is not None  # for mypy: the caller's condition
         qk, v = qkv.split([2 * self.d_model, self.d_model], dim=-1)  # (1, N, 2D), (1, N, D)
         if self.rotary is not None:
             packed_positions = packing.positions(positions)  # (1, N)
@@ -353,6 +402,10 @@ class MultiHeadAttention(nn.Module):
             heads = split_heads(qk, 2 * self.n_heads)  # (1, 2H, N, Dh)
             rotated = self.rotary(heads, positions=packed_positions, positions_below=below)
             qk = merge_heads(rotated)  # (1, N, 2D)
+        if mask.variable_length:  # each row attends to its own packed tokens
+            tokens = qk.shape[1]
+            q, k = qk[0].view(tokens, 2 * self.n_heads, self.d_head).split(self.n_heads, dim=1)
+            return q, k, v[0].view(tokens, self.n_heads, self.d_head)  # (N, H, Dh) each
         q, k = split_heads(packing.unpack(qk), 2 * self.n_heads).split(self.n_heads, dim=1)
         return q, k, split_heads(packing.unpack(v), self.n_heads)  # (B, H, L, Dh) each
 
@@ -360,14 +413,19 @@ class MultiHeadAttention(nn.Module):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AttentionMask
     ) -> torch.Tensor:
         """SDPA over projected heads, then ``out_proj``; rows that see no key give zeros.
+        Packed heads take variable-length attention, each row over its own tokens.
 
         Shapes:
-            q: (B, H, L, Dh); k, v: (B, H, S, Dh)
-            returns: (B, L, D)
+            q: (B, H, L, Dh); k, v: (B, H, S, Dh); packed: q, k, v (N, H, Dh)
+            returns: (B, L, D); packed: (1, N, D)
         """
         p = self.dropout if self.training else 0.0
-        heads = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask.allowed, dropout_p=p, is_causal=mask.is_causal
+        if mask.variable_length:
+            assert mask.packing is not None  # for mypy: implied by variable_length
+            heads = varlen_attention(q, k, v, mask.packing, dropout_p=p)  # (N, H, Dh)
+            return self.out_proj(heads.flatten(1)[None])  # (1, N, D)
+        heads = scaled_dot_product(
+            q, k, v, allowed=mask.allowed, dropout_p=p, is_causal=mask.is_causal
         )  # (B, H, L, Dh)
         return self._output(heads, mask)
 
@@ -399,6 +457,7 @@ class MultiHeadAttention(nn.Module):
         return self._output(heads.to(v.dtype), mask), weights.to(v.dtype)
 
     def _output(self, heads: torch.Tensor, mask: AttentionMask) -> torch.Tensor:
+        heads = held_padding_rows(heads, mask.query_padding)  # (B, H, L, Dh)
         if mask.dead is not None:
             heads = heads.masked_fill(mask.dead, 0.0)
         merged = merge_heads(heads)  # (B, L, D)

@@ -50,10 +50,15 @@ class AttentionMask(NamedTuple):
             output row is zeroed (the out_proj bias is not added to an empty attention).
         is_causal: use SDPA's ``is_causal`` fast path (plain causal mask with L == S).
         query_padding: bool (B, L), True = padding query token (the norms of a layer leave it
-            out of their statistics), or None. Self-attention only: the last L keys.
-        packing: set when the queries arrive packed, (1, N, D) (see :mod:`addnorm.packing`):
-            the attention unpacks its projections for the kernel and packs its output back;
-            ``dead_rows`` is then packed too, (1, N, 1), and ``query_padding`` is None.
+            out of their statistics; attention keeps it out of the backward pass), or None.
+            Self-attention: the last L keys; a Decoder's cross-attention mask carries the
+            target's.
+        packing: set when the queries arrive packed, (1, N, D) (see :mod:`addnorm.packing`),
+            and ``query_padding`` is None. With ``allowed`` None the mask is the padding
+            alone: each row attends to its own packed tokens (:attr:`variable_length`, see
+            :mod:`addnorm.varlen_attention`). Otherwise the attention unpacks its projections
+            for the padded kernel and packs its output back, and ``dead_rows`` is packed too,
+            (1, N, 1).
     """
 
     allowed: torch.Tensor | None
@@ -62,6 +67,11 @@ class AttentionMask(NamedTuple):
     is_causal: bool
     query_padding: torch.Tensor | None = None
     packing: Packing | None = None
+
+    @property
+    def variable_length(self) -> bool:
+        """Whether the queries are packed and each row attends to its own tokens only."""
+        return self.packing is not None and self.allowed is None
 
 
 def _check_attend_mask(
@@ -198,12 +208,20 @@ def cross_attention_mask(
     )
 
 
-def packed_mask(mask: AttentionMask, packing: Packing) -> AttentionMask:
+def packed_mask(
+    mask: AttentionMask, packing: Packing, *, padding_only: bool = False
+) -> AttentionMask:
     """``mask`` for a self-attention whose queries arrive packed by ``packing``.
 
-    The kernel still sees the padded layout, so ``allowed`` and ``dead`` are unchanged; the
-    output rows are packed, and so is ``dead_rows``. No packed token is padding.
+    ``padding_only``: ``mask`` was built from ``packing``'s padding alone (no attend mask, not
+    causal), so every packed query sees exactly the tokens of its row, which include itself:
+    the result has no ``allowed``, ``dead`` or ``dead_rows``
+    (:attr:`AttentionMask.variable_length`).
+    Otherwise the kernel still sees the padded layout, so ``allowed`` and ``dead`` are
+    unchanged; the output rows are packed, and so is ``dead_rows``. No packed token is padding.
     """
+    if padding_only:
+        return AttentionMask(None, None, None, False, None, packing)
     dead_rows = mask.dead_rows
     if dead_rows is not None:  # (B|1, L, 1) -> (1, N, 1)
         dead_rows = packing.pack(dead_rows.expand(packing.batch, packing.length, 1))

@@ -187,8 +187,18 @@ class KVCache:
         """Replace the batch dimension by ``index_select(0, index)`` (B -> B'); a static
         cache's count is shared by all rows and stays."""
         index = _check_index(index)
-        self.keys = self.keys.index_select(0, index)
-        self.values = self.values.index_select(0, index)
+        self.keys = _rows(self.keys, index, in_place=self.static)
+        self.values = _rows(self.values, index, in_place=self.static)
+
+
+def _rows(t: torch.Tensor, index: torch.Tensor, *, in_place: bool) -> torch.Tensor:
+    """``t.index_select(0, index)``; written back into ``t`` when ``in_place`` and the row
+    count is unchanged, so a static cache's buffers keep their addresses (a compiled step's
+    CUDA graphs replay against them) while beam search reorders its beams."""
+    rows = t.index_select(0, index)
+    if in_place and rows.shape == t.shape:
+        return t.copy_(rows)
+    return rows
 
 
 def _in_graph(static: bool) -> bool:
@@ -212,8 +222,8 @@ class _Count:
         return int(self.tensor) if self.static else self._int
 
     def advance(self, new: int) -> None:
-        if self.static:
-            self.tensor = self.tensor + new
+        if self.static:  # in place: a compiled step's state keeps its address (CUDA graphs)
+            self.tensor.add_(new)
         else:
             self._int += new
 
@@ -414,20 +424,32 @@ class DecodingCache:
         if padding_mask is None:
             steps = torch.arange(new, device=self.n_tokens.device)  # (L,)
             positions = self.n_tokens[:, None] + steps  # (B, L)
-            self.n_tokens = self.n_tokens + new
+            self.n_tokens.add_(new)  # in place: the address a compiled step was recorded with
             return positions
         real = (~padding_mask).long()  # (B, L)
         positions = (self.n_tokens[:, None] + real.cumsum(dim=1) - 1).clamp(min=0)  # (B, L)
-        self.n_tokens = self.n_tokens + real.sum(dim=1)
+        self.n_tokens.add_(real.sum(dim=1))
         return positions
+
+    def step_state(self) -> list[tuple[object, str]]:
+        """Where the tensors a compiled step writes in place live, as (holder, attribute)
+        pairs: each self-attention cache's keys, values and count, the key padding, the rows'
+        token counts and the written count. A static cache keeps each at one address from
+        step to step (and :func:`~addnorm.generation.step.held_buffers` across ``generate``
+        calls), which is what CUDA graphs replay against."""
+        state: list[tuple[object, str]] = []
+        for layer in self.layers:
+            kv = layer.self_attn
+            state += [(kv, "keys"), (kv, "values"), (kv._count, "tensor")]
+        return [*state, (self, "padding_mask"), (self, "n_tokens"), (self._count, "tensor")]
 
     def reorder(self, index: torch.Tensor) -> None:
         """Replace the batch dimension of every stored tensor by ``index_select(0, index)``."""
         index = _check_index(index)
         for layer in self.layers:
             layer.reorder(index)
-        self.padding_mask = self.padding_mask.index_select(0, index)
-        self.n_tokens = self.n_tokens.index_select(0, index)
+        self.padding_mask = _rows(self.padding_mask, index, in_place=self.static)
+        self.n_tokens = _rows(self.n_tokens, index, in_place=self.static)
         if self.memory is not None:
             self.memory = self.memory.index_select(0, index)
         if self.memory_padding_mask is not None:

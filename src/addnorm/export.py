@@ -15,7 +15,8 @@ so a new family exports with no edit here:
   tgt_padding_mask (B, L) bool -> logits (B, L, V)
 - ``Transformer``, ``encoder``: src_ids (B, S) int64, src_padding_mask (B, S) bool
   -> memory (B, S, D)
-- ``EncoderModel``, ``forward``: ids (B, L) int64, padding_mask (B, L) bool
+- ``EncoderModel``, ``forward``: ids (B, L) int64, padding_mask (B, L) bool, and with a
+  token-type table (BERT's segments, ``n_token_types > 0``) token_type_ids (B, L) int64
   -> hidden (B, L, D)
 - ``DiT``, ``forward``: x (B, C, H, W) float32, t (B,) int64, y (B,) int64
   -> out (B, C_out, H, W)

@@ -30,9 +30,11 @@ over every token of ``grad * x_hat`` (``0 * NaN``): keep padding finite for them
 position-wise Linear.
 
 Dtypes: the output has x's dtype whatever the parameters' dtype (a float32 norm applied to
-bfloat16 activations returns bfloat16), as in torch's norms. BatchNorm and GroupNorm take
-their statistics, and normalize, in ``torch.promote_types(x.dtype, torch.float32)``: a
-float16 variance overflows at 65504 (a feature with std 256), which would zero the output.
+bfloat16 activations returns bfloat16), as in torch's norms. BatchNorm, GroupNorm and
+LayerNorm take their statistics, and normalize, in ``torch.promote_types(x.dtype,
+torch.float32)`` (RMSNorm through ``F.rms_norm``, which widens itself): a float16 variance
+overflows at 65504 (a feature with std 256), which would zero the output, and a low-precision
+variance of values far from 0 is lost to cancellation (see :class:`LayerNorm`).
 For the same reason BatchNorm's running statistics stay float32 when the module is cast to
 float16 or bfloat16 (see :class:`BatchNorm`).
 """
@@ -173,6 +175,18 @@ class LayerNorm(nn.Module):
     ``nn.LayerNorm(d_model, eps=eps, bias=bias)``. Independent of batch, padding and length.
     ``elementwise_affine=False`` (torch.nn's name) drops both parameters: ``y = x_hat``, the
     norm inside DiT's adaLN blocks, whose scale and shift come from the conditioning.
+
+    ``eps=0`` is accepted, as by ``nn.LayerNorm``: it evaluates the formula exactly (SPEC 3's
+    worked example), so a token whose D features are all equal has variance 0 and normalizes
+    to ``0 / 0 = NaN``, as in ``nn.LayerNorm``; keep ``eps > 0`` wherever such rows can occur.
+    With D = 1 every token is such a row, so ``LayerNorm(1, eps=0)`` is refused.
+
+    float16 / bfloat16 input: the mean and variance are taken in float32, the token centred
+    before it is scaled, and the result rounded once to x's dtype. On CUDA torch's kernel does
+    that itself; elsewhere it is computed here, since torch's CPU kernel loses tokens with a
+    large offset to cancellation (1e4 + N(0, 1) in float16 came out 0.08 off a float64
+    reference; here within a few units of float16's roundoff, as RMSNorm and GroupNorm).
+    float32 and float64 input goes to ``F.layer_norm`` as it is (equal to ``nn.LayerNorm``).
     """
 
     weight: nn.Parameter | None
@@ -189,6 +203,11 @@ class LayerNorm(nn.Module):
         super().__init__()
         d_model = check_int("d_model", d_model, min_value=1)
         eps = _check_eps(eps)
+        if d_model == 1 and eps == 0.0:
+            raise ValueError(
+                "LayerNorm over d_model = 1 feature with eps = 0 gives NaN for every input (one "
+                "feature has variance 0, normalized as 0 / 0); pass eps > 0"
+            )
         check_bool("bias", bias)
         check_bool("elementwise_affine", elementwise_affine)
         self.d_model, self.eps, self.elementwise_affine = d_model, eps, elementwise_affine
@@ -205,7 +224,17 @@ class LayerNorm(nn.Module):
         """
         x, _ = _check_norm_input(x, padding_mask, self.d_model)
         check_weight_dtype("x", x, self.weight, allow_narrower=True)
-        return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
+        wide = _statistics_dtype(x.dtype)
+        if wide == x.dtype or x.device.type == "cuda":  # CUDA: float32 statistics in the kernel
+            return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
+        h = x.to(wide)
+        var, mean = torch.var_mean(h, dim=-1, correction=0, keepdim=True)  # (..., 1) each
+        y = (h - mean) * torch.rsqrt(var + self.eps)  # centred first: no cancellation
+        if self.weight is not None:
+            y = y * self.weight.to(wide)
+        if self.bias is not None:
+            y = y + self.bias.to(wide)
+        return y.to(x.dtype)
 
     def extra_repr(self) -> str:
         affine = "" if self.elementwise_affine else ", elementwise_affine=False"

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from addnorm.bench import BenchSettings, Check, Report, Row, run_bench, to_json
-from addnorm.bench.harness import format_table, interleaved
+from addnorm.bench.harness import format_table, from_json, interleaved
 from addnorm.bench.references import optional_module
 from addnorm.cli.parser import main
 
@@ -19,11 +19,19 @@ TINY = BenchSettings(size="test", rounds=1, min_seconds=0.0)
 def test_interleaved_times_the_implementations_in_alternating_rounds():
     calls: list[str] = []
     fns = {name: (lambda name=name: calls.append(name)) for name in "ABC"}
-    times = interleaved(fns, rounds=3, min_seconds=0.0, warmup=1)
-    # Per function: one warm-up and one calibration call, then the rounds A B C A B C A B C.
-    assert calls[6:] == list("ABC") * 3
+    record: list = []
+    times = interleaved(fns, rounds=3, min_seconds=0.0, warmup=1, label="g", sub_label="c",
+                        record=record)
+    # One warm-up call each, then per round one blocked_autorange of each function, which
+    # calls it several times in a row (its block-size estimate, then its blocks).
+    assert calls[:3] == list("ABC")
+    runs = [name for i, name in enumerate(calls[3:]) if i == 0 or calls[3 + i - 1] != name]
+    assert runs == list("ABC") * 3
     assert set(times) == set("ABC")
     assert all(len(t) == 3 and min(t) >= 0 for t in times.values())  # one sample per round
+    assert [(m.label, m.sub_label, m.description) for m in record] == [
+        ("g", "c", name) for name in "ABC" * 3]
+    assert times["B"] == tuple(m.median for m in record[1::3])  # each sample: its median
 
 
 def test_ratio_is_the_rate_over_the_fastest_reference_of_the_same_case():
@@ -114,8 +122,7 @@ def test_dit_and_timestep_match_diffusers():
     assert {row.group for row in report.rows} == {"DiT", "timestep embedding"}
 
 
-# JSON row fields a Row computes
-DERIVED = ("seconds", "rate", "ratio_to_best_reference", "ratio_range", "ratio_to_twin")
+JSON_KEYS = {"machine", "peak_flops", "rows", "checks", "notes", "errors"}
 
 
 def test_cli_writes_well_formed_json(tmp_path, capsys):
@@ -124,15 +131,14 @@ def test_cli_writes_well_formed_json(tmp_path, capsys):
     code = main(["bench", "--only", "timestep", "--rounds", "1", "--json", str(out)])
     assert code == 0
     data = json.loads(out.read_text())
-    assert set(data) == {"machine", "rows", "checks", "notes"}
+    assert set(data) == JSON_KEYS
     assert data["machine"]["command"] == "addnorm bench --only timestep --rounds 1"
     for row in data["rows"]:
         assert row["rate"] > 0 and row["unit"] == "calls/s"
-    assert data == json.loads(json.dumps(to_json(Report(**{
-        "rows": [Row(**{k: v for k, v in r.items() if k not in DERIVED}) for r in data["rows"]],
-        "checks": [Check(**{k: v for k, v in c.items() if k != "passed"}) for c in data["checks"]],
-        "notes": data["notes"], "machine": data["machine"]}))))
-    assert "timestep embedding" in capsys.readouterr().out
+    assert data == json.loads(json.dumps(to_json(from_json(data))))  # nothing lost
+    printed = capsys.readouterr().out
+    assert "timestep embedding" in printed
+    assert "torch.utils.benchmark.Compare" in printed and "Times are in" in printed
 
 
 @pytest.mark.parametrize("argv", [["bench", "--only", "nope"], ["bench", "--rounds", "0"],
@@ -181,3 +187,23 @@ def test_padded_batch_embeddings_match_bert_padded_and_unpadded():
     assert len(report.checks) == 2 and all(check.passed for check in report.checks)
     assert {row.impl for row in report.rows} == {
         "addnorm, unpadded", "addnorm, padded", "HF BertModel"}
+
+
+def test_table_shows_memory_compile_and_step_columns_only_where_a_group_has_them():
+    rows = [Row("g", "c", "ours", (0.5,), 100, "tokens/s", reference=False, flops=1e12,
+                peak_memory=3 * 2**30, compile_seconds=12.0, steps=50, twin="ref"),
+            Row("g", "c", "ref", (1.0,), 100, "tokens/s", reference=True, flops=1e12,
+                peak_memory=2**29, steps=50),
+            Row("h", "c", "ours", (1.0,), 10, "x/s", reference=False)]
+    report = Report(rows=rows, peak_flops=4e12)
+    table = format_table(report)
+    group_g, group_h = table.split("### h")
+    assert "| ms/step | TFLOP/s | of GEMM | peak memory | compile |" in group_g
+    # 0.5 s per call of 50 steps: 10 ms/step; 1e12 FLOPs in 0.5 s: 2 TFLOP/s
+    assert "| 200 tokens/s | 2.00x | 10 | 2 |  | 3.00 GiB | 12 s |" in group_g
+    assert "| 512.0 MiB |" in group_g
+    assert "ms/step" not in group_h and "peak memory" not in group_h
+    assert "4 TFLOP/s" in table  # the same-run peak
+    data = to_json(report)
+    assert data["rows"][0]["tflops"] == pytest.approx(2.0)
+    assert data["rows"][0]["ms_per_step"] == pytest.approx(10.0)

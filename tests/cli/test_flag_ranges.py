@@ -1,5 +1,5 @@
 """Every value a flag of ``addnorm`` takes works, and every other one is refused at the door:
-exit 2, one line on stderr naming the flag, before any work (issue 22).
+exit 2, one line on stderr naming the flag, before any work.
 
 The values are drawn from the whole space a user can type: any float (NaN, the infinities,
 subnormals, -0.0), any integer up to 2**70, and junk text (newlines, NUL, the empty string).
@@ -9,9 +9,10 @@ Nothing here trains or loads a model per example: the first call after the check
 trainer's ``train_run``, the checkpoint loader, the benchmark runner, the demo) is replaced
 by one that records what it was given and stops. "Accepted" therefore means: the checks let
 the value through to the work. The provenance of each expected range is the documented one:
-``TrainConfig``'s, ``TransformerConfig``'s / ``LMConfig``'s / ``DiTConfig``'s docstrings and
-checks, the help of each flag; the memory limit is pinned to 16 GB (as in
-``test_hostile_input.py``), so the size estimates refuse the same values on every machine.
+``TrainConfig``'s, the task configs', ``TransformerConfig``'s / ``LMConfig``'s /
+``DiTConfig``'s docstrings and checks, the help of each flag; the memory limit is pinned to
+16 GB (as in ``test_hostile_input.py``), so the size estimates refuse the same values on every
+machine.
 One test per command runs the real work on tiny runs for drawn values, to show that an
 accepted value also completes (exit 0, finite output) or fails with its documented exit 1.
 """
@@ -84,14 +85,13 @@ RANGES = {
 
 
 def _numeric_flags(task: str) -> list[str]:
-    """The numeric fields of the task's model and train configs that have a flag."""
-    from addnorm.tasks.plan import TASK_OWNED
-
+    """The numeric fields of the task's model, train and task configs that have a flag."""
     task_cls = TASKS[task]
     fields = [
         *(f for f in dataclasses.fields(task_cls.default_model_config())
-          if f.name not in TASK_OWNED),
+          if f.name not in task_cls.owned_fields),
         *dataclasses.fields(task_cls.default_train_config()),
+        *dataclasses.fields(task_cls.default_task_config()),
     ]
     kinds = ("int", "float", "float | None", "int | None")
     return [f.name for f in fields if str(f.type) in kinds]
@@ -155,7 +155,9 @@ def test_train_numeric_flags_are_in_range_or_refused_naming_the_flag(
         _refused_naming(code, err, flag)
         return
     _task, model_cfg, train_cfg, _out = code.args[0]
-    cfg = train_cfg if name in {f.name for f in dataclasses.fields(train_cfg)} else model_cfg
+    task_cfg = code.args[1]["task_cfg"]
+    cfg = next(c for c in (train_cfg, task_cfg, model_cfg)
+               if name in {f.name for f in dataclasses.fields(c)})
     got = getattr(cfg, name)
     if got is None:  # "none" for an optional field (max_minutes: no time limit)
         assert value.strip().lower() == "none", (name, value)
@@ -164,7 +166,7 @@ def test_train_numeric_flags_are_in_range_or_refused_naming_the_flag(
     assert RANGES[name](got), (name, got)
     if name == "weight_decay":
         assert train_cfg.lr * got <= 1  # TrainConfig: AdamW's per-step factor stays >= 0
-    model = TASKS[task]().prepare(model_cfg)
+    model = TASKS[task].from_config(code.args[1]["task_cfg"]).prepare(model_cfg)
     assert sizes.inference_bytes(model, batch_size=1, length=1) <= MEMORY  # the estimate
 
 

@@ -1,7 +1,7 @@
 """The ``dit`` task: its loss is the MSE to the prediction target at q_sample (restated
 here, for v and for eps), a tiny run lowers the loss, resuming is exact, a run probes its
 quality into quality.png, runs saved before ``prediction`` existed load as eps, and (slow)
-the default run reaches the issue's bar of class_agreement >= 0.95."""
+the default run's samples are labelled as their requested class at least 95% of the time."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tolerances import FLOAT32_MODEL
 
 from addnorm.data.batches import DigitBatches
 from addnorm.dit import DIT_PRESETS
-from addnorm.tasks.dit import DiTTask
+from addnorm.tasks.dit import DiTTask, DiTTaskConfig
 from addnorm.tasks.run import train_run
 from addnorm.training.config import TrainConfig
 
@@ -43,7 +43,7 @@ def test_the_loss_is_the_weighted_mse_to_the_target_at_q_sample(prediction, gamm
         snr if prediction == "epsilon" else snr + 1)
     per_sample = (model(x_t, batch["t"], batch["labels"]) - target).square().mean(dim=(1, 2, 3))
     expected = (weight * per_sample).mean()
-    loss, n = task.loss_fn(TrainConfig())(model, batch)
+    loss, n = task.loss_fn(DiTTaskConfig())(model, batch)
     # float32; the task may round x_t's coefficients otherwise (a few u apart), and two float32
     # evaluations of one small model then differ within FLOAT32_MODEL.
     torch.testing.assert_close(loss, expected, **FLOAT32_MODEL)
@@ -55,16 +55,17 @@ def test_a_tiny_run_lowers_the_loss_and_resumes_exactly(tmp_path):
     cfg = DIT_PRESETS["DiT-digits-tiny"]
     train_cfg = dataclasses.replace(
         task.default_train_config(), max_steps=40, max_minutes=None, batch_size=16,
-        warmup=5, log_every=5, checkpoint_every=20, eval_size=10, ema_decay=0.0,
+        warmup=5, log_every=5, checkpoint_every=20, ema_decay=0.0,
         schedule="constant",  # a resumed run keeps its saved schedule; this one has no end
     )
-    whole = train_run("dit", cfg, train_cfg, tmp_path / "whole")
+    task_cfg = DiTTaskConfig(eval_size=10)
+    whole = train_run("dit", cfg, train_cfg, tmp_path / "whole", task_cfg=task_cfg)
     from addnorm.training.metrics import read_metrics
 
     losses = [r["loss"] for r in read_metrics(tmp_path / "whole" / "metrics.jsonl")]
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3  # measured 0.29 < 0.81
     half = dataclasses.replace(train_cfg, max_steps=20)
-    train_run("dit", cfg, half, tmp_path / "resumed")
+    train_run("dit", cfg, half, tmp_path / "resumed", task_cfg=task_cfg)
     from addnorm.training.checkpoint import load_checkpoint
 
     resumed = train_run(
@@ -92,9 +93,12 @@ def test_a_run_probes_its_quality_into_quality_png(tmp_path, monkeypatch):
     monkeypatch.setattr(dit_task, "PROBE_PER_CLASS", 1)
     train_cfg = dataclasses.replace(
         DiTTask.default_train_config(), max_steps=10, max_minutes=None, batch_size=8,
-        warmup=2, log_every=5, checkpoint_every=0, eval_size=20,
+        warmup=2, log_every=5, checkpoint_every=0,
     )
-    summary = train_run("dit", DIT_PRESETS["DiT-digits-tiny"], train_cfg, tmp_path)
+    summary = train_run(
+        "dit", DIT_PRESETS["DiT-digits-tiny"], train_cfg, tmp_path,
+        task_cfg=DiTTaskConfig(eval_size=20),
+    )
     records = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in records if "probe_class_agreement" in r] == [5]  # 10: the end
     assert summary.metrics["quality_figure"] == "quality.png"
@@ -105,12 +109,12 @@ def test_the_task_refuses_a_model_without_a_trained_null_class():
     task = DiTTask()
     cfg = dataclasses.replace(task.prepare(DIT_PRESETS["DiT-digits"]), class_dropout=0.0)
     with pytest.raises(ValueError, match=r"class_dropout \(0.0\) must be > 0"):
-        task.check(cfg, TrainConfig())
+        task.check(cfg, TrainConfig(), DiTTaskConfig())
 
 
 @pytest.mark.slow
 def test_the_default_dit_run_reaches_95_percent_class_agreement(tmp_path):
-    # The issue's acceptance bar for the default run (task defaults, 2 CPU cores, <= 5 min).
+    # What the default run promises (task defaults, 2 CPU cores, within its 5-minute cap).
     task = DiTTask()
     summary = train_run(
         "dit", task.default_model_config(), task.default_train_config(), tmp_path

@@ -10,7 +10,7 @@ import torch
 import addnorm
 from addnorm.training.checkpoint import load_checkpoint
 from addnorm.training.config import TrainConfig
-from addnorm.training.schedules import LRSchedule
+from addnorm.training.schedules import ScheduleConfig
 from addnorm.training.trainer import Trainer
 
 
@@ -57,7 +57,7 @@ def train_tiny_lm(tmp_path):
         model = addnorm.TransformerLM(cfg).to(dtype)
         trainer = Trainer(
             model, lm_loss, IdBatches(cfg.vocab_size), train_cfg, run_dir=tmp_path / name,
-            schedule=LRSchedule("constant", 1e-2, 1, total_steps=steps),
+            schedule=ScheduleConfig("constant", 1e-2, 1, total_steps=steps),
         )
         result = trainer.fit()
         return model, trainer, result, load_checkpoint(tmp_path / name)

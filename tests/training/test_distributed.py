@@ -9,6 +9,7 @@ not imported again; a module fixture); the ``slow`` tests run ``torchrun -m addn
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -22,13 +23,14 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+import addnorm
 from addnorm.data.batches import RankShard
-from addnorm.tasks.translate import TranslateTask
+from addnorm.tasks.translate import TranslateTask, TranslateTaskConfig
 from addnorm.training import distributed
 from addnorm.training.checkpoint import load_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.metrics import read_metrics
-from addnorm.training.schedules import LRSchedule
+from addnorm.training.schedules import ScheduleConfig
 from addnorm.training.state import seed_everything
 from addnorm.training.trainer import Trainer
 
@@ -37,34 +39,45 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "
 MODEL_OVERRIDES = dict(d_model=32, n_heads=2, d_ff=64, n_encoder_layers=2, n_decoder_layers=2)
 
 
-def _train_runs(out: Path, *, reference_only: bool = False) -> None:
-    """Train a tiny date translator four times into ``out``: 12 steps with gradient
-    accumulation, clipping, label smoothing and an EMA ("ddp"); one step with FSDP2 (when
-    there is a process group) and activation checkpointing, and one without ("fsdp-1",
-    "ddp-1"); and a run whose last rank gets SIGTERM inside step 3 ("stop"). Each rank notes
-    how its run ended in ``rank<N>.json``. ``reference_only``: the first run alone."""
+def _trainer(run_dir: Path, loss_fn=None, **overrides) -> Trainer:
+    """A trainer of a tiny date translator in float64 (12 steps with gradient accumulation,
+    clipping, label smoothing and an EMA unless ``overrides`` say otherwise)."""
     task = TranslateTask()
     model_cfg = task.prepare(dataclasses.replace(task.default_model_config(), **MODEL_OVERRIDES))
+    task_cfg = TranslateTaskConfig(label_smoothing=0.1)
+    settings = dict(max_steps=12, batch_size=16, grad_accum=2, lr=3e-3, warmup=3,
+                    grad_clip=0.5, ema_decay=0.9, checkpoint_every=0, log_every=4)
+    train_cfg = TrainConfig(**{**settings, **overrides})
+    seed_everything(0)
+    model = task.build_model(model_cfg).double()  # float64: see TRAJECTORY_RTOL
+    schedule = ScheduleConfig("cosine", train_cfg.lr, train_cfg.warmup, total_steps=12)
+    batches = task.batches(model_cfg, train_cfg, task_cfg)
+    return Trainer(model, loss_fn or task.loss_fn(task_cfg), batches, train_cfg,
+                   run_dir=run_dir, schedule=schedule)
 
-    def train(name, loss_fn=None, **overrides):
-        settings = dict(max_steps=12, batch_size=16, grad_accum=2, lr=3e-3, warmup=3,
-                        grad_clip=0.5, ema_decay=0.9, checkpoint_every=0, log_every=4,
-                        label_smoothing=0.1)
-        train_cfg = TrainConfig(**{**settings, **overrides})
-        seed_everything(0)
-        model = task.build_model(model_cfg).double()  # float64: see TRAJECTORY_RTOL
-        schedule = LRSchedule("cosine", train_cfg.lr, train_cfg.warmup,
-                              total_steps=train_cfg.max_steps)
-        batches = task.batches(train_cfg, model_cfg)
-        trainer = Trainer(model, loss_fn or task.loss_fn(train_cfg), batches, train_cfg,
-                          run_dir=out / name, schedule=schedule)
+
+def _train_runs(out: Path, *, reference_only: bool = False) -> None:
+    """Train a tiny date translator into ``out``: 12 steps with gradient accumulation,
+    clipping, label smoothing and an EMA ("ddp"); one step with FSDP2 (when there is a process
+    group) and activation checkpointing, and one without ("fsdp-1", "ddp-1"); a run whose
+    last rank gets SIGTERM inside step 3 ("stop"); with FSDP2, 4 and 6 steps ("fsdp-4",
+    "fsdp-6") and the one-process run "ddp" of ``out``'s sibling ``one`` resumed to 14 steps
+    ("fsdp-from-one"). Each rank notes how its run ended in ``rank<N>.json``.
+    ``reference_only``: the first run alone."""
+    task = TranslateTask()
+    task_cfg = TranslateTaskConfig(label_smoothing=0.1)
+
+    def train(name, loss_fn=None, resume=None, **overrides):
+        trainer = _trainer(out / name, loss_fn, **overrides)
+        if resume is not None:
+            trainer.load(load_checkpoint(resume))
         result = trainer.fit()
         written = sorted(p.name for p in (out / name).iterdir() if not p.name.startswith("rank"))
         (out / name / f"rank{distributed.rank()}.json").write_text(json.dumps(
             {"step": result.step, "stopped_by": result.stopped_by,
              "world_size": distributed.world_size(), "files": written}))
 
-    inner, calls = task.loss_fn(TrainConfig()), [0]
+    inner, calls = task.loss_fn(task_cfg), [0]
 
     def stopping_loss(model, batch):
         calls[0] += 1
@@ -78,6 +91,9 @@ def _train_runs(out: Path, *, reference_only: bool = False) -> None:
     train("fsdp-1", max_steps=1, fsdp=distributed.is_distributed(), activation_checkpointing=True)
     train("ddp-1", max_steps=1)
     train("stop", loss_fn=stopping_loss)
+    train("fsdp-4", max_steps=4, fsdp=True)
+    train("fsdp-6", max_steps=6, fsdp=True)
+    train("fsdp-from-one", resume=out.parent / "one" / "ddp", max_steps=14, fsdp=True)
 
 
 def _rank_main(rank: int, out: Path, port: int) -> None:
@@ -126,20 +142,27 @@ def _relative_difference(a: dict, b: dict) -> float:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """``_train_runs`` with one process (this one, no process group) and with two (forked,
-    gloo)."""
+    """``_train_runs`` with one process (this one, no process group) and then with two
+    (forked, gloo), which resume the first's checkpoint among their runs."""
     root = tmp_path_factory.mktemp("distributed")
+    with _one_thread():
+        _train_runs(root / "one", reference_only=True)
     mp.start_processes(
         _rank_main, args=(root / "two", _free_port()), nprocs=2, start_method="fork"
     )
+    return root / "one", root / "two"
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """One torch thread (as each rank has), the global torch generator restored after."""
     threads, rng = torch.get_num_threads(), torch.get_rng_state()
     try:
         torch.set_num_threads(1)
-        _train_runs(root / "one", reference_only=True)
+        yield
     finally:
         torch.set_num_threads(threads)
         torch.set_rng_state(rng)
-    return root / "one", root / "two"
 
 
 def test_two_processes_follow_the_one_process_trajectory(runs):
@@ -173,6 +196,60 @@ def test_one_fsdp_step_equals_one_ddp_step_and_saves_the_same_format(runs):
         # one float64 step: both sum the same two shards, so only the order differs
         assert _relative_difference(ddp.tensors[part], fsdp.tensors[part]) < TRAJECTORY_RTOL, part
     assert fsdp.state["optimizer"] == ddp.state["optimizer"]
+
+
+def test_fsdp_checkpoints_are_dcp_safetensors_shards_one_per_rank_and_no_pickle(runs):
+    _, two = runs
+    path = load_checkpoint(two / "fsdp-4").path
+    shards = ["shard-00001-model-00001-of-00001.safetensors",
+              "shard-00002-model-00001-of-00001.safetensors"]
+    assert sorted(p.name for p in path.iterdir()) == ["manifest.json", *shards, "state.json"]
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["layout"] == "sharded" and sorted(manifest["files"]) == sorted(
+        ["state.json", *shards])
+    from safetensors import safe_open
+
+    for shard in shards:  # each a safetensors file: a JSON header, raw tensor bytes
+        with safe_open(path / shard, "pt") as f:
+            assert "DCP_SHARDING_INFO" in f.metadata()
+            names = list(f.keys())
+        assert any(name.startswith("model.") for name in names)
+        assert any(name.startswith("optimizer.") for name in names)
+
+
+def test_a_two_process_sharded_checkpoint_continues_in_one_process(runs):
+    """FSDP2 over 2 processes to step 4, continued to 6 in one process: the weights, EMA and
+    optimizer state of the 2-process run to 6, up to reduction order."""
+    _, two = runs
+    with _one_thread():
+        resumed = _trainer(two / "fsdp-4-in-one", max_steps=6)
+        resumed.load(load_checkpoint(two / "fsdp-4"))
+        resumed.fit()
+    one, reference = load_checkpoint(two / "fsdp-4-in-one"), load_checkpoint(two / "fsdp-6")
+    assert one.step == reference.step == 6
+    for part in ("model", "ema", "optimizer"):
+        assert _relative_difference(reference.tensors[part], one.tensors[part]) < TRAJECTORY_RTOL
+    assert one.state["scheduler"] == reference.state["scheduler"]
+
+
+def test_a_one_process_checkpoint_continues_sharded_over_two_processes(runs):
+    """The one-process run at step 12 continued to 14 with FSDP2 over 2 processes (a sharded
+    checkpoint) and in one process: the same weights, EMA and optimizer state up to
+    reduction order."""
+    one, two = runs
+    sharded = load_checkpoint(two / "fsdp-from-one")
+    assert json.loads((sharded.path / "manifest.json").read_text())["layout"] == "sharded"
+    with _one_thread():
+        resumed = _trainer(one / "ddp-to-14", max_steps=14)
+        resumed.load(load_checkpoint(one / "ddp"))
+        resumed.fit()
+    reference = load_checkpoint(one / "ddp-to-14")
+    assert sharded.step == reference.step == 14
+    for part in ("model", "ema", "optimizer"):
+        assert _relative_difference(reference.tensors[part], sharded.tensors[part]) < (
+            TRAJECTORY_RTOL
+        )
+    assert sharded.state["ema"] == reference.state["ema"] == {"n_averaged": 15}
 
 
 def test_a_signal_on_one_rank_stops_every_rank_after_the_same_step(runs):
@@ -279,3 +356,35 @@ def test_torchrun_cli_trains_the_dit(tmp_path):
     done = _train_cli(tmp_path / "dit", "dit", *flags, nproc=2)
     assert done.returncode == 0, done.stderr[-2000:]
     assert load_checkpoint(tmp_path / "dit").step == 6
+
+
+@pytest.mark.slow
+def test_torchrun_fsdp_checkpoints_resume_at_another_world_size_both_ways(tmp_path):
+    """``torchrun --nproc-per-node 2 -m addnorm train --fsdp`` writes a sharded checkpoint that
+    a one-process ``--resume`` continues; a one-process run's checkpoint continues sharded
+    over two processes; and one written sharded by a single FSDP2 rank continues over two."""
+    flags = ["--max-steps", "4", "--eval-size", "8", "--batch-size", "16", "--log-every", "1"]
+    layouts = {}
+    for name, first, second in (("2-to-1", (2, "--fsdp"), (1, "--no-fsdp")),
+                                ("1-to-2", (1,), (2, "--fsdp")),
+                                ("fsdp1-to-2", (1, "--fsdp", "torchrun"), (2, "--fsdp"))):
+        out = tmp_path / name
+        launcher = (TORCHRUN[:-1] + ["1"]) if "torchrun" in first else None
+        args = [a for a in first[1:] if a != "torchrun"]
+        done = (_train_cli(out, "translate", *flags, *args, nproc=first[0]) if launcher is None
+                else subprocess.run(
+                    [*launcher, "-m", "addnorm", "train", "translate", "--out", str(out),
+                     "--quiet", *flags, *args],
+                    env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                    timeout=600))
+        assert done.returncode == 0, done.stderr[-2000:]
+        layouts[name] = json.loads(
+            (load_checkpoint(out).path / "manifest.json").read_text()).get("layout")
+        assert isinstance(addnorm.load(out), torch.nn.Module)  # whichever layout
+        resumed = _train_cli(out, "translate", "--resume", "--max-steps", "6", *second[1:],
+                             nproc=second[0])
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        assert load_checkpoint(out).step == 6
+        records = read_metrics(out / "metrics.jsonl")
+        assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
+    assert layouts == {"2-to-1": "sharded", "1-to-2": None, "fsdp1-to-2": "sharded"}

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 
 import pytest
+import torch
 
 from addnorm.dit import DIT_PRESETS, DiT
 from addnorm.family import ActivationShape
@@ -62,11 +62,16 @@ def test_counts_match_the_built_model_within_2_percent(cfg):
     assert cfg.count_buffers() == sum(b.numel() for b in model.buffers())
 
 
-def test_counts_of_huge_configs_take_no_time():
-    start = time.perf_counter()
+def test_counts_of_huge_configs_build_nothing(monkeypatch):
+    """The counts are arithmetic on the config: no module is built, no tensor allocated."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("counting a config built a module")
+
     huge = dataclasses.replace(TINY, d_ff=10**11, n_encoder_layers=10**5)
+    monkeypatch.setattr(torch.nn.Module, "__init__", refuse)
     assert huge.count_parameters() > 10**5 * 2 * 64 * 10**11
-    assert time.perf_counter() - start < 0.1  # nothing was built
+    assert huge.count_buffers() >= 0
 
 
 def test_training_needs_at_least_weights_grads_and_two_adam_moments():

@@ -24,7 +24,7 @@ def test_base_preset_is_the_papers_base_model():
 
 @pytest.mark.parametrize(
     ("name", "d_model", "layers", "n_heads", "d_ff"),
-    [("tiny", 64, 2, 4, 256), ("small", 128, 3, 4, 512)],  # the sizes issue 3 names
+    [("tiny", 64, 2, 4, 256), ("small", 128, 3, 4, 512)],  # the presets' documented sizes
 )
 def test_cpu_presets_have_the_issue_sizes(name, d_model, layers, n_heads, d_ff):
     cfg = PRESETS[name]

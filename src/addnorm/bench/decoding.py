@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from addnorm.bench.harness import BenchSettings, Check, Report, interleaved
+from addnorm.bench.harness import BenchSettings, Check, Report, time_case
 from addnorm.bench.references import optional_module
 from addnorm.interop.hf_models import from_transformers
 from addnorm.transformer.lm import TransformerLM
@@ -101,7 +101,7 @@ def run_decoding(settings: BenchSettings, report: Report, log: Callable[[str], N
                 differ = (tokens[name] != tokens["HF GPT-2"]).sum().item()
                 report.checks.append(Check(GROUP, f"{case}: {name} vs HF GPT-2, tokens that "
                                            "differ", float(differ), 0.0))
-        times = interleaved(fns, rounds=settings.rounds, min_seconds=settings.min_seconds)
+        times = time_case(fns, settings, report, GROUP, case)
         if settings.compile:
             warm = statistics.median(times["addnorm compiled"])
             report.notes.append(f"{GROUP} {case}: compiling the decode step took "

@@ -20,7 +20,7 @@ from addnorm.bench.harness import (
     Check,
     Report,
     compiled_first_call,
-    interleaved,
+    time_case,
 )
 from addnorm.bench.references import optional_module
 from addnorm.bench.small_models import randomized_dit
@@ -81,7 +81,7 @@ def _forward(name: str, batch: int, settings: BenchSettings, report: Report,
 
         fns["addnorm, compiled"] = compiled_first_call(compiled_fn, report, f"{GROUP}: {case}")
     _check_against_diffusers(fns, case, ", same weights", 1e-4, report)
-    times = interleaved(fns, rounds=settings.rounds, min_seconds=settings.min_seconds)
+    times = time_case(fns, settings, report, GROUP, case)
     report.add_rows(GROUP, case, times, per_call=batch, unit="images/s",
                     references={"diffusers"})
 
@@ -112,7 +112,7 @@ def _sampling(name: str, batch: int, steps: int, settings: BenchSettings, report
         fns["addnorm, compiled"] = compiled_first_call(
             sample(lambda x_t, t: compiled(x_t, t, y)), report, f"{GROUP}: {case}")
     _check_against_diffusers(fns, case, " samples", 1e-3, report)
-    times = interleaved(fns, rounds=settings.rounds, min_seconds=settings.min_seconds)
+    times = time_case(fns, settings, report, GROUP, case)
     report.add_rows(GROUP, case, times, per_call=batch, unit="images/s",
                     references={"diffusers"})
 
@@ -152,7 +152,7 @@ def run_timestep(settings: BenchSettings, report: Report, log: Callable[[str], N
 
     error = (ours() - theirs()).abs().max().item()
     report.checks.append(Check("timestep embedding", f"{case}: addnorm vs diffusers", error, 1e-5))
-    times = interleaved({"addnorm": ours, "diffusers": theirs}, rounds=settings.rounds,
-                        min_seconds=settings.min_seconds)
+    times = time_case({"addnorm": ours, "diffusers": theirs}, settings, report,
+                      "timestep embedding", case)
     report.add_rows("timestep embedding", case, times, per_call=1, unit="calls/s",
                     references={"diffusers"})

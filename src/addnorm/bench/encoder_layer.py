@@ -27,7 +27,7 @@ from addnorm.bench.harness import (
     Row,
     cpu_has_bf16,
     gemm,
-    interleaved,
+    time_case,
 )
 from addnorm.bench.references import optional_module
 from addnorm.interop.torch_nn import to_torch
@@ -223,7 +223,7 @@ def run_encoder_layer(settings: BenchSettings, report: Report, log: Callable[[st
             fns = {name: _call(layer, x, train=train, bf16=bf16) for name, layer in layers.items()}
             dtype = torch.bfloat16 if bf16 else torch.float32
             fns["torch.mm"], gemm_flops = gemm(batch * length, d_model, d_ff, dtype=dtype)
-            times = interleaved(fns, rounds=settings.rounds, min_seconds=settings.min_seconds)
+            times = time_case(fns, settings, report, GROUP, case)
             gemm_times = times.pop("torch.mm")
             flops = _layer_flops(batch, length, d_model, d_ff) * (3 if train else 1)
             twins = {ours: theirs for ours, theirs, _, _ in pairs}  # the same weights

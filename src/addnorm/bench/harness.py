@@ -1,14 +1,17 @@
 """Interleaved timing, the same-run GEMM rate, and the report (table and JSON) of ``addnorm bench``.
 
 Implementations of one case are timed in rounds, A B C A B C ..., so that drift of the machine
-(other processes, clock changes, a warming cache) hits all of them alike; each keeps the
-median of its per-call times. Speed is reported as a rate (tokens/s, steps/s, ...) and as a
-ratio to the fastest *reference* of the same case (> 1: faster than every reference).
+(other processes, clock changes, a warming cache) hits all of them alike. Each sample is one
+``torch.utils.benchmark.Timer.blocked_autorange`` of one implementation (the median of its
+blocks, each block timed between two device synchronisations); each implementation keeps the
+median of its per-round samples. Speed is reported as a rate (tokens/s, steps/s, ...) and as
+a ratio to the fastest *reference* of the same case (> 1: faster than every reference). The
+measurements themselves are kept for ``torch.utils.benchmark.Compare`` (:func:`format_compare`).
 """
 
 from __future__ import annotations
 
-import math
+import gc
 import platform
 import statistics
 import sys
@@ -19,24 +22,31 @@ from importlib import metadata
 from typing import Any, TypeVar
 
 import torch
+from torch.utils import benchmark
 
+from addnorm.bench.measure import format_bytes
 from addnorm.utils.checks import check_choice, check_int
 
 __all__ = [
+    "PRECISIONS",
     "SIZES",
     "BenchSettings",
     "Check",
     "Report",
     "Row",
     "cpu_has_bf16",
+    "format_compare",
+    "format_table",
+    "from_json",
     "gemm",
     "interleaved",
     "machine_info",
+    "time_case",
     "to_json",
-    "format_table",
 ]
 
-SIZES = ("full", "quick", "test")  # test: tiny models, for the test suite only
+SIZES = ("full", "quick", "test")  # test: tiny models, for the test suite and smoke runs
+PRECISIONS = ("bf16", "fp32")  # of the GPU cases: bf16 autocast / weights, or float32
 
 
 @dataclass(frozen=True)
@@ -45,10 +55,15 @@ class BenchSettings:
 
     Attributes:
         size: ``"full"``, ``"quick"`` (fewer cases and rounds) or ``"test"`` (tiny models).
-        rounds: interleaved rounds per case (the median of this many calls is kept).
-        min_seconds: each timed sample repeats a call until it lasts at least this long.
+        rounds: interleaved rounds per case (the median of this many samples is kept).
+        min_seconds: each sample (one ``blocked_autorange``) runs blocks of calls until they
+            add up to at least this long.
         compile: add ``torch.compile`` variants (compile time reported).
-        bf16: add bf16-autocast variants to the small-model and DiT cases.
+        bf16: add bf16-autocast variants to the CPU suite's small-model and DiT cases.
+        device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``, where the models and data live.
+        precision: the GPU suite's: ``"bf16"`` (training under bf16 autocast, inference and
+            decoding with bf16 weights) or ``"fp32"``.
+        profile_dir: where the GPU suite writes ``torch.profiler`` summaries, or None.
     """
 
     size: str = "full"
@@ -56,12 +71,21 @@ class BenchSettings:
     min_seconds: float = 0.05
     compile: bool = False
     bf16: bool = False
+    device: str = "cpu"
+    precision: str = "bf16"
+    profile_dir: str | None = None
 
     def __post_init__(self) -> None:
         check_choice("size", self.size, SIZES)
+        check_choice("precision", self.precision, PRECISIONS)
         check_int("rounds", self.rounds, min_value=1)
         if not self.min_seconds >= 0:
             raise ValueError(f"min_seconds must be >= 0, got {self.min_seconds}")
+        torch.device(self.device)  # a malformed name raises here, naming it
+
+    @property
+    def torch_device(self) -> torch.device:
+        return torch.device(self.device)
 
 
 @dataclass(frozen=True)
@@ -70,11 +94,15 @@ class Row:
     interleaved round; ``seconds`` is their median.
 
     ``per_call``: units of work per call (tokens, steps, images), so rate = per_call / seconds.
-    ``flops``: floating-point operations per call, or None; ``gemm_fraction`` is the achieved
-    FLOP rate over the same-run ``torch.mm`` rate. ``twin``: the reference of the same case
-    that holds this row's weights (the same architecture), or None; where a case has several
-    references the table shows the ratio to it too (a pre-LN layer against torch.nn's pre-LN
-    as well as against the fastest reference, which may be post-LN).
+    ``flops``: floating-point operations per call (how each case counts them is in its
+    module), or None; ``gemm_fraction`` is the achieved FLOP rate over the same-run matrix
+    multiply's rate. ``twin``: the reference of the same case that this row is to be read
+    against (the same weights and the same way of running: eager against eager, compiled
+    against compiled), or None; where a case has several references the table shows the
+    ratio to it too. ``peak_memory``: bytes the implementation holds at its peak (CUDA only;
+    see :func:`addnorm.bench.measure.peak_memory`). ``compile_seconds``: the first call's
+    time minus a warm call's, for compiled implementations. ``steps``: sequential steps per
+    call (decoding: the new tokens), reported as milliseconds per step.
     """
 
     group: str
@@ -88,6 +116,9 @@ class Row:
     gemm_fraction: float | None = None
     note: str = ""
     twin: str | None = None
+    peak_memory: int | None = None
+    compile_seconds: float | None = None
+    steps: int | None = None
 
     @property
     def seconds(self) -> float:
@@ -96,6 +127,15 @@ class Row:
     @property
     def rate(self) -> float:
         return self.per_call / self.seconds
+
+    @property
+    def tflops(self) -> float | None:
+        """Achieved TFLOP/s (10^12 floating-point operations per second), or None."""
+        return None if self.flops is None else self.flops / self.seconds / 1e12
+
+    @property
+    def ms_per_step(self) -> float | None:
+        return None if self.steps is None else 1e3 * self.seconds / self.steps
 
 
 @dataclass(frozen=True)
@@ -116,12 +156,17 @@ class Check:
 @dataclass
 class Report:
     """Everything one run measured: timings, correctness checks, notes (skipped references,
-    compile times), and the machine."""
+    compile times), the machine, the same-run matrix-multiply rate (FLOP/s) that rows'
+    ``gemm_fraction`` is a share of, and the errors of groups that failed in a run that
+    went on (``run_bench(keep_going=True)``)."""
 
     rows: list[Row] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     machine: dict[str, Any] = field(default_factory=dict)
+    peak_flops: float | None = None
+    errors: list[str] = field(default_factory=list)
+    measurements: list[benchmark.Measurement] = field(default_factory=list, repr=False)
 
     def _best_reference(self, row: Row) -> Row | None:
         """The fastest reference of ``row``'s case (by median), or None without one."""
@@ -137,13 +182,26 @@ class Report:
         return [(row.per_call / mine) / (best.per_call / theirs)
                 for mine, theirs in zip(row.samples, best.samples, strict=True)]
 
-    def add_rows(self, group: str, case: str, times: Mapping[str, tuple[float, ...]], *,
-                 per_call: float, unit: str, references: Collection[str]) -> None:
+    def add_rows(
+        self, group: str, case: str, times: Mapping[str, tuple[float, ...]], *,
+        per_call: float, unit: str, references: Collection[str], flops: float | None = None,
+        twins: Mapping[str, str] | None = None, memory: Mapping[str, int | None] | None = None,
+        compile_seconds: Mapping[str, float] | None = None, steps: int | None = None,
+    ) -> None:
         """One row per implementation timed by :func:`interleaved` (``times``);
-        ``references`` names the reference implementations among them."""
+        ``references`` names the reference implementations among them. With ``flops`` and a
+        measured :attr:`peak_flops`, each row's share of it is the median over the rounds."""
+        twins, memory, compile_seconds = twins or {}, memory or {}, compile_seconds or {}
         for impl, samples in times.items():
-            self.rows.append(Row(group, case, impl, samples, per_call, unit,
-                                 reference=impl in references))
+            fraction = None
+            if flops is not None and self.peak_flops:
+                fraction = statistics.median(flops / s for s in samples) / self.peak_flops
+            self.rows.append(Row(
+                group, case, impl, samples, per_call, unit, reference=impl in references,
+                flops=flops, gemm_fraction=fraction, twin=twins.get(impl),
+                peak_memory=memory.get(impl), compile_seconds=compile_seconds.get(impl),
+                steps=steps,
+            ))
 
     def ratio(self, row: Row) -> float | None:
         """``row``'s rate over the fastest reference of its case, the median of the per-round
@@ -173,32 +231,49 @@ class Report:
         return statistics.median(self._round_ratios(row, twins[0])) if twins else None
 
 
-def _timed(fn: Callable[[], object], repeats: int) -> float:
-    start = time.perf_counter()
-    for _ in range(repeats):
-        fn()
-    return (time.perf_counter() - start) / repeats
-
-
 def interleaved(
-    fns: Mapping[str, Callable[[], object]], *, rounds: int, min_seconds: float, warmup: int = 1
+    fns: Mapping[str, Callable[[], object]], *, rounds: int, min_seconds: float,
+    warmup: int = 1, label: str = "", sub_label: str = "",
+    record: list[benchmark.Measurement] | None = None,
 ) -> dict[str, tuple[float, ...]]:
     """Seconds per call of each function, one sample per interleaved round (A B C A B C).
 
-    Each function is warmed up ``warmup`` times, then its call count per sample is chosen
-    so that one sample lasts at least ``min_seconds``.
+    Each function is called ``warmup`` times first. A sample is
+    ``Timer.blocked_autorange(min_run_time=min_seconds)`` (``torch.utils.benchmark``), run at
+    the current torch thread count and with the garbage collector on: blocks of calls sized
+    so that the timer's overhead is negligible, each timed between device synchronisations;
+    the sample is the median per-call time of its blocks. The measurements are appended to
+    ``record`` (labelled ``label``, ``sub_label`` and the function's name) for
+    :func:`format_compare`.
     """
-    repeats = {}
-    for name, fn in fns.items():
+    threads = torch.get_num_threads()
+    timers = {  # setup: Python's garbage collector stays on, as in use (timeit turns it off)
+        name: benchmark.Timer("fn()", setup="gc.enable()", globals={"fn": fn, "gc": gc},
+                              label=label, sub_label=sub_label, description=name,
+                              num_threads=threads)
+        for name, fn in fns.items()
+    }
+    for fn in fns.values():
         for _ in range(warmup):
             fn()
-        once = _timed(fn, 1)
-        repeats[name] = max(1, math.ceil(min_seconds / max(once, 1e-9)))
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
-        for name, fn in fns.items():
-            samples[name].append(_timed(fn, repeats[name]))
+        for name, timer in timers.items():
+            measurement = timer.blocked_autorange(min_run_time=min_seconds)
+            samples[name].append(measurement.median)
+            if record is not None:
+                record.append(measurement)
     return {name: tuple(times) for name, times in samples.items()}
+
+
+def time_case(
+    fns: Mapping[str, Callable[[], object]], settings: BenchSettings, report: Report, group: str,
+    case: str, *, warmup: int = 1,
+) -> dict[str, tuple[float, ...]]:
+    """:func:`interleaved` with the run's rounds and sample length, its measurements kept in
+    ``report`` under ``group`` and ``case``."""
+    return interleaved(fns, rounds=settings.rounds, min_seconds=settings.min_seconds,
+                       warmup=warmup, label=group, sub_label=case, record=report.measurements)
 
 
 Call = TypeVar("Call", bound=Callable[[], object])
@@ -212,10 +287,12 @@ def compiled_first_call(fn: Call, report: Report, what: str) -> Call:
     return fn
 
 
-def gemm(m: int, k: int, n: int, *, dtype: torch.dtype) -> tuple[Callable[[], object], float]:
+def gemm(
+    m: int, k: int, n: int, *, dtype: torch.dtype, device: torch.device | str = "cpu"
+) -> tuple[Callable[[], object], float]:
     """A ``torch.mm`` of (m, k) by (k, n) to time with the others, and its FLOP count."""
-    a = torch.randn(m, k).to(dtype)
-    b = torch.randn(k, n).to(dtype)
+    a = torch.randn(m, k, device=device).to(dtype)
+    b = torch.randn(k, n, device=device).to(dtype)
     return (lambda: torch.mm(a, b)), 2.0 * m * k * n
 
 
@@ -245,10 +322,10 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def machine_info(command: str) -> dict[str, Any]:
+def machine_info(command: str, device: str = "cpu") -> dict[str, Any]:
     """The machine, library versions and the command that repeats the run."""
     dists = ("torch", "addnorm", "x-transformers", "timm", "transformers", "diffusers")
-    return {
+    info: dict[str, Any] = {
         "cpu": _cpu_name(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "bf16_instructions": cpu_has_bf16(),
@@ -257,19 +334,44 @@ def machine_info(command: str) -> dict[str, Any]:
         "platform": platform.platform(),
         "versions": {dist: _version(dist) for dist in dists},
         "command": command,
+        "device": device,
     }
+    if torch.device(device).type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+        info["cuda"] = torch.version.cuda
+    return info
 
 
 def to_json(report: Report) -> dict[str, Any]:
-    """The report as plain JSON data, each row with its rate and ratio."""
+    """The report as plain JSON data, each row with its rate, ratios, TFLOP/s and ms/step."""
     rows = [
         {**asdict(row), "seconds": row.seconds, "rate": row.rate,
          "ratio_to_best_reference": report.ratio(row),
-         "ratio_range": report.ratio_range(row), "ratio_to_twin": report.twin_ratio(row)}
+         "ratio_range": report.ratio_range(row), "ratio_to_twin": report.twin_ratio(row),
+         "tflops": row.tflops, "ms_per_step": row.ms_per_step}
         for row in report.rows
     ]
     checks = [{**asdict(check), "passed": check.passed} for check in report.checks]
-    return {"machine": report.machine, "rows": rows, "checks": checks, "notes": report.notes}
+    return {"machine": report.machine, "peak_flops": report.peak_flops, "rows": rows,
+            "checks": checks, "notes": report.notes, "errors": report.errors}
+
+
+# JSON row fields that a Row computes rather than holds.
+DERIVED = ("seconds", "rate", "ratio_to_best_reference", "ratio_range", "ratio_to_twin",
+           "tflops", "ms_per_step")
+
+
+def from_json(data: dict[str, Any]) -> Report:
+    """The report that :func:`to_json` wrote (its measurements left out), so that a JSON file
+    prints as a table again (``benchmarks/bench_table.py``)."""
+    rows = []
+    for row in data["rows"]:
+        fields: dict[str, Any] = {k: v for k, v in row.items() if k not in DERIVED}
+        rows.append(Row(**{**fields, "samples": tuple(fields["samples"])}))
+    checks = [Check(**{k: v for k, v in c.items() if k != "passed"}) for c in data["checks"]]
+    return Report(rows=rows, checks=checks, notes=list(data["notes"]),
+                  machine=dict(data["machine"]), peak_flops=data.get("peak_flops"),
+                  errors=list(data.get("errors", [])))
 
 
 def _format_rate(rate: float) -> str:
@@ -288,41 +390,74 @@ def _several_references(rows: list[Row]) -> bool:
     return len(cases) != len(set(cases))
 
 
+def _machine_lines(m: Mapping[str, Any]) -> list[str]:
+    lines = [f"Machine: {m['cpu']} ({m['cpu_capability']}), {m['threads']} threads, "
+             f"Python {m['python']}"]
+    if "gpu" in m:
+        lines.append(f"Device: {m['gpu']} (CUDA {m['cuda']})")
+    versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
+    return lines + [f"Versions: {versions}", f"Command: {m['command']}", ""]
+
+
 def format_table(report: Report) -> str:
     """A Markdown table per group: rate, ratio to the best reference with the 25-75% range
     of its per-round ratios (and the ratio to the twin where a case has several
-    references), share of the GEMM rate."""
-    lines: list[str] = []
-    m = report.machine
-    if m:
-        lines.append(f"Machine: {m['cpu']} ({m['cpu_capability']}), {m['threads']} threads, "
-                     f"Python {m['python']}")
-        versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
-        lines += [f"Versions: {versions}", f"Command: {m['command']}", ""]
+    references), and where a group has them: ms per step, TFLOP/s, share of the same-run
+    GEMM rate, peak memory, compile time."""
+    lines: list[str] = _machine_lines(report.machine) if report.machine else []
+    if report.peak_flops:
+        lines += [f"Same-run matrix multiply (the peak rows' shares refer to): "
+                  f"{report.peak_flops / 1e12:.3g} TFLOP/s", ""]
     groups = list(dict.fromkeys(row.group for row in report.rows))
     for group in groups:
         rows = [r for r in report.rows if r.group == group]
         twins = any(r.twin is not None for r in rows) and _several_references(rows)
-        twin_head, twin_rule = (" vs twin |", "---:|") if twins else ("", "")
+        columns: list[tuple[str, Callable[[Row], str]]] = [
+            ("rate", lambda r: f"{_format_rate(r.rate)} {r.unit}"),
+            ("vs best ref", lambda r: _format_ratio(report.ratio(r), report.ratio_range(r))),
+        ]
+        optional: list[tuple[str, Callable[[Row], str], bool]] = [
+            ("vs twin", lambda r: _format_ratio(report.twin_ratio(r)), twins),
+            ("ms/step", lambda r: f"{r.ms_per_step:.3g}" if r.ms_per_step else "",
+             any(r.steps for r in rows)),
+            ("TFLOP/s", lambda r: f"{r.tflops:.3g}" if r.tflops is not None else "",
+             any(r.flops is not None for r in rows) and report.peak_flops is not None),
+            ("of GEMM", lambda r: "" if r.gemm_fraction is None
+             else f"{100 * r.gemm_fraction:.0f}%", True),
+            ("peak memory", lambda r: format_bytes(r.peak_memory),
+             any(r.peak_memory is not None for r in rows)),
+            ("compile", lambda r: "" if r.compile_seconds is None
+             else f"{r.compile_seconds:.0f} s", any(r.compile_seconds is not None for r in rows)),
+        ]
+        columns += [(head, cell) for head, cell, shown in optional if shown]
         lines += [f"### {group}", "",
-                  f"| case | implementation | rate | vs best ref |{twin_head} of GEMM |",
-                  f"|---|---|---:|---:|{twin_rule}---:|"]
+                  "| case | implementation | " + " | ".join(h for h, _ in columns) + " |",
+                  "|---|---|" + "---:|" * len(columns)]
         for row in rows:
-            gemm = "" if row.gemm_fraction is None else f"{100 * row.gemm_fraction:.0f}%"
             impl = row.impl + (" (ref)" if row.reference else "")
             impl += f" [{row.note}]" if row.note else ""
-            rate = f"{_format_rate(row.rate)} {row.unit}"
-            twin = f" {_format_ratio(report.twin_ratio(row))} |" if twins else ""
-            ratio = _format_ratio(report.ratio(row), report.ratio_range(row))
-            lines.append(f"| {row.case} | {impl} | {rate} | {ratio} |{twin} {gemm} |")
+            cells = " | ".join(cell(row) for _, cell in columns)
+            lines.append(f"| {row.case} | {impl} | {cells} |")
         lines.append("")
     if report.checks:
         lines += ["### correctness (same weights)", ""]
         for check in report.checks:
             verdict = "ok" if check.passed else "FAILED"
             lines.append(f"- {check.group}: {check.name}: max |diff| {check.max_error:.2e} "
-                         f"(tolerance {check.tolerance:.0e}) {verdict}")
+                         f"(tolerance {check.tolerance:.1e}) {verdict}")
         lines.append("")
     if report.notes:
         lines += ["### notes", ""] + [f"- {note}" for note in report.notes] + [""]
+    if report.errors:
+        lines += ["### errors", ""] + [f"- {e.splitlines()[0]}" for e in report.errors] + [""]
     return "\n".join(lines)
+
+
+def format_compare(report: Report) -> str:
+    """``torch.utils.benchmark.Compare`` of every sample of the run: per-call times, one table
+    per group, a row per case and a column per implementation (all rounds pooled)."""
+    if not report.measurements:
+        return ""
+    compare = benchmark.Compare(report.measurements)
+    compare.trim_significant_figures()
+    return str(compare)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from addnorm.bench.harness import BenchSettings, Check, Report, interleaved
+from addnorm.bench.harness import BenchSettings, Check, Report, time_case
 from addnorm.bench.references import optional_module
 from addnorm.transformer.encoder_model import EncoderConfig, EncoderModel, mean_pool
 
@@ -76,6 +76,6 @@ def run_padded_batch(settings: BenchSettings, report: Report, log: Callable[[str
         "addnorm, padded": lambda: embed(padded),
         "HF BertModel": embed_bert,
     }
-    times = interleaved(fns, rounds=settings.rounds, min_seconds=settings.min_seconds)
+    times = time_case(fns, settings, report, GROUP, case)
     report.add_rows(GROUP, case, times, per_call=texts, unit="texts/s",
                     references={"HF BertModel"})

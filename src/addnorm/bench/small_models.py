@@ -34,7 +34,7 @@ from addnorm.bench.harness import (
     Report,
     compiled_first_call,
     cpu_has_bf16,
-    interleaved,
+    time_case,
 )
 from addnorm.bench.references import optional_module
 from addnorm.dit.config import DIT_PRESETS
@@ -109,7 +109,8 @@ def _translator_batch(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The first training batch of the date task (seed 0): source ids padded to the longest,
     their padding mask, decoder input and target."""
-    batches = task.batches(dataclasses.replace(TrainConfig(), batch_size=batch, seed=0), cfg)
+    train_cfg = dataclasses.replace(TrainConfig(), batch_size=batch, seed=0)
+    batches = task.batches(cfg, train_cfg, task.default_task_config())
     data = batches.next_batch()
     src = data["src"]  # (B, S)
     return src, src == cfg.pad_id, data["tgt_in"], data["tgt_out"]
@@ -181,7 +182,7 @@ def _time_training(fns: dict, refs: set[str], case: str, settings: BenchSettings
     log(f"{GROUP}: {case}")
     for model in models:
         model.train()
-    times = interleaved(fns, rounds=settings.rounds, min_seconds=settings.min_seconds)
+    times = time_case(fns, settings, report, GROUP, case)
     report.add_rows(GROUP, case, times, per_call=1, unit="steps/s", references=refs)
     for model in models:
         model.eval()

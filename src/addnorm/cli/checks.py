@@ -160,7 +160,7 @@ def check_out_file(path: Path, flag: str = "--out", *, make_parents: bool = Fals
 
 def read_config(path: Path, task_name: str) -> tuple[dict, dict]:
     """The "model" and "train" objects of a ``--config`` file, after checking its shape."""
-    from addnorm.tasks.plan import TASK_OWNED
+    from addnorm.tasks.registry import task_class
 
     where = f"--config {path}"
     text = read_small_file(path, "--config", MAX_CONFIG_BYTES)
@@ -182,7 +182,7 @@ def read_config(path: Path, task_name: str) -> tuple[dict, dict]:
         if not isinstance(value, dict):
             raise UsageError(f'{where}: "{key}" must be a JSON object, got {_json_type(value)}')
         parts[key] = value
-    owned = sorted(set(parts["model"]) & TASK_OWNED)
+    owned = sorted(set(parts["model"]) & task_class(task_name).owned_fields)
     if owned:
         raise UsageError(
             f"{where}: {', '.join(owned)} are set by the {task_name} task (its tokenizers), "

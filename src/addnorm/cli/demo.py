@@ -39,6 +39,7 @@ from addnorm.cli.time_cap import UNDERTRAINED_SHARE, warn_if_cut_short
 from addnorm.data.dates import dates_in_split, format_date
 from addnorm.tasks.run import load_trained, train_run
 from addnorm.tasks.translate import TranslateTask
+from addnorm.training.config import TrainConfig
 
 __all__ = ["DEMO_FORMATS", "add_parser", "run", "run_demo", "run_dit_demo", "smoothed_loss_floor"]
 
@@ -153,7 +154,8 @@ def run_demo(
     run_dir = Path(run_dir)
     task = TranslateTask()
     model_cfg = task.default_model_config()
-    train_cfg = _with_overrides(task.default_train_config(), max_minutes, max_steps, eval_size)
+    train_cfg = _with_overrides(task.default_train_config(), max_minutes, max_steps)
+    task_cfg = _with_overrides(task.default_task_config(), eval_size=eval_size)
     print("addnorm demo: date normalization as translation, on the encoder-decoder Transformer")
     print(
         f"  model: d_model {model_cfg.d_model}, {model_cfg.n_heads} heads, "
@@ -168,17 +170,17 @@ def run_demo(
         flush=True,
     )
     summary = train_run(
-        "translate", model_cfg, train_cfg, run_dir, overwrite=True, device=device,
-        progress=progress,
+        "translate", model_cfg, train_cfg, run_dir, task_cfg=task_cfg, overwrite=True,
+        device=device, progress=progress,
     )
     if summary.stopped_by in SIGNAL_STOPS:
         return report_signal_stop(summary, "translate")
     warn_if_cut_short(summary, train_cfg, prefix="addnorm demo")
-    floor = smoothed_loss_floor(train_cfg.label_smoothing, task.tgt_tok.vocab_size)
+    floor = smoothed_loss_floor(task_cfg.label_smoothing, task.tgt_tok.vocab_size)
     print(
         f"  trained {summary.step} steps in {summary.elapsed_s:.0f} s "
         f"(stopped by {summary.stopped_by}), final training loss "
-        f"{_loss(summary.metrics['train_loss'])} (label smoothing {train_cfg.label_smoothing:g} "
+        f"{_loss(summary.metrics['train_loss'])} (label smoothing {task_cfg.label_smoothing:g} "
         f"puts its floor at {floor:.4f})\n"
     )
     _, model, _ = load_trained(summary.checkpoint, device=device)
@@ -217,7 +219,8 @@ def run_dit_demo(
     run_dir = Path(run_dir)
     task = DiTTask()
     model_cfg = task.prepare(task.default_model_config())
-    train_cfg = _with_overrides(task.default_train_config(), max_minutes, max_steps, eval_size)
+    train_cfg = _with_overrides(task.default_train_config(), max_minutes, max_steps)
+    task_cfg = _with_overrides(task.default_task_config(), eval_size=eval_size)
     settings = SampleSettings()
     print("\naddnorm demo: a class-conditional Diffusion Transformer on 8x8 digits")
     print(
@@ -230,12 +233,13 @@ def run_dit_demo(
     )
     print(
         f"  training: up to {train_cfg.max_steps} steps or {train_cfg.max_minutes:g} minutes "
-        f"on {device}, batch {train_cfg.batch_size}, AdamW lr {train_cfg.lr:g}, EMA "
-        f"{train_cfg.ema_decay:g}",
+        f"on {device}, batch {train_cfg.batch_size}, AdamW lr {train_cfg.lr:g}, "
+        + _ema_text(train_cfg),
         flush=True,
     )
     summary = train_run(
-        "dit", model_cfg, train_cfg, run_dir, overwrite=True, device=device, progress=progress
+        "dit", model_cfg, train_cfg, run_dir, task_cfg=task_cfg, overwrite=True, device=device,
+        progress=progress,
     )
     if summary.stopped_by in SIGNAL_STOPS:
         return report_signal_stop(summary, "dit")
@@ -247,7 +251,7 @@ def run_dit_demo(
         f"guidance {settings.guidance:g}"
     )
     print(
-        f"  class agreement: {100 * m['class_agreement']:.1f}% of {train_cfg.eval_size} samples "
+        f"  class agreement: {100 * m['class_agreement']:.1f}% of {task_cfg.eval_size} samples "
         f"are labelled as their requested class by a classifier with "
         f"{100 * m['judge_test_accuracy']:.1f}% held-out accuracy on real digits; "
         f"{100 * m['class_agreement_independent']:.1f}% by an independent one (3 nearest "
@@ -288,10 +292,11 @@ def _loss(value: float | None) -> str:
     return "none (no step in the time budget)" if value is None else f"{value:.4f}"
 
 
-def _with_overrides(train_cfg, max_minutes, max_steps, eval_size):
-    """``train_cfg`` with the demo's command-line overrides that were given."""
+def _with_overrides(cfg, max_minutes=None, max_steps=None, *, eval_size=None):
+    """``cfg`` (a train or task config) with the demo's command-line overrides that were
+    given."""
     changes = {"max_minutes": max_minutes, "max_steps": max_steps, "eval_size": eval_size}
-    return dataclasses.replace(train_cfg, **{k: v for k, v in changes.items() if v is not None})
+    return dataclasses.replace(cfg, **{k: v for k, v in changes.items() if v is not None})
 
 
 def smoothed_loss_floor(smoothing: float, n_classes: int) -> float:
@@ -317,3 +322,15 @@ def _pad(text: str, width: int) -> int:
     """Column width for ``text`` so that wide (CJK, Hangul) characters still line up."""
     wide = sum(1 for c in text if ord(c) >= 0x1100)
     return max(width - wide, len(text) + 1)
+
+
+def _ema_text(train_cfg: TrainConfig) -> str:
+    """The EMA as the run applies it: with warm-up, the decay after the last step (the
+    warm-up's ``(1 + n) / (10 + n)`` stays below the configured decay for short runs)."""
+    if train_cfg.ema_decay == 0:
+        return "no EMA"
+    if not train_cfg.ema_warmup:
+        return f"EMA {train_cfg.ema_decay:g}"
+    last = train_cfg.max_steps - 1  # the last update's n, counted from 0
+    reached = min(train_cfg.ema_decay, (1 + last) / (10 + last))
+    return f"EMA {train_cfg.ema_decay:g} with warm-up ({reached:.3g} at the last step)"

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 __all__ = [
     "SIGNAL_STOPS",
+    "StdoutClosedError",
     "EXIT_BROKEN_PIPE",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
@@ -23,6 +24,7 @@ __all__ = [
     "EXIT_USAGE",
     "exit_on_sigterm",
     "report_signal_stop",
+    "require_stdout",
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 0, 1, 2, 130, 141
@@ -33,6 +35,24 @@ SIGNAL_STOPS = {
     "interrupt": ("interrupted", EXIT_INTERRUPTED),
     "terminate": ("terminated", EXIT_TERMINATED),
 }
+
+
+class StdoutClosedError(OSError):
+    """Standard output was closed before the command began (``addnorm translate ... >&-``):
+    an ``OSError``, so the command ends with one line and exit 1, as for a file it cannot
+    write."""
+
+
+def require_stdout(what: str) -> None:
+    """Raise :class:`StdoutClosedError` if there is no standard output to print ``what`` to
+    (Python sets ``sys.stdout`` to None when the shell started it with descriptor 1 closed);
+    called before any work by the commands whose output is their result."""
+    stream = sys.stdout
+    if stream is None or getattr(stream, "closed", False):
+        raise StdoutClosedError(
+            f"stdout is closed, so {what} would be lost; run the command with its output "
+            "open (e.g. > FILE)"
+        )
 
 
 class _Terminated(BaseException):

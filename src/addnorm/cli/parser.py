@@ -9,6 +9,7 @@ subcommand's flags and handler live in its own module (``SUBCOMMANDS``).
     addnorm export CHECKPOINT --out MODEL.onnx [--part forward|encoder]
     addnorm embed ["text" ...] [--similarity] [--json]   (no text: one per stdin line)
     addnorm bench [--quick] [--json FILE] [--only GROUP ...] [--compile] [--bf16]
+                  [--device cuda] [--suite cpu|gpu] [--tiny] [--profile DIR]
     addnorm demo [--out DIR] [--max-minutes M]
     addnorm explain [NAME | all] [--quick] [--list] [--out DIR]
     addnorm --version
@@ -27,19 +28,20 @@ Either deletes only the files of a run addnorm started there (proven by its
 ``translate`` and ``generate`` use a checkpoint's EMA weights when it has them (``--weights
 raw`` for the trained ones), the weights a finished run was scored with.
 
-Exit codes: 0 success; 1 a checkpoint is missing, incomplete or corrupt (the message names
-the file) or asks for sizes no memory here holds, training failed, a file could not be read
-or written, ``sample``'s digits came out non-finite (nothing is written), or (``translate``)
-some answer is not a valid date or some input was refused (not UTF-8, a character outside
-the model's vocabulary, longer than its ``max_len``; each flagged on stderr with its line
-number, the other inputs translated; stdout still has one line per
-input, empty for a refused one); 2 bad arguments (sizes too large for the memory here among
-them: the message names the flag, the estimate and the limit; seeds outside 0 .. 2**64 - 1)
-or an unusable run folder (one line on stderr), or ``translate`` with no text and a closed
-stdin; 130 interrupted by Ctrl-C,
-143 stopped by SIGTERM (in training: a checkpoint was written; the message says where);
-141 stdout was closed early (``addnorm translate | head``): the rest of the output is
-dropped quietly, the status a tool killed by SIGPIPE reports.
+Exit codes: 0 success; 1 a checkpoint is missing, incomplete or corrupt (the message names the
+file), asks for sizes no memory here holds or holds broken weights (NaN, inf, or outputs that
+are not finite), training failed, memory ran out past the checks made before (the checkpoints
+written so far stay), a file could not be read or written (``translate`` and ``generate`` with
+stdout closed among them), ``sample``'s digits came out non-finite (nothing is written), or
+(``translate``) some answer is not a valid date or some input was refused (not UTF-8, a
+character outside the model's vocabulary, longer than its ``max_len``; each flagged on stderr
+with its line number, the other inputs translated; stdout still has one line per input, empty
+for a refused one); 2 bad arguments (sizes too large for the memory here among them: the
+message names the flag, the estimate and the limit; seeds outside 0 .. 2**64 - 1) or an
+unusable run folder (one line on stderr), or ``translate`` with no text and a closed stdin;
+130 interrupted by Ctrl-C, 143 stopped by SIGTERM (in training: a checkpoint was written; the
+message says where); 141 stdout was closed early (``addnorm translate | head``): the rest of
+the output is dropped quietly, the status a tool killed by SIGPIPE reports.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from addnorm.cli.checks import UsageError
 from addnorm.cli.exits import EXIT_BROKEN_PIPE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from addnorm.cli.help_format import DefaultsFormatter
 from addnorm.utils.files import CheckpointError
+from addnorm.utils.memory import describe_out_of_memory, is_out_of_memory
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
@@ -138,12 +141,26 @@ def main(argv: list[str] | None = None) -> int:
     except FloatingPointError as err:
         print(f"{prog}: error: {_one_line(err)}", file=sys.stderr)
         return EXIT_FAILED
+    except (MemoryError, RuntimeError) as err:  # an allocation past what the checks saw
+        if not is_out_of_memory(err):
+            raise
+        print(f"{prog}: error: {_out_of_memory(err)}", file=sys.stderr)
+        return EXIT_FAILED
     except OSError as err:  # a file or directory that cannot be read or written
         print(f"{prog}: error: {_one_line(err)}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:  # outside training (loading, evaluating, decoding)
         print(f"{prog}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _out_of_memory(err: BaseException) -> str:
+    """One line for an allocator's refusal: the trainer's own (it names the step and the
+    checkpoint kept), else what could not be allocated."""
+    text = _one_line(err)
+    return text if text.startswith("out of memory") else (
+        f"out of memory: {describe_out_of_memory(err)}; free memory or ask for less"
+    )
 
 
 def _one_line(err: BaseException) -> str:

@@ -26,7 +26,10 @@ def add_parser(subparsers) -> None:
     )
     sample.add_argument(
         "--checkpoint", type=Path, default=Path("runs/dit"),
-        help="a dit run folder (its newest checkpoint) or one checkpoint folder",
+        help="a dit run folder (its newest checkpoint), one checkpoint folder, "
+        "or a folder addnorm.load opens (save_pretrained's, transformers' or diffusers') "
+        "whose model the dit task trains; a folder holds no diffusion: it is sampled with "
+        "the dit task's own settings (1000 linear steps, v-prediction)",
     )
     sample.add_argument(
         "--class", dest="digit", type=int, default=None,

@@ -3,18 +3,23 @@
 ``--device`` and ``--threads`` (every command that runs a model), ``--quiet`` with them for the
 commands that train (``train``, ``demo``), ``--weights`` with them for the commands that run a
 trained model (``translate``, ``generate``, ``sample``), whose ``--checkpoint`` is loaded by
-:func:`load_task_model`.
+:func:`load_task_model`: an ``addnorm train`` run or checkpoint, or a folder
+:func:`addnorm.load` opens (``save_pretrained``'s, transformers' or diffusers'), whose model
+must be one the task's data fits.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
+from typing import Any
 
 from addnorm.cli.checks import UsageError, apply_runtime_flags
 
 __all__ = [
     "add_device_flags", "add_inference_flags", "add_runtime_flags", "add_weights_flag",
-    "load_task_model",
+    "check_sound_model", "load_task_model",
 ]
 
 
@@ -34,7 +39,11 @@ def add_device_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_runtime_flags(parser: argparse.ArgumentParser) -> None:
     add_device_flags(parser)
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--quiet", action="store_true",
+        help="no progress: neither the bar (stderr, a terminal) nor the plain lines written "
+        "to stdout when it is no terminal (a log file), every log_every steps or 30 s",
+    )
 
 
 def add_weights_flag(parser: argparse.ArgumentParser) -> None:
@@ -54,13 +63,90 @@ def add_inference_flags(parser: argparse.ArgumentParser) -> None:
 
 def load_task_model(args: argparse.Namespace, task_name: str):
     """``(task, model)`` of ``--checkpoint`` on ``--device`` (with ``--threads``) with
-    ``--weights``; a ``UsageError`` if it holds another task's model."""
+    ``--weights``; a ``UsageError`` if it holds another task's model, a ``CheckpointError``
+    (exit 1) if its weights are broken (:func:`check_sound_model`).
+
+    A run or checkpoint brings its own task (tokenizers, diffusion). A folder with a
+    ``config.json`` (what :func:`addnorm.load` opens) holds a model only: it gets the task
+    that ``addnorm train TASK`` trains by default, and is refused unless its model is of that
+    task's family with the fields the task's data sets (vocabulary, special ids, image
+    size) equal to the task's."""
+    from addnorm.pretrained.files import CONFIG_FILE
     from addnorm.tasks.run import load_trained
 
     device = apply_runtime_flags(args)
-    task, model, checkpoint = load_trained(args.checkpoint, device=device, weights=args.weights)
-    if task.name != task_name:
+    path = Path(args.checkpoint)
+    if os.path.lexists(path / CONFIG_FILE):
+        task, model = _folder_task_model(path, task_name, device)
+        where = path
+    else:
+        task, model, checkpoint = load_trained(path, device=device, weights=args.weights)
+        if task.name != task_name:
+            raise UsageError(
+                f"{checkpoint.path} holds a {task.name!r} model; this command needs a "
+                f"{task_name!r} one"
+            )
+        where = checkpoint.path
+    check_sound_model(model, where)
+    return task, model
+
+
+def _folder_task_model(path: Path, task_name: str, device: Any) -> tuple[Any, Any]:
+    """The model of a pretrained folder and the default task of ``task_name`` for it."""
+    from addnorm.tasks.loading import load
+    from addnorm.tasks.registry import task_class
+
+    task_cls = task_class(task_name)
+    config_type = type(task_cls.default_model_config())
+    model = load(path, device=device)
+    cfg = getattr(model, "cfg", None)
+    if not isinstance(cfg, config_type):
         raise UsageError(
-            f"{checkpoint.path} holds a {task.name!r} model; this command needs a {task_name!r} one"
+            f"{path} holds a {type(model).__name__}; this command needs a {task_name!r} model "
+            f"(one whose config is a {config_type.__name__})"
+        )
+    task = task_cls.from_config(task_cls.default_task_config())
+    wanted = task.prepare(cfg)
+    differ = sorted(f for f in task_cls.owned_fields if getattr(cfg, f) != getattr(wanted, f))
+    if differ:
+        has = ", ".join(f"{f} {getattr(cfg, f)!r}" for f in differ)
+        needs = ", ".join(f"{f} {getattr(wanted, f)!r}" for f in differ)
+        raise UsageError(
+            f"{path} holds a {type(model).__name__} with {has}; the {task_name} task's data "
+            f"needs {needs} (a model addnorm train {task_name} trained)"
         )
     return task, model
+
+
+def check_sound_model(model: Any, where: Path) -> None:
+    """Refuse (``CheckpointError`` naming ``where``) a model whose weights hold NaN or inf,
+    or whose output on a small batch of its family's example inputs (every kind of padding)
+    is not finite (weights of 1e30, say): the checkpoint is broken, which no flag can fix.
+    One forward of a few tokens; one value read back for each check."""
+    import torch
+
+    from addnorm.utils.files import CheckpointError
+
+    named = [(n, t) for n, t in model.state_dict().items() if t.is_floating_point()]
+    if named and not bool(torch.stack([t.isfinite().all() for _, t in named]).all()):
+        name, tensor = next((n, t) for n, t in named if not bool(t.isfinite().all()))
+        what = "NaN" if bool(tensor.isnan().any()) else "inf"
+        raise CheckpointError(
+            f"{where}: its weights hold {what} ({name}): the checkpoint is broken (its run "
+            "had diverged, or the file was altered); use an earlier checkpoint or retrain"
+        )
+    example = getattr(model, "example_inputs", None)
+    if not callable(example) or "forward" not in getattr(model, "export_parts", {}):
+        return
+    device = next(model.parameters()).device
+    inputs = example("forward", batch=3, length=4, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        out = model(**{k: v.to(device) for k, v in inputs.items()})
+    if not bool(out.isfinite().all()):
+        name, largest = max(((n, float(t.abs().max())) for n, t in named if t.numel()),
+                            key=lambda item: item[1])
+        raise CheckpointError(
+            f"{where}: its model's output on a probe batch is not finite (largest |weight| "
+            f"{largest:.3g}, in {name}): the checkpoint is broken (its run had diverged, or "
+            "the file was altered); use an earlier checkpoint or retrain"
+        )

@@ -29,6 +29,7 @@ from addnorm.cli.exits import EXIT_OK, SIGNAL_STOPS, exit_on_sigterm, report_sig
 from addnorm.cli.shared_flags import add_runtime_flags
 from addnorm.cli.time_cap import warn_if_cut_short
 from addnorm.training.config import TrainConfig
+from addnorm.training.logger import REPORT_TO, tensorboard_available
 
 if TYPE_CHECKING:
     from addnorm.tasks.plan import RunPlan
@@ -39,8 +40,7 @@ __all__ = ["add_parser", "run"]
 def add_parser(subparsers) -> None:
     """Register ``addnorm train TASK``: one subparser per task, with its model and trainer
     flags (from the fields of its configs)."""
-    from addnorm.tasks.plan import TASK_OWNED
-    from addnorm.tasks.run import TASKS, presets_for
+    from addnorm.tasks.registry import TASKS
     from addnorm.training.flags import add_dataclass_flags
 
     train = subparsers.add_parser("train", help="train a model on a task")
@@ -56,7 +56,7 @@ def add_parser(subparsers) -> None:
             "warmup (the paper's values: lr = d_model^-0.5 * warmup^-0.5).",
         )
         defaults = task_cls.default_model_config()
-        presets = list(presets_for(task_cls))
+        presets = list(task_cls.presets())
         sub.add_argument("--preset", choices=presets, help="start from a named model config")
         sub.add_argument(
             "--config",
@@ -78,13 +78,27 @@ def add_parser(subparsers) -> None:
             action="store_true",
             help="replace a previous run in --out (without it, or --resume, a run there is "
             "refused); deletes only that run's own files (checkpoints/, metrics.jsonl, "
-            "metrics.json, loss.png, samples.png, addnorm-run.json), never other files, and "
-            "still refuses a folder addnorm did not start (no addnorm-run.json)",
+            "metrics.json, loss.png, samples.png, quality.png, tensorboard/'s event files, "
+            "addnorm-run.json), never other files, and still refuses a folder addnorm did not "
+            "start (no addnorm-run.json)",
+        )
+        sub.add_argument(
+            "--report-to",
+            choices=REPORT_TO,
+            default="jsonl",
+            help="what the run records besides its checkpoints and metrics.json: jsonl "
+            "(metrics.jsonl, loss.png, quality.png), tensorboard (those and TensorBoard event "
+            "files in OUT/tensorboard: loss, lr, grad norm, tokens/s, probe scores, the final "
+            "metrics, pictures of the samples and figures; needs the tensorboard package; "
+            "view with tensorboard --logdir OUT), or none (default jsonl)",
         )
         add_runtime_flags(sub)
         sub.set_defaults(
-            model_fields=add_dataclass_flags(sub, defaults, skip=TASK_OWNED),
-            train_fields=add_dataclass_flags(sub, task_cls.default_train_config()),
+            model_fields=add_dataclass_flags(sub, defaults, skip=task_cls.owned_fields),
+            train_fields=[  # the trainer's settings and the task's own, told apart by the plan
+                *add_dataclass_flags(sub, task_cls.default_train_config()),
+                *add_dataclass_flags(sub, task_cls.default_task_config()),
+            ],
         )
         _document_bf16(sub, task_cls.default_train_config().bf16)
 
@@ -125,6 +139,11 @@ def _train_here(args, device: str) -> int:
     from addnorm.training.run_dir import RunDirError, RunLock
 
     check_out_dir(args.out)
+    if args.report_to == "tensorboard" and not tensorboard_available():
+        raise UsageError(
+            "--report-to tensorboard needs the tensorboard package: pip install tensorboard "
+            "(or addnorm[tensorboard])"
+        )
     model_flags = {k: getattr(args, k) for k in args.model_fields if hasattr(args, k)}
     train_flags = {k: getattr(args, k) for k in args.train_fields if hasattr(args, k)}
     try:
@@ -139,6 +158,8 @@ def _train_here(args, device: str) -> int:
         raise UsageError(
             "--fsdp shards the model over the processes of a torchrun launch: "
             f"torchrun --nproc-per-node N -m addnorm train {args.task} --fsdp ..."
+            + ("; this checkpoint trained with --fsdp: add --no-fsdp to continue it in one "
+               "process" if plan.resume is not None and "fsdp" not in train_flags else "")
         )
     distributed.barrier()  # every rank has checked the folder before rank 0 writes it
     main = distributed.is_main()
@@ -156,10 +177,13 @@ def _train_here(args, device: str) -> int:
                 plan.model_cfg,
                 plan.train_cfg,
                 args.out,
+                task_cfg=plan.task_cfg,
                 resume=plan.resume,
                 overwrite=args.overwrite,
                 device=device,
                 progress=not args.quiet and sys.stderr.isatty(),
+                report_to=args.report_to,
+                progress_lines=not args.quiet and not _is_terminal(sys.stdout),
             )
     except RunDirError as err:  # another writer took the folder since the checks above
         raise UsageError(str(err)) from None
@@ -168,7 +192,7 @@ def _train_here(args, device: str) -> int:
     if summary.stopped_by in SIGNAL_STOPS:
         return report_signal_stop(summary, args.task)
     warn_if_cut_short(summary, plan.train_cfg, prefix=f"addnorm train {args.task}")
-    _report(args.task, plan.task_cls.metric, summary)
+    _report(plan.task_cls, summary)
     return EXIT_OK
 
 
@@ -262,9 +286,10 @@ def _announce(args, train_cfg: TrainConfig, device: str) -> None:
     )
 
 
-def _report(task_name: str, metric: str, summary) -> None:
+def _report(task_cls, summary) -> None:
     """What a finished run did, on stdout: steps and time, its held-out metric, its files, and
-    an lm's sample continuations."""
+    what the task shows of its samples (an lm's continuations)."""
+    metric = task_cls.metric
     compiled = summary.metrics.get("compile_s")
     print(
         f"trained {summary.step} steps in {summary.elapsed_s:.0f} s "
@@ -275,8 +300,17 @@ def _report(task_name: str, metric: str, summary) -> None:
     print(
         f"{metric}: {summary.metrics[metric]:.4f} "
         f"({summary.metrics['weights']} weights); "
-        f"metrics: {summary.run_dir / 'metrics.json'}; loss curve: {summary.loss_png}"
+        f"metrics: {summary.run_dir / 'metrics.json'}"
+        + ("" if summary.loss_png is None else f"; loss curve: {summary.loss_png}")
+        + ("; TensorBoard: tensorboard --logdir " + str(summary.run_dir)
+           if (summary.run_dir / "tensorboard").is_dir() else "")
     )
-    if task_name == "lm":
-        for sample in summary.metrics["samples"]:
-            print(f"\nsample (prompt {sample['prompt']!r}):\n{sample['text']}")
+    print(task_cls.samples_text(summary.metrics["samples"]), end="")
+
+
+def _is_terminal(stream) -> bool:
+    """Whether ``stream`` is a terminal (no stream, as with stdout closed, is none)."""
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False

@@ -15,10 +15,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from addnorm.cli.exits import EXIT_FAILED, EXIT_OK
+from addnorm.cli.exits import EXIT_FAILED, EXIT_OK, require_stdout
 from addnorm.cli.help_format import RawDescriptionDefaultsFormatter
 from addnorm.cli.shared_flags import add_inference_flags, load_task_model
 from addnorm.cli.translate_input import Input, batched, open_stdin, refusal, stdin_inputs
+from addnorm.utils.files import CheckpointError
 
 __all__ = ["add_parser", "run"]
 
@@ -36,7 +37,9 @@ def add_parser(subparsers) -> None:
     translate.add_argument("text", nargs="*", help="dates to normalize (default: stdin lines)")
     translate.add_argument(
         "--checkpoint", type=Path, default=Path("runs/translate"),
-        help="a translate run folder (its newest checkpoint) or one checkpoint folder",
+        help="a translate run folder (its newest checkpoint), one checkpoint folder, "
+        "or a folder addnorm.load opens (save_pretrained's, transformers' or diffusers') "
+        "whose model the translate task trains",
     )
     add_inference_flags(translate)
 
@@ -73,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from addnorm.data.dates import FIRST_YEAR, LAST_YEAR
     from addnorm.tasks.translate import PREDICT_BATCH_SIZE
 
+    require_stdout("the dates")
     stdin = None if args.text else open_stdin()
     task, model = load_task_model(args, "translate")
     limit = model.cfg.max_len
@@ -86,7 +90,10 @@ def run(args: argparse.Namespace) -> int:
     failed = 0
     for batch in batched(inputs, PREDICT_BATCH_SIZE):
         wanted = [item.text for item in batch if item.problem is None and item.text.strip()]
-        answers = iter(task.predict(model, wanted))
+        try:
+            answers = iter(task.predict(model, wanted))
+        except ValueError as err:  # inputs are checked above: what is left is the model's
+            raise CheckpointError(f"the model of {args.checkpoint} failed: {err}") from None
         for item in batch:  # a blank or refused input gets a blank answer line
             if item.problem is not None:
                 print()

@@ -156,10 +156,12 @@ class GenerationConfig:
             over a cache in the static layout (see :mod:`addnorm.cache`): the first call
             pays the compile (less once inductor's disk cache holds the kernels), later
             steps and calls with the same shapes reuse it. It pays off for long or repeated
-            generations, most at batch 1 on the CPU, where the step's one-row products
-            become fused kernels (see :func:`addnorm.generation.step.compiled_step`;
-            benchmarks/compiled_decoding.py prints the compile time and the speed-up). The
-            tokens are those of eager decoding (up to floating-point rounding).
+            generations, most at batch 1: on the CPU the step's one-row products become
+            fused kernels, on CUDA a step is one CUDA graph replay (see
+            :func:`addnorm.generation.step.compiled_step`; the model then keeps the step's
+            cache buffers between calls; benchmarks/compiled_decoding.py prints the compile
+            time and the speed-up). The tokens are those of eager decoding (up to
+            floating-point rounding).
         min_new_tokens: n >= 0; the stop tokens (``eos_id``) are never picked before a row
             has n new tokens (Hugging Face's ``min_new_tokens``: their logits are -inf until
             then). More than ``max_new_tokens`` just means no row stops at a stop token.

@@ -25,6 +25,7 @@ it. An encoder-decoder's decoder starts from its start token alone, which plays 
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 import torch
@@ -41,7 +42,7 @@ from addnorm.generation.loop import (
     prompt_history,
 )
 from addnorm.generation.output import GenerateOutput, Recorder
-from addnorm.generation.step import compiled_step
+from addnorm.generation.step import compiled_step, held_buffers
 from addnorm.generation.stop_strings import StopFn
 
 if TYPE_CHECKING:
@@ -108,11 +109,14 @@ def generate(
     step = compiled_step(model.step) if checked.compile else model.step
     record = Recorder(scores=call.output_scores, logits=call.output_logits) if (
         call.return_dict) else None
-    new = decode(step, logits, cache, checked, generator=generator, seen=seen, stop_fn=stop_fn,
-                 banned=banned_ids(spec, logits.device), deadline=deadline, record=record)
+    held = held_buffers(model, cache) if checked.compile else contextlib.nullcontext()
+    with held:  # compiled: the cache's state in the model's buffers, at fixed addresses
+        new = decode(step, logits, cache, checked, generator=generator, seen=seen,
+                     stop_fn=stop_fn, banned=banned_ids(spec, logits.device), deadline=deadline,
+                     record=record)
     if call.return_prompt:
-        start = torch.full_like(inputs[:, :1], spec.start_id) if spec.start_id is not None else None
-        new = with_prompt(inputs if start is None else start, new)
+        prompt = inputs if spec.start_id is None else torch.full_like(inputs[:, :1], spec.start_id)
+        new = with_prompt(prompt, new)
     return new if record is None else record.output(new)
 
 

@@ -8,8 +8,9 @@ share them.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -17,7 +18,15 @@ from torch import Tensor
 
 from addnorm.utils.checks import assert_in_graph, check_tensor
 
-__all__ = ["CPU_STEP_OPTIONS", "LogitWatch", "StepFn", "check_logits", "compiled_step"]
+__all__ = [
+    "CPU_STEP_OPTIONS",
+    "LogitWatch",
+    "StepFn",
+    "check_logits",
+    "compiled_step",
+    "held_buffers",
+    "step_compile_settings",
+]
 
 # tokens (B', 1), cache -> logits (B', V): feed one token per row; the cache grows by one.
 StepFn = Callable[[Tensor, Any], Tensor]
@@ -120,6 +129,22 @@ CPU_STEP_OPTIONS: dict[str, Any] = {
 }
 
 
+def step_compile_settings(device: torch.device) -> dict[str, Any]:
+    """``torch.compile``'s keywords for a decode step on ``device``.
+
+    CUDA: ``mode="reduce-overhead"``, CUDA graphs: a step is one graph replay, so its time is
+    the kernels' and not the hundreds of launches (and the Python around them) that decode
+    one token of a small model; the cache's state is written in place at fixed addresses
+    (:meth:`~addnorm.cache.DecodingCache.step_state`, :func:`held_buffers`), which is what a
+    replay needs. The CPU: :data:`CPU_STEP_OPTIONS`. Elsewhere: the defaults.
+    """
+    if device.type == "cuda":
+        return {"mode": "reduce-overhead"}
+    if device.type == "cpu":
+        return {"options": CPU_STEP_OPTIONS}
+    return {}
+
+
 def compiled_step(step: StepFn) -> StepFn:
     """A model's ``step`` compiled with ``fullgraph=True``, for a cache in the static layout.
 
@@ -134,7 +159,9 @@ def compiled_step(step: StepFn) -> StepFn:
     (and compiles on a miss); its later calls, the same model, cache and shapes one step on,
     skip the guards that every cached graph shares (``skip_guard_eval_unsafe``): checked in
     Python at every call, they are a large share of a small model's compiled step, whose
-    kernels are short. CPU steps compile with :data:`CPU_STEP_OPTIONS`.
+    kernels are short. The settings are :func:`step_compile_settings`'. With CUDA graphs each
+    call starts a new replay (``cudagraph_mark_step_begin``) and returns a copy of the
+    logits, whose graph buffer the next replay rewrites.
 
     Shapes:
         tokens: (B, 1); returns: logits (B, V)
@@ -144,11 +171,68 @@ def compiled_step(step: StepFn) -> StepFn:
     def contiguous_step(tokens: Tensor, cache: Any) -> Tensor:
         nonlocal compiled
         tokens = tokens.contiguous()
+        settings = step_compile_settings(tokens.device)
+        graphs = settings.get("mode") == "reduce-overhead"
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         if compiled is None:  # the first step: every guard checked, compiling on a miss
-            options = CPU_STEP_OPTIONS if tokens.device.type == "cpu" else None
-            compiled = torch.compile(step, fullgraph=True, options=options)
-            return compiled(tokens, cache)
-        with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
-            return compiled(tokens, cache)
+            compiled = torch.compile(step, fullgraph=True, **settings)
+            logits = compiled(tokens, cache)
+        else:
+            with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+                logits = compiled(tokens, cache)
+        return logits.clone() if graphs else logits
 
     return contiguous_step
+
+
+class _Held:
+    """The buffers a model's compiled decoding keeps between ``generate`` calls."""
+
+    def __init__(self, tensors: list[Tensor]) -> None:
+        self.tensors = tensors
+        self.busy = False
+
+    def fits(self, tensors: list[Tensor]) -> bool:
+        return len(tensors) == len(self.tensors) and all(
+            (a.shape, a.dtype, a.device) == (b.shape, b.dtype, b.device)
+            for a, b in zip(tensors, self.tensors, strict=True)
+        )
+
+
+_HELD = "_addnorm_decoding_buffers"
+
+
+@contextlib.contextmanager
+def held_buffers(owner: object, cache: Any) -> Iterator[None]:
+    """Run a compiled decoding with ``cache``'s in-place state (``cache.step_state()``) in
+    buffers that ``owner`` (the model) keeps from one ``generate`` call to the next.
+
+    CUDA graphs replay against the addresses they were recorded with: a fresh cache per call
+    would record the step again at every call (and, past torch's limit of re-recordings,
+    run it without graphs). So the first call's buffers are kept, as Hugging Face's static
+    cache is; a later call with the same shapes copies its fresh cache (the prompt's keys
+    and values) into them and decodes there. A call that finds them in use (another
+    decoding of the same model still running) keeps its own. On CUDA the buffers are marked
+    as static inputs of the compiled step (``torch._dynamo.mark_static_address``).
+    """
+    places = cache.step_state()
+    tensors = [getattr(holder, name) for holder, name in places]
+    held = getattr(owner, _HELD, None)
+    if held is not None and held.busy:
+        yield
+        return
+    if held is not None and held.fits(tensors):
+        for (holder, name), fresh, kept in zip(places, tensors, held.tensors, strict=True):
+            setattr(holder, name, kept.copy_(fresh))
+    else:
+        held = _Held(tensors)
+        for t in tensors:
+            if t.device.type == "cuda":
+                torch._dynamo.mark_static_address(t, guard=False)
+        setattr(owner, _HELD, held)
+    held.busy = True
+    try:
+        yield
+    finally:
+        held.busy = False

@@ -4,7 +4,9 @@
 - facebookresearch/DiT's checkpoints: :func:`from_dit_state_dict` / :func:`to_dit_state_dict`
   (:mod:`.dit_checkpoint`).
 - diffusers' ``DiTTransformer2DModel``: :func:`from_diffusers` / :func:`to_diffusers`
-  (:mod:`.diffusers`; diffusers is needed only for these two, see the ``interop`` extra).
+  (:mod:`.diffusers`; diffusers is needed only for these two, see the ``interop`` extra);
+  :func:`from_diffusers_folder` reads a folder that its ``save_pretrained`` wrote, without
+  diffusers (:mod:`.diffusers_folder`; ``addnorm.load`` calls it for such a folder).
 - Hugging Face ``transformers`` models: :func:`from_transformers` / :func:`to_transformers`
   for ``BertModel`` <-> :class:`~addnorm.transformer.encoder_model.EncoderModel` and GPT-2
   <-> :class:`~addnorm.transformer.lm.TransformerLM` (:mod:`.hf_models`; transformers is
@@ -15,6 +17,7 @@
 """
 
 from addnorm.interop.diffusers import from_diffusers, to_diffusers
+from addnorm.interop.diffusers_folder import from_diffusers_folder
 from addnorm.interop.dit_checkpoint import from_dit_state_dict, to_dit_state_dict
 from addnorm.interop.hf_folder import from_transformers_folder
 from addnorm.interop.hf_models import from_transformers, to_transformers
@@ -22,6 +25,7 @@ from addnorm.interop.torch_nn import from_torch, to_torch
 
 __all__ = [
     "from_diffusers",
+    "from_diffusers_folder",
     "from_dit_state_dict",
     "from_torch",
     "from_transformers",

@@ -32,8 +32,27 @@ import torch
 from addnorm.dit.config import DiTConfig
 from addnorm.dit.model import DiT
 from addnorm.interop.dit_checkpoint import load_like
+from addnorm.interop.hf_layout import Rule, rules_in, rules_out
 
-__all__ = ["from_diffusers", "to_diffusers"]
+__all__ = [
+    "DIFFUSERS_DEFAULTS",
+    "diffusers_conditioning",
+    "diffusers_rules",
+    "dit_config",
+    "from_diffusers",
+    "to_diffusers",
+]
+
+# DiTTransformer2DModel's defaults (its __init__), for a config.json that leaves fields out.
+DIFFUSERS_DEFAULTS: dict[str, Any] = {
+    "num_attention_heads": 16, "attention_head_dim": 72, "in_channels": 4, "out_channels": None,
+    "num_layers": 28, "dropout": 0.0, "attention_bias": True, "sample_size": 32,
+    "patch_size": 2, "activation_fn": "gelu-approximate", "num_embeds_ada_norm": 1000,
+    "norm_type": "ada_norm_zero", "norm_elementwise_affine": False, "norm_eps": 1e-5,
+}
+# What its code fixes (CombinedTimestepLabelEmbeddings): the timestep features' convention
+# and the label dropout, which its config does not record.
+_TIMESTEP_FLIP_SIN_TO_COS, _TIMESTEP_SHIFT, _CLASS_DROPOUT = True, 1.0, 0.1
 
 _EMB = "norm1.emb."  # a diffusers block's embedders (timestep MLP, label table)
 _EMBEDDERS = {  # diffusers key inside a block's norm1.emb -> addnorm key (shared layout;
@@ -67,42 +86,67 @@ def _diffusers_class() -> Any:
     return DiTTransformer2DModel
 
 
-def _config_from_diffusers(model: Any, conditioning: str) -> DiTConfig:
-    """The :class:`DiTConfig` of a diffusers DiT; ValueError for what addnorm's cannot hold."""
-    c = model.config
+def dit_config(
+    config: Mapping[str, Any],
+    *,
+    d_ff: int,
+    d_freq: int,
+    conditioning: str,
+    class_dropout: float = _CLASS_DROPOUT,
+    flip_sin_to_cos: bool = _TIMESTEP_FLIP_SIN_TO_COS,
+    downscale_freq_shift: float = _TIMESTEP_SHIFT,
+) -> DiTConfig:
+    """The :class:`DiTConfig` of a diffusers DiT whose config (``model.config``, or its
+    ``config.json``; missing fields take :data:`DIFFUSERS_DEFAULTS`) is ``config``, whose MLP
+    is ``d_ff`` wide and whose timestep features are ``d_freq`` wide (read off the weights);
+    the timestep convention and label dropout are its code's unless given. ValueError or
+    TypeError for what addnorm's DiT cannot hold."""
+    c = {**DIFFUSERS_DEFAULTS, **config}
     unsupported = {
-        "activation_fn": (c.activation_fn, "gelu-approximate"),
-        "attention_bias": (c.attention_bias, True),
-        "norm_elementwise_affine": (c.norm_elementwise_affine, False),
-        "dropout": (c.dropout, 0.0),
-        "norm_type": (c.norm_type, "ada_norm_zero"),
+        "activation_fn": "gelu-approximate", "attention_bias": True,
+        "norm_elementwise_affine": False, "dropout": 0.0, "norm_type": "ada_norm_zero",
     }
-    for name, (value, needed) in unsupported.items():
-        if value != needed:
-            raise ValueError(f"cannot convert a diffusers DiT with {name}={value!r}: "
+    for name, needed in unsupported.items():
+        if c[name] != needed:
+            raise ValueError(f"cannot convert a diffusers DiT with {name}={c[name]!r}: "
                              f"addnorm's DiT has {name}={needed!r}")
-    out_channels = model.out_channels
-    if out_channels not in (c.in_channels, 2 * c.in_channels):
+    in_channels = c["in_channels"]
+    out_channels = in_channels if c["out_channels"] is None else c["out_channels"]
+    if out_channels not in (in_channels, 2 * in_channels):
         raise ValueError(
-            f"out_channels ({out_channels}) must be in_channels ({c.in_channels}) or twice it "
+            f"out_channels ({out_channels}) must be in_channels ({in_channels}) or twice it "
             "(learned variance)"
         )
-    emb = model.transformer_blocks[0].norm1.emb
-    time_proj = emb.time_proj
-    d_model = c.num_attention_heads * c.attention_head_dim
+    n_heads, head_dim = c["num_attention_heads"], c["attention_head_dim"]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (n_heads, head_dim)):
+        raise TypeError(f"num_attention_heads ({n_heads!r}) and attention_head_dim "
+                        f"({head_dim!r}) must be ints")
+    d_model = n_heads * head_dim
     return DiTConfig(
-        input_size=c.sample_size, patch_size=c.patch_size, in_channels=c.in_channels,
-        d_model=d_model, n_layers=c.num_layers, n_heads=c.num_attention_heads,
-        mlp_ratio=model.transformer_blocks[0].ff.net[2].in_features / d_model,
-        n_classes=c.num_embeds_ada_norm, class_dropout=float(emb.class_embedder.dropout_prob),
-        learn_sigma=out_channels == 2 * c.in_channels, d_freq=time_proj.num_channels,
-        timestep_flip_sin_to_cos=bool(time_proj.flip_sin_to_cos),
-        timestep_downscale_freq_shift=float(time_proj.downscale_freq_shift),
-        norm_eps=1e-6, ff_norm_eps=float(c.norm_eps), conditioning=conditioning,
+        input_size=c["sample_size"], patch_size=c["patch_size"], in_channels=in_channels,
+        d_model=d_model, n_layers=c["num_layers"], n_heads=n_heads,
+        mlp_ratio=d_ff / max(d_model, 1), n_classes=c["num_embeds_ada_norm"],
+        class_dropout=float(class_dropout), learn_sigma=out_channels == 2 * in_channels,
+        d_freq=d_freq, timestep_flip_sin_to_cos=bool(flip_sin_to_cos),
+        timestep_downscale_freq_shift=float(downscale_freq_shift), norm_eps=1e-6,
+        ff_norm_eps=c["norm_eps"], conditioning=conditioning,
     )
 
 
-def _diffusers_conditioning(theirs: Mapping[str, torch.Tensor], n_layers: int) -> str:
+def _config_from_diffusers(model: Any, conditioning: str) -> DiTConfig:
+    """The :class:`DiTConfig` of a diffusers DiT object (its embedders read off the module)."""
+    emb = model.transformer_blocks[0].norm1.emb
+    time_proj = emb.time_proj
+    return dit_config(
+        dict(model.config), d_ff=model.transformer_blocks[0].ff.net[2].in_features,
+        d_freq=time_proj.num_channels, conditioning=conditioning,
+        class_dropout=emb.class_embedder.dropout_prob,
+        flip_sin_to_cos=time_proj.flip_sin_to_cos,
+        downscale_freq_shift=time_proj.downscale_freq_shift,
+    )
+
+
+def diffusers_conditioning(theirs: Mapping[str, torch.Tensor], n_layers: int) -> str:
     """``"shared"`` when every block's embedders equal block 0's (the paper's converted
     checkpoints), else ``"per_block"``."""
     for key in _EMBEDDERS:
@@ -118,6 +162,27 @@ def _our_embedder_key(cfg: DiTConfig, i: int, key: str) -> str:
     return key if cfg.conditioning == "shared" else f"block_embeds.{i}.{key}"
 
 
+def diffusers_rules(cfg: DiTConfig) -> list[Rule]:
+    """Where each tensor of a diffusers DiT goes in a :class:`DiT` of ``cfg``, as the rules of
+    :mod:`addnorm.interop.hf_layout` (``"same"``: copied; ``"rows"``: ``to_q``, ``to_k``,
+    ``to_v`` stacked into ``in_proj``). In the shared layout every block's embedders map to
+    the one pair (into diffusers, each block gets a copy; from it, they must be equal)."""
+    rules: list[Rule] = []
+    for their_name, our_name in _TOP.items():
+        rules += [(f"{our_name}.{kind}", (f"{their_name}.{kind}",), "same")
+                  for kind in ("weight", "bias")]
+    for i in range(cfg.n_layers):
+        src, dst = f"transformer_blocks.{i}.", f"blocks.{i}."
+        rules += [(_our_embedder_key(cfg, i, ours), (f"{src}{_EMB}{key}",), "same")
+                  for key, ours in _EMBEDDERS.items()]
+        for kind in ("weight", "bias"):
+            rules += [(f"{dst}{our_name}.{kind}", (f"{src}{their_name}.{kind}",), "same")
+                      for their_name, our_name in _BLOCK.items()]
+            qkv = tuple(f"{src}attn1.to_{n}.{kind}" for n in "qkv")
+            rules.append((f"{dst}attn.in_proj.{kind}", qkv, "rows"))  # rows q, k, v
+    return rules
+
+
 def from_diffusers(model: Any) -> DiT:
     """A :class:`DiT` computing what a diffusers ``DiTTransformer2DModel`` computes.
 
@@ -131,20 +196,8 @@ def from_diffusers(model: Any) -> DiT:
     if not isinstance(model, cls):
         raise TypeError(f"model must be a diffusers DiTTransformer2DModel, got {type(model)}")
     theirs = model.state_dict()
-    cfg = _config_from_diffusers(model, _diffusers_conditioning(theirs, model.config.num_layers))
-    converted: dict[str, torch.Tensor] = {}
-    for i in range(cfg.n_layers):
-        src, dst = f"transformer_blocks.{i}.", f"blocks.{i}."
-        for key, ours in _EMBEDDERS.items():  # shared: block 0's equal every other block's
-            converted[_our_embedder_key(cfg, i, ours)] = theirs[f"{src}{_EMB}{key}"]
-        for kind in ("weight", "bias"):
-            for their_name, our_name in _BLOCK.items():
-                converted[f"{dst}{our_name}.{kind}"] = theirs[f"{src}{their_name}.{kind}"]
-            qkv = [theirs[f"{src}attn1.to_{n}.{kind}"] for n in "qkv"]
-            converted[f"{dst}attn.in_proj.{kind}"] = torch.cat(qkv, dim=0)  # rows q, k, v
-    for their_name, our_name in _TOP.items():
-        for kind in ("weight", "bias"):
-            converted[f"{our_name}.{kind}"] = theirs[f"{their_name}.{kind}"]
+    cfg = _config_from_diffusers(model, diffusers_conditioning(theirs, model.config.num_layers))
+    converted = rules_in(theirs, diffusers_rules(cfg))
     dit = DiT(cfg)
     converted["pos_embed"] = dit.pos_embed
     load_like(dit, converted, theirs["pos_embed.proj.weight"])
@@ -198,20 +251,7 @@ def to_diffusers(model: DiT) -> Any:
         norm_elementwise_affine=False, norm_eps=cfg.ff_norm_eps,
     )
     ours = model.state_dict()
-    converted: dict[str, torch.Tensor] = {}
-    for their_name, our_name in _TOP.items():
-        for kind in ("weight", "bias"):
-            converted[f"{their_name}.{kind}"] = ours[f"{our_name}.{kind}"]
-    for i in range(cfg.n_layers):
-        src, dst = f"blocks.{i}.", f"transformer_blocks.{i}."
-        for key, our_key in _EMBEDDERS.items():
-            converted[f"{dst}{_EMB}{key}"] = ours[_our_embedder_key(cfg, i, our_key)]
-        for kind in ("weight", "bias"):
-            for their_name, our_name in _BLOCK.items():
-                converted[f"{dst}{their_name}.{kind}"] = ours[f"{src}{our_name}.{kind}"]
-            q, k, v = ours[f"{src}attn.in_proj.{kind}"].chunk(3, dim=0)
-            for name, part in zip("qkv", (q, k, v), strict=True):
-                converted[f"{dst}attn1.to_{name}.{kind}"] = part
+    converted = rules_out(ours, diffusers_rules(cfg))
     load_like(theirs, converted, ours["patch_embed.proj.weight"])
     for block in theirs.transformer_blocks:
         block.norm1.emb.class_embedder.dropout_prob = cfg.class_dropout

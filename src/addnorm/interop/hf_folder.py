@@ -180,7 +180,7 @@ def _load_folder(
     config = read_config_json(directory)
     where = directory / CONFIG_FILE
     kind = _model_type(config, where, kinds)
-    files, saved = _read_headers(directory)
+    files, saved = read_folder_headers(directory)
     try:
         plan = _bert_plan(config, saved, unpad) if kind == "bert" else _gpt2_plan(config, saved)
     except (TypeError, ValueError) as err:
@@ -240,36 +240,41 @@ def _gpt2_plan(config: Mapping[str, Any], saved: dict[str, TensorInfo]) -> _Plan
     return _Plan(TransformerLM, cfg, GPT2_NAMES, rules)
 
 
-def _read_headers(
+def read_folder_headers(
     directory: Path,
+    *,
+    weights: str = WEIGHTS_FILE,
+    index: str = SHARD_INDEX,
+    other_formats: tuple[str, ...] = _OTHER_WEIGHTS,
 ) -> tuple[dict[Path, dict[str, TensorInfo]], dict[str, TensorInfo]]:
-    """``({file: its header}, every tensor of them)``: ``model.safetensors``, or the shards
-    that ``model.safetensors.index.json`` names (plain file names in the folder, each tensor
-    in one shard, as the index says)."""
-    single, index = directory / WEIGHTS_FILE, directory / SHARD_INDEX
-    if os.path.lexists(single) or not os.path.lexists(index):
+    """``({file: its header}, every tensor of them)``: the folder's ``weights`` file
+    (transformers' ``model.safetensors`` by default), or the shards that its ``index``
+    names (plain file names in the folder, each tensor in one shard, as the index says). A
+    folder with only ``other_formats`` (pickles) is refused, naming them."""
+    single, index_path = directory / weights, directory / index
+    if os.path.lexists(single) or not os.path.lexists(index_path):
         if not os.path.lexists(single):
-            other = [name for name in _OTHER_WEIGHTS if os.path.lexists(directory / name)]
+            other = [name for name in other_formats if os.path.lexists(directory / name)]
             why = (f" (it has {other}, a format addnorm does not read: save the model with "
-                   "safetensors, transformers' default)") if other else ""
-            raise CheckpointError(f"weights missing: {single} or {index}{why}")
+                   "safetensors, the default of transformers and diffusers)") if other else ""
+            raise CheckpointError(f"weights missing: {single} or {index_path}{why}")
         header = read_weights_header(single)
         return {single: header}, header
-    weight_map = _weight_map(index)
+    weight_map = _weight_map(index_path)
     files: dict[Path, dict[str, TensorInfo]] = {}
     merged: dict[str, TensorInfo] = {}
     for shard in sorted(set(weight_map.values())):
         header = read_weights_header(directory / shard)
         twice = sorted(set(header) & set(merged))
         if twice:
-            raise CheckpointError(f"{index}: the tensors {twice[:20]} are in several shards")
+            raise CheckpointError(f"{index_path}: the tensors {twice[:20]} are in several shards")
         files[directory / shard] = header
         merged.update(header)
     astray = sorted(
         name for name, shard in weight_map.items() if name not in files[directory / shard]
     )
     if astray:
-        raise CheckpointError(f"{index} names tensors their shards lack: {astray[:20]}")
+        raise CheckpointError(f"{index_path} names tensors their shards lack: {astray[:20]}")
     return files, merged
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -19,11 +21,14 @@ from addnorm.data.batches import TextBatches
 from addnorm.data.text import TextCorpus
 from addnorm.data.tokenizers import CharTokenizer
 from addnorm.generation.stop_strings import cut_at_stop, stop_at_strings
+from addnorm.tasks.task import Sizing, TaskConfig
 from addnorm.training.config import TrainConfig
+from addnorm.training.trainer import LossFn
 from addnorm.transformer import TransformerLM
 from addnorm.transformer.config import LM_PRESETS, LMConfig
+from addnorm.utils.checks import check_int, check_probability
 
-__all__ = ["LMTask", "lm_loss", "prompt_room"]
+__all__ = ["LMTask", "LMTaskConfig", "lm_loss", "prompt_room"]
 
 SAMPLE_PROMPTS = ("The ", "def ", "class ")
 
@@ -49,6 +54,29 @@ def prompt_room(prompt_length: int, max_new_tokens: int, max_len: int) -> tuple[
     return kept, max(min(max_new_tokens, max_len - kept), 1)
 
 
+@dataclass(frozen=True)
+class LMTaskConfig(TaskConfig):
+    """The language-model task's own settings.
+
+    Attributes:
+        seq_len: characters per training window (and per held-out window scored at the end).
+        label_smoothing: F.cross_entropy's label_smoothing (the paper: 0.1).
+        eval_size: held-out examples scored at the end: at most this many validation
+            windows.
+    """
+
+    resumable: ClassVar[tuple[str, ...]] = ("eval_size",)
+
+    seq_len: int = 128
+    label_smoothing: float = 0.0
+    eval_size: int = 2000
+
+    def __post_init__(self) -> None:
+        check_int("seq_len", self.seq_len, min_value=1)
+        check_probability("label_smoothing", self.label_smoothing)
+        check_int("eval_size", self.eval_size, min_value=1)
+
+
 class LMTask:
     """Everything the trainer and the CLI need to know about the language-model task.
 
@@ -56,9 +84,14 @@ class LMTask:
         tokenizer: the character vocabulary; None builds it from the corpus.
     """
 
-    name = "lm"
-    description = "character-level language model on the pydoc topics (decoder-only)"
-    metric = "val_bpc"
+    name: ClassVar[str] = "lm"
+    description: ClassVar[str] = (
+        "character-level language model on the pydoc topics (decoder-only)"
+    )
+    metric: ClassVar[str] = "val_bpc"
+    owned_fields: ClassVar[frozenset[str]] = frozenset({
+        "vocab_size", "pad_id", "bos_id", "eos_id",
+    })
     loss_label = "loss (cross-entropy, nats per character)"
 
     def __init__(self, tokenizer: CharTokenizer | None = None) -> None:
@@ -79,7 +112,7 @@ class LMTask:
 
     @staticmethod
     def default_train_config() -> TrainConfig:
-        """A short CPU run: a few minutes, ``seq_len`` 128."""
+        """A short CPU run: a few minutes."""
         return TrainConfig(
             max_steps=2000,
             max_minutes=5.0,
@@ -87,10 +120,19 @@ class LMTask:
             lr=2e-3,
             schedule="cosine",
             warmup=100,
-            label_smoothing=0.0,
             checkpoint_every=500,
             log_every=10,
         )
+
+    @staticmethod
+    def default_task_config() -> LMTaskConfig:
+        """Windows of 128 characters, no label smoothing."""
+        return LMTaskConfig()
+
+    @staticmethod
+    def presets() -> Mapping[str, LMConfig]:
+        """The decoder-only LM's named configs (``LM_PRESETS``)."""
+        return LM_PRESETS
 
     def prepare(self, cfg: LMConfig) -> LMConfig:
         """``cfg`` with this corpus's vocabulary size and special ids."""
@@ -103,37 +145,44 @@ class LMTask:
             eos_id=tok.eos_id,
         )
 
-    def check(self, cfg: LMConfig, train_cfg: TrainConfig) -> None:
+    def check(self, cfg: LMConfig, train_cfg: TrainConfig, task_cfg: LMTaskConfig) -> None:
         """Raise ValueError if the configs cannot train this task: the windows must fit a
         learned position table and be shorter than the validation split they are scored on."""
-        if cfg.position_encoding == "learned" and train_cfg.seq_len > cfg.max_len:
+        if cfg.position_encoding == "learned" and task_cfg.seq_len > cfg.max_len:
             raise ValueError(
-                f"seq_len ({train_cfg.seq_len}) must be <= max_len ({cfg.max_len}) with "
+                f"seq_len ({task_cfg.seq_len}) must be <= max_len ({cfg.max_len}) with "
                 "learned positions"
             )
         n_val = len(self.corpus.ids("val"))
-        if train_cfg.seq_len >= n_val:
+        if task_cfg.seq_len >= n_val:
             raise ValueError(
-                f"seq_len ({train_cfg.seq_len}) must be < the validation split ({n_val} characters)"
+                f"seq_len ({task_cfg.seq_len}) must be < the validation split ({n_val} characters)"
             )
+
+    def sizing(self, cfg: LMConfig, train_cfg: TrainConfig, task_cfg: LMTaskConfig) -> Sizing:
+        """Windows of ``seq_len`` characters; the evaluation's batch is taken as
+        ``batch_size`` windows."""
+        return Sizing(length=task_cfg.seq_len, eval_batch=train_cfg.batch_size)
 
     def build_model(self, cfg: LMConfig) -> TransformerLM:
         """A fresh model for ``cfg`` (call ``prepare`` first)."""
         return TransformerLM(cfg)
 
-    def batches(self, train_cfg: TrainConfig, cfg: LMConfig) -> TextBatches:
-        """Random training windows of ``train_cfg.seq_len`` characters."""
-        self.check(cfg, train_cfg)
+    def batches(
+        self, cfg: LMConfig, train_cfg: TrainConfig, task_cfg: LMTaskConfig
+    ) -> TextBatches:
+        """Random training windows of ``task_cfg.seq_len`` characters."""
+        self.check(cfg, train_cfg, task_cfg)
         return TextBatches(
             self.corpus,
             batch_size=train_cfg.batch_size,
-            length=train_cfg.seq_len,
+            length=task_cfg.seq_len,
             seed=train_cfg.seed,
         )
 
-    def loss_fn(self, train_cfg: TrainConfig):
+    def loss_fn(self, task_cfg: LMTaskConfig) -> LossFn:
         """``(model, batch) -> (loss, n_tokens)`` with the configured label smoothing."""
-        smoothing = train_cfg.label_smoothing
+        smoothing = task_cfg.label_smoothing
 
         def loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
             return lm_loss(model, batch, label_smoothing=smoothing)
@@ -156,19 +205,26 @@ class LMTask:
             count += n
         return {"val_bpc": total / count / math.log(2), "val_chars": count}
 
-    def probe(self, train_cfg: TrainConfig) -> None:
+    def probe(self, task_cfg: LMTaskConfig) -> None:
         """No probe during training: the held-out figures come at the end (and the loss
         curve shows the way there)."""
         return None
 
-    def evaluate_run(self, model: TransformerLM, train_cfg: TrainConfig) -> dict[str, float]:
+    def evaluate_run(self, model: TransformerLM, task_cfg: LMTaskConfig) -> dict[str, float]:
         """The held-out figures of a finished run (``evaluate`` on ``seq_len`` windows, at most
         ``eval_size`` of them)."""
-        return self.evaluate(model, seq_len=train_cfg.seq_len, max_windows=train_cfg.eval_size)
+        return self.evaluate(model, seq_len=task_cfg.seq_len, max_windows=task_cfg.eval_size)
 
-    def run_samples(self, model: TransformerLM) -> list[dict[str, str]]:
+    def run_samples(self, model: TransformerLM) -> list[dict[str, Any]]:
         """``samples`` as JSON-ready dicts: prompt and text (the prompt continued)."""
         return [{"prompt": p, "text": text} for p, text in self.samples(model)]
+
+    @staticmethod
+    def samples_text(samples: list[dict[str, Any]]) -> str:
+        """Each sample continuation under its prompt."""
+        return "".join(
+            f"\nsample (prompt {sample['prompt']!r}):\n{sample['text']}\n" for sample in samples
+        )
 
     @torch.no_grad()
     def sample(
@@ -217,6 +273,11 @@ class LMTask:
         device = next(model.parameters()).device
         generator = torch.Generator(device=device).manual_seed(0)
         return [(p, self.sample(model, p, generator=generator)) for p in prompts]
+
+    @classmethod
+    def from_config(cls, task_cfg: LMTaskConfig) -> LMTask:
+        """The task a new run trains: no setting names its data (its corpus is the pydoc topics)."""
+        return cls()
 
     @staticmethod
     def config_from_dict(data: dict) -> LMConfig:

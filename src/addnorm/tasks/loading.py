@@ -1,11 +1,13 @@
 """``addnorm.load``: a model saved any way addnorm reads, ready for inference.
 
-A folder holds a model in one of three layouts: a pretrained directory (``config.json`` +
+A folder holds a model in one of four layouts: a pretrained directory (``config.json`` +
 ``model.safetensors``, written by ``save_pretrained``; :mod:`addnorm.pretrained.mixin`), a folder
 that Hugging Face transformers' ``save_pretrained`` wrote (BERT or GPT-2, converted:
-:func:`~addnorm.interop.hf_folder.from_transformers_folder`), or a run written
+:func:`~addnorm.interop.hf_folder.from_transformers_folder`), one that diffusers'
+``save_pretrained`` wrote (a ``DiTTransformer2DModel``, converted:
+:func:`~addnorm.interop.diffusers_folder.from_diffusers_folder`), or a run written
 by ``addnorm train`` (its checkpoints; :func:`addnorm.tasks.run.load_trained` rebuilds the
-model through its task). Knowing all three, this function sits above the tasks;
+model through its task). Knowing all four, this function sits above the tasks;
 ``addnorm/__init__.py`` exports it without importing the tasks until it is first called.
 
 Types: which class a folder holds is known only when it is read, so ``load(path)`` is typed
@@ -24,6 +26,12 @@ from typing import Any, TypeVar, overload
 import torch
 from torch import nn
 
+from addnorm.interop.diffusers_folder import (
+    PIPELINE_INDEX,
+    diffusers_class_of,
+    from_diffusers_folder,
+    is_diffusers_config,
+)
 from addnorm.interop.hf_folder import (
     from_transformers_folder,
     transformers_class_of,
@@ -82,7 +90,11 @@ def load(
     ``save_pretrained``), a folder of Hugging Face transformers' ``save_pretrained`` whose
     ``config.json`` names a ``model_type`` addnorm converts ("bert": an
     :class:`~addnorm.transformer.encoder_model.EncoderModel`; "gpt2": a
-    :class:`~addnorm.transformer.lm.TransformerLM`), or a run directory or one of its
+    :class:`~addnorm.transformer.lm.TransformerLM`), a folder of diffusers'
+    ``save_pretrained`` whose ``config.json`` names the ``_class_name``
+    "DiTTransformer2DModel" (a :class:`~addnorm.dit.model.DiT`, as
+    :func:`~addnorm.interop.diffusers.from_diffusers` converts it; a pipeline folder is
+    refused naming its ``transformer`` folder), or a run directory or one of its
     checkpoints written by ``addnorm train``. From a run, ``weights="ema"`` (the default) loads
     the exponential moving average of the weights when the run kept one (what a finished run
     was scored with) and the trained weights otherwise; ``"raw"`` always loads the trained
@@ -110,6 +122,8 @@ def load(
         raise CheckpointError(f"cannot load {directory}: it {what}")
     if os.path.lexists(directory / CONFIG_FILE):  # a dangling symlink is named, not skipped
         model = _load_pretrained(directory, cls, dtype=dtype, device=device)
+    elif (directory / PIPELINE_INDEX).is_file():  # refused, naming its transformer folder
+        model = from_diffusers_folder(directory)
     elif not (directory / MANIFEST).exists() and not list_checkpoints(directory):
         raise CheckpointError(
             f"{directory} holds no addnorm model: expected {CONFIG_FILE} and {WEIGHTS_FILE} "
@@ -131,9 +145,18 @@ def _load_pretrained(
     dtype: torch.dtype | None,
     device: torch.device | None,
 ) -> nn.Module:
-    """The model of a folder with a ``config.json``: addnorm's layout (``addnorm_class``) or
-    transformers' (``model_type``); a ``cls`` it does not hold is refused before building."""
+    """The model of a folder with a ``config.json``: addnorm's layout (``addnorm_class``),
+    transformers' (``model_type``) or diffusers' (``_class_name``); a ``cls`` it does not hold
+    is refused before building."""
     config = read_config_json(directory)
+    if is_diffusers_config(config):
+        dit = diffusers_class_of(config, directory / CONFIG_FILE)
+        if cls is not None and not issubclass(dit, cls):
+            raise CheckpointError(
+                f"{directory} holds a diffusers {config['_class_name']} that loads as "
+                f"{dit.__name__}, not {cls.__name__}"
+            )
+        return from_diffusers_folder(directory, dtype=dtype, device=device)
     if "addnorm_class" not in config and "model_type" in config:
         target = transformers_class_of(config, directory / CONFIG_FILE)
         if cls is not None and not issubclass(target, cls):
@@ -145,7 +168,8 @@ def _load_pretrained(
     if "addnorm_class" not in config:
         raise CheckpointError(
             f"{directory / CONFIG_FILE} must name the model in 'addnorm_class' (a folder of "
-            "addnorm's save_pretrained) or 'model_type' (one of transformers')"
+            "addnorm's save_pretrained), 'model_type' (one of transformers') or '_class_name' "
+            "(one of diffusers')"
         )
     loader = cls if cls is not None and issubclass(cls, PretrainedMixin) else PretrainedMixin
     model: Any = loader.from_pretrained(directory, dtype=dtype, device=device)

@@ -2,7 +2,10 @@
 
 A run directory holds ``addnorm-run.json`` (the marker that proves addnorm started the run;
 see ``addnorm.training.run_dir``), ``checkpoints/`` (see ``addnorm.training.checkpoint``),
-``metrics.jsonl`` (one line per logged step), ``loss.png`` (the loss curve) and, after a run
+``metrics.jsonl`` (one line per logged step), ``loss.png`` (the loss curve), with
+``report_to="tensorboard"`` ``tensorboard/`` (TensorBoard event files: every record's scalars,
+the held-out figures and pictures of the loss curve, the quality figure and the samples) and,
+after a run
 that was not stopped by a signal, ``metrics.json`` (the held-out figures: ``test_exact_match``
 for translate, ``val_bpc`` for lm, ``class_agreement`` and its companions for dit;
 ``"weights"``: ``"ema"`` when the run kept an EMA of its weights (``ema_decay > 0``) and was
@@ -38,26 +41,27 @@ from typing import Any
 import torch
 from torch import nn
 
-from addnorm.presets import presets_of
-from addnorm.tasks.dit import DiTTask
-from addnorm.tasks.lm import LMTask
-from addnorm.tasks.task import Task
-from addnorm.tasks.translate import TranslateTask
+from addnorm.tasks.registry import TASKS, task_class
+from addnorm.tasks.task import AnyTask, TaskConfig, split_train_settings
 from addnorm.training import distributed
+from addnorm.training.callbacks import ProgressLines
 from addnorm.training.checkpoint import LoadedCheckpoint, load_checkpoint
 from addnorm.training.config import TrainConfig
-from addnorm.training.metrics import plot_loss_curve, plot_quality
+from addnorm.training.logger import REPORT_TO, Logger, TensorBoardLogger, read_png
+from addnorm.training.metrics import draw_samples, plot_loss_curve, plot_quality
 from addnorm.training.run_dir import (
+    TENSORBOARD_DIR,
     RunLock,
     check_fresh_run_dir,
     clear_run,
     read_marker,
     write_marker,
 )
-from addnorm.training.schedules import LRSchedule
+from addnorm.training.schedules import ScheduleConfig
 from addnorm.training.sizes import SizeError, check_model_fits
 from addnorm.training.state import seed_everything
-from addnorm.training.trainer import STOP_SIGNALS, Trainer, TrainResult
+from addnorm.training.stopping import STOP_SIGNALS
+from addnorm.training.trainer import Trainer, TrainResult
 from addnorm.utils.checks import check_known_fields
 from addnorm.utils.files import CheckpointError, parse_json, write_file_atomic
 
@@ -70,19 +74,21 @@ __all__ = [
     "read_run_metrics",
     "has_run",
     "resume_configs",
+    "saved_train_configs",
+    "schedule_for",
+    "task_of_checkpoint",
     "train_run",
 ]
 
-TASKS: dict[str, type[Task]] = {"translate": TranslateTask, "lm": LMTask, "dit": DiTTask}
 WEIGHTS = ("ema", "raw")
-# TrainConfig fields a resumed run may change; any other change would break exact resume.
+# TrainConfig fields a resumed run may change (and a task config's ``resumable`` ones); any
+# other change would break exact resume.
 RESUMABLE_FIELDS = (
     "max_steps",
     "max_minutes",
     "checkpoint_every",
     "keep_checkpoints",
     "log_every",
-    "eval_size",
     "activation_checkpointing",
     "fsdp",
     "compile",
@@ -110,14 +116,9 @@ class RunSummary:
     loss_png: Path | None
 
 
-def presets_for(task_cls: type[Task]) -> dict[str, Any]:
-    """The named model configs a task can start from: those of its config's type."""
-    return presets_of(type(task_cls.default_model_config()))
-
-
-def schedule_for(train_cfg: TrainConfig) -> LRSchedule:
+def schedule_for(train_cfg: TrainConfig) -> ScheduleConfig:
     """The lr schedule ``train_cfg`` asks for (cosine ends at ``max_steps``)."""
-    return LRSchedule(
+    return ScheduleConfig(
         train_cfg.schedule,
         train_cfg.lr,
         train_cfg.warmup,
@@ -126,72 +127,131 @@ def schedule_for(train_cfg: TrainConfig) -> LRSchedule:
     )
 
 
-def _saved_schedule(checkpoint: LoadedCheckpoint) -> LRSchedule:
+def _saved_schedule(checkpoint: LoadedCheckpoint) -> ScheduleConfig:
     """The lr schedule a checkpoint saved (a resumed run keeps it, even if ``max_steps``
-    changes). Checkpoints written while ``LRSchedule`` still had its unused ``d_model`` field
-    store it; it is dropped here."""
+    changes). Checkpoints written while the schedule (then ``LRSchedule``) had an unused
+    ``d_model`` field store it; it is dropped here."""
     where = checkpoint.path / "state.json"
     saved = checkpoint.state.get("schedule")
     if isinstance(saved, dict):
         saved = {k: v for k, v in saved.items() if k != "d_model"}
     try:
-        return LRSchedule(**check_known_fields(LRSchedule, saved, "schedule"))
+        return ScheduleConfig(**check_known_fields(ScheduleConfig, saved, "schedule"))
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"{where} does not describe an lr schedule: {err}") from None
 
 
+def saved_train_configs(
+    task_cls: type[AnyTask], checkpoint: LoadedCheckpoint, task: AnyTask | None = None
+) -> tuple[TrainConfig, TaskConfig]:
+    """The trainer's and the task's configs a checkpoint of ``task_cls`` saved, both in its
+    ``train_config`` (a checkpoint written before the task configs existed holds the task's
+    fields among ``TrainConfig``'s, and maybe ``FORMER_FIELDS`` the task ignores: read so).
+    A task config field the ``train_config`` lacks (written before the field existed) takes
+    the value of ``task``'s attribute of that name where it has one (the checkpoint's task,
+    which saved it in its own data: the DiT's ``prediction``), else the field's default.
+    Raises ``CheckpointError`` naming ``state.json`` if it has no ``train_config`` object or
+    one with a field that is unknown or out of range."""
+    where = checkpoint.path / "state.json"
+    saved = checkpoint.state.get("train_config")
+    if not isinstance(saved, dict):
+        raise CheckpointError(
+            f"{where} has no 'train_config' object (the run's trainer settings), so the run "
+            "cannot be continued exactly"
+        )
+    try:
+        trainer, own = split_train_settings(task_cls, saved)
+        defaults = task_cls.default_task_config()
+        older = {f.name: getattr(task, f.name) for f in dataclasses.fields(defaults)
+                 if f.name not in own and hasattr(task, f.name)}
+        return (
+            TrainConfig.from_dict(trainer),
+            dataclasses.replace(defaults, **{**older, **own}),
+        )
+    except (ValueError, TypeError) as err:
+        raise CheckpointError(f"{where}: train_config: {err}") from None
+
+
 def resume_configs(
     checkpoint: LoadedCheckpoint, overrides: dict, *, task_name: str
-) -> tuple[object, TrainConfig]:
-    """The model and train configs of a resumed run of ``task_name``: the checkpoint's, with
-    ``overrides`` (only ``RESUMABLE_FIELDS``) applied. Raises ValueError if the checkpoint is
-    another task's or names a field that may not change.
+) -> tuple[Any, TrainConfig, TaskConfig]:
+    """The model, train and task configs of a resumed run of ``task_name``: the checkpoint's,
+    with ``overrides`` (train or task settings; only ``RESUMABLE_FIELDS`` and the task
+    config's ``resumable`` ones may differ) applied. Raises ValueError if the checkpoint is
+    another task's or an override changes a field that may not change.
     """
-    task, model_cfg = _task_and_config(checkpoint)
+    task, model_cfg = task_of_checkpoint(checkpoint)
     _check_same_task(checkpoint, task, task_name)
-    saved = TrainConfig.from_dict(checkpoint.state["train_config"])
-    for name, value in overrides.items():
-        if name not in RESUMABLE_FIELDS and getattr(saved, name) != value:
+    train_cfg, task_cfg = saved_train_configs(type(task), checkpoint, task)
+    saved = {**train_cfg.to_dict(), **task_cfg.to_dict()}
+    allowed = (*RESUMABLE_FIELDS, *task_cfg.resumable)
+    trainer_changes, task_changes = split_train_settings(type(task), overrides)
+    for name, value in {**trainer_changes, **task_changes}.items():
+        if name not in allowed and saved[name] != value:
             raise ValueError(
                 f"{name} cannot change when resuming (the checkpoint has "
-                f"{getattr(saved, name)!r}, got {value!r}); only "
-                f"{', '.join(RESUMABLE_FIELDS)} can"
+                f"{saved[name]!r}, got {value!r}); only {', '.join(allowed)} can"
             )
-    return model_cfg, dataclasses.replace(saved, **overrides)
+    return (
+        model_cfg,
+        dataclasses.replace(train_cfg, **trainer_changes),
+        dataclasses.replace(task_cfg, **task_changes),
+    )
 
 
 def train_run(
     task_name: str,
-    model_cfg,
+    model_cfg: Any,
     train_cfg: TrainConfig,
     run_dir: str | os.PathLike,
     *,
+    task_cfg: TaskConfig | None = None,
     resume: LoadedCheckpoint | None = None,
     overwrite: bool = False,
     device: torch.device | str = "cpu",
     progress: bool = False,
+    report_to: str = "jsonl",
+    progress_lines: bool = False,
 ) -> RunSummary:
     """Train ``task_name`` into ``run_dir``, then evaluate on held-out data (with the EMA
     weights when ``train_cfg.ema_decay > 0``) and store a few samples.
+
+    ``task_cfg``: the task's own settings; None takes the task's defaults for a fresh run and
+    the checkpoint's for a resumed one. ``progress``: a bar on stderr; ``progress_lines``:
+    plain lines on stdout instead, every ``log_every`` steps or 30 seconds (for a log file).
 
     A fresh run (``resume`` None) needs ``run_dir`` missing or empty, or holding an addnorm
     run and ``overwrite``: that run's own files are removed once the new model is built and on
     its device (other files stay), and the new run's marker is written. With ``resume`` (a
     checkpoint of ``task_name``), weights, optimizer, schedule, RNG and data order continue
     from it. ``run_dir`` is locked throughout.
+
+    ``report_to`` (``REPORT_TO``): ``"jsonl"`` writes ``metrics.jsonl`` and the figures drawn
+    from it, ``"tensorboard"`` also TensorBoard event files (``TensorBoardMissingError``
+    without the ``tensorboard`` package), ``"none"`` neither (checkpoints and
+    ``metrics.json`` only).
     Raises ValueError if the configs cannot train the task or ``resume`` is another task's;
     ``RunDirError`` if ``run_dir`` holds other files or runs, or another process writes it.
     """
     run_dir = Path(run_dir)
+    if report_to not in REPORT_TO:
+        raise ValueError(f"report_to must be one of {REPORT_TO}, got {report_to!r}")
+    task: AnyTask
     if resume is None:
-        task = TASKS[task_name]()
+        task_cls = task_class(task_name)
+        task_cfg = task_cls.default_task_config() if task_cfg is None else task_cfg
+        _check_task_config(task_cls, task_cfg)
+        task = task_cls.from_config(task_cfg)
         model_cfg = task.prepare(model_cfg)
         schedule = schedule_for(train_cfg)
     else:
-        task, _ = _task_and_config(resume)
+        task, _ = task_of_checkpoint(resume)
         _check_same_task(resume, task, task_name)
         schedule = _saved_schedule(resume)
-    task.check(model_cfg, train_cfg)
+        if task_cfg is None:
+            task_cfg = saved_train_configs(type(task), resume, task)[1]
+        _check_task_config(type(task), task_cfg)
+    task.check(model_cfg, train_cfg, task_cfg)
     main = distributed.is_main()
     with RunLock(run_dir) if main else contextlib.nullcontext():
         if resume is None and main:
@@ -205,50 +265,68 @@ def train_run(
         run_info = {
             "task": task.name, "model_config": model_cfg.to_dict(), "task_data": task.to_dict()
         }
+        loggers: list[Logger] = (
+            [TensorBoardLogger(run_dir / TENSORBOARD_DIR)] if main and report_to == "tensorboard"
+            else []
+        )
         trainer = Trainer(
             model,
-            task.loss_fn(train_cfg),
-            task.batches(train_cfg, model_cfg),
+            task.loss_fn(task_cfg),
+            task.batches(model_cfg, train_cfg, task_cfg),
             train_cfg,
             run_dir=run_dir,
             schedule=schedule,
             run_info=run_info,
+            extra_config=task_cfg.to_dict(),
             progress=progress,
-            probe=task.probe(train_cfg),
+            probe=task.probe(task_cfg),
+            loggers=loggers,
+            metrics_file=report_to != "none",
+            callbacks=[ProgressLines(every_steps=train_cfg.log_every)] if progress_lines else [],
         )
-        if resume is not None:
-            trainer.load(resume)
-        result = trainer.fit()
-        weights = _trained_weights(trainer)  # every rank takes part in gathering them
-        if not main:
-            return RunSummary(
-                run_dir, result.checkpoint, result.step, result.stopped_by, result.elapsed_s,
-                {}, None,
-            )
-        model = task.build_model(model_cfg).to(device)
-        model.load_state_dict(weights)
-        return _finish(task, model, trainer, result, train_cfg, run_dir)
+        try:
+            if resume is not None:
+                trainer.load(resume)
+            result = trainer.fit()
+            weights = trainer.scored_weights()  # every rank takes part in gathering them
+            if not main:
+                return RunSummary(
+                    run_dir, result.checkpoint, result.step, result.stopped_by,
+                    result.elapsed_s, {}, None,
+                )
+            model = task.build_model(model_cfg).to(device)
+            model.load_state_dict(weights)
+            summary = _finish(task, model, trainer, result, task_cfg, run_dir)
+            for logger in loggers:
+                _log_finish(logger, task, summary, run_dir)
+            return summary
+        finally:
+            for logger in loggers:
+                logger.close()
 
 
-def _trained_weights(trainer: Trainer) -> dict[str, torch.Tensor]:
-    """The weights a finished run is scored with (the EMA's when it keeps one), whole."""
-    if trainer.ema is not None:
-        return distributed.full_tensors(trainer.ema.state_dict())
-    return distributed.full_model_state(trainer.model)
+def _check_task_config(task_cls: type[AnyTask], task_cfg: object) -> None:
+    expected = type(task_cls.default_task_config())
+    if not isinstance(task_cfg, expected):
+        raise TypeError(
+            f"task_cfg must be a {expected.__name__} for the {task_cls.name} task, got "
+            f"{type(task_cfg).__name__}"
+        )
 
 
 def _finish(
-    task: Task,
+    task: AnyTask,
     model: nn.Module,
     trainer: Trainer,
     result: TrainResult,
-    train_cfg: TrainConfig,
+    task_cfg: TaskConfig,
     run_dir: Path,
 ) -> RunSummary:
     """Plot the loss curve and, unless a signal stopped the run, score ``model`` (a plain copy
     of the trained or EMA weights) into metrics.json."""
     png = None
-    if (run_dir / "metrics.jsonl").stat().st_size > 0:
+    jsonl = run_dir / "metrics.jsonl"
+    if jsonl.is_file() and jsonl.stat().st_size > 0:
         png = plot_loss_curve(
             run_dir / "metrics.jsonl", run_dir / "loss.png", title=task.name,
             ylabel=task.loss_label,
@@ -266,13 +344,13 @@ def _finish(
         }
         if result.compile_s is not None:
             metrics["compile_s"] = result.compile_s
-        metrics.update(task.evaluate_run(model, train_cfg))
+        metrics.update(task.evaluate_run(model, task_cfg))
         metrics["samples"] = task.run_samples(model)
         final = (result.elapsed_s, float(metrics[task.metric]))
         quality = plot_quality(
-            run_dir / "metrics.jsonl", run_dir / "quality.png", metric=task.metric,
+            jsonl, run_dir / "quality.png", metric=task.metric,
             final=final, ylabel=task.loss_label, title=f"{task.name}: where quality arrives",
-        )
+        ) if jsonl.is_file() else None
         if quality is not None:
             metrics["quality_figure"] = quality.name
         text = json.dumps(metrics, indent=1)
@@ -282,9 +360,33 @@ def _finish(
     )
 
 
+def _log_finish(logger: Logger, task: AnyTask, summary: RunSummary, run_dir: Path) -> None:
+    """A finished run for ``logger``, at its last step: the held-out figures (numbers) under
+    ``final/<name>``, and as images the samples (``samples``), the loss curve
+    (``figures/loss``) and the quality figure (``figures/quality``) when drawn."""
+    step, metrics = summary.step, summary.metrics
+    numbers = {
+        f"final/{name}": float(value) for name, value in metrics.items()
+        if isinstance(value, int | float) and not isinstance(value, bool)
+    }
+    if numbers:
+        logger.log_scalars(step, numbers)
+    if metrics.get("samples"):
+        logger.log_image(step, "samples", draw_samples(
+            metrics["samples"], title=f"{task.name}: samples at step {step}"
+        ))
+    figures = {"figures/loss": summary.loss_png}
+    if "quality_figure" in metrics:
+        figures["figures/quality"] = run_dir / metrics["quality_figure"]
+    for tag, png in figures.items():
+        if png is not None and Path(png).is_file():
+            logger.log_image(step, tag, read_png(png))
+    logger.flush()
+
+
 def load_trained(
     path: str | os.PathLike, *, device: torch.device | str = "cpu", weights: str = "ema"
-) -> tuple[Task, nn.Module, LoadedCheckpoint]:
+) -> tuple[AnyTask, nn.Module, LoadedCheckpoint]:
     """``(task, model in eval mode, checkpoint)`` from a checkpoint or run directory.
 
     ``weights="ema"`` loads the EMA of the weights when the checkpoint has one (what a
@@ -295,7 +397,7 @@ def load_trained(
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
     checkpoint = load_checkpoint(path)
-    task, cfg = _task_and_config(checkpoint)
+    task, cfg = task_of_checkpoint(checkpoint)
     model: nn.Module = task.build_model(cfg)
     stem = "ema" if weights == "ema" and "ema" in checkpoint.tensors else "model"
     try:
@@ -325,15 +427,17 @@ def has_run(run_dir: str | os.PathLike) -> bool:
     return read_marker(run_dir) is not None
 
 
-def _check_same_task(checkpoint: LoadedCheckpoint, task: Task, task_name: str) -> None:
+def _check_same_task(checkpoint: LoadedCheckpoint, task: AnyTask, task_name: str) -> None:
     if task.name != task_name:
         raise ValueError(
             f"{checkpoint.path} holds a {task.name!r} run; it cannot be resumed as {task_name!r}"
         )
 
 
-def _task_and_config(checkpoint: LoadedCheckpoint) -> tuple[Task, object]:
-    """Rebuild the task and model config a checkpoint describes in its ``state.json``."""
+def task_of_checkpoint(checkpoint: LoadedCheckpoint) -> tuple[AnyTask, Any]:
+    """The task (``from_dict`` of its saved data: tokenizers, settings) and the model config a
+    checkpoint describes in its ``state.json``; ``CheckpointError`` naming the file if it
+    describes none, or a model no memory here holds."""
     where = checkpoint.path / "state.json"
     info = checkpoint.state.get("run")
     if not isinstance(info, dict):

@@ -1,60 +1,241 @@
-"""``Task``: what the run orchestration (``addnorm.tasks.run``) and the CLI need from a
-task.
+"""``Task``: what planning a run, training it and reading it back need from a task, typed by
+the task's model config, model and task config; ``TaskConfig``, the base of a task's own
+settings.
 
-``TranslateTask``, ``LMTask`` and ``DiTTask`` meet it; ``addnorm.tasks.run.TASKS`` maps task
-names to their classes.
-Model configs and models are typed loosely here (each task takes its own config class and
-model), and each task narrows them in its own signatures.
+A task is a class that meets :class:`Task`, registered under its ``name``
+(:func:`addnorm.tasks.registry.register_task`); ``translate``, ``lm`` and ``dit`` are. The
+generic code (``plan``, ``run``, ``addnorm train``) calls only these hooks, so a new task adds
+no branch there:
+
+- planning, before anything is built: the defaults (``default_model_config``,
+  ``default_train_config``, ``default_task_config``), the task a new run trains with its
+  settings (``from_config``; a resumed run's comes from ``from_dict``), the family's named
+  configs (``presets``), the model fields the task sets (``owned_fields``, filled in by
+  ``prepare``), the checks that the configs can train it (``check``) and the sizes its
+  sequences and evaluation take (``sizing``, read by the memory estimates);
+- training: ``build_model``, ``batches``, ``loss_fn``, ``probe``;
+- a finished run: ``evaluate_run`` (the held-out figures, ``metric`` the headline one),
+  ``run_samples`` (JSON for ``metrics.json``) and ``samples_text`` (what ``addnorm train``
+  prints of them);
+- saving: ``to_dict`` / ``from_dict`` (what a checkpoint needs to rebuild the task, such as its
+  tokenizers) and ``config_from_dict`` (its model config).
+
+The settings of a run are three frozen configs: the model's (the family's config), the
+trainer's (:class:`~addnorm.training.config.TrainConfig`) and the task's own (a
+:class:`TaskConfig`: its loss's label smoothing, its window length, its held-out evaluation).
+The command line and a ``--config`` file's ``"train"`` object hold the last two together,
+and so does a checkpoint's ``train_config``; :func:`split_train_settings` tells them apart.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from torch import nn
 
-from addnorm.training.config import TrainConfig
-from addnorm.training.trainer import Probe
+from addnorm.family import FamilyConfig
+from addnorm.training.config import FORMER_FIELDS, TrainConfig
+from addnorm.training.probes import Probe
+from addnorm.training.trainer import BatchSource, LossFn
+from addnorm.utils.checks import check_known_fields
 
-__all__ = ["Task"]
+__all__ = [
+    "AnyTask",
+    "ModelConfig",
+    "Sizing",
+    "Task",
+    "TaskConfig",
+    "split_train_settings",
+]
 
 
-class Task(Protocol):
-    """A trainable task: data, loss, model, held-out evaluation and display samples."""
+class ModelConfig(FamilyConfig, Protocol):
+    """A task's model config: a frozen dataclass of its family that sizes its model and
+    saves itself as JSON."""
 
-    name: str
-    description: str
-    metric: str
-    loss_label: str  # the y label of the loss curve
+    def to_dict(self) -> dict:
+        """The fields as JSON (read back by the task's ``config_from_dict``)."""
+        ...
+
+
+_Config = TypeVar("_Config", bound="TaskConfig")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """The base of a task's own settings: a frozen dataclass whose fields sit beside
+    ``TrainConfig``'s on the command line (one flag each, its help from the subclass's
+    ``Attributes:`` section), in a ``--config`` file's ``"train"`` object and in a
+    checkpoint's ``train_config``; so their names differ from ``TrainConfig``'s. A subclass
+    checks its fields in ``__post_init__``.
+
+    ``resumable``: the fields a resumed run may change (those that only the evaluation at
+    the end reads); any other change would break exact resume.
+    """
+
+    resumable: ClassVar[tuple[str, ...]] = ()
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict of the fields."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls: type[_Config], data: dict) -> _Config:
+        """Build from a dict; unknown keys raise ValueError naming them and the known ones."""
+        return cls(**check_known_fields(cls, data, f"{cls.__name__}.from_dict"))
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """The sizes a task's run takes beyond its model config's, for the memory estimates
+    (:mod:`addnorm.training.sizes`).
+
+    Attributes:
+        length: tokens (or patches) of one training sequence.
+        eval_batch: sequences the held-out evaluation runs at once.
+    """
+
+    length: int
+    eval_batch: int
+
+
+ModelConfigT = TypeVar("ModelConfigT", bound=ModelConfig)
+ModelT = TypeVar("ModelT", bound=nn.Module)
+TaskConfigT = TypeVar("TaskConfigT", bound=TaskConfig)
+_Task = TypeVar("_Task")
+
+
+class Task(Protocol[ModelConfigT, ModelT, TaskConfigT]):
+    """A trainable task: data, loss, model, held-out evaluation and display samples (see the
+    module docstring for when each hook is called).
+
+    Attributes:
+        name: the task's name (``addnorm train NAME``, a checkpoint's ``run.task``).
+        description: one line for ``addnorm train --help``.
+        metric: the key of the headline figure of ``evaluate_run``.
+        owned_fields: the model config fields ``prepare`` sets (vocabulary sizes, special
+            ids, image size ...), never a flag or a config file.
+        loss_label: the y label of the loss curve.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    metric: ClassVar[str]
+    owned_fields: ClassVar[frozenset[str]]
+    loss_label: str
 
     @staticmethod
-    def default_model_config() -> Any: ...
+    def default_model_config() -> ModelConfigT:
+        """The model config a new run starts from (before ``prepare``)."""
+        ...
 
     @staticmethod
-    def default_train_config() -> TrainConfig: ...
+    def default_train_config() -> TrainConfig:
+        """The trainer settings a new run starts from."""
+        ...
 
-    def prepare(self, cfg: Any) -> Any: ...
+    @staticmethod
+    def default_task_config() -> TaskConfigT:
+        """The task settings a new run starts from."""
+        ...
 
-    def check(self, cfg: Any, train_cfg: TrainConfig) -> None: ...
+    @staticmethod
+    def presets() -> Mapping[str, ModelConfigT]:
+        """The named model configs a run can start from (``--preset``): its family's."""
+        ...
 
-    def build_model(self, cfg: Any) -> nn.Module: ...
+    @staticmethod
+    def config_from_dict(data: dict) -> ModelConfigT:
+        """The model config saved by its ``to_dict``."""
+        ...
 
-    def batches(self, train_cfg: TrainConfig, cfg: Any) -> Any: ...
+    @classmethod
+    def from_config(cls: type[_Task], task_cfg: TaskConfigT) -> _Task:
+        """The task a new run with ``task_cfg`` trains (what it reads from the settings,
+        such as its data, built here; a resumed run's task comes from ``from_dict``)."""
+        ...
 
-    def loss_fn(self, train_cfg: TrainConfig) -> Any: ...
+    def prepare(self, cfg: ModelConfigT) -> ModelConfigT:
+        """``cfg`` with the ``owned_fields`` this task's data sets."""
+        ...
 
-    def evaluate_run(self, model: Any, train_cfg: TrainConfig) -> dict[str, Any]: ...
+    def check(self, cfg: ModelConfigT, train_cfg: TrainConfig, task_cfg: TaskConfigT) -> None:
+        """Raise ValueError naming the setting if the configs cannot train this task."""
+        ...
 
-    def probe(self, train_cfg: TrainConfig) -> Probe | None:
+    def sizing(self, cfg: ModelConfigT, train_cfg: TrainConfig, task_cfg: TaskConfigT) -> Sizing:
+        """The sizes a run with these (prepared) configs takes; raises
+        :class:`~addnorm.training.sizes.RunSizeError` for a size the task cannot take."""
+        ...
+
+    def build_model(self, cfg: ModelConfigT) -> ModelT:
+        """A fresh model for ``cfg`` (call ``prepare`` first)."""
+        ...
+
+    def batches(
+        self, cfg: ModelConfigT, train_cfg: TrainConfig, task_cfg: TaskConfigT
+    ) -> BatchSource:
+        """The training batch source, seeded by ``train_cfg.seed``."""
+        ...
+
+    def loss_fn(self, task_cfg: TaskConfigT) -> LossFn:
+        """``(model, batch) -> (mean loss, n_tokens)``."""
+        ...
+
+    def probe(self, task_cfg: TaskConfigT) -> Probe | None:
         """A look at quality during training (plotted against training time), or None."""
         ...
 
-    def run_samples(self, model: Any) -> list[dict[str, str]]: ...
+    def evaluate_run(self, model: ModelT, task_cfg: TaskConfigT) -> dict[str, float]:
+        """The held-out figures of a finished run (``metric`` among them)."""
+        ...
+
+    def run_samples(self, model: ModelT) -> list[dict[str, Any]]:
+        """A few samples of a finished run, as JSON for its ``metrics.json``."""
+        ...
 
     @staticmethod
-    def config_from_dict(data: dict) -> Any: ...
+    def samples_text(samples: list[dict[str, Any]]) -> str:
+        """What ``addnorm train`` prints of ``run_samples``'s output ("" for nothing)."""
+        ...
 
-    def to_dict(self) -> dict: ...
+    def to_dict(self) -> dict:
+        """What a checkpoint needs to rebuild this task (JSON)."""
+        ...
 
     @classmethod
-    def from_dict(cls, data: dict) -> Task: ...
+    def from_dict(cls: type[_Task], data: dict) -> _Task:
+        """Rebuild from ``to_dict``'s output."""
+        ...
+
+
+# A task of any model config, model and task config: what the generic code holds.
+AnyTask = Task[Any, Any, Any]
+
+
+def split_train_settings(
+    task_cls: type[AnyTask], values: Mapping[str, Any], where: str = ""
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``values`` (a ``"train"`` object: ``TrainConfig`` fields and the task config's) split
+    into the trainer's and the task's. ``FORMER_FIELDS`` that the task has no field for are
+    dropped (earlier versions kept them in ``TrainConfig``, and this task ignored them); any
+    other key raises ValueError naming it and the known ones (``where`` starts the message).
+    """
+    if not isinstance(values, Mapping):
+        raise TypeError(f"{where + ': ' if where else ''}train settings must be a dict, got "
+                        f"{type(values).__name__}")
+    trainer_fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    task_fields = {f.name for f in dataclasses.fields(task_cls.default_task_config())}
+    unknown = sorted(set(values) - trainer_fields - task_fields - set(FORMER_FIELDS))
+    if unknown:
+        prefix = f"{where}: " if where else ""
+        raise ValueError(
+            f"{prefix}unknown train keys {unknown} for the {task_cls.name} task; known keys "
+            f"are {sorted(trainer_fields | task_fields)}"
+        )
+    trainer = {k: v for k, v in values.items() if k in trainer_fields}
+    task = {k: v for k, v in values.items() if k in task_fields}
+    return trainer, task

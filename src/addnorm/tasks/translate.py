@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -17,17 +20,22 @@ from torch import nn
 
 from addnorm.data.batches import DateBatches
 from addnorm.data.dates import (
+    FORMATS,
     DateExample,
     dates_in_split,
     longest_source_length,
     random_examples,
 )
 from addnorm.data.tokenizers import CharTokenizer, date_source_tokenizer, date_target_tokenizer
+from addnorm.tasks.task import Sizing, TaskConfig
 from addnorm.training.config import TrainConfig
+from addnorm.training.sizes import RunSizeError
+from addnorm.training.trainer import LossFn
 from addnorm.transformer import Transformer
 from addnorm.transformer.config import TRANSFORMER_PRESETS, TransformerConfig
+from addnorm.utils.checks import check_int, check_probability
 
-__all__ = ["PREDICT_BATCH_SIZE", "TranslateTask", "seq2seq_loss"]
+__all__ = ["PREDICT_BATCH_SIZE", "TranslateTask", "TranslateTaskConfig", "seq2seq_loss"]
 
 # Answers are 10 characters; one more step emits <eos>.
 _MAX_NEW_TOKENS = 11
@@ -53,13 +61,37 @@ def seq2seq_loss(
     return loss, int((targets != pad_id).sum())
 
 
+@dataclass(frozen=True)
+class TranslateTaskConfig(TaskConfig):
+    """The date task's own settings.
+
+    Attributes:
+        label_smoothing: F.cross_entropy's label_smoothing (the paper: 0.1).
+        eval_size: held-out examples scored at the end: test dates (plus a quarter as many
+            validation dates).
+    """
+
+    resumable: ClassVar[tuple[str, ...]] = ("eval_size",)
+
+    label_smoothing: float = 0.1
+    eval_size: int = 2000
+
+    def __post_init__(self) -> None:
+        check_probability("label_smoothing", self.label_smoothing)
+        check_int("eval_size", self.eval_size, min_value=1)
+
+
 class TranslateTask:
     """Everything the trainer and the CLI need to know about the date task."""
 
-    name = "translate"
-    description = "date normalization as translation (encoder-decoder Transformer)"
+    name: ClassVar[str] = "translate"
+    description: ClassVar[str] = "date normalization as translation (encoder-decoder Transformer)"
+    metric: ClassVar[str] = "test_exact_match"
+    # Its two vocabularies differ, so it never shares embeddings.
+    owned_fields: ClassVar[frozenset[str]] = frozenset({
+        "src_vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos_id", "share_embeddings",
+    })
     loss_label = "loss (label-smoothed cross-entropy, nats)"
-    metric = "test_exact_match"
 
     def __init__(self, src_tok: CharTokenizer | None = None, tgt_tok: CharTokenizer | None = None):
         self.src_tok = src_tok or date_source_tokenizer()
@@ -90,7 +122,6 @@ class TranslateTask:
         step 300. The cosine schedule ends at ``max_steps``, so a short step budget lets a
         slow machine finish it well inside the 4-minute time budget instead of being stopped
         by the clock at a high learning rate (``addnorm bench --only small`` times one step).
-        Label smoothing 0.1 is the paper's value (it also helped here).
         """
         return TrainConfig(
             max_steps=600,
@@ -99,10 +130,19 @@ class TranslateTask:
             lr=3e-3,
             schedule="cosine",
             warmup=100,
-            label_smoothing=0.1,
             checkpoint_every=250,
             log_every=10,
         )
+
+    @staticmethod
+    def default_task_config() -> TranslateTaskConfig:
+        """Label smoothing 0.1, the paper's value (it also helped here); 2000 test dates."""
+        return TranslateTaskConfig()
+
+    @staticmethod
+    def presets() -> Mapping[str, TransformerConfig]:
+        """The encoder-decoder's named configs (``TRANSFORMER_PRESETS``)."""
+        return TRANSFORMER_PRESETS
 
     def prepare(self, cfg: TransformerConfig) -> TransformerConfig:
         """``cfg`` with this task's vocabulary sizes and special ids.
@@ -121,7 +161,9 @@ class TranslateTask:
             eos_id=self.tgt_tok.eos_id,
         )
 
-    def check(self, cfg: TransformerConfig, train_cfg: TrainConfig) -> None:
+    def check(
+        self, cfg: TransformerConfig, train_cfg: TrainConfig, task_cfg: TranslateTaskConfig
+    ) -> None:
         """Raise ValueError if the configs cannot train this task: a learned position table
         must hold the longest input and the decoder's ``<bos>`` + answer + ``<eos>``."""
         if cfg.position_encoding == "learned":
@@ -133,19 +175,41 @@ class TranslateTask:
                     f"the answer {_MAX_NEW_TOKENS + 1} tokens with <bos> and <eos>)"
                 )
 
+    def sizing(
+        self, cfg: TransformerConfig, train_cfg: TrainConfig, task_cfg: TranslateTaskConfig
+    ) -> Sizing:
+        """The longest date with its answer; the evaluation translates ``eval_size`` dates
+        ``PREDICT_BATCH_SIZE`` at a time. ``eval_size`` may not pass the distinct (test
+        date, format) pairs it is drawn from (more would only repeat them): RunSizeError."""
+        distinct = len(dates_in_split("test")) * len(FORMATS)
+        if task_cfg.eval_size > distinct:
+            raise RunSizeError(
+                "eval_size",
+                task_cfg.eval_size,
+                f"the translate task has {distinct} distinct test examples "
+                f"({len(dates_in_split('test'))} dates in {len(FORMATS)} formats); ask for at "
+                "most that many",
+            )
+        return Sizing(
+            length=longest_source_length() + 12,
+            eval_batch=min(task_cfg.eval_size, PREDICT_BATCH_SIZE),
+        )
+
     def build_model(self, cfg: TransformerConfig) -> Transformer:
         """A fresh model for ``cfg`` (call ``prepare`` first)."""
         return Transformer(cfg)
 
-    def batches(self, train_cfg: TrainConfig, cfg: TransformerConfig) -> DateBatches:
+    def batches(
+        self, cfg: TransformerConfig, train_cfg: TrainConfig, task_cfg: TranslateTaskConfig
+    ) -> DateBatches:
         """The training batch source, seeded by ``train_cfg.seed``."""
         return DateBatches(
             self.src_tok, self.tgt_tok, batch_size=train_cfg.batch_size, seed=train_cfg.seed
         )
 
-    def loss_fn(self, train_cfg: TrainConfig):
+    def loss_fn(self, task_cfg: TranslateTaskConfig) -> LossFn:
         """``(model, batch) -> (loss, n_tokens)`` with the configured label smoothing."""
-        smoothing, pad = train_cfg.label_smoothing, self.tgt_tok.pad_id
+        smoothing, pad = task_cfg.label_smoothing, self.tgt_tok.pad_id
 
         def loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
             return seq2seq_loss(model, batch, label_smoothing=smoothing, pad_id=pad)
@@ -182,14 +246,14 @@ class TranslateTask:
             metrics[f"n_{split}"] = len(examples)
         return metrics
 
-    def probe(self, train_cfg: TrainConfig) -> None:
+    def probe(self, task_cfg: TranslateTaskConfig) -> None:
         """No probe during training: the held-out figures come at the end (and the loss
         curve shows the way there)."""
         return None
 
-    def evaluate_run(self, model: Transformer, train_cfg: TrainConfig) -> dict[str, float]:
+    def evaluate_run(self, model: Transformer, task_cfg: TranslateTaskConfig) -> dict[str, float]:
         """The held-out figures of a finished run (``evaluate`` with ``eval_size``)."""
-        return self.evaluate(model, n=train_cfg.eval_size)
+        return self.evaluate(model, n=task_cfg.eval_size)
 
     def run_samples(self, model: Transformer) -> list[dict[str, str]]:
         """A few held-out test inputs with the model's predictions and the answers."""
@@ -199,6 +263,16 @@ class TranslateTask:
             {"input": e.source, "prediction": p, "answer": e.target}
             for e, p in zip(examples, predictions, strict=True)
         ]
+
+    @staticmethod
+    def samples_text(samples: list[dict[str, Any]]) -> str:
+        """Nothing: ``addnorm translate`` shows the model at work."""
+        return ""
+
+    @classmethod
+    def from_config(cls, task_cfg: TranslateTaskConfig) -> TranslateTask:
+        """The task a new run trains: no setting names its data (its tokenizers are the dates')."""
+        return cls()
 
     @staticmethod
     def config_from_dict(data: dict) -> TransformerConfig:

@@ -1,24 +1,29 @@
 """Training: a generic trainer (AdamW, schedules, clipping, accumulation, bf16, EMA, budgets,
-exact resume), atomic safetensors checkpoints, metrics, run folders, memory estimates and
-data parallelism. The tasks that wire it to the models live above it, in
-:mod:`addnorm.tasks`."""
+exact resume) with its loop in ``trainer`` and what surrounds it one concern a module
+(``stopping``, ``step_boundary``, ``probes``, ``callbacks``, ``clock``, ``optimizer``,
+``resume``), atomic safetensors checkpoints, metrics, run folders, memory estimates and data
+parallelism. The tasks that wire it to the models live above it, in :mod:`addnorm.tasks`."""
 
+from addnorm.training.callbacks import Callback
 from addnorm.training.checkpoint import load_checkpoint, save_checkpoint
 from addnorm.training.config import TrainConfig
-from addnorm.training.ema import EMA
-from addnorm.training.schedules import LRSchedule, noam_lr, warmup_cosine_lr
+from addnorm.training.ema import make_ema
+from addnorm.training.logger import Logger, TensorBoardLogger
+from addnorm.training.schedules import ScheduleConfig, noam_lr
 from addnorm.training.trainer import Trainer, TrainResult
 from addnorm.utils.files import CheckpointError
 
 __all__ = [
-    "EMA",
+    "Callback",
     "CheckpointError",
-    "LRSchedule",
+    "Logger",
+    "ScheduleConfig",
+    "TensorBoardLogger",
     "TrainConfig",
     "TrainResult",
     "Trainer",
     "load_checkpoint",
+    "make_ema",
     "noam_lr",
     "save_checkpoint",
-    "warmup_cosine_lr",
 ]

@@ -15,7 +15,7 @@ from addnorm.utils.checks import (
     check_probability,
 )
 
-__all__ = ["MAX_LR", "MAX_SEED", "TrainConfig"]
+__all__ = ["FORMER_FIELDS", "MAX_LR", "MAX_SEED", "TrainConfig"]
 
 # The largest seed every generator takes (torch's are seeded with a uint64).
 MAX_SEED = 2**64 - 1
@@ -23,11 +23,18 @@ MAX_SEED = 2**64 - 1
 # gradient's scale, so lr = 1 already moves weights initialised near 1/sqrt(d_model) by more
 # than their own size; a larger one only makes the weights overflow.
 MAX_LR = 1.0
+# Fields of earlier TrainConfigs that only a task read and that now live in the tasks' own
+# configs (``addnorm.tasks.task.TaskConfig``): a saved run's ``train_config`` or a config
+# file may still hold them, and a task without such a field ignores them, as it did then.
+FORMER_FIELDS = ("label_smoothing", "seq_len", "eval_size")
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """How to train: budget, batches, optimizer (AdamW), schedule, regularisation, saving.
+    """How to train, whatever the task: budget, batches, optimizer (AdamW), schedule,
+    regularisation, saving. What only a task reads (its loss's label smoothing, its window
+    length, its held-out evaluation) is in that task's own config
+    (:class:`addnorm.tasks.task.TaskConfig`).
 
     Attributes:
         max_steps: optimizer steps to run (the step budget).
@@ -41,12 +48,12 @@ class TrainConfig:
             eq. 3, peaking at ``lr`` at step ``warmup``: ``lr * sqrt(warmup) * min(step^-0.5,
             step * warmup^-1.5)``; the paper's own values are ``lr = d_model^-0.5 *
             warmup^-0.5``), "cosine" (linear warm-up, then cosine decay to
-            ``final_lr_fraction * lr`` at ``max_steps``) or "constant" (after warm-up).
-        warmup: warm-up steps.
+            ``final_lr_fraction * lr`` at ``max_steps``, held after) or "constant" (after
+            warm-up); torch's lr schedulers (``schedules.ScheduleConfig``).
+        warmup: warm-up steps (0 or 1: the first step takes the peak ``lr``).
         final_lr_fraction: the cosine schedule's last learning rate, as a fraction of ``lr``.
         weight_decay: AdamW's decoupled weight decay.
         beta1, beta2: AdamW's moment decay rates (the paper: 0.9, 0.98).
-        label_smoothing: F.cross_entropy's label_smoothing (the paper: 0.1).
         grad_clip: max global gradient norm; 0 disables clipping.
         ema_decay: decay of the exponential moving average of the weights; 0 disables it.
         ema_warmup: at update n (from 0) decay by ``min(ema_decay, (1 + n) / (10 + n))``, so
@@ -58,11 +65,6 @@ class TrainConfig:
         checkpoint_every: save every this many steps (0 = only at the end).
         keep_checkpoints: how many of the newest checkpoints to keep on disk.
         log_every: write a metrics line every this many steps.
-        seq_len: characters per training window of the ``lm`` task (the other task ignores
-            it; its sequences are whole examples).
-        eval_size: held-out examples scored at the end: test dates for ``translate`` (plus a
-            quarter as many validation dates), at most this many validation windows for
-            ``lm``.
         activation_checkpointing: recompute each layer's activations in the backward pass
             instead of storing them (less memory, about one more forward of time).
         fsdp: shard the weights, gradients and optimizer state over the processes of a
@@ -81,7 +83,6 @@ class TrainConfig:
     weight_decay: float = 0.01
     beta1: float = 0.9
     beta2: float = 0.98
-    label_smoothing: float = 0.1
     grad_clip: float = 1.0
     ema_decay: float = 0.0
     ema_warmup: bool = False
@@ -90,8 +91,6 @@ class TrainConfig:
     checkpoint_every: int = 500
     keep_checkpoints: int = 2
     log_every: int = 10
-    seq_len: int = 128
-    eval_size: int = 2000
     activation_checkpointing: bool = False
     fsdp: bool = False
     compile: bool = False
@@ -117,7 +116,6 @@ class TrainConfig:
             )
         check_probability("beta1", self.beta1)
         check_probability("beta2", self.beta2)
-        check_probability("label_smoothing", self.label_smoothing)
         check_float("grad_clip", self.grad_clip, min_value=0.0)
         check_probability("ema_decay", self.ema_decay)
         check_bool("ema_warmup", self.ema_warmup)
@@ -131,8 +129,6 @@ class TrainConfig:
         check_int("checkpoint_every", self.checkpoint_every, min_value=0)
         check_int("keep_checkpoints", self.keep_checkpoints, min_value=1)
         check_int("log_every", self.log_every, min_value=1)
-        check_int("seq_len", self.seq_len, min_value=1)
-        check_int("eval_size", self.eval_size, min_value=1)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict of the fields."""

@@ -14,8 +14,10 @@ Conventions a user can reason about:
 - The loss is the mean over the global batch: each rank's mean loss is weighted by
   ``local_tokens * world / global_tokens`` (``global_mean_weight``), so DDP's gradient average
   is the single-process gradient, up to floating-point reduction order.
-- Only rank 0 (``is_main``) writes checkpoints, metrics and plots and shows progress; the
-  checkpoint format is the single-process one.
+- Only rank 0 (``is_main``) writes metrics and plots and shows progress, and a replicated
+  (DDP) model's checkpoints, in the single-process format; a sharded (FSDP2) model's
+  checkpoints are written by every rank, each its own part (``torch.distributed.checkpoint``;
+  see ``checkpoint.py``), and load at any world size.
 - Stops (a signal, the time budget) are all-reduced (``agree_on_stop``), so every rank stops
   after the same step; collectives time out (``DEFAULT_TIMEOUT_S``) instead of hanging when a
   rank dies.
@@ -66,8 +68,10 @@ __all__ = [
     "is_main",
     "layer_classes",
     "load_full_model_state",
+    "model_state",
     "prepare_model",
     "rank",
+    "shard",
     "shutdown",
     "world_from_env",
     "world_size",
@@ -227,8 +231,9 @@ def checkpoint_layers(model: nn.Module) -> nn.Module:
     return model
 
 
-def _shard(model: nn.Module) -> None:
-    """FSDP2: shard every layer's parameters over the ranks, then the remaining ones."""
+def shard(model: nn.Module) -> None:
+    """FSDP2: shard every layer's parameters over the ranks, then the remaining ones (in
+    place; a trainer's EMA copy is sharded so too, like the model it follows)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
@@ -254,7 +259,7 @@ def prepare_model(
     if fsdp:
         if not in_process_group():
             raise ValueError("fsdp needs a process group: start the run with torchrun")
-        _shard(model)
+        shard(model)
         return model
     if is_distributed():
         from torch.nn.parallel import DistributedDataParallel
@@ -297,6 +302,18 @@ def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
     state: dict[str, Any] = get_model_state_dict(model, options=_options(cpu_offload=True))
+    return state
+
+
+def model_state(model: nn.Module, *, whole: bool) -> dict[str, torch.Tensor]:
+    """``model``'s state dict: whole (``full_model_state``: gathered on rank 0 when sharded)
+    or, with ``whole=False``, as it lies: a sharded model's parameters as this rank's
+    ``DTensor`` shards, keyed like the unsharded model's (no wrapper prefixes)."""
+    if whole or not is_fsdp(model):
+        return full_model_state(model) if whole else model.state_dict()
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    state: dict[str, Any] = get_model_state_dict(model)
     return state
 
 

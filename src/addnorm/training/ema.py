@@ -1,95 +1,82 @@
-"""An exponential moving average (EMA) of a model's weights, as DiT samples with.
+"""The exponential moving average (EMA) of a model's weights, as DiT samples with: torch's
+``torch.optim.swa_utils.AveragedModel`` with an EMA averaging function.
 
-After each optimizer step, ``shadow = decay * shadow + (1 - decay) * weight`` for every
-floating-point parameter and buffer; integer buffers (e.g. BatchNorm's step counter) are
-copied. The shadow lives on the model's device in float32 (or the weight's wider dtype); for an
-FSDP2-sharded model it holds each rank's shards (``state_dict`` returns them as ``DTensor``s).
+After each optimizer step ``averaged.update_parameters(model)`` moves every floating-point
+parameter and buffer (``use_buffers=True``: BatchNorm's running statistics are averaged like
+the weights) by ``average.lerp_(weight, 1 - decay)``, the ``torch._foreach_lerp_`` of
+``get_ema_multi_avg_fn``; integer buffers (BatchNorm's step counter) are copied, where
+``get_ema_multi_avg_fn`` would scale them and round. Low-precision floating weights are
+averaged in float32 (a bfloat16 average would not move at decays above 1 - 2^-8).
+
+The average starts at the model's weights when :func:`make_ema` is called, which count as its
+first average (``n_averaged`` 1; ``AveragedModel``'s own first update would copy the weights
+instead), so update ``n`` (counted from 0) is the one made with ``n_averaged == n + 1``. With
+``warmup`` the decay of update ``n`` is ``min(decay, (1 + n) / (10 + n))`` (TensorFlow's
+``ExponentialMovingAverage`` with ``num_updates``): the average leaves the initial weights
+behind within tens of updates. ``averaged.module`` holds the averaged weights, keyed like the
+model's own (``averaged.module.state_dict()``); ``n_averaged`` is all the state besides.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import torch
-from torch import nn
+from torch import Tensor, nn
+from torch.distributed.tensor import DTensor
+from torch.optim.swa_utils import AveragedModel
 
 from addnorm.utils.checks import check_bool, check_probability
 
-__all__ = ["EMA"]
+__all__ = ["ema_average", "ema_decay", "make_ema"]
+
+MultiAvgFn = Callable[[Sequence[Tensor], Sequence[Tensor], "Tensor | int"], None]
 
 
-class EMA:
-    """Keeps the moving average of ``model``'s state dict.
+def ema_decay(decay: float, n: int, *, warmup: bool) -> float:
+    """The decay of update ``n`` (counted from 0): ``min(decay, (1 + n) / (10 + n))`` with
+    ``warmup``, else ``decay``."""
+    return min(decay, (1 + n) / (10 + n)) if warmup else decay
 
-    Args:
-        model: the model being trained; its current weights start the average.
-        decay: the weight of the old average at each update, in [0, 1).
-        warmup: at update ``n`` (counted from 0) use ``min(decay, (1 + n) / (10 + n))``, so
-            the average leaves the initial weights behind within tens of updates (TensorFlow's
-            ``ExponentialMovingAverage`` with ``num_updates``).
-    """
 
-    def __init__(self, model: nn.Module, decay: float, *, warmup: bool = False) -> None:
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-        self.decay = check_probability("decay", decay)
-        self.warmup = check_bool("warmup", warmup)
-        self.shadow: dict[str, torch.Tensor] = {
-            name: _wide(value).clone() for name, value in model.state_dict().items()
-        }
-
-    def decay_at(self, n: int) -> float:
-        """The decay of update ``n`` (counted from 0)."""
-        return min(self.decay, (1 + n) / (10 + n)) if self.warmup else self.decay
+def ema_average(decay: float, *, warmup: bool = False) -> MultiAvgFn:
+    """``AveragedModel``'s ``multi_avg_fn`` for the EMA of :func:`make_ema`: one group of
+    tensors (one device and dtype) at a time, floating ones lerped by ``1 - decay`` (the
+    update's decay, :func:`ema_decay`, read from ``n_averaged``), others copied."""
+    decay = check_probability("decay", decay)
+    warmup = check_bool("warmup", warmup)
 
     @torch.no_grad()
-    def update(self, model: nn.Module, n: int = 0) -> None:
-        """Move the average one step towards ``model``'s current weights; ``n`` is the
-        update's number (from 0), which the warm-up reads."""
-        decay = self.decay_at(n)
-        for name, value in model.state_dict().items():
-            average = self.shadow[name]
-            if average.is_floating_point():
-                average.lerp_(value.to(average.dtype), 1.0 - decay)
-            else:
-                average.copy_(value)
+    def average(averages: Sequence[Tensor], current: Sequence[Tensor], n_averaged) -> None:
+        if not averages[0].is_floating_point():
+            torch._foreach_copy_(list(averages), list(current))
+            return
+        n = int(n_averaged) - 1 if warmup else 0  # the update's number (from 0)
+        weight = 1.0 - ema_decay(decay, n, warmup=warmup)
+        # a sharded model's parameters are DTensors, its buffers plain: one call for each kind
+        for sharded in (False, True):
+            pairs = [(a, c.to(a.dtype)) for a, c in zip(averages, current, strict=True)
+                     if isinstance(a, DTensor) == sharded]
+            if pairs:
+                torch._foreach_lerp_([a for a, _ in pairs], [c for _, c in pairs], weight)
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """The averaged weights, keyed like ``model.state_dict()``."""
-        return dict(self.shadow)
-
-    @torch.no_grad()
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Restore averaged weights saved by ``state_dict``; the keys must match."""
-        missing = sorted(set(self.shadow) - set(state))
-        unexpected = sorted(set(state) - set(self.shadow))
-        if missing or unexpected:
-            raise ValueError(f"EMA state keys differ: missing {missing}, unexpected {unexpected}")
-        for name, value in state.items():
-            self.shadow[name].copy_(_like(value, self.shadow[name]))
-
-    @torch.no_grad()
-    def copy_to(self, model: nn.Module) -> None:
-        """Overwrite ``model``'s weights with the averages (cast to each weight's dtype)."""
-        current = model.state_dict()
-        model.load_state_dict(
-            {name: value.to(current[name].dtype) for name, value in self.shadow.items()}
-        )
+    return average
 
 
-def _like(value: torch.Tensor, shadow: torch.Tensor) -> torch.Tensor:
-    """``value`` (a whole tensor) laid out as ``shadow``: this rank's shard of it when the
-    shadow is a sharded ``DTensor`` (an FSDP2 model's), else ``value`` itself."""
-    from torch.distributed.tensor import DTensor, distribute_tensor
+def make_ema(model: nn.Module, decay: float, *, warmup: bool = False) -> AveragedModel:
+    """An ``AveragedModel`` keeping the EMA of ``model``'s parameters and buffers (see the
+    module docstring); call ``update_parameters(model)`` after each optimizer step.
 
-    if not isinstance(shadow, DTensor):
-        return value
-    return distribute_tensor(
-        value.to(shadow.device, shadow.dtype), shadow.device_mesh, shadow.placements
-    )
-
-
-def _wide(value: torch.Tensor) -> torch.Tensor:
-    """A detached copy source: low-precision floats widened to float32, others unchanged."""
-    value = value.detach()
-    if value.is_floating_point() and value.element_size() < 4:
-        return value.float()
-    return value
+    ``model`` must not be sharded yet (FSDP2 modules cannot be copied): shard the average the
+    same way after (``distributed.shard``)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    averaged = AveragedModel(model, multi_avg_fn=ema_average(decay, warmup=warmup),
+                             use_buffers=True)
+    with torch.no_grad():
+        for value in [*averaged.module.parameters(), *averaged.module.buffers()]:
+            if value.is_floating_point() and value.element_size() < 4:
+                value.data = value.data.float()
+        averaged.n_averaged.fill_(1)  # the weights it was built from: its first average
+    averaged.requires_grad_(False)
+    return averaged

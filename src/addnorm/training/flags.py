@@ -17,7 +17,7 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from addnorm.feedforward import ACTIVATIONS
 from addnorm.norms import NORM_KINDS
@@ -96,7 +96,7 @@ def _attribute_entries(doc: str) -> list[tuple[list[str], str]]:
 
 
 def add_dataclass_flags(
-    parser: argparse.ArgumentParser, defaults: object, *, skip: tuple | set = ()
+    parser: argparse.ArgumentParser, defaults: object, *, skip: Collection[str] = ()
 ) -> list[str]:
     """Add one ``--field-name`` flag per field of the dataclass instance ``defaults``, typed
     from the field's annotation; the help is the field's description (:func:`field_docs`)

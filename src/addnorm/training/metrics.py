@@ -1,10 +1,13 @@
-"""Training metrics: one JSON line per logged step, and the loss curve as a PNG.
+"""Training metrics: one JSON line per logged step, the loss curve as a PNG, and a finished
+run's samples as a picture (for a tracker's image panel).
 
 A line that is not a metrics record (a torn line from a kill, an edit, bytes that are not
 UTF-8, a line over ``MAX_LINE_BYTES``) never stops a run: ``read_metrics`` skips it, with a
 warning naming the first such line (a torn last line, the trace of a kill, is skipped quietly),
 and a resumed run rewrites the log with the records it keeps, so the log holds only records.
-A record is a JSON object with an int ``step`` >= 0 and numbers ``loss`` and ``lr``.
+A record is a JSON object with an int ``step`` >= 0 and numbers ``loss`` and ``lr``
+(``loss``: the mean of the steps' losses since the record before, so a curve of records is
+not one batch's noise).
 """
 
 from __future__ import annotations
@@ -14,11 +17,21 @@ import json
 import logging
 import os
 import stat
+import warnings
 from pathlib import Path
+
+import numpy as np
 
 from addnorm.utils.files import write_file_atomic
 
-__all__ = ["MAX_LINE_BYTES", "MetricsLog", "plot_loss_curve", "plot_quality", "read_metrics"]
+__all__ = [
+    "MAX_LINE_BYTES",
+    "MetricsLog",
+    "draw_samples",
+    "plot_loss_curve",
+    "plot_quality",
+    "read_metrics",
+]
 
 # A record is about 150 bytes; a longer line is no record and is skipped unread.
 MAX_LINE_BYTES = 2**16
@@ -192,3 +205,40 @@ def plot_quality(
     png_path = Path(png_path)
     fig.savefig(png_path, dpi=100)
     return png_path
+
+
+def draw_samples(samples: list[dict], *, title: str = "") -> np.ndarray:
+    """A run's samples (``metrics.json``'s ``"samples"``) as one (H, W, 3) uint8 picture:
+    images (a ``"pixels"`` grid each, 0..16, labelled by their ``"class"``) side by side, or
+    else the samples' text, one line each (``input -> prediction (answer)``, or every field).
+    Drawn on a bare ``Figure`` with an Agg canvas."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    images = [s for s in samples if isinstance(s.get("pixels"), list)]
+    if images:
+        fig = Figure(figsize=(1.2 * len(images), 1.6), layout="constrained")
+        axes = fig.subplots(1, len(images), squeeze=False)[0]
+        for ax, sample in zip(axes, images, strict=True):
+            ax.imshow(np.asarray(sample["pixels"], dtype=float), cmap="gray_r", vmin=0, vmax=16)
+            ax.set_title(str(sample.get("class", "")), fontsize=9)
+            ax.set_axis_off()
+        if title:
+            fig.suptitle(title, fontsize=10)
+    else:
+        lines = [_sample_line(sample) for sample in samples] or ["(no samples)"]
+        lines = [title, "", *lines] if title else lines
+        fig = Figure(figsize=(8, 0.17 * len(lines) + 0.2))
+        fig.text(0.01, 0.97, "\n".join(lines), va="top", family="monospace", fontsize=9)
+    canvas = FigureCanvasAgg(fig)
+    with warnings.catch_warnings():  # scripts the font lacks (the dates' CJK) draw as boxes
+        warnings.filterwarnings("ignore", message="Glyph .* missing")
+        canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3].copy()
+
+
+def _sample_line(sample: dict) -> str:
+    if {"input", "prediction", "answer"} <= set(sample):
+        mark = "ok" if sample["prediction"] == sample["answer"] else "wrong"
+        return f"{sample['input']} -> {sample['prediction']}  ({sample['answer']}: {mark})"
+    return "  ".join(f"{key}: {value}" for key, value in sample.items())[:200]

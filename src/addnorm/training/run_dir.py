@@ -8,7 +8,8 @@ A run folder (``addnorm train --out``, the demo's ``runs/translate`` and ``runs/
   that run only when asked to, ``overwrite=True``); any other folder is refused, naming what
   is in it;
 - replacing a run deletes only addnorm's own files (``RUN_FILES`` and the marker; in
-  ``checkpoints/`` only checkpoint directories). Anything else in the folder stays.
+  ``checkpoints/`` only checkpoint directories, in ``tensorboard/`` only event files).
+  Anything else in the folder stays.
 
 While a run writes, ``addnorm-run.lock`` holds the writer's pid, host and process start time.
 It is created with ``O_CREAT | O_EXCL``, so of two writers exactly one gets it; the other gets
@@ -34,6 +35,7 @@ is held; a plain ``RunLock`` never does, so one process cannot write a folder tw
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -52,6 +54,7 @@ __all__ = [
     "MAX_LOCK_BYTES",
     "RUN_FILES",
     "RunDirError",
+    "TENSORBOARD_DIR",
     "RunLock",
     "check_fresh_run_dir",
     "check_unlocked",
@@ -68,10 +71,13 @@ _MAX_MARKER_BYTES = 4096  # a marker is about 60 bytes
 _MAX_PID = 2**31 - 1  # pid_t is a signed 32-bit int
 # Lock files held by a RunLock(reentrant=True) of this process: resolved path -> record.
 _LENT: dict[Path, str] = {}
-# What a run writes besides the marker (samples.png: the dit demo's grid).
+# What a run writes besides the marker (samples.png: the dit demo's grid), and the folder of
+# its TensorBoard event files (of which only ``events.out.tfevents.*`` files are deleted).
 RUN_FILES = (
     "checkpoints", "metrics.jsonl", "metrics.json", "loss.png", "samples.png", "quality.png"
 )
+TENSORBOARD_DIR = "tensorboard"
+_EVENTS_PREFIX = "events.out.tfevents."
 _FORMAT = "addnorm-run"
 _VERSION = 1
 _log = logging.getLogger(__name__)
@@ -138,7 +144,20 @@ def clear_run(run_dir: str | os.PathLike) -> None:
         target = run_dir / name
         if target.is_symlink() or target.is_file():
             target.unlink()
+    _remove_event_files(run_dir / TENSORBOARD_DIR)
     (run_dir / MARKER).unlink()  # last: a clear cut short can be finished by the next run
+
+
+def _remove_event_files(folder: Path) -> None:
+    """Delete the TensorBoard event files in ``folder`` (regular files named
+    ``events.out.tfevents.*``), then ``folder`` if that empties it; anything else stays."""
+    if folder.is_symlink() or not folder.is_dir():
+        return
+    for child in folder.iterdir():
+        if child.name.startswith(_EVENTS_PREFIX) and child.is_file() and not child.is_symlink():
+            child.unlink()
+    with contextlib.suppress(OSError):  # not empty: someone else's files stay with it
+        folder.rmdir()
 
 
 def check_unlocked(run_dir: str | os.PathLike) -> None:

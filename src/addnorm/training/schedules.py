@@ -1,36 +1,65 @@
-"""Learning-rate schedules, as pure functions of the (1-based) optimizer step.
+"""Learning-rate schedules as ``torch.optim.lr_scheduler`` objects.
 
-A schedule has no state beyond the step, so a checkpoint that stores the step (and the
-schedule's constants, for the record) restores it exactly.
+:class:`ScheduleConfig` names a schedule and its constants (the JSON a checkpoint keeps, so a
+resumed run rebuilds the same one); ``build(optimizer)`` returns torch's scheduler for it:
 
-``LRSchedule``'s ``lr`` is the *peak* learning rate of every kind. Its "noam" keeps the paper's
-shape, ``lr * sqrt(warmup) * min(step^-0.5, step * warmup^-1.5)``, which peaks at ``lr`` at
-``step == warmup``; choosing ``lr = d_model^-0.5 * warmup^-0.5`` gives the paper's schedule
-(``noam_lr`` with ``scale=1``) exactly.
+- ``"constant"``: ``LinearLR``, a linear warm-up from ``lr / warmup`` at step 1 to ``lr`` at
+  step ``warmup``, then ``lr``.
+- ``"cosine"``: ``SequentialLR`` of that warm-up, ``CosineAnnealingLR`` from ``lr`` at step
+  ``warmup`` down to ``final_lr_fraction * lr`` at step ``total_steps``, and ``ConstantLR``
+  holding that floor after it (a resumed run may train past ``total_steps``, where torch's
+  cosine alone would rise again: it is periodic).
+- ``"noam"``: ``LambdaLR`` of the paper's shape, which torch has no scheduler for:
+  ``lr * sqrt(warmup) * min(step^-0.5, step * warmup^-1.5)`` peaks at ``lr`` at
+  ``step == warmup``; ``lr = d_model^-0.5 * warmup^-0.5`` gives the paper's schedule
+  (:func:`noam_lr`) exactly.
+
+Steps count from 1, as the trainer's do: a scheduler's epoch ``e`` is step ``e + 1``, so
+``build`` sets the first step's learning rate and the trainer calls ``scheduler.step()`` after
+each optimizer step. A warm-up of 0 or 1 starts at the peak. A scheduler's ``state_dict`` is
+plain numbers; a checkpoint keeps it as JSON (:func:`check_scheduler_state` checks a saved one
+before it is loaded).
 """
 
 from __future__ import annotations
 
-import math
+import sys
 import typing
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
+
+import torch
+from torch.optim.lr_scheduler import (
+    ConstantLR,
+    CosineAnnealingLR,
+    LambdaLR,
+    LinearLR,
+    LRScheduler,
+    SequentialLR,
+)
 
 from addnorm.utils.checks import check_choice, check_float, check_int
 
 __all__ = [
     "SCHEDULES",
-    "LRSchedule",
+    "ScheduleConfig",
     "ScheduleKind",
-    "constant_lr",
+    "SchedulerFactory",
+    "check_scheduler_state",
     "noam_lr",
-    "warmup_cosine_lr",
+    "replay_schedule",
 ]
 
 # The schedule kinds, defined once: ``TrainConfig.schedule`` and its ``--schedule`` flag
-# (derived from this Literal) and ``LRSchedule.kind`` all take these names.
+# (derived from this Literal) and ``ScheduleConfig.kind`` all take these names.
 ScheduleKind = Literal["noam", "cosine", "constant"]
 SCHEDULES: tuple[str, ...] = typing.get_args(ScheduleKind)
+# What a trainer takes as its schedule besides a ScheduleConfig: any torch scheduler's maker.
+SchedulerFactory = Callable[[torch.optim.Optimizer], LRScheduler]
+# ConstantLR's "until" for a floor held for good (it restores the lr at that epoch).
+_FOREVER = sys.maxsize
 
 
 def noam_lr(step: int, *, d_model: int, warmup: int, scale: float = 1.0) -> float:
@@ -45,36 +74,14 @@ def noam_lr(step: int, *, d_model: int, warmup: int, scale: float = 1.0) -> floa
     return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
-def warmup_cosine_lr(
-    step: int, *, peak_lr: float, warmup: int, total_steps: int, final_lr: float = 0.0
-) -> float:
-    """Linear warm-up from 0 to ``peak_lr`` over ``warmup`` steps, then a half cosine from
-    ``peak_lr`` down to ``final_lr`` at ``total_steps`` (held there after)."""
-    check_int("step", step, min_value=1)
-    check_int("warmup", warmup, min_value=0)
-    check_int("total_steps", total_steps, min_value=1)
-    if step <= warmup:
-        return peak_lr * step / warmup
-    span = max(total_steps - warmup, 1)
-    progress = min((step - warmup) / span, 1.0)
-    return final_lr + 0.5 * (peak_lr - final_lr) * (1.0 + math.cos(math.pi * progress))
-
-
-def constant_lr(step: int, *, peak_lr: float, warmup: int) -> float:
-    """Linear warm-up to ``peak_lr``, then constant."""
-    check_int("step", step, min_value=1)
-    check_int("warmup", warmup, min_value=0)
-    return peak_lr * min(1.0, step / warmup) if warmup > 0 else peak_lr
-
-
 @dataclass(frozen=True)
-class LRSchedule:
-    """A named schedule with its constants; ``schedule(step)`` is the lr of that step.
+class ScheduleConfig:
+    """A named schedule with its constants; ``build(optimizer)`` is its torch scheduler.
 
     Attributes:
-        kind: one of ``SCHEDULES``: "noam", "cosine" or "constant" (``noam_lr``,
-            ``warmup_cosine_lr``, ``constant_lr``).
-        lr: the peak learning rate, for every kind (noam reaches it at ``step == warmup``).
+        kind: one of ``SCHEDULES``: "noam", "cosine" or "constant" (see the module docstring).
+        lr: the peak learning rate, for every kind (noam reaches it at ``step == warmup``);
+            the optimizer's groups start at it.
         warmup: warm-up steps.
         total_steps: where the cosine reaches its end (ignored by the others).
         final_lr_fraction: the cosine's end value as a fraction of ``lr``.
@@ -93,16 +100,103 @@ class LRSchedule:
         check_int("total_steps", self.total_steps, min_value=1)
         check_float("final_lr_fraction", self.final_lr_fraction, min_value=0.0, max_value=1.0)
 
-    def __call__(self, step: int) -> float:
+    def build(self, optimizer: torch.optim.Optimizer) -> LRScheduler:
+        """Torch's scheduler of this schedule over ``optimizer``, whose groups' lr it sets to
+        ``lr`` first (every group follows the same curve) and then to step 1's value."""
+        for group in optimizer.param_groups:
+            group["lr"] = group["initial_lr"] = self.lr
         if self.kind == "noam":
-            # The paper's shape with its peak (at step == warmup) moved to self.lr.
-            return noam_lr(step, d_model=1, warmup=self.warmup, scale=self.lr * self.warmup**0.5)
-        if self.kind == "cosine":
-            return warmup_cosine_lr(
-                step,
-                peak_lr=self.lr,
-                warmup=self.warmup,
-                total_steps=self.total_steps,
-                final_lr=self.final_lr_fraction * self.lr,
+            return LambdaLR(optimizer, _noam_factor(self.warmup))
+        if self.kind == "constant":
+            return _warmup(optimizer, self.warmup)
+        return self._cosine(optimizer)
+
+    def _cosine(self, optimizer: torch.optim.Optimizer) -> LRScheduler:
+        """Warm-up, cosine, floor: the cosine's epoch 0 is step ``warmup`` (the peak), its
+        ``T_max`` step ``total_steps``; the floor holds from the step after."""
+        peak_step = max(self.warmup, 1)
+        floor = self.final_lr_fraction * self.lr
+        schedulers: list[LRScheduler] = []
+        milestones: list[int] = []  # the epochs where the next scheduler takes over
+        if peak_step > 1:
+            schedulers.append(_warmup(optimizer, peak_step))
+            milestones.append(peak_step - 1)
+        if self.total_steps > peak_step:
+            schedulers.append(
+                CosineAnnealingLR(optimizer, T_max=self.total_steps - peak_step, eta_min=floor)
             )
-        return constant_lr(step, peak_lr=self.lr, warmup=self.warmup)
+            milestones.append(self.total_steps)
+        else:  # no room for the cosine: the floor from the step after the peak
+            if not schedulers:
+                schedulers.append(_warmup(optimizer, 1))
+            milestones[-1:] = [peak_step]
+        schedulers.append(
+            ConstantLR(optimizer, factor=self.final_lr_fraction, total_iters=_FOREVER)
+        )
+        return SequentialLR(optimizer, schedulers, milestones=milestones)
+
+
+def _warmup(optimizer: torch.optim.Optimizer, warmup: int) -> LinearLR:
+    """Linear warm-up to the peak at step ``warmup`` (epoch ``warmup - 1``), then the peak."""
+    steps = max(warmup, 1)
+    return LinearLR(optimizer, start_factor=1.0 / steps, end_factor=1.0, total_iters=steps - 1)
+
+
+def _noam_factor(warmup: int) -> Callable[[int], float]:
+    """The noam shape as a multiple of its peak, by epoch (step - 1)."""
+
+    def factor(epoch: int) -> float:
+        return noam_lr(epoch + 1, d_model=1, warmup=warmup, scale=warmup**0.5)
+
+    return factor
+
+
+def replay_schedule(
+    make: Callable[[], LRScheduler], optimizer: torch.optim.Optimizer, steps: int
+) -> LRScheduler:
+    """A new scheduler (``make()``) stepped ``steps`` times, as it would be after that many
+    optimizer steps: a checkpoint that stored only its step (written before the schedules
+    were torch's) continues on the same curve. ``make`` sets the groups' lr back to the
+    schedule's start (a ``ScheduleConfig``'s ``build`` does)."""
+    scheduler = make()
+    with warnings.catch_warnings():  # no optimizer steps between: torch would warn of it
+        warnings.simplefilter("ignore", UserWarning)
+        for _ in range(steps):
+            scheduler.step()
+    return scheduler
+
+
+def check_scheduler_state(scheduler: LRScheduler, saved: object, *, where: str = "scheduler"
+                          ) -> None:
+    """Raise ValueError naming the entry unless ``saved`` (a scheduler's ``state_dict`` read
+    back from JSON) has the structure of ``scheduler``'s own: the same keys, each value of the
+    same JSON type, lists of the same length, nested schedulers alike. Torch's
+    ``load_state_dict`` sets whatever it is given as attributes, so a state of another
+    schedule (or an edited one) would otherwise fail only inside a later step."""
+    _check_like(scheduler.state_dict(), saved, where)
+
+
+def _check_like(expected: object, got: object, where: str) -> None:
+    if isinstance(expected, dict):
+        if not isinstance(got, dict):
+            raise ValueError(f"{where} must be an object, got {type(got).__name__}")
+        missing, unexpected = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
+        if missing or unexpected:
+            raise ValueError(f"{where} differs: missing {missing}, unexpected {unexpected}")
+        for key, value in expected.items():
+            _check_like(value, got[key], f"{where}.{key}")
+    elif isinstance(expected, (list, tuple)):
+        if not isinstance(got, list) or len(got) != len(expected):
+            raise ValueError(f"{where} must be a list of {len(expected)}, got {got!r}")
+        for i, (value, item) in enumerate(zip(expected, got, strict=True)):
+            _check_like(value, item, f"{where}[{i}]")
+    elif isinstance(expected, bool) or expected is None:
+        if got is not expected and not (isinstance(got, bool) and isinstance(expected, bool)):
+            raise ValueError(f"{where} must be {type(expected).__name__}, got {got!r}")
+    elif isinstance(expected, (int, float)):
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            raise ValueError(f"{where} must be a number, got {got!r}")
+        if isinstance(expected, int) and not isinstance(got, int):
+            raise ValueError(f"{where} must be an integer, got {got!r}")
+    elif type(got) is not type(expected):
+        raise ValueError(f"{where} must be {type(expected).__name__}, got {got!r}")

@@ -34,6 +34,7 @@ from addnorm.utils.memory import MAX_LAYERS, available_memory, format_bytes
 
 __all__ = [
     "SIZE_FIELDS",
+    "RunSizeError",
     "SizeError",
     "check_model_fits",
     "inference_bytes",
@@ -43,7 +44,8 @@ __all__ = [
 ]
 
 _FLOAT = 4  # bytes of a float32
-# The config and TrainConfig fields that drive the estimates (``largest_setting`` tries them).
+# The model, train and task settings that drive the estimates (``largest_setting`` tries them
+# first; ``seq_len`` and ``eval_size`` are the built-in tasks' own).
 SIZE_FIELDS = (
     "d_model", "d_ff", "mlp_ratio", "n_heads", "n_layers", "n_encoder_layers",
     "n_decoder_layers", "max_len", "input_size", "patch_size", "batch_size", "seq_len",
@@ -52,6 +54,16 @@ SIZE_FIELDS = (
 
 class SizeError(ValueError):
     """A request that cannot fit in memory; the message names the setting and the numbers."""
+
+
+class RunSizeError(SizeError):
+    """A run whose sizes cannot fit: ``setting`` (a config field, or None when no one setting
+    is to blame) has ``value``, and ``reason`` says why that is too much."""
+
+    def __init__(self, setting: str | None, value: object, reason: str) -> None:
+        blame = f"{setting} {value}" if setting is not None else "these settings"
+        super().__init__(f"{blame}: {reason}")
+        self.setting, self.value, self.reason = setting, value, reason
 
 
 def _token_floats(shape: ActivationShape, length: int) -> int:

@@ -1,5 +1,6 @@
-"""A small, generic trainer: AdamW, a step-indexed lr schedule, clipping, accumulation,
-optional bf16 autocast, an EMA of the weights, budgets, exact resume and atomic checkpoints.
+"""A small, generic trainer: AdamW, a torch lr scheduler, clipping, accumulation, optional
+bf16 autocast, an EMA of the weights (torch's ``AveragedModel``), budgets, exact resume,
+atomic checkpoints and trackers (``loggers``: TensorBoard, or any ``Logger``).
 
 It trains any ``nn.Module`` given a loss function and a source of batches:
 
@@ -8,31 +9,25 @@ It trains any ``nn.Module`` given a loss function and a source of batches:
 - ``batches``: an object with ``next_batch() -> dict[str, Tensor]`` (CPU tensors) and
   ``state_dict()`` / ``load_state_dict(state)`` whose state is JSON (the data order).
 
-Resuming restores the weights, the optimizer, the EMA, the step, every global random number
-generator and the data order, so on the same machine and thread count a resumed run's loss
-curve equals the uninterrupted run's bit for bit.
+Resuming restores the weights, the optimizer, the lr scheduler, the EMA, the step, every
+global random number generator and the data order, so on the same machine and thread count
+a resumed run's loss curve equals the uninterrupted run's bit for bit.
 
-Ctrl-C and SIGTERM: while ``fit`` runs (in the main thread), SIGINT and SIGTERM only set a
-flag; the current step finishes, a checkpoint is written and ``fit`` returns with
-``stopped_by == "interrupt"`` (SIGINT) or ``"terminate"`` (SIGTERM). A second signal of either
-kind raises ``KeyboardInterrupt`` at once (handled as below; ``stopped_by`` still names the
-first). A ``KeyboardInterrupt`` raised by other means is handled by where it lands, which the
-trainer tracks as a phase:
-
-- ``"forward"`` (drawing batches, forward, backward): the weights are untouched, so the data
-  order and random state go back to the step's start and a checkpoint of the previous step is
-  written;
-- ``"update"`` (the optimizer step and the EMA update): the weights may be half-updated, so no
-  checkpoint is written; ``fit`` returns the newest periodic checkpoint (or re-raises the
-  interrupt if there is none);
-- ``"idle"`` (between steps, logging, saving): the step is complete, so a checkpoint of it is
-  written with the current data and random state.
+``fit`` is the loop; what happens around it lives beside it, one concern a module:
+``stopping`` (Ctrl-C, SIGTERM and the time cap, agreed between ranks: ``stopped_by``),
+``step_boundary`` (what an interrupt inside a step keeps), ``probes`` (quality along the
+way), ``callbacks`` (the progress bar, ``metrics.jsonl``, and hooks for a caller's own code at
+each step and record), ``logger`` (TensorBoard or any tracker: ``loggers``), ``clock``
+(training time, probes left out), ``optimizer``, ``ema`` (torch's ``AveragedModel``),
+``schedules`` (torch's lr schedulers) and ``resume`` (whether a checkpoint fits before it is
+loaded).
 
 Several processes (``torchrun``; see ``distributed.py``): each rank trains on its share of the
 global batch, its loss weighted so that DDP's gradient average is the global batch's mean
 gradient; stops are agreed between ranks, and only rank 0 writes checkpoints and metrics and
-shows progress. ``config.fsdp`` shards the model with FSDP2 instead; checkpoints are whole
-state dicts either way. ``config.activation_checkpointing`` recomputes each layer in the
+shows progress. ``config.fsdp`` shards the model with FSDP2 instead; its checkpoints are
+sharded (``torch.distributed.checkpoint``, each rank writing its part; see ``checkpoint.py``)
+and load at any world size. ``config.activation_checkpointing`` recomputes each layer in the
 backward pass; ``config.compile`` runs the forward through ``torch.compile`` (the model object,
 and so its checkpoint keys, stay the same; ``TrainResult.compile_s`` is the first step's time).
 """
@@ -40,55 +35,58 @@ and so its checkpoint keys, stay the same; ``TrainResult.compile_s`` is the firs
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
+import json
 import math
 import os
 import random
-import signal
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, cast
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
+from torch.optim.lr_scheduler import LRScheduler
 
 from addnorm.data.batches import RankShard
 from addnorm.training import distributed
-from addnorm.training.checkpoint import (
-    LoadedCheckpoint,
-    list_checkpoints,
-    save_checkpoint,
-)
+from addnorm.training.callbacks import Callback, MetricsFile, ProgressBar
+from addnorm.training.checkpoint import LoadedCheckpoint, list_checkpoints, save_checkpoint
+from addnorm.training.clock import TrainingClock
 from addnorm.training.config import TrainConfig
-from addnorm.training.ema import EMA
-from addnorm.training.metrics import MetricsLog
-from addnorm.training.schedules import LRSchedule
+from addnorm.training.ema import make_ema
+from addnorm.training.logger import Logger, LoggerCallback
+from addnorm.training.optimizer import make_optimizer
+from addnorm.training.probes import Probe, ProbeRunner
+from addnorm.training.resume import check_checkpoint_fits, refusing
+from addnorm.training.schedules import (
+    ScheduleConfig,
+    SchedulerFactory,
+    check_scheduler_state,
+    replay_schedule,
+)
 from addnorm.training.state import (
     capture_rng,
-    check_optimizer_parts,
     optimizer_from_parts,
     optimizer_to_parts,
     restore_rng,
 )
-from addnorm.utils.files import CheckpointError
+from addnorm.training.step_boundary import StepBoundary
+from addnorm.training.stopping import STOP_SIGNALS, StopRequests
+from addnorm.utils.memory import describe_out_of_memory, is_out_of_memory
 
-__all__ = [
+__all__ = [  # (Probe, STOP_SIGNALS, make_optimizer, check_checkpoint_fits: from their modules)
     "STOP_SIGNALS",
     "BatchSource",
+    "LossFn",
     "Probe",
     "Trainer",
     "TrainResult",
     "check_checkpoint_fits",
     "make_optimizer",
 ]
-
-# The signals that stop training cleanly, and the ``stopped_by`` each gives.
-STOP_SIGNALS = {signal.SIGINT: "interrupt", signal.SIGTERM: "terminate"}
 
 LossFn = Callable[[nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, int]]
 
@@ -107,19 +105,6 @@ class BatchSource(Protocol):
     def load_state_dict(self, state: dict) -> None:
         """Continue the data order saved by ``state_dict``."""
         ...
-
-
-@dataclass(frozen=True)
-class Probe:
-    """A cheap look at quality during training: every ``every`` steps (but the last, which the
-    run's own evaluation scores), ``score`` is called with a scratch copy of the weights a
-    finished run is scored with (the EMA's when the run keeps one), in eval mode and without
-    gradients; its numbers go into that step's
-    ``metrics.jsonl`` record, so a resumed run keeps them. Single-process runs only; the
-    time it takes is left out of the records' training time (``elapsed_s``)."""
-
-    every: int
-    score: Callable[[nn.Module], dict[str, float]]
 
 
 @dataclass(frozen=True)
@@ -145,88 +130,6 @@ class TrainResult:
     compile_s: float | None = None
 
 
-def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only (not on biases, norm gains or scalars).
-
-    torch's fused AdamW (one kernel for every parameter) on CPU and CUDA, FSDP's sharded
-    parameters included: the default loop launches several small kernels per parameter,
-    whose overhead dominates the update of a small model's many small tensors. Other
-    devices: the default.
-    """
-    params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.ndim >= 2]
-    no_decay = [p for p in params if p.ndim < 2]
-    groups = [
-        {"params": decay, "weight_decay": config.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    fused = all(p.device.type in ("cpu", "cuda") for p in params) or None  # None: default
-    return torch.optim.AdamW(
-        groups, lr=config.lr, betas=(config.beta1, config.beta2), fused=fused
-    )
-
-
-def check_checkpoint_fits(
-    model: nn.Module,
-    config: TrainConfig,
-    checkpoint: LoadedCheckpoint,
-    *,
-    optimizer: torch.optim.Optimizer | None = None,
-) -> None:
-    """Raise ``CheckpointError`` naming the file and the tensor of ``checkpoint`` that does not
-    fit ``model`` trained with ``config`` (its weights, EMA and optimizer state: names and
-    shapes), loading nothing. ``model`` may live on the meta device (the CLI checks a resume
-    so before it builds anything); ``optimizer``: the one in use (default: a fresh
-    ``make_optimizer``, whose parameter order is the same)."""
-    own = {  # (sharded: DTensors, whose shapes are the whole tensors')
-        name.replace("_checkpoint_wrapped_module.", ""): value
-        for name, value in model.state_dict().items()
-    }
-    for stem in ("model", "ema") if config.ema_decay > 0 else ("model",):
-        if stem not in checkpoint.tensors:
-            raise CheckpointError(f"{checkpoint.path} has no {stem}.safetensors")
-        with _refusing(checkpoint.path / f"{stem}.safetensors"):
-            _check_shapes(stem, own, checkpoint.tensors[stem])
-    with _refusing(checkpoint.path / "optimizer.safetensors"):
-        check_optimizer_parts(
-            optimizer or make_optimizer(model, config),
-            checkpoint.tensors["optimizer"],
-            checkpoint.state["optimizer"],
-        )
-
-
-@contextlib.contextmanager
-def _refusing(path: Path):
-    """Turn what loading a checkpoint's part raises (a tensor that does not fit, an entry that
-    is missing or of the wrong type) into one ``CheckpointError`` line naming ``path``."""
-    try:
-        yield
-    except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as err:
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        if isinstance(err, KeyError):
-            reason = f"no entry {reason}"
-        raise CheckpointError(f"{path} does not fit this run: {reason}") from None
-
-
-def _check_shapes(
-    what: str, expected: dict[str, torch.Tensor], got: dict[str, torch.Tensor]
-) -> None:
-    """Raise ValueError naming the first tensor of ``got`` whose shape (or presence) differs
-    from ``expected``'s (``load_state_dict`` alone would broadcast an EMA copy)."""
-    missing = sorted(set(expected) - set(got))
-    unexpected = sorted(set(got) - set(expected))
-    if missing or unexpected:
-        raise ValueError(
-            f"{what} tensors differ: missing {missing[:5]}, unexpected {unexpected[:5]}"
-        )
-    for name, tensor in got.items():
-        if tensor.shape != expected[name].shape:
-            raise ValueError(
-                f"{what} tensor {name!r} has shape {tuple(tensor.shape)}, expected "
-                f"{tuple(expected[name].shape)}"
-            )
-
-
 class Trainer:
     """Trains ``model`` (already on its device) with ``loss_fn`` on ``batches``.
 
@@ -236,10 +139,22 @@ class Trainer:
         batches: the batch source (see the module docstring).
         config: the trainer settings.
         run_dir: where checkpoints and ``metrics.jsonl`` go.
-        schedule: the learning rate of each step.
+        schedule: the learning rate of each step: a :class:`ScheduleConfig` (saved in every
+            checkpoint) or any ``optimizer -> torch.optim.lr_scheduler.LRScheduler`` maker;
+            the scheduler (``self.scheduler``) steps after every optimizer step, and
+            checkpoints keep its ``state_dict`` (as JSON: it must hold plain numbers).
         run_info: JSON saved in every checkpoint (what is needed to rebuild the model).
+        extra_config: more settings (JSON) saved with ``config``'s in every checkpoint's
+            ``train_config`` (a task's own: a resumed run reads them back from there); their
+            names must differ from ``TrainConfig``'s fields.
         progress: show a tqdm progress bar on stderr (rank 0 only).
-        probe: a :class:`Probe` of quality along the way (ignored with several processes).
+        probe: a :class:`~addnorm.training.probes.Probe` of quality along the way (ignored
+            with several processes).
+        callbacks: more :class:`~addnorm.training.callbacks.Callback` hooks, called after the
+            trainer's own, in order.
+        loggers: :class:`~addnorm.training.logger.Logger` trackers (TensorBoard, W&B, ...)
+            that get every metrics record (rank 0 only); their owner closes them.
+        metrics_file: write ``metrics.jsonl`` (rank 0).
 
     With a process group, ``model`` is wrapped for data parallelism (or sharded, with
     ``config.fsdp``) here, and ``batches`` gives each rank its share of the global batch.
@@ -253,13 +168,21 @@ class Trainer:
         config: TrainConfig,
         *,
         run_dir: str | os.PathLike,
-        schedule: LRSchedule,
+        schedule: ScheduleConfig | SchedulerFactory,
         run_info: dict | None = None,
+        extra_config: dict | None = None,
         progress: bool = False,
         probe: Probe | None = None,
+        callbacks: Sequence[Callback] = (),
+        loggers: Sequence[Logger] = (),
+        metrics_file: bool = True,
     ) -> None:
         if not isinstance(config, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+        self.extra_config = dict(extra_config or {})
+        clash = sorted(set(self.extra_config) & set(config.to_dict()))
+        if clash:
+            raise ValueError(f"extra_config must not repeat TrainConfig fields, got {clash}")
         self.model, self.loss_fn, self.config = model, loss_fn, config
         self.batches: BatchSource = batches
         if distributed.is_distributed():
@@ -269,30 +192,47 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.schedule = schedule
         self.run_info = run_info or {}
-        self.progress = progress and distributed.is_main()
-        self.probe = None if distributed.is_distributed() else probe
-        self._probe_model: nn.Module | None = None  # the scratch copy, built at the first probe
-        self._probe_s = 0.0  # time spent probing in this invocation (left out of elapsed_s)
+        main = distributed.is_main()
+        self.callbacks: list[Callback] = [
+            *([ProgressBar()] if progress and main else []),
+            *([MetricsFile(self.run_dir / "metrics.jsonl")] if main and metrics_file else []),
+            *([LoggerCallback(logger) for logger in loggers] if main else []),
+            *callbacks,
+        ]
+        self.probe = None if distributed.is_distributed() or probe is None else ProbeRunner(probe)
         self.device = next(model.parameters()).device
+        self.ema = (  # before sharding (a sharded module cannot be copied), then sharded alike
+            make_ema(model, config.ema_decay, warmup=config.ema_warmup) if config.ema_decay > 0
+            else None
+        )
         self.forward_model = distributed.prepare_model(
             model, activation_checkpointing=config.activation_checkpointing, fsdp=config.fsdp
         )
+        if self.ema is not None and config.fsdp:
+            distributed.shard(self.ema.module)
         if config.compile:  # the module stays the same object: its state dict keys do too
             self.forward_model = cast(nn.Module, torch.compile(self.forward_model))
         self.optimizer = make_optimizer(model, config)
         self._optimizer_view = distributed.OptimizerView(model, self.optimizer)
-        self.ema = (
-            EMA(model, config.ema_decay, warmup=config.ema_warmup) if config.ema_decay > 0
-            else None
-        )
+        self.scheduler = _make_scheduler(schedule, self.optimizer)
         self.step = 0
-        self.elapsed_s = 0.0
-        self._resumed_from: int | None = None
-        self._stop_requested: str | None = None  # set by a stop signal: see STOP_SIGNALS
-        self._phase = "idle"  # "forward", "update" or "idle": see the module docstring
+        self.elapsed_s = 0.0  # training time of the invocations before this ``fit``
+        self.resumed_from: int | None = None  # the checkpoint's step, after ``load``
+        self._boundary = StepBoundary()
+        self._clock = TrainingClock()
+        self._window = (0, 0.0)  # tokens, and training seconds, since the last record
+        self._step_lr, self._grad_norm = 0.0, torch.zeros(())  # the last step's
+        self._losses = (0.0, 0)  # the steps' losses summed since the last record, and count
+        self._fit_from_step = 0  # the step ``fit`` began at
+
+    @property
+    def step_lr(self) -> float:
+        """The learning rate the last step took (the scheduler's, read before its update)."""
+        return self._step_lr
 
     def load(self, checkpoint: LoadedCheckpoint) -> None:
-        """Continue from ``checkpoint``: weights, optimizer, EMA, step, RNG and data order.
+        """Continue from ``checkpoint``: weights, optimizer, lr scheduler, EMA, step, RNG and
+        data order (a checkpoint of any world size, sharded or whole).
 
         Raises ``CheckpointError`` naming the file (and the tensor or entry) whose contents do
         not fit this trainer (a tensor of another shape, a missing entry), before training; the
@@ -300,92 +240,238 @@ class Trainer:
         one of another model. The shapes are checked before anything is loaded."""
         check_checkpoint_fits(self.model, self.config, checkpoint, optimizer=self.optimizer)
         tensors = checkpoint.tensors
-        with _refusing(checkpoint.path / "model.safetensors"):
+        with refusing(checkpoint.path / "model.safetensors"):
             distributed.load_full_model_state(self.model, tensors["model"])
-        with _refusing(checkpoint.path / "optimizer.safetensors"):
+        with refusing(checkpoint.path / "optimizer.safetensors"):
             optimizer_from_parts(
                 self._optimizer_view,  # type: ignore[arg-type]  # an optimizer's state interface
                 tensors["optimizer"],
                 checkpoint.state["optimizer"],
             )
+        with refusing(checkpoint.path / "state.json"):
+            self._load_schedule(checkpoint)
         if self.ema is not None:
-            with _refusing(checkpoint.path / "ema.safetensors"):
-                self.ema.load_state_dict(tensors["ema"])
-        with _refusing(checkpoint.path / "state.json"):
+            with refusing(checkpoint.path / "ema.safetensors"):
+                distributed.load_full_model_state(self.ema.module, tensors["ema"])
+            with refusing(checkpoint.path / "state.json"):
+                self.ema.n_averaged.fill_(_n_averaged(checkpoint))
+        with refusing(checkpoint.path / "state.json"):
             self.batches.load_state_dict(checkpoint.state["data"])
-        with _refusing(checkpoint.path / "rng.safetensors"):
+        with refusing(checkpoint.path / "rng.safetensors"):
             restore_rng(tensors["rng"], checkpoint.state["rng"])
+        with refusing(checkpoint.path / "state.json"):
+            self._losses = _loss_window(checkpoint.state.get("loss_window"))
         self.step = checkpoint.step
         self.elapsed_s = float(checkpoint.state.get("elapsed_s", 0.0))
-        self._resumed_from = checkpoint.step
+        self.resumed_from = checkpoint.step
 
     def fit(self) -> TrainResult:
         """Train until ``max_steps`` or ``max_minutes`` (whichever ends first), Ctrl-C or
-        SIGTERM."""
-        log = None
-        if distributed.is_main():
-            log = MetricsLog(self.run_dir / "metrics.jsonl", resume_from_step=self._resumed_from)
-        self._stop_requested = None
-        previous_handlers = self._catch_stop_signals()
-        bar = tqdm(
-            total=self.config.max_steps,
-            initial=self.step,
-            disable=not self.progress,
-            unit="step",
-            dynamic_ncols=True,
-        )
-        start, loss, stopped_by = time.monotonic(), None, "max_steps"
-        self._probe_s = 0.0
-        window = {"tokens": 0, "time": time.monotonic()}
-        compile_s = None
-        self._phase = "idle"
-        try:
-            while self.step < self.config.max_steps:
-                stop = self._stop_requested
-                if stop is None and self._out_of_time(start):
-                    stop = "max_minutes"
-                stop = distributed.agree_on_stop(stop)
-                if stop is not None:
-                    stopped_by = stop
-                    break
-                boundary = self._snapshot()
-                self._phase = "forward"
-                step_start = time.monotonic()
-                loss, tokens = self._train_step()  # sets "update", then "idle"
-                if self.config.compile and compile_s is None:
-                    compile_s = time.monotonic() - step_start
-                window["tokens"] += tokens
-                bar.update(1)
-                probing = (  # not at the last step: the run's own evaluation scores that one
-                    self.probe is not None and self.step % self.probe.every == 0
-                    and self.step < self.config.max_steps
-                )
-                logged = self.step % self.config.log_every == 0
-                if logged or probing or self.step == self.config.max_steps:
-                    scores = self._run_probe(window) if probing else {}
-                    self._log(log, bar, loss, window, start, scores)
-                if self.config.checkpoint_every and self.step % self.config.checkpoint_every == 0:
-                    self.save(elapsed_now=time.monotonic() - start - self._probe_s)
-        except KeyboardInterrupt:
-            stopped_by = self._stop_requested or "interrupt"
-            if self._phase == "update":
-                return self._abandon_half_step(start, stopped_by)
-            if self._phase == "forward":
-                self.batches.load_state_dict(boundary[0])
-                restore_rng(*boundary[1])
-        finally:
-            bar.close()
-            for signum, handler in previous_handlers.items():
-                signal.signal(signum, handler)
-            self._phase = "idle"
-        self.elapsed_s += time.monotonic() - start - self._probe_s
+        SIGTERM (:mod:`~addnorm.training.stopping`); an interrupt inside a step keeps what
+        :mod:`~addnorm.training.step_boundary` says. Ends with a checkpoint of the last step."""
+        loss, compile_s = None, None
+        self._fit_from_step = self.step  # a non-finite loss before any update: the weights
+        with StopRequests(self.config.max_minutes) as stops:
+            self._clock.start()
+            self._window = (0, 0.0)
+            try:
+                self._call("on_fit_start")
+                while self.step < self.config.max_steps and not stops.agreed():
+                    self._boundary.enter(self.batches)
+                    began = time.monotonic()
+                    loss, tokens = self._train_step()
+                    if self.config.compile and compile_s is None:
+                        compile_s = time.monotonic() - began
+                    self._after_step(loss, tokens)
+            except KeyboardInterrupt:
+                stops.interrupted()
+                if self._boundary.phase == "update":
+                    return self._keep_newest_checkpoint(stops.stopped_by)
+                self._boundary.rewind(self.batches)
+            except (MemoryError, RuntimeError) as err:
+                if not is_out_of_memory(err):
+                    raise
+                raise MemoryError(self._out_of_memory(err)) from None
+            finally:
+                self._boundary.phase = "idle"
+                self._call("on_fit_end")
+        self.elapsed_s += self._clock.seconds()
         path = self.save()
-        return TrainResult(self.step, loss, path, stopped_by, self.elapsed_s, compile_s)
+        return TrainResult(self.step, loss, path, stops.stopped_by, self.elapsed_s, compile_s)
 
-    def _abandon_half_step(self, start: float, stopped_by: str) -> TrainResult:
+    def save(self, *, elapsed_now: float = 0.0) -> Path:
+        """Write a checkpoint of the current step (atomically; see ``checkpoint.py``), with
+        ``elapsed_now`` seconds of this ``fit`` added to the training time. With several
+        processes every rank calls it: a sharded (FSDP2) model's ranks each write their part
+        (``torch.distributed.checkpoint``), a replicated one's rank 0 writes; every rank
+        returns the path."""
+        sharded = distributed.is_fsdp(self.model)
+        opt_tensors, opt_skeleton = optimizer_to_parts(
+            self.optimizer if sharded  # its state as this rank's shards (DTensors)
+            else self._optimizer_view  # type: ignore[arg-type]  # an optimizer's interface
+        )
+        rng_tensors, rng_json = capture_rng()
+        model_state = distributed.model_state(self.model, whole=not sharded)
+        tensors = {"model": model_state, "optimizer": opt_tensors}
+        if distributed.is_main():  # the other ranks' generators follow (seed, step, rank)
+            tensors["rng"] = rng_tensors
+        if self.ema is not None:
+            tensors["ema"] = distributed.model_state(self.ema.module, whole=not sharded)
+        if not distributed.is_main() and not sharded:
+            return self.run_dir / "checkpoints" / f"step-{self.step:08d}"
+        state = {
+            "step": self.step,
+            "elapsed_s": self.elapsed_s + elapsed_now,
+            "run": self.run_info,
+            "train_config": {**self.config.to_dict(), **self.extra_config},
+            "schedule": (
+                dataclasses.asdict(self.schedule) if isinstance(self.schedule, ScheduleConfig)
+                else None
+            ),
+            "scheduler": self.scheduler.state_dict(),
+            "optimizer": opt_skeleton,
+            "data": self.batches.state_dict(),
+            "rng": rng_json,
+            "loss_window": {"sum": self._losses[0], "steps": self._losses[1]},
+        }
+        if self.ema is not None:
+            state["ema"] = {"n_averaged": int(self.ema.n_averaged)}
+        return save_checkpoint(
+            self.run_dir, self.step, tensors, state, keep=self.config.keep_checkpoints,
+            sharded=sharded,
+        )
+
+    def scored_weights(self) -> dict[str, torch.Tensor]:
+        """The weights a finished run is scored with (the EMA's when it keeps one), whole.
+        With several processes every rank calls it (a sharded model is gathered)."""
+        return distributed.full_model_state(self.model if self.ema is None else self.ema.module)
+
+    def _train_step(self) -> tuple[float, int]:
+        """One optimizer step over ``grad_accum`` micro-batches; returns (mean loss, tokens)."""
+        lr = self._step_lr = self.optimizer.param_groups[0]["lr"]  # the scheduler's, for it
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        self._seed_other_ranks()
+        self._call("on_step_start")
+        mean_loss, tokens = self._gradients()
+        if not math.isfinite(mean_loss):
+            raise FloatingPointError(self._non_finite_loss(mean_loss, lr))
+        self._grad_norm = _gradient_norm(self.model, self.config.grad_clip)
+        self._call("on_before_update")
+        self._boundary.phase = "update"
+        self.optimizer.step()
+        if self.ema is not None:
+            self.ema.update_parameters(self.model)
+        self.scheduler.step()  # the next step's lr
+        self.step += 1
+        self._boundary.phase = "idle"
+        return mean_loss, tokens
+
+    def _out_of_memory(self, err: BaseException) -> str:
+        """An allocation that failed inside ``fit`` (past the estimates made before it, which
+        cannot see what other processes take meanwhile), in one line: the step, what could
+        not be allocated and the checkpoint kept (none is written for a step that failed)."""
+        newest = list_checkpoints(self.run_dir)
+        kept = f"{newest[-1]} is kept" if newest else "no checkpoint was written yet"
+        return (f"out of memory at step {self.step + 1} ({describe_out_of_memory(err)}); "
+                f"{kept}: train with a smaller batch_size or model, or free memory")
+
+    def _non_finite_loss(self, loss: float, lr: float) -> str:
+        """What a non-finite loss says: after updates of this ``fit``, the step size (lr); on
+        its first step, before any update, the weights it started from (a resumed
+        checkpoint's, which the lr cannot have broken), with the worst of them named."""
+        where = f"training loss is {loss} at step {self.step + 1}"
+        if self.step > self._fit_from_step:
+            return f"{where}; try a lower lr ({lr:.3g})"
+        worst, name = 0.0, ""
+        for key, tensor in self.model.state_dict().items():
+            local = tensor.to_local() if hasattr(tensor, "to_local") else tensor  # (sharded)
+            if local.is_floating_point() and local.numel():
+                top = float(local.detach().abs().max())
+                if not top <= worst:  # NaN wins too
+                    worst, name = top, key
+                if math.isnan(worst):
+                    break
+        largest = (f"NaN in {name}" if math.isnan(worst)
+                   else f"largest |weight| {worst:.3g}, in {name}")
+        if self.resumed_from is None:
+            return (f"{where}, before any update: the initial weights or the first batch give a "
+                    f"non-finite loss ({largest}), not the lr")
+        return (f"{where}, before any update of this run: the weights of its checkpoint "
+                f"step-{self.resumed_from:08d} (in {self.run_dir / 'checkpoints'}) give a "
+                f"non-finite loss ({largest}); they are broken, not the lr: continue from an "
+                "earlier checkpoint or train afresh")
+
+    def _gradients(self) -> tuple[float, int]:
+        """Forward and backward over the step's micro-batches, gradients accumulated (and
+        averaged over the ranks); returns the global mean loss and the tokens it covered."""
+        accum = self.config.grad_accum
+        total, tokens = 0.0, 0
+        for i in range(accum):
+            batch = {k: v.to(self.device) for k, v in self.batches.next_batch().items()}
+            with self._sync_gradients(i == accum - 1):
+                with torch.autocast(
+                    self.device.type, dtype=torch.bfloat16, enabled=self.config.bf16
+                ):
+                    loss, n_tokens = self.loss_fn(self.forward_model, batch)
+                    # this rank's share of the global batch's mean (1 with one process)
+                    loss = loss * distributed.global_mean_weight(n_tokens)
+                (loss / accum).backward()
+            total += loss.item()
+            tokens += n_tokens
+        total, tokens_all = distributed.all_reduce_sum([total, float(tokens)])
+        return total / distributed.world_size() / accum, int(tokens_all)
+
+    def _after_step(self, loss: float, tokens: int) -> None:
+        """Between steps: the callbacks, the probe and the metrics record when due, and the
+        periodic checkpoint."""
+        cfg = self.config
+        self._window = (self._window[0] + tokens, self._window[1])
+        total, steps = self._losses[0] + loss, self._losses[1] + 1
+        probing = self.probe is not None and self.probe.due(self.step, cfg.max_steps)
+        due = probing or self.step % cfg.log_every == 0 or self.step == cfg.max_steps
+        # A record closes the loss window at its step, written or not (an interrupt in
+        # on_step_end drops it): a resumed run's windows then match the uninterrupted run's.
+        self._losses = (0.0, 0) if due else (total, steps)
+        self._call("on_step_end", loss, tokens)
+        if due:
+            self._log(total / steps, self._run_probe() if probing else {})
+        if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+            self.save(elapsed_now=self._clock.seconds())
+
+    def _run_probe(self) -> dict[str, float]:
+        """The probe's scores, its time set aside (see :mod:`~addnorm.training.probes`)."""
+        assert self.probe is not None
+        with self._clock.set_aside():
+            return self.probe(self.model, self.ema)
+
+    def _log(self, loss: float, scores: dict[str, float]) -> None:
+        """Make this step's metrics record and hand it to the callbacks' ``on_log``;
+        ``loss`` is the mean of the steps' losses since the record before (a resumed run's
+        sum carried over in its checkpoint's ``loss_window``, so the records are the same)."""
+        now = self._clock.seconds()
+        tokens, since = self._window
+        record = {
+            "step": self.step,
+            "loss": loss,
+            "lr": self._step_lr,
+            "grad_norm": _as_float(self._grad_norm),
+            "tokens_per_s": tokens / max(now - since, 1e-9),
+            "elapsed_s": self.elapsed_s + now,
+            **scores,
+        }
+        self._call("on_log", record)
+        self._window = (0, now)
+
+    def _call(self, hook: str, *args: object) -> None:
+        """Call ``hook`` of every callback with the trainer and ``args``."""
+        for callback in self.callbacks:
+            getattr(callback, hook)(self, *args)
+
+    def _keep_newest_checkpoint(self, stopped_by: str) -> TrainResult:
         """After an interrupt inside the optimizer/EMA update: keep the newest checkpoint on
         disk (writing the half-updated weights would break exact resume)."""
-        self.elapsed_s += time.monotonic() - start - self._probe_s
+        self.elapsed_s += self._clock.seconds()
         saved = list_checkpoints(self.run_dir)
         if not saved:
             raise KeyboardInterrupt(
@@ -393,73 +479,6 @@ class Trainer:
             )
         step = int(saved[-1].name.removeprefix("step-"))
         return TrainResult(step, None, saved[-1], stopped_by, self.elapsed_s)
-
-    def save(self, *, elapsed_now: float = 0.0) -> Path:
-        """Write a checkpoint of the current step (atomically; see ``checkpoint.py``). With
-        several processes every rank calls it (a sharded model is gathered) and rank 0 writes;
-        the others return the path rank 0 writes."""
-        opt_tensors, opt_skeleton = optimizer_to_parts(
-            self._optimizer_view  # type: ignore[arg-type]  # an optimizer's state interface
-        )
-        rng_tensors, rng_json = capture_rng()
-        tensors = {
-            "model": distributed.full_model_state(self.model),
-            "optimizer": opt_tensors,
-            "rng": rng_tensors,
-        }
-        if self.ema is not None:
-            tensors["ema"] = distributed.full_tensors(self.ema.state_dict())
-        if not distributed.is_main():
-            return self.run_dir / "checkpoints" / f"step-{self.step:08d}"
-        state = {
-            "step": self.step,
-            "elapsed_s": self.elapsed_s + elapsed_now,
-            "run": self.run_info,
-            "train_config": self.config.to_dict(),
-            "schedule": dataclasses.asdict(self.schedule),
-            "optimizer": opt_skeleton,
-            "data": self.batches.state_dict(),
-            "rng": rng_json,
-        }
-        return save_checkpoint(
-            self.run_dir, self.step, tensors, state, keep=self.config.keep_checkpoints
-        )
-
-    def _train_step(self) -> tuple[float, int]:
-        """One optimizer step over ``grad_accum`` micro-batches; returns (mean loss, tokens)."""
-        cfg = self.config
-        lr = self.schedule(self.step + 1)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        self._seed_other_ranks()
-        total, tokens = 0.0, 0
-        for i in range(cfg.grad_accum):
-            batch = {k: v.to(self.device) for k, v in self.batches.next_batch().items()}
-            with self._sync_gradients(i == cfg.grad_accum - 1):
-                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
-                    loss, n_tokens = self.loss_fn(self.forward_model, batch)
-                    # this rank's share of the global batch's mean (1 with one process)
-                    loss = loss * distributed.global_mean_weight(n_tokens)
-                (loss / cfg.grad_accum).backward()
-            total += loss.item()
-            tokens += n_tokens
-        total, tokens_all = distributed.all_reduce_sum([total, float(tokens)])
-        mean_loss, tokens = total / distributed.world_size() / cfg.grad_accum, int(tokens_all)
-        if not math.isfinite(mean_loss):
-            raise FloatingPointError(
-                f"training loss is {mean_loss} at step {self.step + 1}; try a lower lr ({lr:.3g})"
-            )
-        if cfg.grad_clip > 0:
-            nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-        self._phase = "update"
-        self.optimizer.step()
-        if self.ema is not None:
-            self.ema.update(self.model, self.step)  # the update's number: steps before it
-        self.step += 1
-        self._phase = "idle"
-        return mean_loss, tokens
 
     def _sync_gradients(self, last_micro_batch: bool):
         """DDP all-reduces gradients only on the last micro-batch of an accumulated step."""
@@ -476,65 +495,82 @@ class Trainer:
             draws = random.Random(f"{self.config.seed}/{self.step}/{distributed.rank()}")
             torch.manual_seed(draws.getrandbits(63))
 
-    @torch.no_grad()
-    def _run_probe(self, window: dict) -> dict[str, float]:
-        """The probe's numbers for the current weights (see :class:`Probe`), timed apart (its
-        time is left out of ``elapsed_s`` and of the log window's throughput)."""
-        assert self.probe is not None
-        began = time.monotonic()
-        if self._probe_model is None:
-            self._probe_model = copy.deepcopy(self.model)
-        scratch = self._probe_model
-        if self.ema is not None:
-            self.ema.copy_to(scratch)
-        else:
-            scratch.load_state_dict(self.model.state_dict())
-        scores = self.probe.score(scratch.eval())
-        spent = time.monotonic() - began
-        self._probe_s += spent
-        window["time"] += spent
-        return {f"probe_{name}": float(value) for name, value in scores.items()}
-
-    def _log(
-        self, log: MetricsLog | None, bar, loss: float, window: dict, start: float,
-        scores: dict[str, float],
-    ) -> None:
-        if log is None:
+    def _load_schedule(self, checkpoint: LoadedCheckpoint) -> None:
+        """The scheduler's state from ``checkpoint`` (after the optimizer's: its groups hold
+        the lr the scheduler goes on from). A checkpoint written before the schedules were
+        torch's has none: its schedule is rebuilt and stepped to the checkpoint's step."""
+        saved = checkpoint.state.get("scheduler")
+        if saved is None:
+            self.scheduler = replay_schedule(
+                lambda: _make_scheduler(self.schedule, self.optimizer), self.optimizer,
+                checkpoint.step,
+            )
             return
-        now = time.monotonic()
-        tokens_per_s = window["tokens"] / max(now - window["time"], 1e-9)
-        lr = self.schedule(self.step)
-        log.write(
-            {
-                "step": self.step,
-                "loss": loss,
-                "lr": lr,
-                "tokens_per_s": tokens_per_s,
-                "elapsed_s": self.elapsed_s + now - start - self._probe_s,
-                **scores,
-            }
+        check_scheduler_state(self.scheduler, saved, where="scheduler")
+        self.scheduler.load_state_dict(saved)
+
+
+def _make_scheduler(
+    schedule: ScheduleConfig | SchedulerFactory, optimizer: torch.optim.Optimizer
+) -> LRScheduler:
+    """``schedule``'s scheduler over ``optimizer``; TypeError unless it is a torch scheduler
+    whose state is JSON (a checkpoint keeps it so)."""
+    scheduler = schedule.build(optimizer) if isinstance(schedule, ScheduleConfig) else (
+        schedule(optimizer)
+    )
+    if not isinstance(scheduler, LRScheduler):
+        raise TypeError(
+            "schedule must be a ScheduleConfig or make a torch.optim.lr_scheduler.LRScheduler, "
+            f"got {type(scheduler).__name__}"
         )
-        bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:.0f}")
-        window["tokens"], window["time"] = 0, now
+    try:
+        json.dumps(scheduler.state_dict())
+    except (TypeError, ValueError) as err:
+        raise TypeError(
+            f"{type(scheduler).__name__}'s state_dict must be JSON (numbers, lists, dicts) to "
+            f"be checkpointed without pickle: {err}"
+        ) from None
+    return scheduler
 
-    def _out_of_time(self, start: float) -> bool:
-        limit = self.config.max_minutes
-        return limit is not None and time.monotonic() - start >= 60.0 * limit
 
-    def _snapshot(self) -> tuple[dict, tuple[dict, dict]]:
-        """The data order and RNG states at a step boundary (restored on a mid-step Ctrl-C)."""
-        return self.batches.state_dict(), capture_rng()
+def _n_averaged(checkpoint: LoadedCheckpoint) -> int:
+    """The EMA's ``n_averaged`` a checkpoint saved; one written before the EMA was torch's
+    made one update per step after its initial weights: ``step + 1``."""
+    saved = checkpoint.state.get("ema", {"n_averaged": checkpoint.step + 1})
+    n = saved.get("n_averaged") if isinstance(saved, dict) else None
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"ema.n_averaged must be an int >= 1, got {n!r}")
+    return n
 
-    def _catch_stop_signals(self) -> dict:
-        """While fitting, the first SIGINT or SIGTERM asks for a clean stop; returns the old
-        handlers (those Python can put back) by signal."""
-        if threading.current_thread() is not threading.main_thread():
-            return {}
 
-        def request_stop(signum, frame):
-            if self._stop_requested is not None:
-                raise KeyboardInterrupt
-            self._stop_requested = STOP_SIGNALS[signal.Signals(signum)]
+def _gradient_norm(model: nn.Module, clip: float) -> torch.Tensor:
+    """The global norm of ``model``'s gradients before clipping (clipped to ``clip`` when it
+    is > 0), as a tensor: it is read only when a record is made."""
+    if clip > 0:
+        return nn.utils.clip_grad_norm_(model.parameters(), clip)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    return nn.utils.get_total_norm(grads) if grads else torch.zeros(())
 
-        previous = {signum: signal.signal(signum, request_stop) for signum in STOP_SIGNALS}
-        return {signum: handler for signum, handler in previous.items() if handler is not None}
+
+def _as_float(value: torch.Tensor) -> float:
+    """A (possibly replicated ``DTensor``) scalar as a Python float."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(value, DTensor):
+        value = value.full_tensor()
+    return float(value)
+
+def _loss_window(saved: object) -> tuple[float, int]:
+    """The ``loss_window`` of a checkpoint's state: the losses summed since the last record,
+    and how many; a checkpoint from before it kept none starts a new window. TypeError or
+    ValueError (turned into a ``CheckpointError`` naming the file) for any other value."""
+    if saved is None:
+        return 0.0, 0
+    if not isinstance(saved, dict) or set(saved) != {"sum", "steps"}:
+        raise ValueError(f"loss_window must be {{'sum': float, 'steps': int}}, got {saved!r}")
+    total, steps = saved["sum"], saved["steps"]
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"loss_window steps must be an int >= 0, got {steps!r}")
+    if isinstance(total, bool) or not isinstance(total, int | float) or not math.isfinite(total):
+        raise ValueError(f"loss_window sum must be a finite number, got {total!r}")
+    return float(total), steps

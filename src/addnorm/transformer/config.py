@@ -4,7 +4,7 @@ Variants come from ``dataclasses.replace(cfg, ...)`` (validated again); checkpoi
 config as JSON through ``to_dict()`` / ``from_dict()``. The named configurations, one typed
 dict per model: ``TRANSFORMER_PRESETS`` (the paper's base model and small CPU-sized ones) and
 ``LM_PRESETS``; ``PRESETS`` holds both by name, each entry typed as its own config (a
-``TypedDict``, ``Presets``); ``addnorm.presets`` looks them up by config type.
+``TypedDict``, ``Presets``); a task names its family's dict (``Task.presets``).
 
 Each model config tells its model's size without building it: ``count_parameters()`` (within
 2% of the built model's: every bias and norm vector is counted whether the config has it or

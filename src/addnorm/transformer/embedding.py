@@ -25,7 +25,9 @@ out-of-vocabulary error instead of a device-side assert.
 Compiled and exported: while ``torch.compile`` or ``torch.export`` captures a graph, nothing
 is read back. The inputs take the general path (per-row positions from the padding, and the
 padding mask, always), which gives the eager results on any batch, and the id range becomes
-an in-graph assert (:func:`~addnorm.utils.checks.assert_in_graph`). ``torch.jit.trace`` (which
+an in-graph assert (:func:`~addnorm.utils.checks.assert_in_graph`). A model without a padding
+token called without a padding mask (GPT-2 in training) has no padding to read: no mask and
+no per-row positions there either. ``torch.jit.trace`` (which
 would freeze one batch's choice) is refused.
 """
 
@@ -182,9 +184,14 @@ def model_inputs(
 
     While ``torch.compile`` / ``torch.export`` captures a graph nothing is read back: the
     positions and the mask are always given (the same results: the general path), and the
-    value checks become in-graph asserts. ``torch.jit.trace`` is refused.
+    value checks become in-graph asserts. ``torch.jit.trace`` is refused. Without a padding
+    token (``pad_id`` None) and without a ``padding_mask`` no token is padding, which needs
+    no read: the mask and the positions are None on every path, so a captured graph keeps
+    SDPA's ``is_causal`` (flash) path and the sliced position tables too.
     """
     refuse_tracing("addnorm's Transformer models")
+    if padding_mask is None and pad_id is None:  # no padding, known without reading anything
+        return Tokens(check_ids(name, ids, vocab_size, max_len), None, None)
     ids = id_tensor(name, ids, max_len)
     padding = padding_from(mask_name, padding_mask, ids, pad_id)
     seen = (~padding).long().cumsum(dim=1)  # (B, L) real tokens up to each one

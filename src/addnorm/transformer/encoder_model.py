@@ -290,13 +290,22 @@ class EncoderModel(PretrainedMixin, nn.Module):
     def example_inputs(
         self, part: str, *, batch: int, length: int, generator: torch.Generator
     ) -> dict[str, torch.Tensor]:
-        """ids and padding_mask (B, L): an unpadded, a right- and a left-padded row."""
-        return ids_example_inputs(self.cfg.vocab_size, self.cfg.pad_id, batch=batch,
-                                  length=length, generator=generator)
+        """ids and padding_mask (B, L): an unpadded, a right- and a left-padded row; with a
+        token-type table, token_type_ids (B, L) too (random types, 0 at padding, as BERT's
+        tokenizers write them), so an exported model takes the segments BERT users pass."""
+        inputs = ids_example_inputs(self.cfg.vocab_size, self.cfg.pad_id, batch=batch,
+                                    length=length, generator=generator)
+        if self.cfg.n_token_types:
+            padding = inputs["padding_mask"]
+            types = torch.randint(0, self.cfg.n_token_types, padding.shape, generator=generator)
+            inputs["token_type_ids"] = types.masked_fill(padding, 0)  # (B, L)
+        return inputs
 
     def dynamic_shapes(self) -> DynamicShapes:
-        """The batch and the length (at most ``max_len`` with learned positions)."""
-        return ids_dynamic_shapes(self.cfg)
+        """The batch and the length (at most ``max_len`` with learned positions), shared by
+        ids, padding_mask and token_type_ids."""
+        shapes = ids_dynamic_shapes(self.cfg)
+        return {**shapes, "token_type_ids": shapes["ids"]}
 
 
 def mean_pool(hidden: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:

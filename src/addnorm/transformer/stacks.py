@@ -82,7 +82,9 @@ class Encoder(nn.Module):
             mirrors ``nn.Transformer`` (two norms in a row).
         unpad: with a ``padding_mask`` (and no ``causal`` or ``cache``), run the layers on the
             real tokens only, packed into one row (see :mod:`addnorm.packing`); the output is
-            zero at padding positions, and every layer and hook sees (1, N, D). Padding
+            zero at padding positions, and every layer and hook sees (1, N, D). Attention
+            runs over each row's real tokens (:mod:`addnorm.varlen_attention`), or, with an
+            ``attend_mask``, on its projections unpacked to the padded layout. Padding
             outputs are zeroed on every path, compiled ones included (which do not pack: the
             packed shape depends on the data). Not with ``norm="group"``, whose statistics
             span each sequence's positions.
@@ -142,7 +144,8 @@ class Encoder(nn.Module):
         unpadding = self.unpad and padding_mask is not None and not causal and cache is None
         packing = _packing(mask) if unpadding else None
         if packing is not None:
-            x, mask = packing.pack(x), packed_mask(mask, packing)  # (1, N, D)
+            padding_only = attend_mask is None  # each row attends to its own tokens
+            x, mask = packing.pack(x), packed_mask(mask, packing, padding_only=padding_only)
         for layer, layer_cache in zip(self.layers, caches, strict=True):
             x = layer(x, mask, cache=layer_cache, positions=positions)
         x = self.norm(x, padding_mask=mask.query_padding)
@@ -220,6 +223,8 @@ class Decoder(nn.Module):
             )
         elif memory_padding_mask is not None:
             raise ValueError("give memory_padding_mask or a built memory_mask, not both")
+        # the target's padding queries are kept out of the cross-attention's backward pass
+        memory_mask = memory_mask._replace(query_padding=mask.query_padding)
         for layer, layer_cache in zip(self.layers, caches, strict=True):
             x = layer(x, memory, mask, memory_mask, cache=layer_cache, positions=positions)
         return self.norm(x, padding_mask=mask.query_padding)

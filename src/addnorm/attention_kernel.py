@@ -1,0 +1,72 @@
+"""Which kernel computes ``softmax(Q K^T / sqrt(Dh)) V`` for the attention modules.
+
+``F.scaled_dot_product_attention`` everywhere, but for one case where it is the slow one:
+bfloat16 on the CPU without gradients (inference under bf16 autocast, say). There SDPA's
+flash kernel keeps its scores in float32 and took 1.9-2x the time of the explicit product
+with bfloat16 matrix multiplications (``benchmarks/PERF_NOTES.md``: 4.2-4.4 against 2.1-2.3
+ms at 8 x 128 tokens, 8 heads of 64, one core with avx512_bf16), which is what torch.nn's
+fast path (``_transformer_encoder_layer_fwd``) computes. The explicit product rounds the
+scores to bfloat16 before the softmax; in a layer whose residual stream stays float32 that
+moved the output's error against float64 from 0.00203 to 0.00209 (RMS, the same layer and
+input; torch.nn's fast path, whose residual stream is bfloat16 too: 0.00388).
+
+Not for float16 (its scores overflow at 65504 where a float32 accumulator does not), not
+with gradients (the product keeps a (B, H, L, S) tensor for the backward where SDPA keeps
+none), and not past ``EXPLICIT_MAX_SCORES`` scores (their memory grows as L S).
+
+Shapes legend: B batch, H heads, L queries, S keys, Dh head dim.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["EXPLICIT_MAX_SCORES", "explicit_product_pays", "scaled_dot_product"]
+
+EXPLICIT_MAX_SCORES = 2**24  # 32 MiB of bfloat16 scores
+
+
+def explicit_product_pays(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float
+                          ) -> bool:
+    """Whether the explicit bfloat16 product takes this call (see the module docstring)."""
+    if q.device.type != "cpu" or q.dtype != torch.bfloat16 or dropout_p != 0.0:
+        return False  # decided before any size is looked at: no guard on a traced batch size
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return False
+    return math.prod(q.shape[:-1]) * k.shape[-2] <= EXPLICIT_MAX_SCORES
+
+
+def scaled_dot_product(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    allowed: torch.Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
+    """``F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, ...)``, through the
+    explicit product where that is faster (:func:`explicit_product_pays`).
+
+    Args:
+        allowed: True = may attend, broadcasting against (B, H, L, S); every row must see a
+            key (an :class:`~addnorm.attention_mask.AttentionMask` opens rows that see none).
+        is_causal: SDPA's ``is_causal`` (top-left aligned; used with L == S).
+
+    Shapes:
+        q: (B, H, L, Dh); k, v: (B, H, S, Dh); returns: (B, H, L, Dh)
+    """
+    if not explicit_product_pays(q, k, v, dropout_p):
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=allowed, dropout_p=dropout_p, is_causal=is_causal
+        )
+    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # (B, H, L, S)
+    if is_causal:
+        causal = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).tril()
+        allowed = causal if allowed is None else allowed & causal
+    if allowed is not None:
+        scores = scores.masked_fill_(~allowed, float("-inf"))
+    return scores.softmax(dim=-1) @ v  # (B, H, L, Dh)

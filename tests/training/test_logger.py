@@ -1,0 +1,156 @@
+"""Trackers: a trainer's records handed to a ``Logger``, TensorBoard's event files.
+
+Provenance: the records a tracker gets are those ``metrics.jsonl`` holds (the same dicts);
+TensorBoard's own reader (``event_accumulator``) reads the event files back, and a resumed
+run's events are compared with the records of the run it continues.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from addnorm.training import logger as logger_module
+from addnorm.training.checkpoint import load_checkpoint
+from addnorm.training.config import TrainConfig
+from addnorm.training.logger import LoggerCallback, TensorBoardLogger, TensorBoardMissingError
+from addnorm.training.metrics import draw_samples, read_metrics
+from addnorm.training.schedules import ScheduleConfig
+from addnorm.training.trainer import Trainer
+
+needs_tensorboard = pytest.mark.skipif(
+    importlib.util.find_spec("tensorboard") is None, reason="tensorboard is not installed"
+)
+
+
+class SumBatches:
+    """Regression batches y = sum(x) from a seeded random.Random (the data order is JSON)."""
+
+    def __init__(self) -> None:
+        self.rng = random.Random(0)
+
+    def next_batch(self):
+        x = torch.tensor([[self.rng.random() for _ in range(4)] for _ in range(8)])
+        return {"x": x, "y": x.sum(-1, keepdim=True)}
+
+    def state_dict(self):
+        version, internal, gauss = self.rng.getstate()
+        return {"rng": [version, list(internal), gauss]}
+
+    def load_state_dict(self, state):
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+
+
+def make_trainer(run_dir, *, loggers=(), **settings) -> Trainer:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))
+    config = TrainConfig(**{"lr": 1e-2, "warmup": 2, "log_every": 1, **settings})
+    return Trainer(
+        model, lambda m, b: (nn.functional.mse_loss(m(b["x"]), b["y"]), 8), SumBatches(),
+        config, run_dir=run_dir, loggers=loggers,
+        schedule=ScheduleConfig("cosine", config.lr, config.warmup, total_steps=12),
+    )
+
+
+class Recorder:
+    """A tracker that keeps what it is given (what a W&B adapter would send)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def start(self, step):
+        self.calls.append(("start", step))
+
+    def log_scalars(self, step, values):
+        self.calls.append(("scalars", step, dict(values)))
+
+    def log_image(self, step, tag, image):
+        self.calls.append(("image", step, tag, image.shape))
+
+    def flush(self):
+        self.calls.append(("flush",))
+
+    def close(self):
+        self.calls.append(("close",))
+
+
+def test_a_logger_gets_every_record_of_the_metrics_file_under_train(tmp_path):
+    recorder = Recorder()
+    trainer = make_trainer(tmp_path, max_steps=6, loggers=[recorder])
+    trainer.fit()
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert recorder.calls[0] == ("start", 0) and recorder.calls[-1] == ("flush",)
+    logged = [c for c in recorder.calls if c[0] == "scalars"]
+    assert [(step, values) for _, step, values in logged] == [
+        (r["step"], {f"train/{k}": v for k, v in r.items() if k != "step"}) for r in records
+    ]
+    assert {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s"} <= set(
+        logged[0][2]
+    )
+
+
+def test_a_logger_callback_refuses_an_object_without_the_logger_methods():
+    with pytest.raises(TypeError, match="start, log_scalars, log_image, flush and close"):
+        LoggerCallback(object())  # type: ignore[arg-type]
+
+
+def test_tensorboard_asked_for_without_the_package_names_how_to_install_it(monkeypatch,
+                                                                         tmp_path):
+    monkeypatch.setattr(logger_module, "tensorboard_available", lambda: False)
+    with pytest.raises(TensorBoardMissingError, match="pip install tensorboard"):
+        TensorBoardLogger(tmp_path)
+
+
+def _events(log_dir):
+    from tensorboard.backend.event_processing import event_accumulator
+
+    accumulator = event_accumulator.EventAccumulator(
+        str(log_dir), size_guidance={event_accumulator.SCALARS: 0, event_accumulator.IMAGES: 0}
+    )
+    accumulator.Reload()
+    return accumulator
+
+
+@needs_tensorboard
+def test_a_resumed_run_appends_to_its_tensorboard_run_without_repeating_steps(tmp_path):
+    # The first run logs steps 1-10 and checkpoints at 6 and 10; resuming from step 6 must
+    # hide its steps 7-10 (purge_step) and log the resumed run's 7-12 once.
+    log_dir = tmp_path / "tensorboard"
+    first = TensorBoardLogger(log_dir)
+    make_trainer(tmp_path, max_steps=10, checkpoint_every=6, keep_checkpoints=2,
+                 loggers=[first]).fit()
+    first.close()
+    second = TensorBoardLogger(log_dir)
+    resumed = make_trainer(tmp_path, max_steps=12, checkpoint_every=6, loggers=[second])
+    resumed.load(load_checkpoint(tmp_path / "checkpoints" / "step-00000006"))
+    resumed.fit()
+    second.log_image(12, "samples", np.zeros((4, 6, 3), dtype=np.uint8))
+    second.close()
+    events = _events(log_dir)
+    losses = [(e.step, e.value) for e in events.Scalars("train/loss")]
+    records = read_metrics(tmp_path / "metrics.jsonl")  # kept up to 6, then the resumed run's
+    assert [step for step, _ in losses] == list(range(1, 13))
+    # event files hold float32: the records' float64 losses rounded once
+    assert [value for _, value in losses] == [
+        float(torch.tensor(r["loss"], dtype=torch.float32)) for r in records
+    ]
+    (image,) = events.Images("samples")
+    assert (image.step, image.width, image.height) == (12, 6, 4)
+
+
+def test_draw_samples_draws_digits_side_by_side_and_text_one_line_a_sample():
+    digits = [{"class": c, "pixels": [[float(c)] * 8] * 8} for c in range(3)]
+    picture = draw_samples(digits, title="three digits")
+    assert picture.dtype == np.uint8 and picture.ndim == 3 and picture.shape[2] == 3
+    assert picture.shape[1] > picture.shape[0]  # side by side
+    text = draw_samples([{"input": "1 May 2001", "prediction": "2001-05-01",
+                          "answer": "2001-05-01"}] * 4)
+    more = draw_samples([{"input": "1 May 2001", "prediction": "2001-05-01",
+                          "answer": "2001-05-01"}] * 8)
+    assert more.shape[0] > text.shape[0]  # a line a sample
