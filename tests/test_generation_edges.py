@@ -374,20 +374,23 @@ def test_the_bytes_counted_per_row_are_those_of_the_cache_start_allocates(kind):
     assert counted == _cache_bytes(cache) // PROMPT.shape[0]
 
 
+@pytest.mark.parametrize("kind", ["lm", "seq2seq"])
 @pytest.mark.parametrize(("strategy", "name"), [("beam", "num_beams"),
                                                 ("sample", "num_return_sequences")])
-def test_the_rows_bound_is_exact_at_the_most_copies_it_names(strategy, name, monkeypatch):
+def test_the_rows_bound_is_exact_at_the_most_copies_it_names(strategy, name, kind,
+                                                             monkeypatch):
     """Identity: with the device's memory set to what ``most`` copies of every row take, the
     check accepts ``most`` (and decoding runs) and refuses ``most + 1``, naming ``most``."""
     import addnorm.generation.loop as loop_module
     from addnorm.generation.generate import cache_bytes_per_row
 
-    model = cached_model("lm", "rotary")
+    model = cached_model(kind, "rotary")
     config = dataclasses.replace(model.generation_config, strategy=strategy, max_new_tokens=3,
                                  num_beams=4, num_return_sequences=1, eos_id=None)
-    per_row = cache_bytes_per_row(model.generation_spec, config, PROMPT.shape[1],
-                                  torch.float32) + 11 * 4 * (2 if strategy == "beam" else 1) + (
-        3 * 8 if strategy == "beam" else 0)  # the cache, the float32 logits, the hypotheses
+    cache = cache_bytes_per_row(model.generation_spec, config, PROMPT.shape[1], torch.float32)
+    # the cache and the float32 logits; beam search: both twice (the cache's reordered copy,
+    # the log-probs' sums with the beam scores) and the hypotheses
+    per_row = (cache + 11 * 4) * 2 + 3 * 8 if strategy == "beam" else cache + 11 * 4
     most = 3
     limit = PROMPT.shape[0] * most * per_row
     monkeypatch.setattr(loop_module, "device_memory", lambda device: limit)

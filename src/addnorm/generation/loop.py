@@ -160,18 +160,20 @@ def check_rows_fit(
     num_return_sequences`` rows (sampling), more rows than the memory of ``device`` holds.
 
     Each row needs at least ``row_bytes`` (its decoding cache: the caller's count; 0 when
-    unknown) and a float32 row of V logits (beam search: two, its log-probs and their sums
-    with the beam scores, and ``max_new_tokens`` long ids of finished hypotheses): a lower
-    bound of what the rows allocate, as :func:`~addnorm.cache.check_cache_fits` is of the
-    cache, so what it refuses could not run.
+    unknown) and a float32 row of V logits (beam search: twice the cache, which every step
+    reorders to follow the beams' parents, ``index_select`` writing a copy of each tensor
+    before the old one is freed; two rows of logits, its log-probs and their sums with the
+    beam scores; and ``max_new_tokens`` long ids of finished hypotheses): a lower bound of
+    what the rows allocate, as :func:`~addnorm.cache.check_cache_fits` is of the cache, so
+    what it refuses could not run.
     """
     beam = config.strategy == "beam"
     name, copies = ("num_beams", config.num_beams) if beam else (
         "num_return_sequences", config.num_return_sequences)
     if copies == 1 or torch.compiler.is_compiling():
         return
-    per_row = row_bytes + vocab * 4 * (2 if beam else 1) + (config.max_new_tokens * 8 if beam
-                                                            else 0)
+    per_row = (row_bytes + vocab * 4) * (2 if beam else 1) + (config.max_new_tokens * 8 if beam
+                                                              else 0)
     rows = batch * copies
     limit = device_memory(device)
     if limit is not None and rows * per_row > limit:
@@ -179,10 +181,10 @@ def check_rows_fit(
         raise ValueError(
             f"{name} ({copies}) with max_new_tokens ({config.max_new_tokens}) makes {batch} x "
             f"{copies} = {rows:,} rows of decoding state, at least {rows * per_row:,} bytes "
-            f"({per_row:,} per row: its cache, float32 logits over {vocab} tokens"
-            f"{', its finished hypotheses' if beam else ''}), more than the {limit:,} bytes of "
-            f"memory the device ({torch.device(device)}) has: at most {most:,} fit {batch} "
-            "input rows"
+            f"({per_row:,} per row: its cache{' and its reordered copy' if beam else ''}, "
+            f"float32 logits over {vocab} tokens{', its finished hypotheses' if beam else ''}),"
+            f" more than the {limit:,} bytes of memory the device ({torch.device(device)}) "
+            f"has: at most {most:,} fit {batch} input rows"
         )
 
 
