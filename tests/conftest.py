@@ -34,3 +34,14 @@ def fresh_dynamo():
     counters.clear()
     yield
     torch._dynamo.reset()
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test: tiny models are not timed, and on a shared machine a
+    parallel region can wait long for its second thread (tests/bench and tests/experiments use
+    it for every test)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -335,3 +335,26 @@ def test_bad_inputs_raise_naming_the_values(call, error, match):
     ours, _ = pair()
     with pytest.raises(error, match=match):
         call(ours, randn(2, 5, D))
+
+
+def test_weights_of_a_variable_length_packed_mask_are_the_padded_batchs():
+    """A stack that packs a padded batch hands its layers a variable-length mask (queries
+    (1, N, D), no allowed matrix): forward_with_weights returns forward's packed output and, at
+    the real rows, the padded batch's weights."""
+    from addnorm.attention_mask import packed_mask, self_attention_mask
+    from addnorm.packing import Packing
+
+    ours, _ = pair()
+    x = randn(3, 5, D)
+    padding = right_padding([5, 2, 3], 5)
+    packing = Packing.from_padding(padding)
+    mask = packed_mask(self_attention_mask(x, n_heads=H, padding_mask=padding), packing,
+                       padding_only=True)
+    assert mask.variable_length
+    packed = packing.pack(x)  # (1, N, D)
+    out, weights = ours.forward_with_weights(packed, mask=mask)
+    torch.testing.assert_close(out, ours(packed, mask=mask), atol=1e-12, rtol=0)
+    _, padded_weights = ours.forward_with_weights(x, padding_mask=padding)
+    real = ~padding  # (B, L)
+    torch.testing.assert_close(weights.permute(0, 2, 1, 3)[real],
+                               padded_weights.permute(0, 2, 1, 3)[real], **FLOAT64_EXACT)

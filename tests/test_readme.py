@@ -267,3 +267,34 @@ def test_the_readmes_train_lines_after_the_demo_do_not_reuse_the_demos_folders()
     for line in lines:
         args = parser.parse_args(shlex.split(line)[1:])
         assert args.resume or args.overwrite or args.out not in taken, line
+
+
+def test_the_readmes_watch_numbers_are_the_recorded_runs():
+    # docs/watch-lm.json: the trimmed watch.jsonl of the runs "Looking inside a run" names;
+    # the table's ratios are summary.depth_profile of them (what `addnorm info` prints), the
+    # BatchNorm sentence their norms' statistics, each to the digits the README shows.
+    from addnorm.inspection.summary import depth_profile
+
+    runs = json.loads((ROOT / "docs" / "watch-lm.json").read_text(encoding="utf-8"))["runs"]
+    text = _flat(README.read_text(encoding="utf-8"))
+    for position in ("post", "pre"):
+        by_step = {r["step"]: r for r in runs[position]}
+        row = re.search(rf"\| {position}-LN \| ([^\n]*?) \|(?: \||$)", text)
+        assert row, f"the README's {position}-LN row is missing"
+        shown = [cell.strip().rstrip("x") for cell in row.group(1).split("|")[:4]]
+        for step, value in zip((1, 10, 20, 30), shown, strict=True):
+            ratio = depth_profile(by_step[step])[1]
+            decimals = len(value.partition(".")[2])
+            assert f"{ratio:.{decimals}f}" == value, (position, step, ratio, value)
+    steps = {r["step"]: r["norms"] for r in runs["batch"]}
+    first_gap = [n["mean_gap"] for n in steps[1].values()]
+    first_noise = [n["batch_noise"] for n in steps[1].values()]
+    last_gap = [n["mean_gap"] for n in steps[30].values()]
+    assert f"sits {min(first_gap):.2f}-{max(first_gap):.2f} running standard deviations" in text
+    assert f"puts {min(first_noise):.0%}-{max(first_noise):.0%}".replace("%", "") in text
+    assert f"the gap is {min(last_gap):.2f}-{max(last_gap):.2f}" in text
+    last = steps[30]
+    assert f"the noise {last['blocks.layers.0.attn_add_norm.norm']['batch_noise']:.0%}" in text
+    deepest = last["blocks.layers.1.ff_add_norm.norm"]["batch_noise"]
+    assert f"{deepest:.0%} in the last layer" in text
+    assert f"{last['blocks.norm']['batch_noise']:.0%} at the final norm" in text

@@ -28,6 +28,7 @@ from addnorm.encodings import (
 from addnorm.feedforward import FeedForward, GatedFeedForward, make_feedforward
 from addnorm.generation.config import GenerationConfig
 from addnorm.generation.loop import generate_tokens
+from addnorm.inspection import Watch, watch
 from addnorm.interop import (
     from_diffusers,
     from_dit_state_dict,
@@ -90,6 +91,7 @@ __all__ = [
     "Transformer",
     "TransformerConfig",
     "TransformerLM",
+    "Watch",
     "cross_attention_mask",
     "from_diffusers",
     "from_dit_state_dict",
@@ -109,6 +111,7 @@ __all__ = [
     "to_dit_state_dict",
     "to_torch",
     "to_transformers",
+    "watch",
 ]
 
 

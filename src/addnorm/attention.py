@@ -256,6 +256,7 @@ class MultiHeadAttention(nn.Module):
         x: torch.Tensor,
         memory: torch.Tensor | None = None,
         *,
+        mask: AttentionMask | None = None,
         padding_mask: torch.Tensor | None = None,
         attend_mask: torch.Tensor | None = None,
         causal: bool = False,
@@ -264,14 +265,25 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`forward` for inspection, also returning the attention weights (no SDPA).
 
-        Takes :meth:`forward`'s arguments. The weights are ``softmax(Q K^T / sqrt(Dh))`` over
-        the visible keys, before dropout; each row sums to 1, or is all zeros when the row
-        sees no key. Called directly (not through ``__call__``), so module hooks do not fire.
+        Takes :meth:`forward`'s arguments, a prebuilt ``mask`` included (trusted as there:
+        :mod:`addnorm.inspection` recomputes a watched layer's weights from the arguments its
+        forward received). The weights are ``softmax(Q K^T / sqrt(Dh))`` over the visible
+        keys, before dropout; each row sums to 1, or is all zeros when the row sees no key.
+        Called directly (not through ``__call__``), so this module's hooks do not fire.
 
         Shapes:
-            returns: output (B, L, D), weights (B, H, L, S)
+            returns: output (B, L, D), weights (B, H, L, S); with a packed ``mask``, output
+            (1, N, D) and weights in the padded layout (B, H, L, L)
         """
-        mask = self._checked_mask(x, memory, cache, padding_mask, attend_mask, causal)
+        if mask is None:
+            mask = self._checked_mask(x, memory, cache, padding_mask, attend_mask, causal)
+        elif padding_mask is not None or attend_mask is not None or causal:
+            raise ValueError(
+                "pass either a prebuilt mask or padding_mask / attend_mask / causal, not both"
+            )
+        if mask.variable_length:  # the explicit product needs the padded layout's mask
+            assert mask.packing is not None  # for mypy: implied by variable_length
+            mask = mask._replace(allowed=mask.packing.attend_keys)  # (B, 1, 1, L)
         q, k, v = self._project(x, memory, cache, positions, mask)
         q = finite_padding_queries(q, mask.query_padding)
         return self._attend_with_weights(q, k, v, mask)

@@ -2,12 +2,8 @@
 loaded machine, and the same numbers whatever the core count)."""
 
 import pytest
-import torch
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_thread):
+    """Every experiment test on one torch thread (tests/conftest.py's one_thread)."""

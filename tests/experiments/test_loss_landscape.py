@@ -25,7 +25,7 @@ class FrozenBatchNorm(BatchNorm):
 
 @pytest.fixture(scope="module")
 def full_run():
-    # One thread, as conftest's one_thread gives each test (a module fixture runs before it).
+    # One thread, as conftest's _one_thread gives each test (a module fixture runs before it).
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -1,12 +1,12 @@
-"""Writing an experiment: figure.png, strict result.json, verdicts.json and the
-self-contained page, with its four verdicts (supported, not supported, mixed, undecided), the
-verdict under each condition and the verdicts at other values of a threshold."""
+"""Writing an experiment: figure.png and strict result.json, its four verdicts (supported, not
+supported, mixed, undecided), the verdict under each condition and the verdicts at other
+values of a threshold (the page: test_page.py; verdicts.json: test_record.py)."""
 
 import json
-import math
 import re
 
 import pytest
+from toy_outcomes import PNG, toy_conditions, toy_outcome
 
 from addnorm.experiments import (
     _MODULES,
@@ -14,30 +14,17 @@ from addnorm.experiments import (
     Outcome,
     write_index,
     write_outcome,
-    write_verdicts,
 )
 from addnorm.experiments.outcome import (
-    Condition,
     Reading,
     Sensitivity,
     combine,
-    new_figure,
     verdict_of,
 )
 
-PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def _outcome(supported: bool | None, because: str = "") -> Outcome:
-    fig = new_figure(2, 2)
-    fig.subplots().plot([0, 1], [1, 0])
-    return Outcome(name="toy", claim="c <b>", method="m", headline="h", supported=supported,
-                   numbers={"loss": [1.0, math.nan], "inf": math.inf}, figure=fig,
-                   seeds=("001", "003"), undecided_because=because)
-
 
 def test_write_outcome_writes_a_png_and_strict_json(tmp_path):
-    folder = write_outcome(_outcome(True), tmp_path)
+    folder = write_outcome(toy_outcome(True), tmp_path)
     assert (folder / "figure.png").read_bytes()[:8] == PNG
     record = json.loads((folder / "result.json").read_text())
     assert record["supported"] is True and record["claim"] == "c <b>"
@@ -45,18 +32,8 @@ def test_write_outcome_writes_a_png_and_strict_json(tmp_path):
     assert record["numbers"] == {"loss": [1.0, None], "inf": None}  # no NaN in the JSON
 
 
-def test_index_embeds_figures_and_says_plainly_when_a_claim_failed(tmp_path):
-    write_outcome(_outcome(False), tmp_path)
-    page = write_index(tmp_path, ["toy", "absent"]).read_text()
-    assert "data:image/png;base64," in page  # embedded: opens with no server
-    assert "src=\"toy" not in page and "http" not in page  # nothing fetched
-    assert "NOT supported" in page
-    assert "c &lt;b&gt;" in page  # escaped
-    assert "Not run yet" in page
-
-
 def test_an_undecided_run_is_null_in_the_json_and_says_why_on_the_page(tmp_path):
-    outcome = _outcome(None, because="10 steps <learn> nothing")
+    outcome = toy_outcome(None, because="10 steps <learn> nothing")
     assert outcome.verdict == "undecided"
     record = json.loads((write_outcome(outcome, tmp_path) / "result.json").read_text())
     assert record["supported"] is None and record["verdict"] == "undecided"
@@ -68,18 +45,11 @@ def test_an_undecided_run_is_null_in_the_json_and_says_why_on_the_page(tmp_path)
 
 def test_undecided_needs_a_reason_and_only_undecided_has_one():
     with pytest.raises(ValueError, match="undecided_because"):
-        _outcome(None)
+        toy_outcome(None)
     with pytest.raises(ValueError, match="undecided_because"):
-        _outcome(True, because="why")
+        toy_outcome(True, because="why")
     with pytest.raises(TypeError, match="True, False or None"):
-        _outcome(1)  # type: ignore[arg-type]
-
-
-def test_the_page_stands_alone_for_a_pip_user(tmp_path):
-    write_outcome(_outcome(True), tmp_path)
-    page = write_index(tmp_path, ["toy"]).read_text()
-    assert "SPEC" not in page  # no file a pip user does not have
-    assert "five blog posts" in page and "seed posts 001 and 003" in page
+        toy_outcome(1)  # type: ignore[arg-type]
 
 
 def test_every_experiment_names_the_seed_posts_its_claim_comes_from():
@@ -94,7 +64,7 @@ def test_experiment_names_are_cli_names():
 
 
 def test_another_reading_keeps_its_own_verdict_in_the_json_and_on_the_page(tmp_path):
-    outcome = _outcome(True)
+    outcome = toy_outcome(True)
     outcome.also = (Reading(claim="stronger <claim>", supported=False, headline="0.35 < 0.5"),
                     Reading(claim="other", supported=None, headline="h2", undecided_because="w"))
     record = json.loads((write_outcome(outcome, tmp_path) / "result.json").read_text())
@@ -113,12 +83,6 @@ def test_a_reading_checks_its_verdict_like_an_outcome():
         Reading(claim="c", supported="yes", headline="h")  # type: ignore[arg-type]
 
 
-def _conditions(*supported: bool | None) -> tuple[Condition, ...]:
-    return tuple(Condition(name=f"lr {i}", supported=s, headline=f"h{i} <x>",
-                           undecided_because="" if s is not None else f"why {i}")
-                 for i, s in enumerate(supported))
-
-
 @pytest.mark.parametrize(("supported", "expected"), [
     ((True, True), (True, "supported")),
     ((False, False), (False, "not supported")),
@@ -128,31 +92,31 @@ def _conditions(*supported: bool | None) -> tuple[Condition, ...]:
     ((None, None), (None, "undecided")),
 ])
 def test_conditions_combine_into_one_verdict_and_mixed_where_they_disagree(supported, expected):
-    conditions = _conditions(*supported)
+    conditions = toy_conditions(*supported)
     combined, because = combine(conditions)
     assert (combined, verdict_of(conditions)) == expected
     assert bool(because) == (combined is None)
-    outcome = _outcome(combined, because)
+    outcome = toy_outcome(combined, because)
     outcome = Outcome(**{**outcome.__dict__, "conditions": conditions})
     assert outcome.verdict == expected[1]
 
 
 def test_all_undecided_conditions_give_their_reasons():
-    assert combine(_conditions(None, None)) == (None, "lr 0: why 0; lr 1: why 1")
+    assert combine(toy_conditions(None, None)) == (None, "lr 0: why 0; lr 1: why 1")
     with pytest.raises(ValueError, match="at least one"):
         combine(())
 
 
 def test_a_verdict_that_is_not_what_its_conditions_decide_is_refused():
     with pytest.raises(ValueError, match="not what the conditions decide"):
-        Outcome(**{**_outcome(True).__dict__, "conditions": _conditions(True, False)})
+        Outcome(**{**toy_outcome(True).__dict__, "conditions": toy_conditions(True, False)})
     with pytest.raises(ValueError, match="not what the conditions decide"):
-        Reading(claim="c", supported=False, headline="h", conditions=_conditions(True, None))
+        Reading(claim="c", supported=False, headline="h", conditions=toy_conditions(True, None))
 
 
 def test_a_mixed_outcome_is_false_in_the_json_with_each_condition_and_marked_on_the_page(
         tmp_path):
-    outcome = Outcome(**{**_outcome(False).__dict__, "conditions": _conditions(False, True)})
+    outcome = Outcome(**{**toy_outcome(False).__dict__, "conditions": toy_conditions(False, True)})
     assert outcome.verdict == "mixed"
     record = json.loads((write_outcome(outcome, tmp_path) / "result.json").read_text())
     # Backward compatible: a reader of "supported" alone sees a claim that did not hold
@@ -166,17 +130,6 @@ def test_a_mixed_outcome_is_false_in_the_json_with_each_condition_and_marked_on_
     assert "Mixed: the numbers support the claim under some" in page
 
 
-def test_a_result_written_before_conditions_existed_still_shows(tmp_path):
-    write_outcome(_outcome(False), tmp_path)
-    path = tmp_path / "toy" / "result.json"
-    record = json.loads(path.read_text())
-    for key in ("conditions", "sensitivity"):
-        del record[key]
-    path.write_text(json.dumps(record))
-    page = write_index(tmp_path, ["toy"]).read_text()
-    assert "claim NOT supported by this run" in page and "By condition" not in page
-
-
 def _sensitivity(first: str = "supported") -> Sensitivity:
     return Sensitivity(setting="a <threshold>", values=(0.0, 0.5), used=0.5,
                        rows=(("claim", ("not supported", first)),),
@@ -184,7 +137,7 @@ def _sensitivity(first: str = "supported") -> Sensitivity:
 
 
 def test_a_sensitivity_table_shows_each_value_and_must_agree_with_the_verdict(tmp_path):
-    outcome = Outcome(**{**_outcome(True).__dict__, "sensitivity": _sensitivity()})
+    outcome = Outcome(**{**toy_outcome(True).__dict__, "sensitivity": _sensitivity()})
     record = json.loads((write_outcome(outcome, tmp_path) / "result.json").read_text())
     assert record["sensitivity"]["rows"] == [
         {"label": "claim", "verdicts": ["not supported", "supported"]}]
@@ -193,7 +146,7 @@ def test_a_sensitivity_table_shows_each_value_and_must_agree_with_the_verdict(tm
     assert '<span class="verdict failed">NOT supported</span>' in page
     assert "compares b" in page
     with pytest.raises(ValueError, match="sensitivity's verdicts"):
-        Outcome(**{**_outcome(True).__dict__, "sensitivity": _sensitivity("mixed")})
+        Outcome(**{**toy_outcome(True).__dict__, "sensitivity": _sensitivity("mixed")})
 
 
 def test_a_sensitivity_needs_one_known_verdict_per_value():
@@ -205,16 +158,3 @@ def test_a_sensitivity_needs_one_known_verdict_per_value():
         Sensitivity(setting="s", values=(1.0,), used=1.0, rows=(("r", ("held",)),))
     with pytest.raises(ValueError, match="notes"):
         Sensitivity(setting="s", values=(1.0,), used=1.0, rows=(), notes=("a", "b"))
-
-
-def test_verdicts_json_counts_the_seeds_claims_and_lists_every_verdict(tmp_path):
-    mixed = Outcome(**{**_outcome(False).__dict__, "conditions": _conditions(False, True)})
-    mixed.also = (Reading(claim="r", supported=None, headline="h", undecided_because="w"),)
-    write_outcome(mixed, tmp_path)
-    record = json.loads(write_verdicts(tmp_path, ["toy", "absent"]).read_text())
-    assert record["counts"] == {"supported": 0, "not supported": 0, "mixed": 1,
-                                "undecided": 0}
-    assert record["experiments"] == {"toy": {
-        "claim": "c <b>", "quick": False, "verdict": "mixed", "headline": "h",
-        "conditions": {"lr 0": "not supported", "lr 1": "supported"},
-        "also": [{"claim": "r", "verdict": "undecided", "headline": "h", "conditions": {}}]}}

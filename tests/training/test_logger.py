@@ -19,7 +19,7 @@ from addnorm.training import logger as logger_module
 from addnorm.training.checkpoint import load_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.logger import LoggerCallback, TensorBoardLogger, TensorBoardMissingError
-from addnorm.training.metrics import draw_samples, read_metrics
+from addnorm.training.metrics import read_metrics
 from addnorm.training.schedules import ScheduleConfig
 from addnorm.training.trainer import Trainer
 
@@ -142,15 +142,3 @@ def test_a_resumed_run_appends_to_its_tensorboard_run_without_repeating_steps(tm
     ]
     (image,) = events.Images("samples")
     assert (image.step, image.width, image.height) == (12, 6, 4)
-
-
-def test_draw_samples_draws_digits_side_by_side_and_text_one_line_a_sample():
-    digits = [{"class": c, "pixels": [[float(c)] * 8] * 8} for c in range(3)]
-    picture = draw_samples(digits, title="three digits")
-    assert picture.dtype == np.uint8 and picture.ndim == 3 and picture.shape[2] == 3
-    assert picture.shape[1] > picture.shape[0]  # side by side
-    text = draw_samples([{"input": "1 May 2001", "prediction": "2001-05-01",
-                          "answer": "2001-05-01"}] * 4)
-    more = draw_samples([{"input": "1 May 2001", "prediction": "2001-05-01",
-                          "answer": "2001-05-01"}] * 8)
-    assert more.shape[0] > text.shape[0]  # a line a sample

@@ -2,13 +2,12 @@
 
 Provenance: parameter and buffer counts are compared with the models built from the same
 configs (``sum(p.numel())``); the byte estimates with their own definition (four float32
-copies of the weights at least); ``parse_json``'s depth limit with ``json.loads``.
+copies of the weights at least).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import pytest
 import torch
@@ -24,8 +23,6 @@ from addnorm.training.sizes import (
 from addnorm.transformer import Transformer, TransformerLM
 from addnorm.transformer.config import PRESETS
 from addnorm.transformer.encoder_model import EncoderConfig, EncoderModel
-from addnorm.utils.files import MAX_JSON_DEPTH, parse_json
-from addnorm.utils.memory import available_memory, format_bytes
 
 TINY, LM = PRESETS["tiny"], PRESETS["lm-tiny"]
 ENCODER = EncoderConfig(vocab_size=100, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_len=64)
@@ -110,19 +107,3 @@ def test_check_model_fits_refuses_layers_and_sizes_no_machine_holds():
     with pytest.raises(SizeError, match="parameters"):
         check_model_fits(dataclasses.replace(TINY, d_ff=10**15))
     check_model_fits(TINY)
-
-
-def test_available_memory_is_a_positive_byte_count_on_linux():
-    free = available_memory("cpu")
-    assert free is None or free > 0
-    assert format_bytes(16e9) == "16 GB" and format_bytes(999) == "999 B"
-
-
-def test_parse_json_refuses_nesting_past_the_limit_and_equals_json_loads_below_it():
-    ok = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
-    assert parse_json(ok) == json.loads(ok)
-    for depth in (MAX_JSON_DEPTH + 1, 1_000_000):
-        with pytest.raises(ValueError, match="nested deeper"):
-            parse_json('{"a": ' * depth + "1" + "}" * depth)
-    with pytest.raises(json.JSONDecodeError):
-        parse_json("{")

@@ -1,14 +1,13 @@
-"""The generic trainer, its schedules, EMA and config, on a tiny stand-in model.
+"""The generic trainer on a tiny stand-in model (its schedules, EMA, config and optimizer
+have their own test files).
 
-Provenance of expected values: the schedule formulas themselves (the paper's eq. 3, the
-warm-up and cosine restated in closed form, and the cosine's end points), the EMA update rule,
-the identity between gradient accumulation and one big batch, and a resumed run compared with
-the same run uninterrupted (bit for bit).
+Provenance of expected values: the lr each step took against the schedule's own torch
+scheduler, the identity between gradient accumulation and one big batch, and a resumed run
+compared with the same run uninterrupted (bit for bit).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import random
@@ -17,39 +16,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given
-from hypothesis import strategies as st
-from properties import examples
-from tolerances import FLOAT32_ROUNDED, FLOAT64_EXACT, u
+from scheduled import scheduled_lrs
+from tolerances import FLOAT64_EXACT, u
 from torch import nn
 
 from addnorm.training.checkpoint import list_checkpoints, load_checkpoint
 from addnorm.training.config import TrainConfig
-from addnorm.training.ema import ema_decay, make_ema
 from addnorm.training.metrics import plot_loss_curve, plot_quality, read_metrics
-from addnorm.training.schedules import SCHEDULES, ScheduleConfig, noam_lr
-from addnorm.training.trainer import Probe, Trainer, make_optimizer
-
-
-def scheduled_lrs(schedule: ScheduleConfig, steps: int) -> list[float]:
-    """The learning rates of steps 1 .. ``steps`` that ``schedule``'s torch scheduler sets."""
-    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=schedule.lr)
-    scheduler = schedule.build(optimizer)
-    lrs = []
-    for _ in range(steps):
-        lrs.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
-    return lrs
-
-
-def warmup_cosine(step: int, *, peak: float, warmup: int, total: int, final: float) -> float:
-    """Linear warm-up to ``peak`` at step ``warmup``, a half cosine to ``final`` at ``total``,
-    then ``final`` (the schedule "cosine" restated in closed form)."""
-    if step <= warmup:
-        return peak * step / warmup
-    progress = min((step - warmup) / max(total - warmup, 1), 1.0)
-    return final + 0.5 * (peak - final) * (1.0 + math.cos(math.pi * progress))
+from addnorm.training.schedules import ScheduleConfig
+from addnorm.training.trainer import Probe, Trainer
 
 
 class SumBatches:
@@ -202,141 +177,6 @@ def test_metrics_lines_hold_step_loss_lr_throughput_and_time(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the PNG file signature
 
 
-def test_noam_schedule_peaks_at_warmup_with_the_papers_value():
-    d_model, warmup = 512, 4000
-    peak = noam_lr(warmup, d_model=d_model, warmup=warmup)
-    # At step == warmup both branches of the min agree: d_model^-0.5 * warmup^-0.5.
-    # Python floats, a few roundings of a closed form: FLOAT64_EXACT's rel=1e-12 throughout.
-    assert peak == pytest.approx(d_model**-0.5 * warmup**-0.5, rel=1e-12)
-    half = noam_lr(warmup // 2, d_model=d_model, warmup=warmup)
-    assert half == pytest.approx(peak / 2, rel=1e-12)
-    quarter = noam_lr(4 * warmup, d_model=d_model, warmup=warmup)
-    assert quarter == pytest.approx(peak / 2, rel=1e-12)
-    assert noam_lr(1, d_model=d_model, warmup=warmup, scale=2.0) == pytest.approx(
-        2 * d_model**-0.5 * warmup**-1.5, rel=1e-12
-    )
-
-
-def test_cosine_schedule_rises_to_the_peak_then_decays_to_the_floor():
-    lrs = scheduled_lrs(ScheduleConfig("cosine", 1.0, 10, total_steps=110,
-                                       final_lr_fraction=0.1), 500)
-    # Torch's schedulers step their lr recursively: a few roundings of float64 per step,
-    # 1e-12 relative over 500 steps (FLOAT64_EXACT's rel).
-    rel = 1e-12
-    assert lrs[5 - 1] == pytest.approx(0.5, rel=rel)
-    assert lrs[10 - 1] == pytest.approx(1.0, rel=rel)
-    assert lrs[60 - 1] == pytest.approx(0.55, rel=rel)  # halfway: the mean
-    assert lrs[110 - 1] == pytest.approx(0.1, rel=rel)
-    assert lrs[500 - 1] == pytest.approx(0.1, rel=rel)  # held: torch's cosine alone would rise
-
-
-@examples(30)
-@given(kind=st.sampled_from(SCHEDULES), warmup=st.integers(1, 40),
-       total=st.integers(1, 120), fraction=st.sampled_from([0.0, 0.05, 0.5, 1.0]))
-def test_every_schedule_follows_its_closed_form_past_its_end(kind, warmup, total, fraction):
-    # The closed forms restated; 60 steps past total_steps (a resumed run may go on).
-    schedule = ScheduleConfig(kind, 3e-3, warmup, total_steps=total, final_lr_fraction=fraction)
-    for step, lr in enumerate(scheduled_lrs(schedule, total + 60), start=1):
-        if kind == "noam":
-            expected = 3e-3 * warmup**0.5 * min(step**-0.5, step * warmup**-1.5)
-        elif kind == "constant":
-            expected = 3e-3 * min(1.0, step / warmup)
-        else:
-            expected = warmup_cosine(step, peak=3e-3, warmup=warmup, total=total,
-                                     final=fraction * 3e-3)
-        # recursive float64 steps (see above); absolute for a floor of 0
-        assert lr == pytest.approx(expected, rel=1e-12, abs=1e-18), (step, lr, expected)
-
-
-def test_a_scheduler_state_is_json_and_a_foreign_one_is_refused_naming_the_entry():
-    import json
-
-    from addnorm.training.schedules import check_scheduler_state
-
-    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
-    scheduler = ScheduleConfig("cosine", 1.0, 5, total_steps=20).build(optimizer)
-    saved = json.loads(json.dumps(scheduler.state_dict()))
-    check_scheduler_state(scheduler, saved)
-    with pytest.raises(ValueError, match=r"scheduler\._schedulers differs|must be a list of 3"):
-        check_scheduler_state(scheduler, {**saved, "_schedulers": saved["_schedulers"][:2]})
-    with pytest.raises(ValueError, match=r"scheduler\.last_epoch must be a number"):
-        check_scheduler_state(scheduler, {**saved, "last_epoch": "7"})
-    noam = ScheduleConfig("noam", 1.0, 5).build(optimizer)
-    with pytest.raises(ValueError, match="differs: missing"):
-        check_scheduler_state(noam, saved)
-
-
-def test_ema_follows_its_update_rule():
-    model = nn.Linear(2, 1)
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    ema = make_ema(model, decay=0.75)
-    assert isinstance(ema, torch.optim.swa_utils.AveragedModel) and int(ema.n_averaged) == 1
-    with torch.no_grad():
-        model.weight.add_(1.0)
-    ema.update_parameters(model)
-    expected = 0.75 * before["weight"] + 0.25 * model.weight
-    # float32, the rule's few roundings (or a lerp's) on values <= 2: FLOAT32_ROUNDED.
-    torch.testing.assert_close(ema.module.weight, expected, **FLOAT32_ROUNDED)
-    assert sorted(ema.module.state_dict()) == sorted(model.state_dict())  # the model's keys
-
-
-def test_ema_averages_batchnorm_statistics_and_copies_its_step_counter():
-    # AveragedModel(use_buffers=True): running statistics are averaged like the weights; the
-    # integer num_batches_tracked is copied (get_ema_multi_avg_fn would scale and round it).
-    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
-    ema = make_ema(model, decay=0.5)
-    start = {k: v.clone() for k, v in model.state_dict().items()}
-    for _ in range(3):
-        model(torch.randn(8, 3))
-    ema.update_parameters(model)
-    now = model.state_dict()
-    averaged = ema.module.state_dict()
-    for name in ("1.running_mean", "1.running_var"):
-        # float32 lerp of values <= 2: FLOAT32_ROUNDED
-        torch.testing.assert_close(averaged[name], 0.5 * start[name] + 0.5 * now[name],
-                                   **FLOAT32_ROUNDED)
-    assert averaged["1.num_batches_tracked"].item() == 3
-
-
-def test_a_bfloat16_model_is_averaged_in_float32():
-    model = nn.Linear(4, 4).to(torch.bfloat16)
-    ema = make_ema(model, decay=0.999)
-    assert ema.module.weight.dtype == torch.float32
-    before = model.weight.detach().clone()
-    with torch.no_grad():
-        model.weight.add_(1.0)
-    ema.update_parameters(model)
-    expected = before.float() + 1e-3 * (model.weight.float() - before.float())
-    # float32, a lerp's few roundings on values <= 2: FLOAT32_ROUNDED
-    torch.testing.assert_close(ema.module.weight, expected, **FLOAT32_ROUNDED)
-
-
-@examples(20)
-@given(decay=st.floats(0.0, 0.9999), n=st.integers(0, 10**6))
-def test_ema_warmup_decays_by_the_smaller_of_its_decay_and_1_plus_n_over_10_plus_n(decay, n):
-    # The rule restated (TensorFlow's num_updates), and its two ends: 0.1 at update 0, so
-    # the first average is 90% the trained weights; the set decay once (1+n)/(10+n) passes it.
-    assert ema_decay(decay, n, warmup=True) == min(decay, (1 + n) / (10 + n))
-    assert ema_decay(decay, n, warmup=False) == decay  # no warm-up: constant
-    assert ema_decay(decay, 0, warmup=True) == min(decay, 0.1)
-
-
-def test_the_averaged_model_applies_the_warmup_decay_of_each_update():
-    model = nn.Linear(1, 1, bias=False)
-    with torch.no_grad():
-        model.weight.fill_(0.0)
-    ema = make_ema(model, decay=0.99, warmup=True)
-    expected = 0.0
-    for n in range(4):  # update n moves the average by 1 - min(0.99, (1 + n) / (10 + n))
-        with torch.no_grad():
-            model.weight.fill_(float(n + 1))
-        ema.update_parameters(model)
-        decay = min(0.99, (1 + n) / (10 + n))
-        expected = decay * expected + (1 - decay) * (n + 1)
-        # float32 lerps of values <= 4: FLOAT32_ROUNDED
-        assert ema.module.weight.item() == pytest.approx(expected, rel=1e-6)
-
-
 def test_a_resumed_run_with_ema_warmup_equals_the_uninterrupted_run(tmp_path):
     # The warm-up reads the update's number, which a checkpoint's step restores.
     whole = make_trainer(tmp_path / "whole", ema_warmup=True)
@@ -370,41 +210,6 @@ def test_a_probe_scores_the_averaged_weights_every_n_steps_into_the_metrics(tmp_
     assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plot_quality(tmp_path / "metrics.jsonl", tmp_path / "none.png",
                         metric="missing") is None  # no probe of that metric: no figure
-
-
-@pytest.mark.parametrize(
-    ("field", "value", "error"),
-    [
-        ("max_steps", 0, ValueError),
-        ("max_steps", 2.5, TypeError),
-        ("max_minutes", 0.0, ValueError),
-        ("batch_size", -4, ValueError),
-        ("lr", 0.0, ValueError),
-        ("schedule", "linear", ValueError),
-        ("grad_clip", -1.0, ValueError),
-        ("ema_decay", 1.0, ValueError),
-        ("bf16", "yes", TypeError),
-        ("seed", -1, ValueError),
-    ],
-)
-def test_train_config_rejects_bad_values_naming_the_field(field, value, error):
-    with pytest.raises(error, match=field):
-        TrainConfig(**{field: value})
-
-
-def test_noam_schedule_needs_a_warmup():
-    with pytest.raises(ValueError, match="warmup"):
-        TrainConfig(schedule="noam", warmup=0)
-
-
-def test_train_config_from_dict_rejects_unknown_fields_naming_the_known_ones():
-    assert TrainConfig.from_dict(TrainConfig(lr=0.5).to_dict()) == TrainConfig(lr=0.5)
-    with pytest.raises(ValueError, match=r"unknown TrainConfig keys \['learning_rate'\]") as err:
-        TrainConfig.from_dict({"learning_rate": 0.1})
-    known = sorted(f.name for f in dataclasses.fields(TrainConfig))
-    assert f"known keys are {known}" in str(err.value)
-    with pytest.raises(TypeError, match="must be a dict, got list"):
-        TrainConfig.from_dict([("lr", 0.1)])
 
 
 def test_an_interrupt_while_logging_after_a_step_keeps_that_step_and_resumes_exactly(
@@ -497,29 +302,6 @@ def test_gradient_clipping_bounds_the_gradients_the_optimizer_sees(tmp_path):
     assert seen[-1] > 1e-2  # measured 9.6
 
 
-def test_noam_lr_is_the_peak_and_the_papers_choice_reproduces_the_paper():
-    d_model, warmup = 512, 4000
-    papers_lr = d_model**-0.5 * warmup**-0.5  # the paper's peak, reached at step == warmup
-    lrs = scheduled_lrs(ScheduleConfig("noam", papers_lr, warmup), 10_000)
-    for step in (1, 10, 1000, 3999, 4000, 4001, 10_000):
-        assert lrs[step - 1] == pytest.approx(
-            noam_lr(step, d_model=d_model, warmup=warmup), rel=1e-12
-        )
-    peak = scheduled_lrs(ScheduleConfig("noam", 1e-3, 50), 500)
-    assert peak[50 - 1] == pytest.approx(1e-3, rel=1e-12)
-    assert max(peak) == pytest.approx(1e-3, rel=1e-12)
-    assert peak[200 - 1] == pytest.approx(1e-3 / 2, rel=1e-12)  # 1/sqrt(step): 4x warmup halves
-
-
-def test_schedule_for_gives_every_schedule_its_peak_lr():
-    from addnorm.tasks.run import schedule_for
-
-    for kind in SCHEDULES:
-        schedule = schedule_for(TrainConfig(schedule=kind, lr=2e-3, warmup=20))
-        assert schedule.kind == kind
-        assert scheduled_lrs(schedule, 20)[-1] == pytest.approx(2e-3, rel=1e-12)
-
-
 def loss_sending(signals_at: dict[int, list[signal.Signals]]):
     """``mse_loss`` that first sends this process the given signals at the given calls (two
     micro-batches per step: call 2 * (s - 1) + 1 is the first of step s)."""
@@ -555,32 +337,6 @@ def test_a_second_signal_stops_at_once_and_the_first_names_the_stop(tmp_path):
     result = make_trainer(tmp_path, loss_fn=loss).fit()
     assert (result.stopped_by, result.step) == ("terminate", 4)
     assert load_checkpoint(tmp_path).step == 4
-
-
-def test_optimizer_is_torchs_fused_adamw_with_decay_on_matrices_only():
-    # Provenance: torch's own AdamW (fused=False) from the same state takes the same step.
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 3), nn.LayerNorm(3))
-    config = TrainConfig(lr=0.01, weight_decay=0.1)
-    optimizer = make_optimizer(model, config)
-    assert optimizer.defaults["fused"] is True
-    decays = [(group["weight_decay"], [p.ndim for p in group["params"]])
-              for group in optimizer.param_groups]
-    assert decays == [(0.1, [2]), (0.0, [1, 1, 1])]
-    twin = [p.detach().clone().requires_grad_() for p in model.parameters()]
-    loop = torch.optim.AdamW(
-        [{"params": twin[:1], "weight_decay": 0.1}, {"params": twin[1:], "weight_decay": 0.0}],
-        lr=0.01, betas=(config.beta1, config.beta2), foreach=False,
-    )
-    for p, q in zip(model.parameters(), twin, strict=True):
-        p.grad = torch.randn_like(p)
-        q.grad = p.grad.clone()
-    optimizer.step()
-    loop.step()
-    for p, q in zip(model.parameters(), twin, strict=True):
-        # One float32 step each, randn gradients (|g| >> eps): a handful of roundings per
-        # element in each implementation; rtol 1e-6 is 16 u, atol covers values near 0.
-        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
 
 
 def test_twenty_steps_resumed_at_ten_equal_twenty_uninterrupted_bit_for_bit(tmp_path):

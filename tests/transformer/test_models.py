@@ -1,100 +1,32 @@
-"""Transformer and TransformerLM: oracles are invariants (cached == uncached, padding
-invariance, causality), full recomputation for greedy decoding, and the paper's embedding
-formula checked against the encodings module."""
+"""Transformer and TransformerLM generating, their shared tables and their argument checks:
+oracles are invariants (batched == alone, cached == uncached), full recomputation for greedy
+decoding. (Each model's forward: test_lm.py, test_encoder_decoder.py; the embedding:
+test_embedding.py.)"""
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import pytest
 import torch
-from tolerances import FLOAT32_MODEL, FLOAT64_EXACT
+from tiny_transformers import (
+    BOS,
+    EOS,
+    F64,
+    PAD,
+    PROMPT,
+    SOURCE,
+    V,
+    ids,
+    language_model,
+    transformer,
+)
+from tolerances import FLOAT64_EXACT
 from torch import nn
 
-from addnorm.cache import DecodingCache
-from addnorm.encodings import sinusoidal_encoding
 from addnorm.generation.config import GenerationConfig
-from addnorm.transformer import Transformer, TransformerLM
-from addnorm.transformer.config import LMConfig, TransformerConfig
-from addnorm.transformer.embedding import positions_from_padding
-
-V, PAD, BOS, EOS = 23, 0, 1, 2
-F64 = torch.float64  # the models' dtype: FLOAT64_EXACT wherever they stay in it
-POSITIONS = ["sinusoidal", "learned", "rotary", "none"]
-
-
-def transformer(positions: str = "sinusoidal", **changes) -> Transformer:
-    torch.manual_seed(0)
-    cfg = TransformerConfig(
-        src_vocab_size=V, tgt_vocab_size=V, d_model=32, n_heads=4, n_encoder_layers=2,
-        n_decoder_layers=2, d_ff=64, dropout=0.0, position_encoding=positions, max_len=16,
-        **changes,
-    )
-    return Transformer(cfg).to(F64).eval()
-
-
-def language_model(positions: str = "sinusoidal", **changes) -> TransformerLM:
-    torch.manual_seed(0)
-    cfg = LMConfig(
-        vocab_size=V, d_model=32, n_heads=4, n_layers=2, d_ff=64, dropout=0.0,
-        position_encoding=positions, max_len=16, **changes,
-    )
-    return TransformerLM(cfg).to(F64).eval()
-
-
-def ids(*shape: int, seed: int = 1) -> torch.Tensor:
-    """Random real tokens (never pad, bos or eos)."""
-    return torch.randint(3, V, shape, generator=torch.Generator().manual_seed(seed))
-
-
-SOURCE = torch.tensor([[5, 6, 7, 8, 9], [10, 11, 12, PAD, PAD]])  # right-padded
-PROMPT = torch.tensor([[5, 6, 7, 8], [PAD, PAD, 9, 10]])  # left-padded
-
-
-@pytest.mark.parametrize("positions", POSITIONS)
-@torch.no_grad()
-def test_transformer_cached_steps_give_the_logits_of_full_recomputation(positions):
-    model = transformer(positions)
-    tokens = ids(2, 4)
-    cache, first = model.start(SOURCE, max_new_tokens=5)
-    steps = [first] + [model.step(tokens[:, i : i + 1], cache) for i in range(4)]
-    target = torch.cat([torch.full((2, 1), BOS), tokens], dim=1)
-    torch.testing.assert_close(torch.stack(steps, 1), model(SOURCE, target), **FLOAT64_EXACT)
-
-
-@pytest.mark.parametrize("positions", POSITIONS)
-@torch.no_grad()
-def test_lm_cached_steps_give_the_logits_of_full_recomputation(positions):
-    model = language_model(positions)
-    tokens = ids(2, 4)
-    cache, first = model.start(PROMPT, max_new_tokens=5)
-    steps = [first] + [model.step(tokens[:, i : i + 1], cache) for i in range(4)]
-    full = model(torch.cat([PROMPT, tokens], dim=1))[:, 3:]
-    torch.testing.assert_close(torch.stack(steps, 1), full, **FLOAT64_EXACT)
-    assert cache.length == 8
-
-
-@torch.no_grad()
-def test_transformer_padded_row_gives_its_logits_alone():
-    model = transformer("learned").float()
-    target = torch.tensor([[BOS, 3, 4, 5], [BOS, 6, PAD, PAD]])
-    batched = model(SOURCE, target)
-    alone = model(SOURCE[1:, :3], target[1:, :2])
-    # float32, two shapes so two kernel blockings: two float32 evaluations of one model.
-    torch.testing.assert_close(batched[1, :2], alone[0], **FLOAT32_MODEL)
-
-
-@pytest.mark.parametrize("positions", ["sinusoidal", "rotary"])
-@torch.no_grad()
-def test_lm_left_and_right_padded_rows_give_their_logits_alone(positions):
-    model = language_model(positions).float()
-    row = torch.tensor([[7, 8, 9]])
-    alone = model(row)[0]
-    left = model(torch.tensor([[5, 6, 7, 8, 9], [PAD, PAD, 7, 8, 9]]))[1, 2:]
-    right = model(torch.tensor([[5, 6, 7, 8, 9], [7, 8, 9, PAD, PAD]]))[1, :3]
-    torch.testing.assert_close(left, alone, **FLOAT32_MODEL)  # float32, other shapes
-    torch.testing.assert_close(right, alone, **FLOAT32_MODEL)
+from addnorm.transformer import Transformer
+from addnorm.transformer.config import LMConfig
 
 
 @pytest.mark.parametrize("strategy", ["greedy", "beam"])
@@ -198,42 +130,6 @@ def test_any_integer_dtype_of_ids_gives_the_logits_of_long_ids(dtype):
                                atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("positions", POSITIONS)
-@torch.no_grad()
-def test_forward_without_leading_padding_equals_explicit_per_row_positions(positions):
-    """Identity: when no padding precedes a real token, ``cumsum(~padding) - 1`` is
-    ``arange(L)`` on every real token, so the forward's ``positions=None`` shortcut (cached
-    tables, no range-check sync) gives the logits of explicit per-row positions."""
-    model = language_model(positions)
-    tokens = torch.tensor([[5, 6, 7, 8, 9], [7, 8, 9, PAD, PAD]])
-    padding = tokens == PAD
-    pos = positions_from_padding(padding)
-    h = model.blocks(model.embed(tokens, pos), padding_mask=padding, causal=True, positions=pos)
-    torch.testing.assert_close(model(tokens)[~padding], model.to_logits(h)[~padding],
-                               **FLOAT64_EXACT)
-
-
-@torch.no_grad()
-def test_lm_changing_future_tokens_leaves_earlier_logits_unchanged():
-    model = language_model()
-    sequence = ids(2, 6)
-    changed = sequence.clone()
-    changed[:, 4:] = ids(2, 2, seed=7)
-    torch.testing.assert_close(model(sequence)[:, :4], model(changed)[:, :4], atol=0, rtol=0)
-
-
-@torch.no_grad()
-def test_embedding_is_scaled_tokens_plus_sinusoidal_positions():
-    """Paper, sections 3.4-3.5: E[ids] * sqrt(d_model) + PE(pos)."""
-    model = transformer()
-    tokens = ids(2, 5)
-    positions = torch.arange(5).expand(2, 5)
-    expected = model.src_embed.tokens.weight[tokens] * math.sqrt(32) + sinusoidal_encoding(
-        torch.arange(5), 32, dtype=F64
-    )
-    torch.testing.assert_close(model.src_embed(tokens, positions), expected, **FLOAT64_EXACT)
-
-
 def test_embedding_sharing_and_output_tying_follow_the_config():
     shared = transformer()
     assert shared.src_embed.tokens is shared.tgt_embed.tokens
@@ -310,37 +206,3 @@ def test_cache_reorder_follows_the_index_for_every_stored_tensor():
 def test_bad_inputs_raise_naming_the_values(call, error, match):
     with pytest.raises(error, match=match):
         call(transformer(), language_model("learned"))
-
-
-def test_step_beyond_the_preallocated_length_raises():
-    model = language_model()
-    cache, _ = model.start(PROMPT, max_new_tokens=1)
-    assert isinstance(cache, DecodingCache)
-    model.step(torch.full((2, 1), 4), cache)
-    with pytest.raises(ValueError, match=r"length \(5\) \+ new tokens \(1\) exceeds max_len \(5\)"):
-        model.step(torch.full((2, 1), 4), cache)
-
-
-def test_an_unpadded_lm_batch_takes_sdpa_is_causal_path_with_the_same_logits(monkeypatch):
-    """With no padding token at all, attention gets no mask tensor, only ``is_causal``.
-
-    Oracle: the same blocks run with an explicit all-False padding mask (the masked path).
-    """
-    model = language_model()
-    ids = torch.randint(3, V, (3, 9), generator=torch.Generator().manual_seed(11))
-    with torch.no_grad():
-        x = model.embed(ids, None)
-        masked = model.blocks(x, padding_mask=torch.zeros(3, 9, dtype=torch.bool), causal=True)
-        expected = model.to_logits(masked)
-    seen = []
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-
-    def spy(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False):
-        seen.append((attn_mask is None, is_causal))
-        return sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal)
-
-    monkeypatch.setattr("addnorm.attention.F.scaled_dot_product_attention", spy)
-    with torch.no_grad():
-        got = model(ids)
-    assert seen and all(seen_entry == (True, True) for seen_entry in seen)
-    torch.testing.assert_close(got, expected, **FLOAT64_EXACT)

@@ -42,17 +42,6 @@ def twins(cfg: LayerConfig, *, rotary: bool = True) -> tuple[Encoder, Encoder]:
     return padded, unpadded
 
 
-def test_pack_then_unpack_keeps_real_tokens_in_order_and_zeros_padding():
-    x = torch.arange(3 * 7 * 2, dtype=F64).view(3, 7, 2)
-    packing = Packing.from_padding(PADDING)
-    packed = packing.pack(x)
-    assert packed.shape == (1, int((~PADDING).sum()), 2)
-    torch.testing.assert_close(packed[0], x[~PADDING], rtol=0, atol=0)  # batch order
-    expected = x.masked_fill(PADDING[..., None], 0)
-    torch.testing.assert_close(packing.unpack(packed), expected, rtol=0, atol=0)  # data moved
-    assert packing.has_padding and not Packing.from_padding(PADDING[:1]).has_padding
-
-
 @pytest.mark.parametrize("norm", ["layer", "rms", "batch"])
 @pytest.mark.parametrize("norm_position", ["post", "pre"])
 def test_unpadded_encoder_equals_padded_at_real_tokens_with_gradients(norm, norm_position):

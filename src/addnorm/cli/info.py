@@ -1,4 +1,7 @@
-"""``addnorm info CHECKPOINT``: a checkpoint's configs, step and its run's metrics, as JSON."""
+"""``addnorm info CHECKPOINT``: a checkpoint's configs, step and its run's metrics, as JSON;
+for a run trained with ``--watch``, also ``"watch"``: its file, the watched steps and a
+summary in sentences (:func:`addnorm.inspection.summary.summarize`: where the gradients grow,
+which layers learn least, where the residual stream's scale grows)."""
 
 from __future__ import annotations
 
@@ -33,5 +36,25 @@ def run(args: argparse.Namespace) -> int:
         "train_config": state.get("train_config"),
         "metrics": read_run_metrics(checkpoint),
     }
+    watched = _watch_report(checkpoint.path.parent.parent)
+    if watched is not None:
+        report["watch"] = watched
     print(json.dumps(report, indent=2, ensure_ascii=False))
     return EXIT_OK
+
+
+def _watch_report(run_dir: Path) -> dict | None:
+    """The run's watch file, its watched steps and summary; None for a run without one."""
+    from addnorm.inspection.summary import summarize
+    from addnorm.training.watch import WATCH_FIGURE, WATCH_FILE, read_watch
+
+    records = read_watch(run_dir / WATCH_FILE)
+    if not records:
+        return None
+    figure = run_dir / WATCH_FIGURE
+    return {
+        "file": str(run_dir / WATCH_FILE),
+        "figure": str(figure) if figure.exists() else None,
+        "steps": [r["step"] for r in records],
+        "summary": summarize(records),
+    }

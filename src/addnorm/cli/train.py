@@ -30,6 +30,7 @@ from addnorm.cli.shared_flags import add_runtime_flags
 from addnorm.cli.time_cap import warn_if_cut_short
 from addnorm.training.config import TrainConfig
 from addnorm.training.logger import REPORT_TO, tensorboard_available
+from addnorm.training.watch import DEFAULT_EVERY
 
 if TYPE_CHECKING:
     from addnorm.tasks.plan import RunPlan
@@ -78,9 +79,23 @@ def add_parser(subparsers) -> None:
             action="store_true",
             help="replace a previous run in --out (without it, or --resume, a run there is "
             "refused); deletes only that run's own files (checkpoints/, metrics.jsonl, "
-            "metrics.json, loss.png, samples.png, quality.png, tensorboard/'s event files, "
-            "addnorm-run.json), never other files, and still refuses a folder addnorm did not "
-            "start (no addnorm-run.json)",
+            "metrics.json, loss.png, samples.png, quality.png, watch.jsonl, watch.png, "
+            "tensorboard/'s event files, addnorm-run.json), never other files, and still "
+            "refuses a folder addnorm did not start (no addnorm-run.json)",
+        )
+        sub.add_argument(
+            "--watch",
+            nargs="?",
+            type=watch_interval,
+            const=DEFAULT_EVERY,
+            default=None,
+            metavar="EVERY",
+            help="look inside the model every EVERY steps (default 50; and at the first and "
+            "last step): per layer and sublayer the gradient norm and update ratio, the "
+            "residual stream's RMS around every norm, what each norm divides out (BatchNorm: "
+            "batch against running statistics), attention entropy per head and dead FFN "
+            "units, into watch.jsonl and watch.png in --out (addnorm info summarises them). "
+            "Off unless given",
         )
         sub.add_argument(
             "--report-to",
@@ -101,6 +116,17 @@ def add_parser(subparsers) -> None:
             ],
         )
         _document_bf16(sub, task_cls.default_train_config().bf16)
+
+
+def watch_interval(text: str) -> int:
+    """The argparse type of ``--watch``: steps between watched steps, an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
 
 
 def _document_bf16(parser: argparse.ArgumentParser, default: bool) -> None:
@@ -182,6 +208,7 @@ def _train_here(args, device: str) -> int:
                 overwrite=args.overwrite,
                 device=device,
                 progress=not args.quiet and sys.stderr.isatty(),
+                watch=args.watch,
                 report_to=args.report_to,
                 progress_lines=not args.quiet and not _is_terminal(sys.stdout),
             )
@@ -305,6 +332,9 @@ def _report(task_cls, summary) -> None:
         + ("; TensorBoard: tensorboard --logdir " + str(summary.run_dir)
            if (summary.run_dir / "tensorboard").is_dir() else "")
     )
+    watched = summary.run_dir / "watch.png"
+    if watched.exists():
+        print(f"inside the model: {watched} (addnorm info {summary.run_dir} summarises it)")
     print(task_cls.samples_text(summary.metrics["samples"]), end="")
 
 

@@ -30,6 +30,7 @@ import torch
 
 from addnorm.experiments.outcome import Outcome, new_figure
 from addnorm.experiments.repeats import N_RUNS, draw_runs, larger, spread
+from addnorm.inspection import Watch
 from addnorm.transformer.config import LayerConfig
 from addnorm.transformer.stacks import Encoder
 
@@ -49,7 +50,9 @@ FLOOR = 1e-9  # drawn in place of an exact 0 on the log axes
 
 
 def measure(norm: str, depth: int, seed: int, n_companions: int) -> dict[str, float]:
-    """The three numbers of the module docstring for one initialisation."""
+    """The three numbers of the module docstring for one initialisation; the layers'
+    gradient sizes are those the watch of a training run reports
+    (:class:`addnorm.inspection.Watch`, ``grad_norm`` of each layer)."""
     torch.manual_seed(seed)
     cfg = LayerConfig(d_model=D_MODEL, n_heads=N_HEADS, d_ff=D_FF, norm=norm,
                       norm_position="pre")
@@ -57,26 +60,22 @@ def measure(norm: str, depth: int, seed: int, n_companions: int) -> dict[str, fl
     gen = torch.Generator().manual_seed(1000 + seed)
     probe = torch.randn(1, LENGTH, D_MODEL, generator=gen)  # (1, L, D)
     target = torch.randn(LENGTH, D_MODEL, generator=gen)  # (L, D)
-    params = list(encoder.parameters())
-    first, last = list(encoder.layers[0].parameters()), list(encoder.layers[-1].parameters())
+    watched = Watch(encoder, activations=False)
+    first, last = watched.map.layers[0], watched.map.layers[-1]
     outputs, grads, imbalance = [], [], []
     for _ in range(n_companions):
         others = torch.randn(BATCH - 1, LENGTH, D_MODEL, generator=gen)  # (B - 1, L, D)
         out = encoder(torch.cat([probe, others]))[0]  # (L, D): the probe's output
-        loss = (out - target).square().mean()
-        grad = torch.autograd.grad(loss, params)
-        by_param = dict(zip(map(id, params), grad, strict=True))
+        encoder.zero_grad(set_to_none=True)
+        (out - target).square().mean().backward()
+        grad_norm = watched.step()["grad_norm"]
         outputs.append(out.detach().flatten())
-        grads.append(torch.cat([g.flatten() for g in grad]))
-        imbalance.append(abs(math.log(_norm([by_param[id(p)] for p in first])
-                                      / _norm([by_param[id(p)] for p in last]))))
+        grads.append(torch.cat([p.grad.flatten() for p in encoder.parameters()
+                                if p.grad is not None]))
+        imbalance.append(abs(math.log(grad_norm[first] / grad_norm[last])))
     return {"output noise": _noise(torch.stack(outputs)),
             "gradient noise": _noise(torch.stack(grads)),
             "gradient imbalance": sum(imbalance) / len(imbalance)}
-
-
-def _norm(tensors: list[torch.Tensor]) -> float:
-    return torch.cat([t.flatten() for t in tensors]).norm().item()
 
 
 def _noise(rows: torch.Tensor) -> float:

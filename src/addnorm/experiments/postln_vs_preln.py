@@ -36,6 +36,7 @@ from torch import nn
 from addnorm.encodings import sinusoidal_encoding
 from addnorm.experiments.outcome import Outcome, new_figure
 from addnorm.experiments.repeats import N_RUNS, draw_runs, larger, spread
+from addnorm.inspection import Watch
 from addnorm.transformer.config import LayerConfig
 from addnorm.transformer.stacks import Encoder
 
@@ -94,19 +95,21 @@ def learned_threshold() -> float:
 
 
 def layer_gradient_norms(norm_position: str, seed: int) -> list[float]:
-    """||d loss / d ff.w2|| of each layer of a fresh ``DEEP``-layer model, one batch."""
+    """||d loss / d ff.w2|| of each layer of a fresh ``DEEP``-layer model, one batch, as the
+    watch of a training run measures it (:class:`addnorm.inspection.Watch`)."""
     torch.manual_seed(seed)
     model = ReverseModel(norm_position, DEEP)
     ids, target = reverse_batch(torch.Generator().manual_seed(seed))
+    watched = Watch(model, activations=False, per_parameter=True)
     loss = nn.functional.cross_entropy(model(ids).flatten(0, 1), target.flatten())
     loss.backward()
-    params = dict(model.named_parameters())
+    grad_norm = watched.step()["grad_norm"]
     norms = []
     for i in range(DEEP):
-        grad = params[f"encoder.layers.{i}.ff.w2.weight"].grad
-        if grad is None:
+        name = f"encoder.layers.{i}.ff.w2.weight"
+        if name not in grad_norm:
             raise RuntimeError(f"layer {i}'s ff.w2 received no gradient")
-        norms.append(grad.norm().item())
+        norms.append(grad_norm[name])
     return norms
 
 

@@ -4,10 +4,11 @@ A run directory holds ``addnorm-run.json`` (the marker that proves addnorm start
 see ``addnorm.training.run_dir``), ``checkpoints/`` (see ``addnorm.training.checkpoint``),
 ``metrics.jsonl`` (one line per logged step), ``loss.png`` (the loss curve), with
 ``report_to="tensorboard"`` ``tensorboard/`` (TensorBoard event files: every record's scalars,
-the held-out figures and pictures of the loss curve, the quality figure and the samples) and,
-after a run
-that was not stopped by a signal, ``metrics.json`` (the held-out figures: ``test_exact_match``
-for translate, ``val_bpc`` for lm, ``class_agreement`` and its companions for dit;
+the held-out figures and pictures of the loss curve, the quality figure and the samples), with
+``--watch`` ``watch.jsonl`` and ``watch.png`` (per-layer measurements,
+:mod:`addnorm.training.watch`) and, after a run that was not stopped by a signal,
+``metrics.json`` (the held-out figures: ``test_exact_match`` for translate, ``val_bpc`` for lm,
+``class_agreement`` and its companions for dit;
 ``"weights"``: ``"ema"`` when the run kept an EMA of its weights (``ema_decay > 0``) and was
 scored with it, else ``"raw"``; ``"samples"``: a few held-out predictions for translate, text
 continuations for lm, one generated digit per class for dit).
@@ -41,6 +42,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from addnorm.inspection.figure import plot_watch
 from addnorm.tasks.registry import TASKS, task_class
 from addnorm.tasks.task import AnyTask, TaskConfig, split_train_settings
 from addnorm.training import distributed
@@ -62,6 +64,7 @@ from addnorm.training.sizes import SizeError, check_model_fits
 from addnorm.training.state import seed_everything
 from addnorm.training.stopping import STOP_SIGNALS
 from addnorm.training.trainer import Trainer, TrainResult
+from addnorm.training.watch import WATCH_FIGURE, WATCH_FILE, keep_records, read_watch
 from addnorm.utils.checks import check_known_fields
 from addnorm.utils.files import CheckpointError, parse_json, write_file_atomic
 
@@ -210,6 +213,7 @@ def train_run(
     overwrite: bool = False,
     device: torch.device | str = "cpu",
     progress: bool = False,
+    watch: int | None = None,
     report_to: str = "jsonl",
     progress_lines: bool = False,
 ) -> RunSummary:
@@ -219,6 +223,8 @@ def train_run(
     ``task_cfg``: the task's own settings; None takes the task's defaults for a fresh run and
     the checkpoint's for a resumed one. ``progress``: a bar on stderr; ``progress_lines``:
     plain lines on stdout instead, every ``log_every`` steps or 30 seconds (for a log file).
+    ``watch``: measure inside the model every ``watch`` steps into ``watch.jsonl``, drawn as
+    ``watch.png`` at the end (:mod:`addnorm.training.watch`); None watches nothing.
 
     A fresh run (``resume`` None) needs ``run_dir`` missing or empty, or holding an addnorm
     run and ``overwrite``: that run's own files are removed once the new model is built and on
@@ -280,6 +286,7 @@ def train_run(
             extra_config=task_cfg.to_dict(),
             progress=progress,
             probe=task.probe(task_cfg),
+            watch=watch,
             loggers=loggers,
             metrics_file=report_to != "none",
             callbacks=[ProgressLines(every_steps=train_cfg.log_every)] if progress_lines else [],
@@ -287,6 +294,8 @@ def train_run(
         try:
             if resume is not None:
                 trainer.load(resume)
+                if watch is None and main and (run_dir / WATCH_FILE).exists():
+                    keep_records(run_dir / WATCH_FILE, resume.step)  # as a watched resume would
             result = trainer.fit()
             weights = trainer.scored_weights()  # every rank takes part in gathering them
             if not main:
@@ -331,6 +340,9 @@ def _finish(
             run_dir / "metrics.jsonl", run_dir / "loss.png", title=task.name,
             ylabel=task.loss_label,
         )
+    watched = read_watch(run_dir / WATCH_FILE)
+    if watched:
+        plot_watch(watched, run_dir / WATCH_FIGURE, title=task.name)
     metrics: dict = {}
     if result.stopped_by not in STOP_SIGNALS.values():
         metrics = {

