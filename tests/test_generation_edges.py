@@ -328,3 +328,75 @@ def test_greedy_and_sampling_allocate_per_token_so_any_count_is_accepted(
     out = generate_tokens(lambda t, c: None, logits, None, config,
                           generator=torch.Generator().manual_seed(0))
     assert torch.equal(out, torch.full((3, 1), 4))
+
+
+# ------------------------------------------------- beams and return sequences bounded by memory
+
+
+@BOUNDED
+@given(copies=st.integers(2**40, 2**62), kind=st.sampled_from(["lm", "seq2seq"]),
+       strategy=st.sampled_from(["beam", "sample"]))
+def test_beams_or_return_sequences_no_memory_holds_are_refused_before_allocating(
+    copies, kind, strategy
+):
+    # 2**40 rows of at least 11 float32 logits each need >= 44 TiB: more than any machine
+    # here; refused before the cache is expanded (which would raise the allocator's error).
+    model = cached_model(kind, "rotary")
+    name = "num_beams" if strategy == "beam" else "num_return_sequences"
+    config = dataclasses.replace(model.generation_config, strategy=strategy, max_new_tokens=2,
+                                 **{"num_beams": copies, "num_return_sequences": copies}
+                                 if strategy == "beam" else {name: copies})
+    with pytest.raises(ValueError, match=rf"{name} \({copies}\) with max_new_tokens \(2\) "
+                                         rf"makes 2 x {copies} = {2 * copies:,} rows"):
+        model.generate(PROMPT, config, generator=torch.Generator())
+
+
+def _cache_bytes(cache) -> int:
+    """The bytes of the tensors a DecodingCache holds per batch (keys and values of every
+    layer, the encoder's memory)."""
+    tensors = [cache.memory] if cache.memory is not None else []
+    for layer in cache.layers:
+        for kv in (layer.self_attn, layer.cross_attn):
+            if kv is not None:
+                tensors += [kv.keys, kv.values]
+    return sum(t.nbytes for t in tensors)
+
+
+@pytest.mark.parametrize("kind", ["lm", "seq2seq"])
+def test_the_bytes_counted_per_row_are_those_of_the_cache_start_allocates(kind):
+    # Provenance: the DecodingCache that start allocates, its tensors' nbytes per row.
+    from addnorm.generation.generate import cache_bytes_per_row
+
+    model = cached_model(kind, "rotary")
+    config = dataclasses.replace(model.generation_config, max_new_tokens=5)
+    cache, logits = model.start(PROMPT, max_new_tokens=5)
+    counted = cache_bytes_per_row(model.generation_spec, config, PROMPT.shape[1], logits.dtype)
+    assert counted == _cache_bytes(cache) // PROMPT.shape[0]
+
+
+@pytest.mark.parametrize("kind", ["lm", "seq2seq"])
+@pytest.mark.parametrize(("strategy", "name"), [("beam", "num_beams"),
+                                                ("sample", "num_return_sequences")])
+def test_the_rows_bound_is_exact_at_the_most_copies_it_names(strategy, name, kind,
+                                                             monkeypatch):
+    """Identity: with the device's memory set to what ``most`` copies of every row take, the
+    check accepts ``most`` (and decoding runs) and refuses ``most + 1``, naming ``most``."""
+    import addnorm.generation.loop as loop_module
+    from addnorm.generation.generate import cache_bytes_per_row
+
+    model = cached_model(kind, "rotary")
+    config = dataclasses.replace(model.generation_config, strategy=strategy, max_new_tokens=3,
+                                 num_beams=4, num_return_sequences=1, eos_id=None)
+    cache = cache_bytes_per_row(model.generation_spec, config, PROMPT.shape[1], torch.float32)
+    # the cache and the float32 logits; beam search: both twice (the cache's reordered copy,
+    # the log-probs' sums with the beam scores) and the hypotheses
+    per_row = (cache + 11 * 4) * 2 + 3 * 8 if strategy == "beam" else cache + 11 * 4
+    most = 3
+    limit = PROMPT.shape[0] * most * per_row
+    monkeypatch.setattr(loop_module, "device_memory", lambda device: limit)
+    fits = dataclasses.replace(config, **{name: most})
+    out = model.generate(PROMPT, fits, generator=torch.Generator().manual_seed(0))
+    assert out.shape[0] == PROMPT.shape[0] * (1 if strategy == "beam" else most)
+    with pytest.raises(ValueError, match=rf"{name} \({most + 1}\).* at most {most} fit 2 input"):
+        model.generate(PROMPT, dataclasses.replace(config, **{name: most + 1}),
+                       generator=torch.Generator())

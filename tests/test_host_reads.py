@@ -4,7 +4,7 @@ On an accelerator every value read back from a tensor (``.item()``, ``.tolist()`
 ``bool(t)``) waits for the device: a host synchronisation. The rule of docs/design.md
 ("Validation"): a model's top-level call reads its inputs back once, its parts read nothing,
 and a decoded token reads one value at most (the stop check, which carries the logit watch,
-the rows the repetition rules leave no token and the ids stop strings search), none without
+the rows the logit rules leave no token and the ids stop strings search), none without
 a stop rule; beam search reads one per step (is every row done?).
 
 Provenance: the reads are counted by a ``TorchFunctionMode`` that sees every call of those
@@ -150,15 +150,24 @@ def _letters(ids: list[int]) -> str:
     return "".join(chr(ord("a") + i % 4) for i in ids)  # 4 letters: stop strings do occur
 
 
+# The logit rules that ban tokens and the limits, drawn together (none reads a value back).
+BANS = st.fixed_dictionaries({
+    "bad_words_ids": st.sampled_from([(), ((5,),), ((5, 7), (9,)), ((4, 6, 8),)]),
+    "suppress_tokens": st.sampled_from([(), (6, 8)]),
+    "forced_eos_id": st.sampled_from([None, 10]),
+    "max_time": st.sampled_from([None, 3600.0]),
+})
+
+
 @examples(40)
 @given(family=st.sampled_from(["lm", "seq2seq"]), strategy=st.sampled_from(STRATEGIES),
        position_encoding=POSITIONS, repetition_penalty=st.sampled_from([1.0, 1.3]),
        no_repeat_ngram_size=st.sampled_from([0, 2]), eos=st.booleans(),
        min_new_tokens=st.sampled_from([0, 3]), batch=st.integers(1, 3),
-       length=st.integers(1, 5), data=st.data())
+       length=st.integers(1, 5), bans=BANS, data=st.data())
 def test_a_decoded_token_reads_one_value_at_most_with_any_settings(
     family, strategy, position_encoding, repetition_penalty, no_repeat_ngram_size, eos,
-    min_new_tokens, batch, length, data,
+    min_new_tokens, batch, length, bans, data,
 ):
     pads = data.draw(st.lists(st.integers(0, length - 1), min_size=batch, max_size=batch))
     ids = _prompts(batch, length, pads)  # left padding
@@ -170,6 +179,7 @@ def test_a_decoded_token_reads_one_value_at_most_with_any_settings(
         model.generation_config, strategy=strategy, num_beams=2, num_return_sequences=rows,
         repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
         eos_id=model.generation_config.eos_id if eos else None, min_new_tokens=min_new_tokens,
+        min_p=data.draw(st.sampled_from([None, 0.1])) if strategy == "sample" else None, **bans,
     )
     stop_fn = stop_at_strings(_letters, ["dd", "cab"]) if stop_strings else None
     extra = {"stop_fn": stop_fn} if lm else {}

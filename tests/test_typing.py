@@ -1,4 +1,5 @@
-"""What a user's script sees under ``mypy --strict``: ``addnorm.load`` and the presets.
+"""What a user's script sees under ``mypy --strict``: ``addnorm.load``, the presets, and
+``generate`` called with Hugging Face's settings (typed keywords, or a plain dict of them).
 
 Provenance: mypy itself, run on two scripts written here as a user would write them. The
 first must pass ``--strict`` without a cast or an ``isinstance`` (load + generate, with and
@@ -31,6 +32,7 @@ from typing_extensions import assert_type
 
 import addnorm
 from addnorm import DiT, EncoderModel, LMConfig, TransformerConfig, TransformerLM
+from addnorm.generation import GenerateOutput
 
 
 def continue_text(path: str, ids: torch.Tensor) -> torch.Tensor:
@@ -43,6 +45,21 @@ def embed(path: str, ids: torch.Tensor) -> torch.Tensor:
     encoder = addnorm.load(path, EncoderModel, dtype="float32")
     hidden: torch.Tensor = encoder(ids)  # torch types nn.Module.__call__ as Any
     return hidden
+
+
+def hugging_face_settings(model: TransformerLM, ids: torch.Tensor) -> torch.Tensor:
+    settings = {"max_new_tokens": 5, "do_sample": True, "temperature": 0.7}  # dict[str, float]
+    sampled = model.generate(ids, **settings)
+    mixed = {"max_new_tokens": 5, "eos_token_id": [1, 2], "early_stopping": "never"}
+    beams = model.generate(ids, **mixed)  # dict[str, object]
+    typed = model.generate(input_ids=ids, max_new_tokens=5, suppress_tokens=[3], min_p=0.1)
+    assert_type(typed, torch.Tensor)
+    result = model.generate(ids, max_new_tokens=5, return_dict_in_generate=True,
+                            output_scores=True)
+    assert_type(result, GenerateOutput)
+    scores: tuple[torch.Tensor, ...] | None = result.scores
+    out: torch.Tensor = sampled if scores is None else beams
+    return out
 
 
 # The class is not named: typed Any, so the common call type-checks as it is.
@@ -63,8 +80,12 @@ import addnorm
 addnorm.TransformerLM(addnorm.PRESETS["tiny"])  # line 5: an encoder-decoder's config
 n: int = addnorm.load("x", addnorm.TransformerLM).generate(torch.zeros(1))  # line 6: a Tensor
 addnorm.load("x", 3)  # line 7: not a class
+addnorm.load("x", addnorm.TransformerLM).generate(torch.zeros(1), 3)  # line 8: config is an int
+t: torch.Tensor = addnorm.load("x", addnorm.TransformerLM).generate(
+    torch.zeros(1), return_dict_in_generate=True)  # line 9: a GenerateOutput
 '''
-EXPECTED_MISTAKES = {5: "arg-type", 6: "assignment", 7: "call-overload"}
+EXPECTED_MISTAKES = {5: "arg-type", 6: "assignment", 7: "call-overload", 8: "call-overload",
+                     9: "assignment"}
 
 # Skipped (followed as Any): what a user's calls never reach, and libraries beside torch.
 SKIPPED = [

@@ -104,5 +104,24 @@ def test_a_config_against_the_family_is_checked_once_before_start():
     model = Bigram(start_id=1)
     with pytest.raises(ValueError, match=r"eos_id 1 includes bos_id \(1\)"):
         generate(model, torch.tensor([[2]]), GenerationConfig(eos_id=1, pad_id=0))
-    with pytest.raises(ValueError, match=r"must be the model's pad_id \(0\)"):
-        generate(model, torch.tensor([[2]]), GenerationConfig(pad_id=3))
+    with pytest.raises(ValueError, match=r"pad_id \(7\) must be < the vocabulary size V \(7\)"):
+        generate(model, torch.tensor([[2]]), GenerationConfig(pad_id=7))
+    with pytest.raises(ValueError, match=r"forced_eos_id 1 includes bos_id \(1\)"):
+        generate(model, torch.tensor([[2]]), GenerationConfig(forced_eos_id=1, pad_id=0))
+
+
+@examples(10)
+@given(seed=st.integers(0, 100), pad_id=st.integers(0, V - 1), data=st.data())
+def test_any_pad_id_fills_the_rows_that_stopped_and_the_models_own_stays_banned(seed, pad_id,
+                                                                              data):
+    # Oracle: each row's greedy chain (the model's pad id 0 banned, the config's pad_id not),
+    # cut after its first stop token and filled with pad_id to the longest row.
+    model = Bigram(seed=seed)
+    starts = [2, 5, 6]
+    chains = [greedy_chain(model, start, 6, banned={0}) for start in starts]
+    eos = data.draw(st.sampled_from(sorted({t for chain in chains for t in chain})), label="eos")
+    cut = [chain[: chain.index(eos) + 1] if eos in chain else chain for chain in chains]
+    n = max(len(row) for row in cut)
+    out = generate(model, torch.tensor([[s] for s in starts]),
+                   GenerationConfig(max_new_tokens=6, eos_id=eos, pad_id=pad_id))
+    assert out.tolist() == [row + [pad_id] * (n - len(row)) for row in cut]

@@ -15,12 +15,12 @@ convention are checked on their own; the encoder-decoder against its addnorm-con
 from __future__ import annotations
 
 import dataclasses
-import functools
 import warnings
 
 import pytest
 import torch
 import transformers
+from gpt2_pair import POSITIONS, SEEDS, V, free_run, models, no_stop_lm, prompt
 from hypothesis import given
 from hypothesis import strategies as st
 from properties import examples
@@ -29,61 +29,7 @@ from test_host_reads import CountReads
 import addnorm
 from addnorm import GenerationConfig
 
-V = 24  # vocabulary; GPT-2's bos and eos is V - 1
-POSITIONS = 40  # GPT-2's n_positions
-
 transformers.logging.set_verbosity_error()  # "Setting pad_token_id to eos_token_id", ...
-
-
-@functools.cache
-def models() -> tuple[transformers.GPT2LMHeadModel, addnorm.TransformerLM]:
-    """A random GPT-2 with spread logits, and the TransformerLM holding its weights."""
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=V, n_positions=POSITIONS, n_embd=16,
-                                     n_layer=2, n_head=2, bos_token_id=V - 1, eos_token_id=V - 1)
-    gpt2 = transformers.GPT2LMHeadModel(config).eval()
-    with torch.no_grad():
-        for name, weight in gpt2.named_parameters():
-            if weight.ndim == 2:
-                weight.normal_(0.0, 1.0 if name.endswith(("wte.weight", "wpe.weight")) else 0.5)
-    lm = addnorm.from_transformers(gpt2)
-    assert isinstance(lm, addnorm.TransformerLM)
-    return gpt2, lm
-
-
-@functools.cache
-def free_run(seed: int) -> torch.Tensor:
-    """transformers' greedy continuation of ``prompt(seed)`` without a stop token: where to
-    pick stop tokens the models really emit."""
-    gpt2, _ = models()
-    ids, mask = prompt(seed)
-    with torch.no_grad():
-        out = gpt2.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False,
-                            eos_token_id=None, pad_token_id=0)
-    return out[:, ids.shape[1]:]
-
-
-@functools.cache
-def no_stop_lm() -> addnorm.TransformerLM:
-    """The GPT-2's TransformerLM without a stop token (transformers' kwarg eos_token_id=None)."""
-    _, lm = models()
-    alone = addnorm.TransformerLM(dataclasses.replace(lm.cfg, eos_id=None)).eval()
-    alone.load_state_dict(lm.state_dict())
-    return alone
-
-
-@functools.cache
-def prompt(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """1 to 3 left-padded rows of 1 to 6 tokens (padding holds the eos id, as a GPT-2
-    tokenizer pads) and their attention_mask (1 = real token)."""
-    gen = torch.Generator().manual_seed(seed)
-    batch, length = (int(n) for n in (torch.randint(1, 4, (), generator=gen),
-                                      torch.randint(1, 7, (), generator=gen)))
-    ids = torch.randint(0, V - 1, (batch, length), generator=gen)
-    mask = torch.ones_like(ids)
-    for row in range(batch):
-        mask[row, : int(torch.randint(0, length, (), generator=gen))] = 0
-    return ids.masked_fill(mask == 0, V - 1), mask
 
 
 def both(seed: int, **names) -> tuple[torch.Tensor, torch.Tensor]:
@@ -103,9 +49,6 @@ def stop_token(seed: int, data: st.DataObject) -> int:
     """A stop id one of the rows emits within its first 12 tokens (or, rarely, never)."""
     emitted = sorted(set(free_run(seed).flatten().tolist()))
     return data.draw(st.sampled_from(emitted), label="eos")
-
-
-SEEDS = st.integers(0, 10_000)
 
 
 # ------------------------------------------------------------------- the tokens of transformers
@@ -272,23 +215,38 @@ def test_the_encoder_decoder_takes_hugging_faces_names_and_returns_its_start_tok
 @pytest.mark.parametrize(
     ("names", "error", "words"),
     [
-        ({"typical_p": 0.9}, ValueError, r"does not implement .*typical_p=0\.9"),
-        ({"generation_config": {"output_scores": True, "num_beam_groups": 2}}, ValueError,
-         r"output_scores=True, num_beam_groups=2"),
-        ({"generation_config": {"return_dict_in_generate": True}}, ValueError,
-         "return_dict_in_generate"),
+        ({"do_sample": True, "typical_p": 0.9}, ValueError, r"does not implement .*typical_p=0\.9"),
+        ({"generation_config": {"output_attentions": True, "num_beam_groups": 2}}, ValueError,
+         r"output_attentions=True, num_beam_groups=2"),
+        ({"begin_suppress_tokens": [3]}, ValueError, r"does not implement .*begin_suppress"),
         ({"generation_config": {"not_a_setting": 1}}, ValueError, "not_a_setting=1"),
         ({"early_stopping": "sometimes"}, ValueError, "early_stopping must be True, False"),
         ({"max_length": 3}, ValueError, r"max_length \(3\) leaves no new token"),
         ({"num_return_sequences": 2}, ValueError, "needs strategy='sample' or 'beam'"),
         ({"num_beams": 2, "num_return_sequences": 3}, ValueError, r"must be <= num_beams \(2\)"),
         ({"do_sample": True, "num_beams": 2}, ValueError, "beam sampling"),
-        ({"do_sample": False, "temperature": 0.5}, ValueError, "only apply to strategy='sample'"),
-        ({"pad_token_id": 3}, ValueError, "must be the model's pad_id"),
+        ({"pad_token_id": V}, ValueError, rf"pad_id \({V}\) must be < the vocabulary size"),
+        ({"suppress_tokens": [2, V]}, ValueError, rf"suppress_tokens .* holds {V}, which must"),
+        ({"bad_words_ids": [[3], []]}, ValueError, r"bad_words_ids\[1\] must hold at least one"),
+        ({"forced_eos_token_id": [3], "suppress_tokens": [3]}, ValueError,
+         "also in suppress_tokens"),
+        ({"do_sample": True, "min_p": 1.5}, ValueError, r"min_p must be <= 1"),
+        ({"max_time": 0.0}, ValueError, r"max_time must be > 0"),
         ({"generation_config": GenerationConfig()}, TypeError, "addnorm's GenerationConfig"),
         ({"generation_config": [("max_new_tokens", 3)]}, TypeError, "mapping"),
         ({"attention_mask": torch.full((2, 4), 2)}, ValueError, "only 0 .padding. and 1"),
-        ({"attention_mask": torch.ones(2, 4)}, TypeError, "bool or integer"),
+        ({"attention_mask": torch.full((2, 4), 0.5)}, ValueError, "only 0 .padding. and 1"),
+        ({"attention_mask": torch.full((2, 4), float("nan"))}, ValueError, "only 0 .padding"),
+        ({"attention_mask": torch.ones(2, 4, dtype=torch.complex64)}, TypeError,
+         "bool, or integer or float"),
+        ({"attention_mask": torch.tensor([[1, 1, 1, 1], [0, 0, 0, 0]])}, ValueError,
+         "row 1 of prompt_ids is only padding"),
+        ({"input_ids": torch.zeros(2, 4, dtype=torch.long)}, TypeError,
+         "give prompt_ids or input_ids, not both"),
+        ({"num_beams": 10**15, "max_new_tokens": 2}, ValueError,
+         r"num_beams \(1000000000000000\) with max_new_tokens \(2\) makes 2 x"),
+        ({"do_sample": True, "num_return_sequences": 10**15}, ValueError,
+         r"num_return_sequences \(1000000000000000\) with max_new_tokens \(20\) makes"),
         ({"attention_mask": torch.ones(2, 3, dtype=torch.long)}, ValueError, r"shape \(2, 4\)"),
         ({"attention_mask": torch.ones(2, 4, dtype=torch.long),
           "padding_mask": torch.zeros(2, 4, dtype=torch.bool)}, ValueError, "not both"),

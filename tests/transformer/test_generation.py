@@ -520,6 +520,40 @@ def test_sampled_return_sequences_are_grouped_per_prompt_row_and_drawn_apart():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("strategy", ["greedy", "sample", "beam"])
+def test_the_logit_rules_and_limits_run_on_cuda_with_one_sync_per_token_at_most(strategy):
+    # The rules, min-p, max_time and the recorded scores on the device: the tokens are the
+    # CPU's (sampling: the draws differ by generator, so only their validity is checked), and
+    # the synchronisations torch counts grow by one per decoded token at most (the stop check).
+    import warnings
+
+    cpu_chain = SecondOrderChain(vocab=6, seed=15)
+    gpu_chain = SecondOrderChain(vocab=6, seed=15, device="cuda")
+    prompt = prompts(4, 6)
+    config = GenerationConfig(
+        max_new_tokens=7, strategy=strategy, eos_id=5, bad_words_ids=((1, 2), (3,)),
+        suppress_tokens=(4,), forced_eos_id=5, max_time=3600.0, min_new_tokens=2,
+        **({"num_beams": 3} if strategy == "beam" else {}),
+        **({"min_p": 0.05} if strategy == "sample" else {}),
+    )
+    generator = torch.Generator("cuda").manual_seed(0) if strategy == "sample" else None
+    on_cpu, _ = run(cpu_chain, prompt, config, torch.Generator().manual_seed(0))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            on_gpu, _ = run(gpu_chain, prompt.cuda(), config, generator)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    syncs = sum("synchroniz" in str(w.message) for w in caught)
+    assert syncs <= on_gpu.shape[1] + 3, syncs  # a step's read, the checks before and after
+    assert not (on_gpu == 3).any() and not (on_gpu == 4).any()  # banned and suppressed
+    if strategy != "sample":
+        assert torch.equal(on_cpu, on_gpu.cpu())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_beam_and_sampling_run_on_cuda_like_on_cpu():
     cpu_chain = SecondOrderChain(vocab=6, seed=15)
     gpu_chain = SecondOrderChain(vocab=6, seed=15, device="cuda")
@@ -564,6 +598,22 @@ def test_beam_and_sampling_run_on_cuda_like_on_cpu():
         ({"strategy": "beam", "num_beams": 2, "num_return_sequences": 3}, ValueError,
          "must be <= num_beams"),
         ({"beam_stop": "never"}, ValueError, "beam_stop"),
+        ({"strategy": "sample", "min_p": 0.0}, ValueError, "min_p must be > 0"),
+        ({"strategy": "sample", "min_p": 1.5}, ValueError, "min_p must be <= 1"),
+        ({"min_p": 0.1}, ValueError, "min_p=0.1 only apply to strategy='sample'"),
+        ({"bad_words_ids": "ab"}, TypeError, "bad_words_ids must be a sequence"),
+        ({"bad_words_ids": [[1], []]}, ValueError, "bad_words_ids[1] must hold at least one"),
+        ({"bad_words_ids": [[1, -2]]}, ValueError, "bad_words_ids[0][1] must be >= 0"),
+        ({"bad_words_ids": [3]}, TypeError, "bad_words_ids[0] must be a sequence"),
+        ({"suppress_tokens": 3}, TypeError, "suppress_tokens must be a sequence"),
+        ({"suppress_tokens": [1, 2.0]}, TypeError, "suppress_tokens[1]"),
+        ({"forced_eos_id": -1}, ValueError, "forced_eos_id must be >= 0"),
+        ({"forced_eos_id": ()}, ValueError, "forced_eos_id must be an int, a non-empty tuple"),
+        ({"forced_eos_id": (2, 3), "suppress_tokens": (3, 2)}, ValueError,
+         "also in suppress_tokens"),
+        ({"max_time": 0}, ValueError, "max_time must be > 0"),
+        ({"max_time": float("inf")}, ValueError, "max_time must be finite"),
+        ({"max_time": "1s"}, TypeError, "max_time must be a number"),
     ],
 )
 def test_bad_generation_config_is_rejected_with_its_name(kwargs, error, words):
@@ -576,6 +626,11 @@ def test_a_list_of_stop_ids_is_stored_as_a_tuple():
     config = GenerationConfig(max_new_tokens=3, eos_id=[1, 2])
     assert config.eos_id == (1, 2) and config.stop_ids == (1, 2)
     assert GenerationConfig(max_new_tokens=3, eos_id=4).stop_ids == (4,)
+    lists = GenerationConfig(bad_words_ids=[[1, 2], [3]], suppress_tokens=[4, 5],
+                             forced_eos_id=[6, 7])
+    assert (lists.bad_words_ids, lists.suppress_tokens, lists.forced_ids) == (
+        ((1, 2), (3,)), (4, 5), (6, 7))
+    hash(lists)  # frozen and hashable, as every config
 
 
 def nan_at(row: int) -> torch.Tensor:

@@ -28,8 +28,8 @@ def add_parser(subparsers) -> None:
                           "its vocabulary to <unk>)")
     generate.add_argument(
         "--max-new-tokens", type=int, default=200,
-        help="tokens (characters, for a character run) to generate, >= 1 (more than the "
-        "model's max_len is cut to it)",
+        help="tokens (characters, for a character run) to generate, >= 1 (the prompt and the "
+        "new tokens are cut to the model's max_len, the prompt to its last max_len - 1 tokens)",
     )
     generate.add_argument("--temperature", type=float, default=0.8,
                           help="sampling temperature, finite and >= 0; 0 = greedy")
@@ -75,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
     device = next(model.parameters()).device
     start = time.perf_counter()
     try:
+        _say_if_cut(len(task.tokenizer.encode(args.prompt)), args.max_new_tokens,
+                    model.cfg.max_len)  # an unknown character: a ValueError, as in sample
         text = task.sample(
             model,
             args.prompt,
@@ -93,6 +95,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"compiling the decode step and generating took {seconds:.1f} s", file=sys.stderr)
     print(text)
     return EXIT_OK
+
+
+def _say_if_cut(prompt_length: int, max_new_tokens: int, max_len: int) -> None:
+    """One line on stderr when the prompt is longer than the model's context: it is continued
+    from its last characters (``LMTask.sample``; the output still starts with all of it)."""
+    from addnorm.tasks.lm import prompt_room
+
+    kept, new = prompt_room(prompt_length, max_new_tokens, max_len)
+    if kept < prompt_length:
+        print(
+            f"note: the prompt has {prompt_length} characters, more than the model's context "
+            f"(max_len {max_len}): continuing its last {kept} with {new} new character"
+            f"{'s' if new != 1 else ''}",
+            file=sys.stderr,
+        )
 
 
 def _check_sampling_flags(args) -> None:

@@ -6,9 +6,12 @@ follows through ``cache.reorder``). Each step extends every live beam by every t
 the K best by summed log-probability, and moves those that emit a stop token to the row's
 finished hypotheses, scored with the length penalty. A row is done when no live beam can beat
 its K-th finished one (``beam_stop="exact"``), or by one of Hugging Face's two other rules.
-The rules against repetition, and ``min_new_tokens``, apply to the log-probs, as in Hugging
+The logit rules (:mod:`addnorm.generation.logit_rules`) apply to the log-probs, as in Hugging
 Face's beam search, whose tokens these are for the same log-probs (its ``early_stopping``
-"never", False and True are ``beam_stop`` "exact", "heuristic" and "k_finished").
+"never", False and True are ``beam_stop`` "exact", "heuristic" and "k_finished"). The live
+beams of a row are kept best first, as Hugging Face keeps them, so each step's log-probs come
+in its order too (``output_scores``), and the row of the beam each token extended is kept
+with the tokens (``beam_indices``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from addnorm.generation.config import GenerationConfig
-from addnorm.generation.repetition import apply_repetition_rules
+from addnorm.generation.deadline import Deadline
+from addnorm.generation.logit_rules import LogitRules
+from addnorm.generation.output import Recorder
 from addnorm.generation.step import LogitWatch, StepFn
 from addnorm.utils.memory import check_fits
 
@@ -39,11 +44,15 @@ class _Beams:
     fin_lengths: Tensor  # (B, K)
     done: Tensor  # (B,) the row's finished hypotheses can no longer be beaten
     fill_id: int
+    # beam_indices (kept when recorded): per token, the row b * K + k of the beam it extended
+    alive_rows: Tensor | None = None  # (B, K, n)
+    fin_rows: Tensor | None = None  # (B, K, max_new_tokens), -1 after the end
 
 
 def beam_search(
     step_fn: StepFn, logits: Tensor, cache: Any, config: GenerationConfig,
-    seen: tuple[Tensor, Tensor], banned: Tensor | None = None,
+    seen: tuple[Tensor, Tensor], banned: Tensor | None = None, *,
+    deadline: Deadline | None = None, record: Recorder | None = None,
 ) -> Tensor:
     """Beam search with K = ``num_beams`` beams per row, vectorised over rows and beams.
 
@@ -70,10 +79,15 @@ def beam_search(
     ``config.num_return_sequences`` best finished hypotheses, best first (row ``b * r + j``
     is row ``b``'s j-th best).
 
-    ``repetition_penalty`` and ``no_repeat_ngram_size`` act on each beam's log-probs, its
-    history being the prompt followed by the beam's own tokens (Hugging Face's order).
-    ``banned`` (n,) long: ids never emitted (their logits set to -inf), or None. The stop
-    ids get -inf log-probs while fewer than ``config.min_new_tokens`` tokens are generated.
+    The logit rules act on each beam's log-probs, its history being the prompt followed by
+    the beam's own tokens (Hugging Face's order). ``banned`` (n,) long: ids never emitted
+    (their logits set to -inf), or None.
+
+    ``deadline`` (``max_time``): once it has passed, read after a step's stop check, the live
+    beams of the rows not done before that step finish at their length, as when
+    ``max_new_tokens`` is reached (transformers' stopping criteria end every candidate of the
+    step). ``record``: collects each step's log-probs after the rules (B * K, V) and the
+    model's logits, and the returned hypotheses' scores and beam rows.
 
     Shapes:
         logits: (B, V); seen: the prompt's ids and padding (B, L0)
@@ -88,40 +102,45 @@ def beam_search(
     dtype = torch.promote_types(logits.dtype, torch.float32)
     is_stop = torch.zeros(vocab, dtype=torch.bool, device=device)
     is_stop[list(config.stop_ids)] = True
-    stop_ids = torch.tensor(config.stop_ids, dtype=torch.long, device=device)
     cache.reorder(torch.arange(batch, device=device).repeat_interleave(k))  # B -> B * K rows
     logits = logits.repeat_interleave(k, dim=0)  # (B * K, V): beam copies of each row
     fill = config.fill_id if config.fill_id is not None else 0  # None: nothing ends early
-    beams = _start_beams(batch, k, max_new, fill, device, dtype)
+    beams = _start_beams(batch, k, max_new, fill, device, dtype, rows=record is not None)
     prompt = tuple(t.repeat_interleave(k, dim=0) for t in seen)  # (B * K, L0) each
+    rules = LogitRules(config, device) if config.has_logit_rules else None
     watch = LogitWatch()  # bad logits: read with the stop check (see LogitWatch)
     no_rows = torch.zeros(batch * k, dtype=torch.bool, device=device)  # (B * K,)
     for step in range(max_new):
         if step > 0:
             last = beams.alive_tokens[:, :, -1].reshape(batch * k, 1)  # (B * K, 1)
             logits = step_fn(last, cache)  # (B * K, V)
+        if record is not None:
+            record.add_logits(logits)
         if banned is not None:
             logits = logits.index_fill(-1, banned, float("-inf"))  # (B * K, V)
         name = "first_logits" if step == 0 else f"step_fn output (step {step})"
         bad = watch.note(name, step, logits)  # (B * K,), no host sync
         logits = logits.masked_fill(bad[:, None], 0.0)  # kept finite until reported
         log_probs = F.log_softmax(logits.to(dtype), dim=-1)  # (B * K, V)
-        if step < config.min_new_tokens:
-            log_probs = log_probs.index_fill(-1, stop_ids, float("-inf"))
-        if config.reshapes_logits:
-            log_probs = _beam_reshape(log_probs, prompt, beams.alive_tokens, config)
+        if rules is not None:
+            history = _history(prompt, beams.alive_tokens) if rules.needs_history else None
+            log_probs = rules(log_probs, step, history)
+        if record is not None:
+            record.add_scores(log_probs)
         log_probs = log_probs.view(batch, k, vocab)  # (B, K, V)
+        done_before = beams.done.clone() if deadline is not None else beams.done  # (B,)
         parent = _advance(beams, log_probs, is_stop, penalty)  # (B, K)
         length = step + 1
         if length == max_new:
-            ending = torch.isfinite(beams.alive_scores) & ~beams.done[:, None]
-            scores = beams.alive_scores / float(length) ** penalty
-            _add_finished(beams, beams.alive_tokens, scores.masked_fill(~ending, float("-inf")))
+            _finish_alive(beams, length, penalty, done_before)
             break
         _update_done(beams, length, max_new, penalty, config.beam_stop)
         flags = torch.stack([(~beams.done).any(), watch.bad_rows(no_rows).any()])  # live, bad
         live, faulty = flags.tolist()  # the one host sync of the step
         watch.check(faulty)
+        if deadline is not None and deadline.passed():  # max_time: every candidate ends here
+            _finish_alive(beams, length, penalty, done_before)
+            break
         if not live:
             break
         rows = torch.arange(batch, device=device)[:, None] * k  # (B, 1)
@@ -129,29 +148,37 @@ def beam_search(
     watch.check()
     r = config.num_return_sequences
     n = int(beams.fin_lengths[:, :r].max())
+    if record is not None:
+        record.sequences_scores = beams.fin_scores[:, :r].reshape(batch * r)  # (B * r,)
+        if beams.fin_rows is not None:
+            record.beam_indices = beams.fin_rows[:, :r, :n].reshape(batch * r, n)
     return beams.fin_tokens[:, :r, :n].reshape(batch * r, n)  # (B * r, N), best first
 
 
-def _beam_reshape(
-    log_probs: Tensor, prompt: tuple[Tensor, ...], alive: Tensor, config: GenerationConfig
-) -> Tensor:
-    """The two logit rules on each beam's log-probs, its history the prompt and its tokens.
+def _history(prompt: tuple[Tensor, ...], alive: Tensor) -> tuple[Tensor, Tensor]:
+    """Each beam's history: the prompt (its padding marked) and the beam's own tokens.
 
     Shapes:
-        log_probs: (B * K, V); prompt: ids and padding (B * K, L0); alive: (B, K, n)
+        prompt: ids and padding (B * K, L0); alive: (B, K, n); returns: (B * K, L0 + n) each
     """
     ids, padding = prompt
     own = alive.reshape(ids.shape[0], -1)  # (B * K, n)
-    history = torch.cat([ids, own], dim=1)  # (B * K, L0 + n)
-    padding = torch.cat([padding, torch.zeros_like(own, dtype=torch.bool)], dim=1)
-    return apply_repetition_rules(
-        log_probs, history, padding, repetition_penalty=config.repetition_penalty,
-        no_repeat_ngram_size=config.no_repeat_ngram_size,
-    )
+    return (torch.cat([ids, own], dim=1),
+            torch.cat([padding, torch.zeros_like(own, dtype=torch.bool)], dim=1))
 
 
-def _start_beams(batch: int, k: int, max_new: int, fill_id: int, device, dtype) -> _Beams:
-    """K copies of the empty prefix per row; all but the first are empty so none repeats."""
+def _finish_alive(beams: _Beams, length: int, penalty: float, done_before: Tensor) -> None:
+    """The live beams of the rows not done before this step finish at ``length``."""
+    ending = torch.isfinite(beams.alive_scores) & ~done_before[:, None]  # (B, K)
+    scores = beams.alive_scores / float(length) ** penalty
+    _add_finished(beams, beams.alive_tokens, scores.masked_fill(~ending, float("-inf")),
+                  beams.alive_rows)
+
+
+def _start_beams(batch: int, k: int, max_new: int, fill_id: int, device, dtype, *,
+                 rows: bool) -> _Beams:
+    """K copies of the empty prefix per row; all but the first are empty so none repeats.
+    ``rows``: keep the beam row of every token (``beam_indices``)."""
     alive_scores = torch.full((batch, k), float("-inf"), dtype=dtype, device=device)
     alive_scores[:, 0] = 0.0
     return _Beams(
@@ -162,6 +189,9 @@ def _start_beams(batch: int, k: int, max_new: int, fill_id: int, device, dtype) 
         fin_lengths=torch.zeros(batch, k, dtype=torch.long, device=device),
         done=torch.zeros(batch, dtype=torch.bool, device=device),
         fill_id=fill_id,
+        alive_rows=torch.empty(batch, k, 0, dtype=torch.long, device=device) if rows else None,
+        fin_rows=torch.full((batch, k, max_new), -1, dtype=torch.long, device=device)
+        if rows else None,
     )
 
 
@@ -173,10 +203,12 @@ def _advance(beams: _Beams, log_probs: Tensor, is_stop: Tensor, penalty: float) 
     top_scores, top_index = candidates.topk(k, dim=-1)  # (B, K)
     ending = is_stop[top_index % vocab] & torch.isfinite(top_scores) & ~beams.done[:, None]
     scores = (top_scores / float(length) ** penalty).masked_fill(~ending, float("-inf"))
-    _add_finished(beams, _extend(beams.alive_tokens, top_index, vocab), scores)
+    _add_finished(beams, _extend(beams.alive_tokens, top_index, vocab), scores,
+                  _extend_rows(beams.alive_rows, top_index, vocab))
     growing = candidates.masked_fill(is_stop.repeat(k), float("-inf"))  # (B, K*V)
     alive_scores, alive_index = growing.topk(k, dim=-1)  # (B, K)
     beams.alive_tokens = _extend(beams.alive_tokens, alive_index, vocab)  # (B, K, n + 1)
+    beams.alive_rows = _extend_rows(beams.alive_rows, alive_index, vocab)
     beams.alive_scores = alive_scores
     return alive_index // vocab
 
@@ -188,18 +220,44 @@ def _extend(tokens: Tensor, index: Tensor, vocab: int) -> Tensor:
     return torch.cat([prefix, token[..., None]], dim=-1)  # (B, K', n + 1)
 
 
-def _add_finished(beams: _Beams, sequences: Tensor, scores: Tensor) -> None:
-    """Merge hypotheses (B, K', n) scored (B, K') (-inf = not a hypothesis) into the K best."""
+def _extend_rows(rows: Tensor | None, index: Tensor, vocab: int) -> Tensor | None:
+    """The beam rows of the sequences :func:`_extend` makes: each parent's, then the row
+    ``b * K + parent`` of the beam the new token extended (None when not kept)."""
+    if rows is None:
+        return None
+    batch, k = rows.shape[:2]
+    parent = index // vocab  # (B, K')
+    prefix = rows.gather(1, parent[..., None].expand(-1, -1, rows.shape[-1]))  # (B, K', n)
+    own = torch.arange(batch, device=rows.device)[:, None] * k + parent  # (B, K')
+    return torch.cat([prefix, own[..., None]], dim=-1)  # (B, K', n + 1)
+
+
+def _add_finished(beams: _Beams, sequences: Tensor, scores: Tensor,
+                  rows: Tensor | None = None) -> None:
+    """Merge hypotheses (B, K', n) scored (B, K') (-inf = not a hypothesis) into the K best;
+    ``rows``: their beam rows (B, K', n), when kept."""
     batch, k, max_new = beams.fin_tokens.shape
-    n = sequences.shape[-1]
-    padded = beams.fin_tokens.new_full((batch, sequences.shape[1], max_new), beams.fill_id)
-    padded[..., :n] = sequences
     all_scores = torch.cat([beams.fin_scores, scores], dim=1)  # (B, K + K')
-    all_tokens = torch.cat([beams.fin_tokens, padded], dim=1)  # (B, K + K', max_new)
+    n = sequences.shape[-1]
     all_lengths = torch.cat([beams.fin_lengths, torch.full_like(scores, n, dtype=torch.long)], 1)
-    beams.fin_scores, best = all_scores.topk(k, dim=-1)  # (B, K), best first
-    beams.fin_tokens = all_tokens.gather(1, best[..., None].expand(-1, -1, max_new))
+    # best first; on a tie the hypothesis already kept wins (a stable sort), so a non-hypothesis
+    # (-inf) never takes an empty slot (-inf too), which returns the filler
+    ranked, order = all_scores.sort(dim=-1, descending=True, stable=True)  # (B, K + K')
+    beams.fin_scores, best = ranked[:, :k], order[:, :k]  # (B, K)
+    beams.fin_tokens = _merged(beams.fin_tokens, sequences, beams.fill_id, best)
     beams.fin_lengths = all_lengths.gather(1, best)
+    if beams.fin_rows is not None and rows is not None:
+        beams.fin_rows = _merged(beams.fin_rows, rows, -1, best)
+
+
+def _merged(finished: Tensor, new: Tensor, fill: int, best: Tensor) -> Tensor:
+    """The K ``best`` of the finished (B, K, max_new) and the new (B, K', n) sequences, the
+    new ones filled with ``fill`` to max_new."""
+    batch, _, max_new = finished.shape
+    padded = finished.new_full((batch, new.shape[1], max_new), fill)
+    padded[..., : new.shape[-1]] = new
+    every = torch.cat([finished, padded], dim=1)  # (B, K + K', max_new)
+    return every.gather(1, best[..., None].expand(-1, -1, max_new))
 
 
 def _update_done(beams: _Beams, length: int, max_new: int, penalty: float, rule: str) -> None:

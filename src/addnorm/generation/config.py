@@ -3,14 +3,18 @@ frozen and validated on construction; ``from_transformers`` reads Hugging Face's
 :func:`transformers_call` a whole ``generate`` call made with them.
 
 A ``generate`` call is in Hugging Face's terms when it passes no addnorm ``config`` but one of
-Hugging Face's names: ``attention_mask``, ``generation_config`` or a setting
-(``max_new_tokens``, ``do_sample``, ...: :class:`TransformersSettings`). Its settings are then
-Hugging Face's: its defaults (20 new tokens, greedy, ``early_stopping=False``, ``top_k=50``
-when sampling), under the model's eos and pad ids, under ``generation_config``, under the
-keywords (transformers' order of precedence), translated by
-:meth:`GenerationConfig.from_transformers`; and it returns the prompt followed by the new
-tokens, as transformers does (``return_prompt`` chooses either way). An addnorm ``config``
-together with Hugging Face's settings is refused: one call, one vocabulary.
+Hugging Face's names: ``input_ids``, ``attention_mask``, ``generation_config``,
+``return_dict_in_generate`` or a setting (``max_new_tokens``, ``do_sample``, ...:
+:class:`TransformersSettings`). Its settings are then Hugging Face's: its defaults (20 new
+tokens, greedy, ``early_stopping=False``, ``top_k=50`` when sampling), under the model's eos
+and pad ids, under ``generation_config``, under the keywords (transformers' order of
+precedence), translated by :meth:`GenerationConfig.from_transformers`; without an
+``attention_mask``, its padding is read from ``pad_token_id`` by transformers' rule
+(:func:`padding_from_pad_id`); and it returns the prompt followed by the new tokens, as
+transformers does (``return_prompt`` chooses either way), or, with
+``return_dict_in_generate=True``, a :class:`~addnorm.generation.output.GenerateOutput`
+holding them (and the scores or logits asked for). An addnorm ``config`` together with
+Hugging Face's settings is refused: one call, one vocabulary.
 
 The decoding loops that follow a config are :mod:`addnorm.generation.loop` (greedy and
 sampling) and :mod:`addnorm.generation.beam_search`.
@@ -18,7 +22,10 @@ sampling) and :mod:`addnorm.generation.beam_search`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+import sys
+import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -31,6 +38,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BEAM_STOPS",
+    "OUTPUT_NAMES",
+    "SAMPLING_ONLY",
     "STRATEGIES",
     "TRANSFORMERS_DEFAULT_NEW_TOKENS",
     "TRANSFORMERS_NAMES",
@@ -38,6 +47,7 @@ __all__ = [
     "GenerationConfig",
     "TransformersSettings",
     "padding_from_attention_mask",
+    "padding_from_pad_id",
     "transformers_call",
     "transformers_settings",
 ]
@@ -68,30 +78,45 @@ class TransformersSettings(TypedDict, total=False):
     num_return_sequences: int | None
     eos_token_id: int | list[int] | None
     pad_token_id: int | None
+    min_p: float | None
+    bad_words_ids: list[list[int]] | None
+    suppress_tokens: list[int] | None
+    forced_eos_token_id: int | list[int] | None
+    max_time: float | None
+    output_scores: bool | None
+    output_logits: bool | None
 
 
 TRANSFORMERS_NAMES = tuple(TransformersSettings.__annotations__)
+# Settings that shape the sampling distribution only: outside sampling transformers ignores
+# them with a warning (GenerationConfig.validate), and so does a call in its terms.
+SAMPLING_ONLY = {"temperature": 1.0, "top_p": 1.0, "top_k": 50, "min_p": None, "typical_p": 1.0,
+                 "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "top_h": None}
+# What a call returns beside the tokens (return_dict_in_generate=True): the names of
+# GenerateOutput's optional parts that these settings ask for.
+OUTPUT_NAMES = ("output_scores", "output_logits")
 # Hugging Face's length when none is set: 20 new tokens (transformers 5; a model's learned
 # positions may cap it, see transformers_call).
 TRANSFORMERS_DEFAULT_NEW_TOKENS = 20
 # Keys that never change the tokens: metadata, the cache switch, and the first decoder token
 # (fixed by the model: the encoder-decoder's generate checks it against its bos_id).
+# What the call returns beside the tokens changes none of them either: transformers_call
+# reads return_dict_in_generate and OUTPUT_NAMES.
 _NO_EFFECT = frozenset({
     "transformers_version", "_from_model_config", "_commit_hash", "_original_object_hash",
-    "use_cache", "bos_token_id", "decoder_start_token_id",
+    "use_cache", "bos_token_id", "decoder_start_token_id", "return_dict_in_generate",
+    *OUTPUT_NAMES,
 })
 # Settings addnorm does not implement, accepted at the value that switches them off.
 _OFF: dict[str, object] = {
-    "output_attentions": False, "output_hidden_states": False, "output_scores": False,
-    "output_logits": False, "return_dict_in_generate": False, "remove_invalid_values": False,
+    "output_attentions": False, "output_hidden_states": False, "remove_invalid_values": False,
     "renormalize_logits": False, "low_memory": False, "token_healing": False,
     "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "diversity_penalty": 0.0,
     "encoder_repetition_penalty": 1.0, "encoder_no_repeat_ngram_size": 0,
     "num_beam_groups": 1, "guidance_scale": 1.0,
 }
 _OFF_WHEN_EMPTY = frozenset({
-    "bad_words_ids", "force_words_ids", "suppress_tokens", "begin_suppress_tokens",
-    "sequence_bias", "stop_strings",
+    "force_words_ids", "begin_suppress_tokens", "sequence_bias", "stop_strings",
 })
 
 
@@ -151,6 +176,22 @@ class GenerationConfig:
             its current length, does not beat it (``early_stopping=False``, Hugging Face's
             default); ``"k_finished"``: as soon as ``num_beams`` hypotheses have finished
             (``early_stopping=True``).
+        min_p: sampling only; keep the tokens whose probability (after temperature, top-k
+            and top-p) is at least ``min_p`` times the likeliest token's, never fewer than
+            one (Hugging Face's ``MinPLogitsWarper``). In (0, 1]; None switches it off.
+        bad_words_ids: token sequences never generated (Hugging Face's
+            ``NoBadWordsLogitsProcessor``): a sequence of one token bans that token at every
+            step, unless it is a stop id (a row must be able to stop); a longer one bans its
+            last token wherever the row's history (prompt, padding excluded, then the new
+            tokens) ends with the rest of it.
+        suppress_tokens: ids never generated (their logits -inf at every step).
+        forced_eos_id: an id, or a tuple of them, that every row still live emits as its
+            ``max_new_tokens``-th token (Hugging Face's ``forced_eos_token_id``: the logits of
+            that step are -inf but for these ids, which get 0).
+        max_time: seconds; once this much time has passed since ``generate`` was called,
+            every row ends after its current token (Hugging Face's ``max_time``). The clock
+            is read on the host after each step's stop check, so it adds no device read
+            (:func:`addnorm.generation.loop.decode`). None: no limit.
     """
 
     max_new_tokens: int = 64
@@ -168,6 +209,11 @@ class GenerationConfig:
     min_new_tokens: int = 0
     num_return_sequences: int = 1
     beam_stop: str = "exact"
+    min_p: float | None = None
+    bad_words_ids: tuple[tuple[int, ...], ...] = ()
+    suppress_tokens: tuple[int, ...] = ()
+    forced_eos_id: int | tuple[int, ...] | None = None
+    max_time: float | None = None
 
     def __post_init__(self) -> None:
         check_int("max_new_tokens", self.max_new_tokens, min_value=1)
@@ -194,10 +240,23 @@ class GenerationConfig:
         check_int("num_return_sequences", self.num_return_sequences, min_value=1)
         check_choice("beam_stop", self.beam_stop, BEAM_STOPS)
         self._check_return_sequences()
-        if isinstance(self.eos_id, list):
-            object.__setattr__(self, "eos_id", tuple(self.eos_id))
-        _check_eos_id(self.eos_id)
-        defaults = {"temperature": 1.0, "top_k": None, "top_p": None}
+        for name in ("eos_id", "forced_eos_id"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+            _check_eos_id(name, getattr(self, name))
+        if self.min_p is not None:
+            check_float("min_p", self.min_p, min_value=0.0, min_inclusive=False, max_value=1.0)
+        object.__setattr__(self, "bad_words_ids", _id_sequences("bad_words_ids",
+                                                                self.bad_words_ids))
+        object.__setattr__(self, "suppress_tokens", _ids("suppress_tokens", self.suppress_tokens))
+        if self.max_time is not None:
+            check_float("max_time", self.max_time, min_value=0.0, min_inclusive=False)
+        if self.forced_ids and set(self.forced_ids) <= set(self.suppress_tokens):
+            raise ValueError(
+                f"every id of forced_eos_id {self.forced_eos_id!r} is also in suppress_tokens: "
+                "the last step would have no token left (transformers refuses this too)"
+            )
+        defaults = {"temperature": 1.0, "top_k": None, "top_p": None, "min_p": None}
         used = [f"{n}={getattr(self, n)!r}" for n, d in defaults.items() if getattr(self, n) != d]
         if self.strategy != "sample" and used:
             raise ValueError(
@@ -234,9 +293,26 @@ class GenerationConfig:
         return self.stop_ids[0] if self.stop_ids else None
 
     @property
+    def forced_ids(self) -> tuple[int, ...]:
+        """``forced_eos_id`` as a tuple (empty when it is None)."""
+        if self.forced_eos_id is None:
+            return ()
+        return self.forced_eos_id if isinstance(self.forced_eos_id, tuple) else (
+            self.forced_eos_id,)
+
+    @property
     def reshapes_logits(self) -> bool:
-        """Whether ``repetition_penalty`` or ``no_repeat_ngram_size`` is in effect."""
-        return self.repetition_penalty != 1.0 or self.no_repeat_ngram_size > 0
+        """Whether a rule that reads the row's history is in effect: ``repetition_penalty``,
+        ``no_repeat_ngram_size``, or a ``bad_words_ids`` sequence of several tokens."""
+        return (self.repetition_penalty != 1.0 or self.no_repeat_ngram_size > 0
+                or any(len(words) > 1 for words in self.bad_words_ids))
+
+    @property
+    def has_logit_rules(self) -> bool:
+        """Whether any rule reshapes the logits before a token is picked (the history rules,
+        ``min_new_tokens``, ``bad_words_ids``, ``suppress_tokens``, ``forced_eos_id``)."""
+        return (self.reshapes_logits or self.min_new_tokens > 0 or bool(self.bad_words_ids)
+                or bool(self.suppress_tokens) or self.forced_eos_id is not None)
 
     @classmethod
     def from_transformers(
@@ -267,20 +343,25 @@ class GenerationConfig:
           included; 1, the start token, for an encoder-decoder). ``max_new_tokens`` wins when
           both are set, as in transformers.
         - ``min_new_tokens`` -> ``min_new_tokens``; else ``min_length`` - ``prompt_length``.
-        - ``temperature``, ``top_k`` (default 50; 0 switches it off), ``top_p`` (1.0: off):
-          sampling only. Outside sampling, values other than these defaults raise (Hugging
-          Face ignores them with a warning).
+        - ``temperature``, ``top_k`` (default 50; 0 switches it off), ``top_p`` (1.0: off),
+          ``min_p`` (0 or None: off): sampling only. Without ``do_sample=True`` these, and
+          Hugging Face's other sampling-only settings (``typical_p``, ...), are ignored with
+          a UserWarning naming those set to a value other than their default, as transformers
+          ignores them (its ``GenerationConfig.validate`` warns).
         - ``early_stopping`` (beam search) -> ``beam_stop``: False (the default) ->
           ``"heuristic"``, True -> ``"k_finished"``, ``"never"`` -> ``"exact"``.
         - ``eos_token_id`` (an int or a list) -> ``eos_id``; ``pad_token_id`` -> ``pad_id``;
-          ``repetition_penalty``, ``no_repeat_ngram_size``, ``length_penalty``,
-          ``num_return_sequences``: the field of the same name.
+          ``forced_eos_token_id`` -> ``forced_eos_id``; ``repetition_penalty``,
+          ``no_repeat_ngram_size``, ``length_penalty``, ``num_return_sequences``,
+          ``bad_words_ids``, ``suppress_tokens``, ``max_time``: the field of the same name.
 
         Ignored, as they never change the tokens: ``transformers_version``,
         ``_from_model_config`` and other metadata, ``use_cache``, ``bos_token_id`` and
         ``decoder_start_token_id`` (the first decoder token is the model's; an
-        encoder-decoder's ``generate`` checks them against its ``bos_id``). Settings addnorm
-        does not implement (``typical_p``, ``output_scores``, ``num_beam_groups``, ...) are
+        encoder-decoder's ``generate`` checks them against its ``bos_id``),
+        ``return_dict_in_generate``, ``output_scores`` and ``output_logits`` (what a model's
+        ``generate`` returns: :func:`transformers_call` reads them). Settings addnorm
+        does not implement (``typical_p``, ``output_attentions``, ``num_beam_groups``, ...) are
         accepted only at the value that switches them off; any other value, and any unknown
         name, raises a ValueError naming them all. A model's ``generate`` takes these names
         directly (with its own eos and pad ids as the defaults)::
@@ -330,11 +411,18 @@ class GenerationCall:
         padding_mask: (B, L0) bool, True = padding (addnorm's polarity), or None.
         return_prompt: whether the output starts with the prompt (the decoder's: the start
             token for an encoder-decoder).
+        return_dict: whether the call returns a
+            :class:`~addnorm.generation.output.GenerateOutput` (Hugging Face's
+            ``return_dict_in_generate``) rather than the tokens alone.
+        output_scores, output_logits: what that output holds beside the tokens.
     """
 
     config: object
     padding_mask: torch.Tensor | None
     return_prompt: bool
+    return_dict: bool = False
+    output_scores: bool = False
+    output_logits: bool = False
 
 
 def transformers_call(
@@ -346,24 +434,32 @@ def transformers_call(
     attention_mask: object,
     padding_mask: object,
     return_prompt: object,
-    mask_shape: tuple[int, ...],
+    inputs: torch.Tensor,
     prompt_length: int,
+    inputs_by_name: bool = False,
 ) -> GenerationCall:
     """Read a ``generate`` call that may use Hugging Face's names (the module docstring).
 
     A ``transformers.GenerationConfig`` passed as ``config`` (transformers' second positional
     argument) is read as ``generation_config``. ``names``: the call's Hugging Face settings
-    (``TRANSFORMERS_NAMES`` and any other it was given; None = not given);
-    ``mask_shape``: the shape ``attention_mask`` must have (the prompt's, or the source's);
-    ``prompt_length``: the decoder's prompt, which ``max_length`` and ``min_length`` count
-    (a decoder-only model's L0, padding included; an encoder-decoder's 1: its start token).
+    (``TRANSFORMERS_NAMES``, ``return_dict_in_generate`` and any other it was given; None =
+    not given); ``inputs``: the prompt (or the source), whose shape ``attention_mask`` must
+    have; ``prompt_length``: the decoder's prompt, which ``max_length`` and ``min_length``
+    count (a decoder-only model's L0, padding included; an encoder-decoder's 1: its start
+    token); ``inputs_by_name``: the inputs came as Hugging Face's ``input_ids=``, which makes
+    the call one in its terms too.
+
+    Without ``attention_mask`` (and ``padding_mask``), a call in Hugging Face's terms reads
+    the padding as transformers does: where ``pad_token_id`` is set and is no stop id, every
+    occurrence of it in ``inputs`` is padding; otherwise nothing is
+    (:func:`padding_from_pad_id`).
     """
     if not isinstance(config, GenerationConfig) and callable(getattr(config, "to_diff_dict", None)):
         if generation_config is not None:  # transformers' generate(inputs, generation_config)
             raise ValueError("two generation configs: config and generation_config")
         config, generation_config = None, config
     given = {name: value for name, value in names.items() if value is not None}
-    padding = padding_from_attention_mask(attention_mask, padding_mask, mask_shape)
+    padding = padding_from_attention_mask(attention_mask, padding_mask, tuple(inputs.shape))
     prompt = None if return_prompt is None else check_bool("return_prompt", return_prompt)
     settings_given = bool(given) or generation_config is not None
     if config is not None and settings_given:
@@ -373,7 +469,7 @@ def transformers_call(
             f"({', '.join(listed)}) were both given: pass one of them (vary config with "
             "dataclasses.replace)"
         )
-    if config is not None or not (settings_given or attention_mask is not None):
+    if config is not None or not (settings_given or attention_mask is not None or inputs_by_name):
         return GenerationCall(config, padding, bool(prompt))
     settings: dict[str, Any] = {"eos_token_id": spec.eos_id, "pad_token_id": spec.pad_id}
     settings.update(transformers_settings(generation_config))
@@ -382,7 +478,49 @@ def transformers_call(
     if "max_new_tokens" not in settings and "max_length" not in settings:
         settings["max_new_tokens"] = _default_new_tokens(spec, prompt_length)
     hf_config = GenerationConfig.from_transformers(settings, prompt_length=prompt_length)
-    return GenerationCall(hf_config, padding, True if prompt is None else prompt)
+    if attention_mask is None and padding_mask is None:
+        padding = padding_from_pad_id(inputs, hf_config, spec.pad_id)
+    return GenerationCall(hf_config, padding, True if prompt is None else prompt,
+                          *_outputs(settings))
+
+
+def padding_from_pad_id(
+    inputs: torch.Tensor, config: GenerationConfig, model_pad_id: int | None
+) -> torch.Tensor | None:
+    """The padding of inputs given without a mask, by transformers' rule
+    (``_prepare_attention_mask_for_generation``): every occurrence of ``config.pad_id`` when
+    it is set and is not one of the stop ids; else no padding at all (None when the model,
+    without a pad id of its own, reads it so too). No value is read: where the id does not
+    occur, the mask is all False, as transformers' all-ones attention mask.
+
+    Shapes:
+        inputs: (B, L); returns: (B, L) bool, True = padding, or None
+    """
+    pad = config.pad_id
+    if pad is not None and pad not in config.stop_ids:
+        return inputs == pad
+    if model_pad_id is None:
+        return None  # the model's default: no padding
+    return torch.zeros_like(inputs, dtype=torch.bool)
+
+
+def _outputs(settings: Mapping[str, Any]) -> tuple[bool, bool, bool]:
+    """``return_dict_in_generate``, ``output_scores`` and ``output_logits`` of a call in
+    Hugging Face's terms; without the first, the others are ignored with a warning, as
+    transformers ignores them."""
+    return_dict = check_bool("return_dict_in_generate",
+                             settings.get("return_dict_in_generate", False))
+    wanted = [check_bool(name, settings.get(name, False)) for name in OUTPUT_NAMES]
+    if not return_dict and any(wanted):
+        named = [name for name, want in zip(OUTPUT_NAMES, wanted, strict=True) if want]
+        _warn_caller(
+            f"{' and '.join(named)} {'ask' if len(named) > 1 else 'asks'} for what only "
+            "return_dict_in_generate=True returns; without it they are ignored, as transformers "
+            "ignores them"
+        )
+        return False, False, False
+    scores, logits = wanted
+    return return_dict, scores, logits
 
 
 def padding_from_attention_mask(
@@ -390,8 +528,8 @@ def padding_from_attention_mask(
 ) -> torch.Tensor | None:
     """``padding_mask``, or Hugging Face's ``attention_mask`` (1 = real token) negated.
 
-    ``attention_mask``: bool, or integers 0 and 1 (read back once to check them: a
-    tokenizer's output); float masks are refused, as everywhere in addnorm.
+    ``attention_mask``: bool, or integers or floats that are 0 and 1 (read back once to
+    check them: a tokenizer's output, or one cast to float, as transformers accepts).
 
     Shapes:
         attention_mask: (B, L) = ``shape``; returns: (B, L) bool, True = padding
@@ -413,9 +551,10 @@ def padding_from_attention_mask(
         )
     if attention_mask.dtype == torch.bool:
         return ~attention_mask
-    if attention_mask.is_floating_point() or attention_mask.is_complex():
+    if attention_mask.is_complex():
         raise TypeError(
-            f"attention_mask must be bool or integer 0/1, got dtype {attention_mask.dtype}"
+            f"attention_mask must be bool, or integer or float 0/1, got dtype "
+            f"{attention_mask.dtype}"
         )
     if bool(((attention_mask != 0) & (attention_mask != 1)).any()):  # one read, at the start
         raise ValueError("attention_mask must hold only 0 (padding) and 1 (real token)")
@@ -455,8 +594,10 @@ def _default_new_tokens(spec: GenerationSpec, prompt_length: int) -> int:
 
 def _fields_from_transformers(names: dict[str, Any], prompt_length: int | None) -> dict[str, Any]:
     """GenerationConfig's fields (but ``compile``) from Hugging Face's set names."""
-    _refuse_unimplemented(names)
     do_sample = check_bool("do_sample", names.get("do_sample", False))
+    if not do_sample:
+        names = _without_sampling_settings(names)
+    _refuse_unimplemented(names)
     num_beams = check_int("num_beams", names.get("num_beams", 1), min_value=1)
     if do_sample and num_beams > 1:
         raise ValueError(
@@ -476,6 +617,10 @@ def _fields_from_transformers(names: dict[str, Any], prompt_length: int | None) 
         "num_return_sequences": names.get("num_return_sequences", 1),
         "eos_id": tuple(eos) if isinstance(eos, list) else eos,
         "pad_id": names.get("pad_token_id"),
+        "bad_words_ids": names.get("bad_words_ids", ()),
+        "suppress_tokens": names.get("suppress_tokens", ()),
+        "forced_eos_id": names.get("forced_eos_token_id"),
+        "max_time": names.get("max_time"),
         **_sampling_fields(names, strategy),
     }
     if strategy == "beam":
@@ -543,17 +688,47 @@ def _new_tokens(
     return total - prompt_length
 
 
+def _without_sampling_settings(names: Mapping[str, Any]) -> dict[str, Any]:
+    """``names`` without the sampling-only settings, which a call that does not sample
+    ignores, as transformers does; those set to a value other than their default are named
+    in a warning (transformers' ``GenerationConfig.validate`` logs the same)."""
+    ignored = [f"{name}={names[name]!r}" for name, default in SAMPLING_ONLY.items()
+               if name in names and _differs(names[name], default)]
+    if ignored:
+        _warn_caller(
+            f"do_sample is not True, so these sampling settings are ignored, as transformers "
+            f"ignores them: {', '.join(ignored)}; set do_sample=True to sample with them"
+        )
+    return {name: value for name, value in names.items() if name not in SAMPLING_ONLY}
+
+
+def _warn_caller(message: str) -> None:
+    """A UserWarning pointing at the first line outside addnorm that led here."""
+    frame, level = sys._getframe(0), 1
+    while frame.f_back is not None and _inside(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, UserWarning, stacklevel=level)
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_NO_GRAD = os.path.join("torch", "utils", "_contextlib.py")  # torch.no_grad's wrapper
+
+
+def _inside(filename: str) -> bool:
+    """Whether a frame's file is addnorm's (or the torch.no_grad wrapper around its calls)."""
+    path = os.path.abspath(filename)
+    return path.startswith(_PACKAGE + os.sep) or path.endswith(_NO_GRAD)
+
+
 def _sampling_fields(names: Mapping[str, Any], strategy: str) -> dict[str, Any]:
-    """temperature, top_k and top_p; their defaults (and the values that switch them off)
-    are left out, so outside sampling only a setting that would matter reaches the check."""
+    """temperature, top_k, top_p and min_p of a sampling call (the others have none left:
+    :func:`_without_sampling_settings`); the values that switch them off are left out."""
     fields = {}
-    for name, off in (("temperature", 1.0), ("top_p", 1.0), ("top_k", 0)):
+    for name, off in (("temperature", 1.0), ("top_p", 1.0), ("top_k", 0), ("min_p", 0.0)):
         if name in names and _differs(names[name], off):
             fields[name] = names[name]
     if strategy == "sample" and "top_k" not in names:
         fields["top_k"] = 50  # Hugging Face's default
-    elif strategy != "sample" and not _differs(names.get("top_k", 50), 50):
-        fields.pop("top_k", None)  # the default, which Hugging Face ignores outside sampling
     return fields
 
 
@@ -562,12 +737,30 @@ def _differs(value: object, default: object) -> bool:
     return isinstance(value, bool) or value != default
 
 
-def _check_eos_id(eos_id: object) -> None:
+def _check_eos_id(name: str, eos_id: object) -> None:
     """An int >= 0, a non-empty tuple of them, or None."""
     if isinstance(eos_id, tuple):
         if not eos_id:
-            raise ValueError("eos_id must be an int, a non-empty tuple of ints or None, got ()")
+            raise ValueError(f"{name} must be an int, a non-empty tuple of ints or None, got ()")
         for i, stop in enumerate(eos_id):
-            check_int(f"eos_id[{i}]", stop, min_value=0)
+            check_int(f"{name}[{i}]", stop, min_value=0)
     elif eos_id is not None:
-        check_int("eos_id", eos_id, min_value=0)
+        check_int(name, eos_id, min_value=0)
+
+
+def _ids(name: str, ids: object) -> tuple[int, ...]:
+    """A sequence of token ids >= 0 as a tuple (a bare string or int is refused)."""
+    if isinstance(ids, str | bytes) or not isinstance(ids, Sequence):
+        raise TypeError(f"{name} must be a sequence of token ids, got {ids!r}")
+    return tuple(check_int(f"{name}[{i}]", token, min_value=0) for i, token in enumerate(ids))
+
+
+def _id_sequences(name: str, sequences: object) -> tuple[tuple[int, ...], ...]:
+    """A sequence of non-empty sequences of token ids, as tuples."""
+    if isinstance(sequences, str | bytes) or not isinstance(sequences, Sequence):
+        raise TypeError(f"{name} must be a sequence of token id sequences, got {sequences!r}")
+    checked = tuple(_ids(f"{name}[{i}]", words) for i, words in enumerate(sequences))
+    for i, words in enumerate(checked):
+        if not words:
+            raise ValueError(f"{name}[{i}] must hold at least one token id, got an empty one")
+    return checked

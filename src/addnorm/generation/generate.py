@@ -8,10 +8,15 @@ model once (:func:`check_generation_config`), the model's ``start`` runs its inp
 their values: one host read), and the one decode loop, :func:`~addnorm.generation.loop.decode`,
 drives the model's own ``step``, which is trusted: nothing is checked again per token.
 
-The ids a model never emits (``pad_id``, and an encoder-decoder's start token) get -inf
+The ids a model never emits (its ``pad_id``, and an encoder-decoder's start token) get -inf
 logits at every step. A model whose ``pad_id`` is None (a vocabulary without padding,
-GPT-2's) bans nothing as padding; rows that stopped are then filled with the stop id
+GPT-2's) bans nothing as padding. Rows that stopped are filled with the config's ``pad_id``
+(Hugging Face's ``pad_token_id``: any id of the vocabulary), else with the first stop id
 (``GenerationConfig.fill_id``).
+
+Before the rows are expanded to beams or return sequences, their number is held to the
+memory of the device, as ``max_new_tokens`` is (:func:`~addnorm.generation.loop.
+check_rows_fit`, given the bytes of each row's cache).
 
 A decoder-only model continues its prompt: the prompt counts as seen for the repetition rules
 (its padding excluded), Hugging Face's ``max_length`` counts it, and the output may start with
@@ -28,7 +33,15 @@ from torch import Tensor
 
 from addnorm.cache import check_cache_room
 from addnorm.generation.config import GenerationConfig, transformers_call
-from addnorm.generation.loop import check_decoding_options, decode, prompt_history
+from addnorm.generation.deadline import Deadline
+from addnorm.generation.loop import (
+    check_decoding_options,
+    check_rows_fit,
+    check_token_ids,
+    decode,
+    prompt_history,
+)
+from addnorm.generation.output import GenerateOutput, Recorder
 from addnorm.generation.step import compiled_step, held_buffers
 from addnorm.generation.stop_strings import StopFn
 
@@ -37,7 +50,10 @@ if TYPE_CHECKING:
 
     from addnorm.family import GenerationSpec, GenerativeModel
 
-__all__ = ["banned_ids", "check_generation_config", "default_config", "generate", "with_prompt"]
+__all__ = [
+    "banned_ids", "cache_bytes_per_row", "check_generation_config", "default_config", "generate",
+    "inputs_of", "with_prompt",
+]
 
 
 @torch.no_grad()
@@ -53,44 +69,81 @@ def generate(
     attention_mask: Tensor | None = None,
     generation_config: object = None,
     settings: Mapping[str, object] | None = None,
-) -> Tensor:
+    inputs_by_name: bool = False,
+) -> Tensor | GenerateOutput:
     """Generate tokens with ``model`` as ``config`` says (default :func:`default_config`), or
     as Hugging Face's ``generate`` would (see ``TransformerLM.generate`` for the call).
 
     ``inputs`` have had their structure checked (a long (B, L) tensor): a decoder-only
     model's left-padded prompt, or an encoder-decoder's source; ``padding_mask`` or
     ``attention_mask`` is theirs. ``settings``: Hugging Face's settings by name, as given
-    (None: not given).
+    (None: not given), ``return_dict_in_generate`` among them; ``inputs_by_name``: the inputs
+    came as Hugging Face's ``input_ids=`` (:func:`inputs_of`).
 
     Shapes:
         inputs, padding_mask, attention_mask: (B, L)
         returns: (B * r, N), N <= max_new_tokens; (B * r, L + N) with a decoder-only model's
-        prompt, (B * r, 1 + N) with an encoder-decoder's start token
+        prompt, (B * r, 1 + N) with an encoder-decoder's start token; with
+        ``return_dict_in_generate=True`` a :class:`GenerateOutput` holding them
     """
     spec = model.generation_spec
     continues_prompt = spec.start_id is None
     call = transformers_call(
         spec, config, generation_config=generation_config, names=settings or {},
         attention_mask=attention_mask, padding_mask=padding_mask, return_prompt=return_prompt,
-        mask_shape=tuple(inputs.shape), prompt_length=inputs.shape[1] if continues_prompt else 1,
+        inputs=inputs, prompt_length=inputs.shape[1] if continues_prompt else 1,
+        inputs_by_name=inputs_by_name,
     )
     checked = check_generation_config(spec, call.config)
+    deadline = Deadline(checked.max_time)  # max_time counts from the call, as transformers'
     check_decoding_options(checked, generator, stop_fn, spec.device)
     cache, logits = model.start(
         inputs, call.padding_mask, max_new_tokens=checked.max_new_tokens, static=checked.compile
     )  # the inputs' values checked (one host read)
+    check_rows_fit(checked, inputs.shape[0], spec.vocab_size,
+                   cache_bytes_per_row(spec, checked, inputs.shape[1], logits.dtype),
+                   logits.device)
     seen = prompt_history(None, None, logits)
     if continues_prompt and checked.reshapes_logits:  # the prompt counts as seen
         seen = (inputs, cache.padding_mask[:, : inputs.shape[1]])  # its padding, as start had it
     step = compiled_step(model.step) if checked.compile else model.step
+    record = Recorder(scores=call.output_scores, logits=call.output_logits) if (
+        call.return_dict) else None
     held = held_buffers(model, cache) if checked.compile else contextlib.nullcontext()
     with held:  # compiled: the cache's state in the model's buffers, at fixed addresses
         new = decode(step, logits, cache, checked, generator=generator, seen=seen,
-                     stop_fn=stop_fn, banned=banned_ids(spec, logits.device))
-    if not call.return_prompt:
-        return new
-    prompt = inputs if spec.start_id is None else torch.full_like(inputs[:, :1], spec.start_id)
-    return with_prompt(prompt, new)
+                     stop_fn=stop_fn, banned=banned_ids(spec, logits.device), deadline=deadline,
+                     record=record)
+    if call.return_prompt:
+        prompt = inputs if spec.start_id is None else torch.full_like(inputs[:, :1], spec.start_id)
+        new = with_prompt(prompt, new)
+    return new if record is None else record.output(new)
+
+
+def inputs_of(name: str, inputs: Tensor | None, input_ids: Tensor | None) -> tuple[Tensor, bool]:
+    """A model's ``generate`` inputs, given by position (``name``) or as Hugging Face's
+    ``input_ids=`` (one of them); and whether they came by that name, which makes the call
+    one in Hugging Face's terms (:func:`~addnorm.generation.config.transformers_call`)."""
+    if input_ids is None:
+        if inputs is None:
+            raise TypeError(f"generate needs {name} (or Hugging Face's input_ids=)")
+        return inputs, False
+    if inputs is not None:
+        raise TypeError(f"give {name} or input_ids, not both")
+    return input_ids, True
+
+
+def cache_bytes_per_row(
+    spec: GenerationSpec, config: GenerationConfig, input_length: int, dtype: torch.dtype
+) -> int:
+    """The bytes of one row of a model's decoding cache: keys and values of the cached layers
+    for the prompt and ``max_new_tokens`` (a decoder-only model), or for ``max_new_tokens``
+    and, once per layer, the source, beside the encoder's output (an encoder-decoder)."""
+    width = spec.d_model * dtype.itemsize  # bytes of one position of one tensor
+    if spec.start_id is None:
+        return 2 * spec.cached_layers * (input_length + config.max_new_tokens) * width
+    cross = (2 * spec.cached_layers + 1) * input_length * width  # cross keys, values, memory
+    return 2 * spec.cached_layers * config.max_new_tokens * width + cross
 
 
 def default_config(spec: GenerationSpec) -> GenerationConfig:
@@ -105,36 +158,25 @@ def check_generation_config(spec: GenerationSpec, config: object) -> GenerationC
     """The config of a model's ``generate`` call (None: :func:`default_config`), checked
     against the model's special ids and room.
 
-    ``pad_id`` must be the model's (it fills rows that stopped, and is never generated), or,
-    for a model without a pad id (GPT-2's), one of the stop ids (Hugging Face's usual
-    ``pad_token_id=eos_token_id``: the filler ``pad_id=None`` would write anyway, when it is
-    the first); a stop token may not be one that generation never emits (it could never stop
-    a row). ``max_new_tokens`` must fit a learned position table, and a cache of the model
-    in some memory of this machine (:func:`~addnorm.cache.check_cache_room`).
+    Every id it names must be in the vocabulary; ``pad_id`` may be any of them (it fills the
+    rows that stopped, as Hugging Face's ``pad_token_id``). A stop token may not be one that
+    generation never emits (it could never stop a row), nor may ``forced_eos_id`` (it could
+    never be forced). ``max_new_tokens`` must fit a learned position table, and a cache of
+    the model in some memory of this machine (:func:`~addnorm.cache.check_cache_room`).
     """
     if config is None:
         return default_config(spec)
     if not isinstance(config, GenerationConfig):
         raise TypeError(f"config must be a GenerationConfig or None, got {type(config).__name__}")
-    stop_as_pad = spec.pad_id is None and config.pad_id in config.stop_ids
-    if config.pad_id != spec.pad_id and not stop_as_pad:
-        raise ValueError(
-            f"config.pad_id (Hugging Face's pad_token_id, {config.pad_id}) must be the model's "
-            f"pad_id ({spec.pad_id}), or, for a model without one, a stop id; start from the "
-            "model's own: dataclasses.replace(model.generation_config, ...)"
-        )
-    outside = [stop for stop in config.stop_ids if stop >= spec.vocab_size]
-    if outside:
-        raise ValueError(
-            f"eos_id {config.eos_id!r} holds {outside[0]}, outside the vocabulary "
-            f"[0, {spec.vocab_size})"
-        )
+    check_token_ids(config, spec.vocab_size)
     for name, token in _never_emitted(spec).items():
-        if token is not None and token in config.stop_ids:
-            raise ValueError(
-                f"eos_id {config.eos_id!r} includes {name} ({token}), which generation never "
-                "emits, so it could never stop a row"
-            )
+        for field, ids, why in (("eos_id", config.stop_ids, "it could never stop a row"),
+                                ("forced_eos_id", config.forced_ids, "it cannot be forced")):
+            if token is not None and token in ids:
+                raise ValueError(
+                    f"{field} {getattr(config, field)!r} includes {name} ({token}), which "
+                    f"generation never emits, so {why}"
+                )
     if spec.max_positions is not None and config.max_new_tokens > spec.max_positions:
         raise ValueError(
             f"max_new_tokens ({config.max_new_tokens}) exceeds max_len ({spec.max_positions}) "

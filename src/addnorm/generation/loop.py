@@ -25,11 +25,17 @@ reordered once to B * r rows (``cache.reorder``, as for beam search; row ``b`` b
 ``b * r .. b * r + r - 1``), then every row samples on its own, as Hugging Face's
 ``generate`` does.
 
-Before a token is picked, the rules against repetition of :mod:`addnorm.generation.repetition`
-(``repetition_penalty``, ``no_repeat_ngram_size``; Hugging Face's conventions) reshape the
-logits, given the real (unpadded) tokens of ``prompt_ids`` followed by the tokens generated so
-far. Then come temperature, top-k and top-p (sampling); beam search, as Hugging Face's,
-applies the rules to its log-probs.
+Before a token is picked, the rules of :mod:`addnorm.generation.logit_rules` reshape the
+logits (``repetition_penalty``, ``no_repeat_ngram_size``, ``bad_words_ids``,
+``min_new_tokens``, ``forced_eos_id``, ``suppress_tokens``; Hugging Face's conventions and
+order), given the real (unpadded) tokens of ``prompt_ids`` followed by the tokens generated
+so far. Then come temperature, top-k, top-p and min-p (sampling); beam search, as Hugging
+Face's, applies the rules to its log-probs.
+
+``max_time`` ends every row once that many seconds have passed (:mod:`addnorm.generation.
+deadline`: the host's clock, read after the step's stop check, so no read is added).
+``B * num_beams`` or ``B * num_return_sequences`` rows that no memory holds are refused
+before the rows are expanded (:func:`check_rows_fit`).
 """
 
 from __future__ import annotations
@@ -43,12 +49,18 @@ from torch import Tensor
 
 from addnorm.generation.beam_search import beam_search
 from addnorm.generation.config import GenerationConfig
-from addnorm.generation.repetition import apply_repetition_rules
+from addnorm.generation.deadline import Deadline
+from addnorm.generation.logit_rules import LogitRules
+from addnorm.generation.output import Recorder
 from addnorm.generation.step import LogitWatch, StepFn, check_logits
 from addnorm.generation.stop_strings import StopFn, StopStrings
 from addnorm.utils.checks import check_bool_mask, check_tensor
+from addnorm.utils.memory import device_memory
 
-__all__ = ["check_decoding_options", "decode", "generate_tokens", "prompt_history"]
+__all__ = [
+    "check_decoding_options", "check_rows_fit", "check_token_ids", "decode", "generate_tokens",
+    "prompt_history",
+]
 
 
 @torch.no_grad()
@@ -98,25 +110,82 @@ def generate_tokens(
         raise TypeError(f"config must be a GenerationConfig, got {type(config).__name__}")
     if not callable(step_fn):
         raise TypeError(f"step_fn must be callable, got {type(step_fn).__name__}")
+    deadline = Deadline(config.max_time)
     logits = check_logits("first_logits", first_logits)
     first = LogitWatch()
     first.note("first_logits", 0, logits)
     first.check()  # the caller's input: its values are checked before anything else
     vocab = logits.shape[1]
-    specials = [("pad_id", config.pad_id)] + [("eos_id", s) for s in config.stop_ids]
-    for name, token in specials:
-        if token is not None and token >= vocab:
-            raise ValueError(f"{name} ({token}) must be < the vocabulary size V ({vocab})")
+    check_token_ids(config, vocab)
     seen = _prompt_history(prompt_ids, prompt_padding_mask, logits)
     check_decoding_options(config, generator, stop_fn, logits.device)
     copies = config.num_beams if config.strategy == "beam" else config.num_return_sequences
     if copies > 1 and not callable(getattr(cache, "reorder", None)):
         what = "beam search" if config.strategy == "beam" else "num_return_sequences > 1"
         raise TypeError(f"{what} needs cache.reorder(index); {type(cache).__name__} has none")
+    check_rows_fit(config, logits.shape[0], vocab, 0, logits.device)  # the cache: unknown
     rows = logits.shape[0] * copies
     checked_step = _checked_outputs(step_fn, (rows, vocab))
     return decode(checked_step, logits, cache, config, generator=generator, seen=seen,
-                  stop_fn=stop_fn)
+                  stop_fn=stop_fn, deadline=deadline)
+
+
+def check_token_ids(config: GenerationConfig, vocab: int) -> None:
+    """Every id a config names (``pad_id``, the stop ids, ``forced_eos_id``,
+    ``suppress_tokens``, ``bad_words_ids``) must be in the vocabulary [0, V)."""
+    named = [("pad_id", config.pad_id), ("eos_id", config.eos_id),
+             ("forced_eos_id", config.forced_eos_id), ("suppress_tokens", config.suppress_tokens),
+             ("bad_words_ids", config.bad_words_ids)]
+    for name, value in named:
+        outside = [token for token in _flat(value) if token >= vocab]
+        if outside:
+            where = f"{name} ({outside[0]})" if name in ("pad_id", "eos_id", "forced_eos_id") else (
+                f"{name} ({value!r}) holds {outside[0]}, which")
+            raise ValueError(f"{where} must be < the vocabulary size V ({vocab})")
+
+
+def _flat(value: object) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [value]
+    return [token for item in value for token in _flat(item)]  # type: ignore[attr-defined]
+
+
+def check_rows_fit(
+    config: GenerationConfig, batch: int, vocab: int, row_bytes: int,
+    device: torch.device | str,
+) -> None:
+    """Refuse, before the B input rows become ``B * num_beams`` beams (beam search) or ``B *
+    num_return_sequences`` rows (sampling), more rows than the memory of ``device`` holds.
+
+    Each row needs at least ``row_bytes`` (its decoding cache: the caller's count; 0 when
+    unknown) and a float32 row of V logits (beam search: twice the cache, which every step
+    reorders to follow the beams' parents, ``index_select`` writing a copy of each tensor
+    before the old one is freed; two rows of logits, its log-probs and their sums with the
+    beam scores; and ``max_new_tokens`` long ids of finished hypotheses): a lower bound of
+    what the rows allocate, as :func:`~addnorm.cache.check_cache_fits` is of the cache, so
+    what it refuses could not run.
+    """
+    beam = config.strategy == "beam"
+    name, copies = ("num_beams", config.num_beams) if beam else (
+        "num_return_sequences", config.num_return_sequences)
+    if copies == 1 or torch.compiler.is_compiling():
+        return
+    per_row = (row_bytes + vocab * 4) * (2 if beam else 1) + (config.max_new_tokens * 8 if beam
+                                                              else 0)
+    rows = batch * copies
+    limit = device_memory(device)
+    if limit is not None and rows * per_row > limit:
+        most = limit // (batch * per_row)
+        raise ValueError(
+            f"{name} ({copies}) with max_new_tokens ({config.max_new_tokens}) makes {batch} x "
+            f"{copies} = {rows:,} rows of decoding state, at least {rows * per_row:,} bytes "
+            f"({per_row:,} per row: its cache{' and its reordered copy' if beam else ''}, "
+            f"float32 logits over {vocab} tokens{', its finished hypotheses' if beam else ''}),"
+            f" more than the {limit:,} bytes of memory the device ({torch.device(device)}) "
+            f"has: at most {most:,} fit {batch} input rows"
+        )
 
 
 def check_decoding_options(
@@ -164,19 +233,24 @@ def decode(
     seen: tuple[Tensor, Tensor],
     stop_fn: StopFn | None,
     banned: Tensor | None = None,
+    deadline: Deadline | None = None,
+    record: Recorder | None = None,
 ) -> Tensor:
     """The decode loop of every generation, on arguments already checked (by
     :func:`generate_tokens`, or by a model's ``generate`` for its own ``step``).
 
     ``banned`` (n,) long: ids whose logits are set to -inf at every step (a model's pad and
-    bos ids: see :func:`addnorm.generation.generate.banned_ids`).
+    bos ids: see :func:`addnorm.generation.generate.banned_ids`). ``deadline``: the end of
+    ``config.max_time``, from when the call began (None: none). ``record``: collects each
+    step's scores and logits (:mod:`addnorm.generation.output`).
 
     Shapes:
         first_logits: (B, V); seen: the prompt's ids and padding (B, L0)
         returns: (B * num_return_sequences, N) long
     """
     if config.strategy == "beam":
-        return beam_search(step_fn, first_logits, cache, config, seen, banned)
+        return beam_search(step_fn, first_logits, cache, config, seen, banned,
+                           deadline=deadline, record=record)
     if config.num_return_sequences > 1:  # r samples per row: rows b * r .. b * r + r - 1
         index = torch.arange(first_logits.shape[0], device=first_logits.device)
         index = index.repeat_interleave(config.num_return_sequences)  # (B * r,)
@@ -184,7 +258,7 @@ def decode(
         first_logits = first_logits.index_select(0, index)  # (B * r, V)
         seen = (seen[0].index_select(0, index), seen[1].index_select(0, index))
     return _decode_token_by_token(step_fn, first_logits, cache, config, generator, seen,
-                                  stop_fn, banned)
+                                  stop_fn, banned, deadline, record)
 
 
 def prompt_history(
@@ -243,33 +317,41 @@ def _decode_token_by_token(
     seen: tuple[Tensor, Tensor],
     stop_fn: StopFn | None,
     banned: Tensor | None,
+    deadline: Deadline | None,
+    record: Recorder | None,
 ) -> Tensor:
     """Greedy or sampled decoding: one token per row per step, all rows at once.
 
     One host read per step at most: the stop check (:class:`_Stops`), which also reads
-    :class:`LogitWatch`'s flag, under which the rows the repetition rules leave no token are
-    noted too; without a stop rule, none until the end.
+    :class:`LogitWatch`'s flag, under which the rows the logit rules leave no token are
+    noted too; without a stop rule, none until the end. The deadline is checked on the host
+    after the stop check.
     """
     batch, _ = logits.shape
     stop_ids = torch.tensor(config.stop_ids, dtype=torch.long, device=logits.device)
     stops = _Stops(stop_ids, stop_fn, batch) if config.stop_ids or stop_fn is not None else None
+    rules = LogitRules(config, logits.device) if config.has_logit_rules else None
     ended = torch.zeros(batch, dtype=torch.bool, device=logits.device)
     watch = LogitWatch()
+    want_scores = record is not None and record.scores is not None
     tokens: list[Tensor] = []
     for step in range(config.max_new_tokens):
         if step > 0:
             logits = step_fn(tokens[-1][:, None], cache)  # (B, 1) -> (B, V)
+        if record is not None:
+            record.add_logits(logits)
         if banned is not None:
             logits = logits.index_fill(-1, banned, float("-inf"))  # (B, V)
         bad = watch.note(_logits_name(step), step, logits)  # (B,), no host sync
-        if step < config.min_new_tokens:
-            logits = logits.index_fill(-1, stop_ids, float("-inf"))  # no stop token yet
-        if config.reshapes_logits:
-            reshaped = _apply_rules(logits, *_history(seen, tokens), config)
+        if rules is not None:
+            history = _history(seen, tokens) if rules.needs_history else None
+            reshaped = rules(logits, step, history)
             logits = torch.where(ended[:, None], logits, reshaped)  # ended rows: filler follows
             bad = watch.note(_logits_name(step), step, logits, partial(_no_token_left, config,
                                                                        step))
-        next_token = _next_token(logits, config, generator, bad)  # (B,)
+        next_token, scores = _next_token(logits, config, generator, bad, want_scores)  # (B,)
+        if record is not None and scores is not None:
+            record.add_scores(scores)
         if config.fill_id is not None:
             next_token = next_token.masked_fill(ended, config.fill_id)
         tokens.append(next_token)
@@ -277,6 +359,8 @@ def _decode_token_by_token(
             ended, live = stops.check(ended, tokens, watch)  # the one host read of the step
             if not live:
                 break
+        if deadline is not None and deadline.passed():  # max_time: every row ends here
+            break
     watch.check()
     return torch.stack(tokens, dim=1)  # (B, N)
 
@@ -350,44 +434,62 @@ def _check_stops(stops: object, batch: int) -> Tensor:
 
 
 def _no_token_left(config: GenerationConfig, step: int, row: int) -> str:
-    """Why a live row has no finite logit after the repetition rules (it has nothing left to
-    emit): the n-gram ban took every token."""
+    """Why a live row has no finite logit after the logit rules (it has nothing left to
+    emit): the rules in effect took every token."""
+    rules = [f"{name}={getattr(config, name)!r}" for name, off in (
+        ("no_repeat_ngram_size", 0), ("min_new_tokens", 0), ("bad_words_ids", ()),
+        ("suppress_tokens", ()), ("forced_eos_id", None)) if getattr(config, name) != off]
     return (
-        f"no_repeat_ngram_size={config.no_repeat_ngram_size} leaves row {row} no token to "
-        f"emit at step {step} (every allowed token would repeat an n-gram); use a larger "
-        "size or fewer new tokens"
-    )
-
-
-def _apply_rules(
-    logits: Tensor, history: Tensor, padding_mask: Tensor, config: GenerationConfig
-) -> Tensor:
-    return apply_repetition_rules(
-        logits, history, padding_mask, repetition_penalty=config.repetition_penalty,
-        no_repeat_ngram_size=config.no_repeat_ngram_size,
+        f"the logit rules ({', '.join(rules)}) leave row {row} no token to emit at step "
+        f"{step} (every token the model allows is banned); ban fewer tokens, use a larger "
+        "no_repeat_ngram_size or fewer new tokens"
     )
 
 
 def _next_token(
-    logits: Tensor, config: GenerationConfig, generator: torch.Generator | None, bad: Tensor
-) -> Tensor:
-    """Argmax, or one draw from the shaped softmax. Rows in ``bad`` (B,) (no finite maximum:
-    :class:`LogitWatch` reports them) draw from zeros instead, which ``torch.multinomial``
-    accepts; argmax accepts any row."""
+    logits: Tensor, config: GenerationConfig, generator: torch.Generator | None, bad: Tensor,
+    want_scores: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Argmax, or one draw from the shaped softmax; and, when ``want_scores``, the scores
+    the token was picked from (Hugging Face's: the logits for greedy decoding; divided by
+    the temperature, -inf where top-k, top-p or min-p removed a token, for sampling).
+    Rows in ``bad`` (B,) (no finite maximum: :class:`LogitWatch` reports them) draw from
+    zeros instead, which ``torch.multinomial`` accepts; argmax accepts any row.
+
+    Shapes:
+        logits: (B, V); bad: (B,); returns: (B,) long, (B, V) or None
+    """
     if config.strategy == "greedy":
-        return logits.argmax(dim=-1)
-    probs = _sampling_probs(logits.masked_fill(bad[:, None], 0.0), config)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+        return logits.argmax(dim=-1), logits if want_scores else None
+    probs, keep = _filtered_probs(logits.masked_fill(bad[:, None], 0.0), config)
+    token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+    if not want_scores:
+        return token, None
+    scores = logits.to(torch.float32) / config.temperature  # (B, V), transformers' order
+    return token, scores if keep is None else scores.masked_fill(~keep, float("-inf"))
 
 
 def _sampling_probs(logits: Tensor, config: GenerationConfig) -> Tensor:
-    """softmax(logits / temperature), restricted to the top-k, then to the top-p nucleus.
+    """softmax(logits / temperature), restricted to the top-k, then to the top-p nucleus,
+    then to the tokens min-p keeps (see :func:`_filtered_probs`)."""
+    return _filtered_probs(logits, config)[0]
 
-    Rows need a finite maximum. Never NaN, for any temperature > 0 (see
-    :func:`_divide_by_temperature`); the nucleus always keeps each row's most likely token.
+
+def _filtered_probs(logits: Tensor, config: GenerationConfig) -> tuple[Tensor, Tensor | None]:
+    """The sampling distribution and the tokens it keeps (None: every token).
+
+    softmax(logits / temperature), restricted to the top-k, then to the top-p nucleus, then
+    to the tokens whose probability is at least ``min_p`` times the likeliest's (Hugging
+    Face's order: temperature, top-k, top-p, min-p). Rows need a finite maximum. Never NaN,
+    for any temperature > 0 (see :func:`_divide_by_temperature`); top-p and min-p always
+    keep each row's most likely token.
+
+    Shapes:
+        logits: (B, V); returns: probs (B, V) float32 or wider, keep (B, V) bool or None
     """
     logits = _divide_by_temperature(logits, config.temperature)  # (B, V), <= 0
     vocab = logits.shape[-1]
+    keep = None
     if config.top_k is not None and config.top_k < vocab:
         top = logits.topk(config.top_k, dim=-1).indices  # (B, k)
         keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, top, True)
@@ -402,10 +504,17 @@ def _sampling_probs(logits: Tensor, config: GenerationConfig) -> Tensor:
         # that rounds to 0 in the probabilities' dtype
         in_nucleus = mass_before < config.top_p
         in_nucleus[..., 0] = True
-        keep = torch.zeros_like(probs, dtype=torch.bool).scatter_(-1, order, in_nucleus)
-        probs = probs.masked_fill(~keep, 0.0)
+        nucleus = torch.zeros_like(probs, dtype=torch.bool).scatter_(-1, order, in_nucleus)
+        probs = probs.masked_fill(~nucleus, 0.0)
         probs = probs / probs.sum(dim=-1, keepdim=True)
-    return probs
+        keep = nucleus if keep is None else keep & nucleus
+    if config.min_p is not None:
+        # at least min_p times the likeliest token's probability (which min_p <= 1 keeps)
+        kept = probs >= config.min_p * probs.amax(dim=-1, keepdim=True)  # (B, V)
+        probs = probs.masked_fill(~kept, 0.0)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+        keep = kept if keep is None else keep & kept
+    return probs, keep
 
 
 def _divide_by_temperature(logits: Tensor, temperature: float) -> Tensor:

@@ -9,9 +9,9 @@ Both follow Hugging Face's logits processors, so its users' settings mean the sa
   an n-gram already seen gets logit -inf.
 
 "Seen" is a row's history: its prompt (for a decoder-only model) followed by the tokens
-generated so far. Unlike Hugging Face, which counts a padded prompt's pad tokens too,
-positions marked by ``padding_mask`` (True = padding) are left out, so a left-padded row is
-treated exactly as it would be alone.
+generated so far. Positions marked by ``padding_mask`` (True = padding) are left out, so a
+padded row is treated exactly as it would be alone; transformers' n-gram ban counts a padded
+prompt's pad tokens (its repetition penalty, in transformers 5, leaves left padding out too).
 
 Shapes legend: B rows, L history length, V vocabulary.
 """

@@ -40,7 +40,7 @@ from addnorm.transformer import TransformerLM
 from addnorm.transformer.config import LM_PRESETS, LMConfig
 from addnorm.utils.checks import check_int, check_probability
 
-__all__ = ["LMTask", "LMTaskConfig", "lm_loss"]
+__all__ = ["LMTask", "LMTaskConfig", "lm_loss", "prompt_room"]
 
 SAMPLE_PROMPTS = ("The ", "def ", "class ")
 
@@ -55,6 +55,15 @@ def lm_loss(
         logits.flatten(0, 1).float(), targets.flatten(), label_smoothing=label_smoothing
     )
     return loss, targets.numel()
+
+
+def prompt_room(prompt_length: int, max_new_tokens: int, max_len: int) -> tuple[int, int]:
+    """How many of a prompt's last tokens a sample keeps, and how many it generates, so that
+    both fit the model's context of ``max_len`` positions: the prompt's last ``max_len - 1``
+    at most (one new token must fit; a longer prompt's prefill would cost its length
+    squared), then ``max_new_tokens`` cut to the positions left, at least one."""
+    kept = max(min(prompt_length, max_len - 1), 1)
+    return kept, max(min(max_new_tokens, max_len - kept), 1)
 
 
 @dataclass(frozen=True)
@@ -337,7 +346,10 @@ class LMTask:
         compile: bool = False,
     ) -> str:
         """``prompt`` continued by sampling (greedy when ``temperature`` is 0, which ignores
-        ``top_k`` and ``top_p``); at most ``cfg.max_len`` characters in all.
+        ``top_k`` and ``top_p``); at most ``cfg.max_len`` characters in all, the model's
+        context: a longer prompt is continued from its last ``max_len - 1`` characters, and
+        ``max_new_tokens`` is cut to what is left (:func:`prompt_room`). The text returned
+        starts with the whole prompt.
 
         ``compile``: the compiled decode step (``GenerationConfig.compile``).
 
@@ -346,11 +358,11 @@ class LMTask:
         """
         model.eval()
         device = next(model.parameters()).device
-        ids = torch.tensor([self.tokenizer.encode(prompt)], device=device)  # (1, L0)
-        if ids.shape[1] == 0:
+        encoded = self.tokenizer.encode(prompt)
+        if not encoded:
             raise ValueError("prompt must not be empty")
-        if ids.shape[1] + max_new_tokens > model.cfg.max_len:
-            max_new_tokens = max(model.cfg.max_len - ids.shape[1], 1)
+        kept, max_new_tokens = prompt_room(len(encoded), max_new_tokens, model.cfg.max_len)
+        ids = torch.tensor([encoded[len(encoded) - kept :]], device=device)  # (1, L0)
         config = dataclasses.replace(model.generation_config, max_new_tokens=max_new_tokens,
                                      eos_id=None, compile=compile)
         if temperature != 0:  # 0 is greedy decoding, which ignores top_k and top_p

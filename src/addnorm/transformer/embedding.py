@@ -170,7 +170,7 @@ class Tokens(NamedTuple):
 
 def model_inputs(
     name: str, ids: object, mask_name: str, padding_mask: object, *, vocab_size: int,
-    max_len: int | None, pad_id: int | None, left_padding_only: bool = False,
+    max_len: int | None, pad_id: int | None, ends_real: bool = False,
 ) -> Tokens:
     """Check ids and their padding mask with one host sync, and derive the positions.
 
@@ -178,8 +178,9 @@ def model_inputs(
     equal ``arange(L)``, so None is returned instead and the position modules slice their
     precomputed tables (and skip a range check that would cost another sync). Where no token
     is padding at all, the mask for attention is None too (see :class:`Tokens`).
-    ``left_padding_only`` (prompts for generation) refuses padding after a real token, in
-    the same sync.
+    ``ends_real`` (prompts for generation, continued after their last token) refuses a row
+    that ends in padding (padding before or between real tokens is fine), a row of padding
+    only among them, in the same sync.
 
     While ``torch.compile`` / ``torch.export`` captures a graph nothing is read back: the
     positions and the mask are always given (the same results: the general path), and the
@@ -194,28 +195,39 @@ def model_inputs(
     ids = id_tensor(name, ids, max_len)
     padding = padding_from(mask_name, padding_mask, ids, pad_id)
     seen = (~padding).long().cumsum(dim=1)  # (B, L) real tokens up to each one
-    trailing = (padding & (seen > 0)).any()  # a padding token after a real one
     if torch.compiler.is_compiling():
         assert_in_graph(_in_vocab(ids, vocab_size), _vocab_message(name, vocab_size))
-        if left_padding_only:
-            assert_in_graph(~trailing, _LEFT_PADDING_ONLY)
+        if ends_real:
+            assert_in_graph(~padding[:, -1].any(), _ENDS_IN_PADDING)
         return Tokens(ids, padding, positions_from_padding(padding))
     leading = (padding & (seen < seen[:, -1:])).any()  # a padding token before a real one
-    facts = torch.stack(
-        [*torch.aminmax(ids), leading.long(), trailing.long(), padding.any().long()]
-    )
-    low, high, leading, trailing, any_padding = facts.tolist()  # the one host sync
+    facts = [*torch.aminmax(ids), leading.long(), padding.any().long()]
+    if ends_real:  # the first row of padding only, and the first ending in padding, or -1
+        facts += [_first_row(seen[:, -1] == 0), _first_row(padding[:, -1])]
+    low, high, leading, any_padding, *bad_rows = torch.stack(facts).tolist()  # the one sync
     check_vocab(name, low, high, vocab_size)
-    if left_padding_only and trailing:
-        raise ValueError(_LEFT_PADDING_ONLY)
+    if ends_real and bad_rows[0] >= 0:
+        raise ValueError(
+            f"row {bad_rows[0]} of {name} is only padding ({mask_name} all True, or an "
+            "attention_mask of zeros): there is nothing to continue"
+        )
+    if ends_real and bad_rows[1] >= 0:
+        raise ValueError(f"{_ENDS_IN_PADDING}: row {bad_rows[1]} of {name} does")
     positions = positions_from_padding(padding) if leading else None  # (B, L) or None
     return Tokens(ids, padding if any_padding else None, positions)
 
 
-_LEFT_PADDING_ONLY = (
-    "padding_mask must be left padding for generation (True only before a row's first real "
-    "token): new tokens are appended on the right"
+_ENDS_IN_PADDING = (
+    "padding_mask must be left padding for generation: new tokens follow a row's last token, "
+    "which must be real (padding, True in padding_mask, 0 in Hugging Face's attention_mask, "
+    "or pad_token_id without an attention_mask, may come before or between real tokens, "
+    "not after the last)"
 )
+
+
+def _first_row(rows: torch.Tensor) -> torch.Tensor:
+    """The index of the first True of a (B,) bool, or -1: a 0-d long tensor, no sync."""
+    return torch.where(rows.any(), rows.long().argmax(), -1)
 
 
 def learned_max_len(cfg: EmbeddingSettings) -> int | None:

@@ -3,13 +3,14 @@
 Shapes legend: B batch, L sequence length, L0 prompt length, D d_model, V vocab,
 N generated tokens. Embeddings, positions, padding and decoding work as for the
 encoder-decoder (see :mod:`addnorm.transformer.embedding` and
-:mod:`addnorm.generation.generate`); prompts for generation are left-padded and each row's
+:mod:`addnorm.generation.generate`); prompts for generation are left-padded (padding may also lie
+between real tokens, never after the last) and each row's
 positions count its real tokens only.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import torch
 from torch import nn
@@ -17,7 +18,7 @@ from torch import nn
 from addnorm.cache import DecodingCache, check_cache_fits, check_decoding_step
 from addnorm.family import DynamicShapes, ExportPart, GenerationSpec
 from addnorm.generation.config import GenerationConfig, TransformersSettings
-from addnorm.generation.generate import default_config, generate
+from addnorm.generation.generate import default_config, generate, inputs_of
 from addnorm.generation.stop_strings import StopFn
 from addnorm.pretrained.mixin import PretrainedMixin
 from addnorm.transformer.config import LMConfig
@@ -38,6 +39,8 @@ from addnorm.utils.checks import check_int
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from Python 3.11
+
+    from addnorm.generation.output import GenerateOutput
 
 __all__ = ["TransformerLM"]
 
@@ -76,12 +79,12 @@ class TransformerLM(PretrainedMixin, nn.Module):
             self.to_logits.weight = self.embed.tokens.weight
 
     def _inputs(
-        self, name: str, ids: object, padding_mask: object, *, left_padding_only: bool = False
+        self, name: str, ids: object, padding_mask: object, *, for_generation: bool = False
     ) -> Tokens:
         cfg = self.cfg
         return model_inputs(
             name, ids, "padding_mask", padding_mask, vocab_size=cfg.vocab_size,
-            max_len=learned_max_len(cfg), pad_id=cfg.pad_id, left_padding_only=left_padding_only,
+            max_len=learned_max_len(cfg), pad_id=cfg.pad_id, ends_real=for_generation,
         )
 
     def forward(
@@ -114,13 +117,17 @@ class TransformerLM(PretrainedMixin, nn.Module):
         ``static``: a cache in the static layout (:mod:`addnorm.cache`), whose steps all have
         the same shapes: what a compiled :meth:`step` needs.
 
+        Each row is continued after its last token, which must be real: padding may come
+        before it (left padding) or between real tokens, whose positions count the real
+        tokens only; a row may not be only padding (there would be nothing to continue).
+
         Shapes:
-            prompt_ids: (B, L0); padding_mask: (B, L0), True = padding, left padding only
+            prompt_ids: (B, L0); padding_mask: (B, L0), True = padding, ending each row real
             returns: cache (room for L0 + max_new_tokens positions), logits (B, V)
         """
         cfg = self.cfg
         check_int("max_new_tokens", max_new_tokens, min_value=1)
-        prompt = self._inputs("prompt_ids", prompt_ids, padding_mask, left_padding_only=True)
+        prompt = self._inputs("prompt_ids", prompt_ids, padding_mask, for_generation=True)
         batch, prompt_len = prompt.ids.shape
         if cfg.position_encoding == "learned" and prompt_len + max_new_tokens - 1 > cfg.max_len:
             raise ValueError(
@@ -186,46 +193,107 @@ class TransformerLM(PretrainedMixin, nn.Module):
         """
         return default_config(self.generation_spec)
 
+    @overload
     def generate(
         self,
-        prompt_ids: torch.Tensor,
+        prompt_ids: torch.Tensor | None = None,
         config: GenerationConfig | None = None,
         *,
+        input_ids: torch.Tensor | None = None,
+        padding_mask: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        stop_fn: StopFn | None = None,
+        return_prompt: bool | None = None,
+        attention_mask: torch.Tensor | None = None,
+        generation_config: None = None,
+        return_dict_in_generate: Literal[False] | None = None,
+        **settings: Unpack[TransformersSettings],
+    ) -> torch.Tensor: ...
+
+    @overload
+    def generate(
+        self,
+        prompt_ids: torch.Tensor | None = None,
+        config: GenerationConfig | None = None,
+        *,
+        input_ids: torch.Tensor | None = None,
         padding_mask: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
         stop_fn: StopFn | None = None,
         return_prompt: bool | None = None,
         attention_mask: torch.Tensor | None = None,
         generation_config: Any = None,
+        return_dict_in_generate: Literal[True],
         **settings: Unpack[TransformersSettings],
-    ) -> torch.Tensor:
+    ) -> GenerateOutput: ...
+
+    @overload
+    def generate(
+        self,
+        prompt_ids: torch.Tensor | None = None,
+        config: GenerationConfig | None = None,
+        /,
+        **settings: object,
+    ) -> Any: ...
+
+    # The last overload takes the inputs and config by position only and any keyword, so a
+    # keyword named like them could reach both: mypy finds no implementation accepting that
+    # call, which raises TypeError at run time.
+    def generate(  # type: ignore[misc]
+        self,
+        prompt_ids: torch.Tensor | None = None,
+        config: GenerationConfig | None = None,
+        *,
+        input_ids: torch.Tensor | None = None,
+        padding_mask: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        stop_fn: StopFn | None = None,
+        return_prompt: bool | None = None,
+        attention_mask: torch.Tensor | None = None,
+        generation_config: Any = None,
+        return_dict_in_generate: bool | None = None,
+        **settings: Any,
+    ) -> torch.Tensor | GenerateOutput:
         """Continue each (left-padded) prompt as ``config`` says (default
         :attr:`generation_config`), or as Hugging Face's ``generate`` would.
 
         addnorm's call: ``generate(prompt_ids, config, padding_mask=..., generator=...,
         stop_fn=...)`` returns the new tokens only. The prompt counts as seen for
-        ``config.repetition_penalty`` and ``config.no_repeat_ngram_size`` (padding excluded);
-        ``stop_fn`` (greedy and sampling) ends rows early, e.g. at stop strings
-        (``generation.stop_at_strings``). After a row's stop token the output holds
-        ``config.fill_id``. ``pad_id`` is never generated (its logits are set to -inf), so it
-        may not be a stop token. ``generator`` is used by sampling.
+        ``config.repetition_penalty``, ``config.no_repeat_ngram_size`` and
+        ``config.bad_words_ids`` (padding excluded); ``stop_fn`` (greedy and sampling) ends
+        rows early, e.g. at stop strings (``generation.stop_at_strings``). After a row's stop
+        token the output holds ``config.fill_id``. The model's ``pad_id`` is never generated
+        (its logits are set to -inf), so it may not be a stop token. ``generator`` is used
+        by sampling. A prompt row that is only padding is refused (there is nothing to
+        continue).
 
-        Hugging Face's call: ``attention_mask`` (1 = real token, the negation of
-        ``padding_mask``; give one of them), ``generation_config`` (a
-        ``transformers.GenerationConfig`` or a dict such as its ``to_diff_dict()``) and the
-        settings of :class:`~addnorm.generation.config.TransformersSettings`, with
-        transformers' meaning and defaults (:meth:`GenerationConfig.from_transformers`;
-        ``max_length`` and
-        ``min_length`` count the prompt, padding included). A keyword at None counts as not
-        given (transformers reads an explicit ``eos_token_id=None`` as "no stop token": use
-        an addnorm config with ``eos_id=None`` for that; ``top_k=0`` switches top-k off).
-        Other keywords: the rest of Hugging Face's names, accepted only at a value that
-        changes no token (``use_cache``, ``output_scores=False``, ``typical_p=1.0``, ...);
-        any other value, and any unknown name, raises a ValueError naming it. Such a call
-        returns the prompt followed by the new tokens, as transformers does, and gives
-        transformers' tokens for the same weights (one difference: the repetition rules never
-        count padding). An addnorm ``config`` cannot be combined with these settings
-        (ValueError); see :func:`addnorm.generation.config.transformers_call`.
+        Hugging Face's call: ``input_ids`` (the prompt by transformers' name),
+        ``attention_mask`` (1 = real token, the negation of ``padding_mask``; give one of
+        them), ``generation_config`` (a ``transformers.GenerationConfig`` or a dict such as
+        its ``to_diff_dict()``), ``return_dict_in_generate`` and the settings of
+        :class:`~addnorm.generation.config.TransformersSettings`, with transformers' meaning
+        and defaults (:meth:`GenerationConfig.from_transformers`; ``max_length`` and
+        ``min_length`` count the prompt, padding included; any ``pad_token_id``: it fills
+        the rows that stopped; without an ``attention_mask`` it also marks the prompt's
+        padding, by transformers' rule: :func:`~addnorm.generation.config.
+        padding_from_pad_id`). A keyword at None counts as not given (transformers reads an
+        explicit ``eos_token_id=None`` as "no stop token": use an addnorm config with
+        ``eos_id=None`` for that; ``top_k=0`` switches top-k off). Sampling settings without
+        ``do_sample=True`` are ignored with a warning, as transformers ignores them. Other
+        keywords: the rest of Hugging Face's names, accepted only at a value that changes no
+        token (``use_cache``, ``typical_p=1.0``, ...); any other value, and any unknown
+        name, raises a ValueError naming it. Such a call returns the prompt followed by the
+        new tokens, as transformers does, and gives transformers' tokens for the same weights
+        (one difference: the rules that read a row's history never count padding); with
+        ``return_dict_in_generate=True`` it returns a
+        :class:`~addnorm.generation.output.GenerateOutput` (``sequences``, and ``scores``,
+        ``logits``, beam search's ``sequences_scores`` and ``beam_indices`` as asked). An
+        addnorm ``config`` cannot be combined with these settings (ValueError); see
+        :func:`addnorm.generation.config.transformers_call`.
+
+        Typing: the keywords are typed; settings passed as ``**settings`` from a dict that is
+        not a :class:`~addnorm.generation.config.TransformersSettings` are accepted too, and
+        the result is then typed ``Any`` (the dict may ask for ``return_dict_in_generate``).
 
         ``return_prompt``: True puts the prompt (as given) before the new tokens, False
         returns the new tokens only; None (the default) is False for addnorm's call and True
@@ -236,14 +304,17 @@ class TransformerLM(PretrainedMixin, nn.Module):
         the call over :meth:`start` and :meth:`step`.
 
         Shapes:
-            prompt_ids: (B, L0); padding_mask, attention_mask: (B, L0), left padding
+            prompt_ids, input_ids: (B, L0); padding_mask, attention_mask: (B, L0), left
+            padding
             returns: (B * r, N), N <= max_new_tokens; (B * r, L0 + N) with the prompt
         """
+        ids, by_name = inputs_of("prompt_ids", prompt_ids, input_ids)
         return generate(
-            self, id_tensor("prompt_ids", prompt_ids, None), config, padding_mask=padding_mask,
-            generator=generator, stop_fn=stop_fn, return_prompt=return_prompt,
-            attention_mask=attention_mask, generation_config=generation_config,
-            settings=settings,
+            self, id_tensor("input_ids" if by_name else "prompt_ids", ids, None), config,
+            padding_mask=padding_mask, generator=generator, stop_fn=stop_fn,
+            return_prompt=return_prompt, attention_mask=attention_mask,
+            generation_config=generation_config, inputs_by_name=by_name,
+            settings={**settings, "return_dict_in_generate": return_dict_in_generate},
         )
 
     # What export, size estimates and distributed wrapping read (addnorm.family.ModelFamily).
