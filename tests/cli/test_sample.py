@@ -66,6 +66,8 @@ def test_sample_writes_the_grid_and_the_array_the_task_draws(dit_run, tmp_path, 
     [
         (["--class", "10"],
          "--class must be one of the run's 10 classes (0, 1, 2, 3, 4, 5, 6, 7, 8, 9), got '10'"),
+        (["--class", "-1"],  # a class is a name of the run's: checked once the run is read
+         "--class must be one of the run's 10 classes (0, 1, 2, 3, 4, 5, 6, 7, 8, 9), got '-1'"),
         (["--n", "0"], "--n must be from 1 to 10000, got 0"),
         (["--steps", "0"], "--steps must be >= 1"),
         (["--steps", "2000"], "--steps must be <= the diffusion's 1000 steps, got 2000"),

@@ -48,7 +48,6 @@ def sample(checkpoint, out_dir, *flags):
         (["--guidance=-inf"], "--guidance must be finite, got -inf"),  # "-inf" alone: a flag
         (["--guidance", "-0.5"], "--guidance must be >= 0.0, got -0.5"),
         (["--n", "10001"], "--n must be from 1 to 10000, got 10001"),
-        (["--class", "-1"], "--class must be a digit 0-9, got -1"),
     ],
 )
 def test_out_of_range_values_exit_2_with_one_line_before_the_checkpoint_is_read(
