@@ -41,11 +41,6 @@ PENDING = {
     # the data pipelines: tests/data/test_digits.py, test_text.py, test_dates.py
     "data/batches.py",
     "data/tokenizers.py",
-    # generation: max_time, the logit rules and the output through whole models against
-    # transformers' generate
-    "generation/deadline.py",  # tests/transformer/test_generate_hf_settings.py (max_time)
-    "generation/logit_rules.py",  # the same file, and test_generate_hf_settings_seq2seq.py
-    "generation/output.py",  # the same files (output_scores, return_dict_in_generate)
     # the tasks: tests/tasks/ (test_task.py, test_tasks.py, test_dit_task.py,
     # test_dit_task_config.py) and the CLI's tests/cli/
     "tasks/data_settings.py",  # tests/tasks/test_lm_data.py, test_translate_data.py
