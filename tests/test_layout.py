@@ -40,11 +40,6 @@ PENDING = {
     "cli/translate_input.py",
     # the tokenizers of the bundled data: tests/data/test_digits.py, test_text.py, test_dates.py
     "data/tokenizers.py",
-    # the tasks: tests/tasks/ (test_task.py, test_tasks.py, test_dit_task.py,
-    # test_dit_task_config.py) and the CLI's tests/cli/
-    "tasks/loading.py",
-    "tasks/plan.py",
-    "tasks/registry.py",
 }
 
 
