@@ -38,8 +38,6 @@ PENDING = {
     "cli/train.py",
     "cli/translate.py",
     "cli/translate_input.py",
-    # the tokenizers of the bundled data: tests/data/test_digits.py, test_text.py, test_dates.py
-    "data/tokenizers.py",
 }
 
 
