@@ -26,17 +26,11 @@ PENDING = {
     # tests/bench/test_bench.py and test_gpu_suite.py
     "cli/bench.py",
     "cli/checks.py",  # tests/cli/test_hostile_run_files.py
-    "cli/demo.py",
     "cli/exits.py",
-    "cli/export.py",  # tests/cli/test_export_output.py
-    "cli/generate.py",
     "cli/grid.py",
     "cli/help_format.py",
-    "cli/info.py",
     "cli/parser.py",
     "cli/shared_flags.py",
-    "cli/train.py",
-    "cli/translate.py",
     "cli/translate_input.py",
 }
 

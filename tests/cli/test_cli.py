@@ -1,5 +1,7 @@
 """The ``addnorm`` command end to end, in-process through ``addnorm.cli.parser.main`` with tiny
-settings, plus one subprocess smoke test of ``python -m addnorm``.
+settings, plus one subprocess smoke test of ``python -m addnorm``: what several subcommands
+share (bad arguments, config files, devices, checkpoints, Ctrl-C). One subcommand's own
+behaviour is in tests/cli/test_<subcommand>.py.
 
 Provenance: the CLI's outputs are compared with the library calls they wrap (the task's
 ``predict`` / ``sample`` on the same checkpoint), with the run's own files (metrics,
@@ -8,77 +10,17 @@ checkpoint step), and a resumed run with the uninterrupted one (bit-exact losses
 
 from __future__ import annotations
 
-import contextlib
-import datetime as dt
-import io
 import json
 import shutil
 import subprocess
 import sys
-import threading
 
 import pytest
+from cli_runs import TINY_TRANSLATE
 
 from addnorm.cli.parser import main
 from addnorm.tasks.run import load_trained
 from addnorm.training.metrics import read_metrics
-
-TINY_TRANSLATE = [
-    "--preset",
-    "tiny",
-    "--d-model",
-    "32",
-    "--n-heads",
-    "2",
-    "--d-ff",
-    "64",
-    "--n-encoder-layers",
-    "1",
-    "--n-decoder-layers",
-    "1",
-    "--batch-size",
-    "4",
-    "--eval-size",
-    "4",
-    "--log-every",
-    "1",
-    "--quiet",
-]
-TINY_LM = [
-    "--preset",
-    "lm-tiny",
-    "--d-model",
-    "32",
-    "--n-heads",
-    "2",
-    "--d-ff",
-    "64",
-    "--n-layers",
-    "1",
-    "--batch-size",
-    "2",
-    "--seq-len",
-    "16",
-    "--eval-size",
-    "2",
-    "--log-every",
-    "1",
-    "--quiet",
-]
-
-
-@pytest.fixture(scope="module")
-def translate_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("cli") / "translate"
-    assert main(["train", "translate", *TINY_TRANSLATE, "--max-steps", "3", "--out", str(out)]) == 0
-    return out
-
-
-@pytest.fixture(scope="module")
-def lm_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("cli") / "lm"
-    assert main(["train", "lm", *TINY_LM, "--max-steps", "2", "--out", str(out)]) == 0
-    return out
 
 
 def test_python_dash_m_addnorm_help_lists_the_subcommands():
@@ -92,138 +34,6 @@ def test_python_dash_m_addnorm_help_lists_the_subcommands():
     assert done.returncode == 0
     for command in ("train", "translate", "generate", "info", "demo", "explain"):
         assert command in done.stdout
-
-
-def test_train_writes_checkpoint_metrics_and_loss_curve(translate_run):
-    metrics = json.loads((translate_run / "metrics.json").read_text())
-    assert metrics["step"] == 3 and metrics["task"] == "translate"
-    assert 0.0 <= metrics["test_exact_match"] <= 1.0 and metrics["n_test"] == 4
-    assert [r["step"] for r in read_metrics(translate_run / "metrics.jsonl")] == [1, 2, 3]
-    assert (translate_run / "loss.png").read_bytes()[:4] == b"\x89PNG"
-    assert (translate_run / "checkpoints" / "step-00000003" / "manifest.json").is_file()
-
-
-def is_real_date(text: str) -> bool:
-    try:
-        return len(text) == 10 and 1900 <= dt.date.fromisoformat(text).year <= 2099
-    except ValueError:
-        return False
-
-
-def test_translate_prints_the_models_greedy_answer(translate_run, capsys):
-    texts = ["21 Nov 2026", "2026년 11월 21일"]
-    argv = ["translate", *texts, "--checkpoint", str(translate_run), "--device", "cpu"]
-    code = main([*argv, "--threads", "1"])
-    task, model, _ = load_trained(translate_run)
-    expected = task.predict(model, texts)
-    assert code == (0 if all(map(is_real_date, expected)) else 1)  # a 3-step model's answers
-    assert capsys.readouterr().out.splitlines() == expected
-
-
-def test_translate_reads_stdin_lines_keeping_blank_lines_aligned(
-    translate_run, capsys, monkeypatch
-):
-    monkeypatch.setattr(sys, "stdin", io.StringIO("2026-11-21\n\nNov 21, 2026\n\n"))
-    main(["translate", "--checkpoint", str(translate_run)])
-    task, model, _ = load_trained(translate_run)
-    first, second = task.predict(model, ["2026-11-21", "Nov 21, 2026"])
-    assert capsys.readouterr().out.splitlines() == [first, "", second, ""]
-
-
-def test_translate_flags_answers_that_are_not_dates_and_keeps_stdout_aligned(
-    translate_run, capsys, monkeypatch
-):
-    from addnorm.tasks.translate import TranslateTask
-
-    answers = {"a": "2026-02-30", "b": "2026-11-21", "c": "21-11-2026", "d": "2150-01-01"}
-    monkeypatch.setattr(
-        TranslateTask, "predict", lambda self, model, texts: [answers[t] for t in texts]
-    )
-    assert main(["translate", "a", "b", "c", "d", "--checkpoint", str(translate_run)]) == 1
-    out, err = capsys.readouterr()
-    assert out.splitlines() == list(answers.values())
-    warnings = err.splitlines()
-    assert len(warnings) == 3 and all("not a valid date" in w for w in warnings)
-    assert ["'a'" in warnings[0], "'c'" in warnings[1], "'d'" in warnings[2]] == [True] * 3
-    assert main(["translate", "b", "--checkpoint", str(translate_run)]) == 0
-    assert capsys.readouterr().err == ""
-
-
-def test_translate_help_names_the_supported_range_and_formats(capsys):
-    from addnorm.data.dates import FORMATS, format_date
-
-    assert main(["translate", "--help"]) == 0
-    out = capsys.readouterr().out
-    assert "1900-01-01 to 2099-12-31" in out
-    for fmt in FORMATS:
-        assert format_date(dt.date(2026, 11, 21), fmt) in out
-
-
-def test_translate_streams_and_a_closed_pipe_stops_it_quietly(translate_run, tmp_path):
-    # Like `yes "21 Nov 2026" | head -n 1000000 | addnorm translate | head -n 1`: the reader
-    # takes the first line and goes away. Translating all the input would take minutes, so
-    # the command ends within the timeout only if it prints each batch before reading the
-    # next and stops at the closed pipe: exit 141, no traceback.
-    with open(tmp_path / "stderr", "w+b") as stderr:  # warnings must not fill a pipe
-        translator = subprocess.Popen(
-            [sys.executable, "-m", "addnorm", "translate", "--checkpoint", str(translate_run)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-        )
-        assert translator.stdin is not None and translator.stdout is not None
-        writer = threading.Thread(target=_feed_lines, args=(translator.stdin, 1_000_000))
-        writer.start()
-        try:
-            first = translator.stdout.readline()
-            translator.stdout.close()
-            code = translator.wait(timeout=120)
-        finally:
-            translator.kill()  # a no-op once it has ended
-            writer.join(timeout=60)
-        stderr.seek(0)
-        assert b"Traceback" not in stderr.read()
-    assert first.endswith(b"\n") and code == 141
-
-
-def _feed_lines(stdin, n_lines: int) -> None:
-    """Write ``n_lines`` dates to ``stdin``, stopping quietly when its reader has gone."""
-    try:
-        for _ in range(n_lines // 1000):
-            stdin.write(b"21 Nov 2026\n" * 1000)
-    except BrokenPipeError:  # the translator ended
-        pass
-    finally:
-        with contextlib.suppress(BrokenPipeError):
-            stdin.close()
-
-
-def test_info_prints_configs_step_and_metrics(translate_run, capsys):
-    assert main(["info", str(translate_run)]) == 0
-    report = json.loads(capsys.readouterr().out)
-    assert report["step"] == 3 and report["task"] == "translate"
-    assert report["model_config"]["d_model"] == 32
-    assert report["train_config"]["max_steps"] == 3
-    assert report["metrics"] == json.loads((translate_run / "metrics.json").read_text())
-
-
-def test_generate_continues_the_prompt_like_the_library(lm_run, capsys):
-    args = [
-        "generate",
-        "--prompt",
-        "def ",
-        "--max-new-tokens",
-        "6",
-        "--temperature",
-        "0",
-        "--checkpoint",
-        str(lm_run),
-    ]
-    assert main(args) == 0
-    task, model, _ = load_trained(lm_run)
-    expected = task.sample(model, "def ", max_new_tokens=6, temperature=0)
-    assert capsys.readouterr().out == expected + "\n"
-    assert expected.startswith("def ")
 
 
 def test_ctrl_c_checkpoints_exits_130_and_resume_continues_exactly(tmp_path, capsys, monkeypatch):
@@ -336,53 +146,6 @@ def test_a_bad_device_leaves_the_previous_run_alone(translate_run, tmp_path, cap
     assert load_trained(copy)[2].step == 3
 
 
-def test_training_into_a_previous_run_needs_resume_or_overwrite(translate_run, tmp_path, capsys):
-    copy = tmp_path / "run"
-    shutil.copytree(translate_run, copy)
-    argv = ["train", "translate", *TINY_TRANSLATE, "--max-steps", "2", "--out", str(copy)]
-    assert main(argv) == 2
-    err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and "--resume" in err[0] and "--overwrite" in err[0]
-    assert load_trained(copy)[2].step == 3
-    assert main([*argv, "--overwrite"]) == 0
-    assert load_trained(copy)[2].step == 2
-
-
-def test_resuming_the_other_tasks_run_exits_2_before_training(lm_run, tmp_path, capsys):
-    copy = tmp_path / "lm"
-    shutil.copytree(lm_run, copy)
-    argv = ["train", "translate", "--resume", "--out", str(copy), "--max-steps", "8", "--quiet"]
-    assert main(argv) == 2
-    err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and "'lm'" in err[0]
-    assert [p.name for p in (copy / "checkpoints").iterdir()] == ["step-00000002"]
-    assert json.loads((copy / "metrics.json").read_text()) == json.loads(
-        (lm_run / "metrics.json").read_text()
-    )
-
-
-def test_lm_training_prints_and_stores_samples(tmp_path, capsys):
-    out = tmp_path / "lm"
-    assert main(["train", "lm", *TINY_LM, "--max-steps", "1", "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
-    samples = json.loads((out / "metrics.json").read_text())["samples"]
-    assert len(samples) == 3
-    for sample in samples:
-        assert f"sample (prompt {sample['prompt']!r}):\n{sample['text']}" in printed
-
-
-def test_the_noam_schedule_reaches_training_with_lr_as_its_peak(tmp_path):
-    out = tmp_path / "noam"
-    argv = ["train", "translate", *TINY_TRANSLATE, "--schedule", "noam", "--lr", "0.01"]
-    assert main([*argv, "--warmup", "2", "--max-steps", "3", "--out", str(out)]) == 0
-    lrs = [r["lr"] for r in read_metrics(out / "metrics.jsonl")]
-    # lr * sqrt(warmup) * min(step^-0.5, step * warmup^-1.5) for steps 1, 2, 3
-    expected = [0.01 * 2**0.5 * min(s**-0.5, s * 2**-1.5) for s in (1, 2, 3)]
-    # Python floats through JSON (repr round-trips): a few roundings, FLOAT64_EXACT's rel.
-    assert lrs == pytest.approx(expected, rel=1e-12)
-    assert lrs[1] == pytest.approx(0.01, rel=1e-12)
-
-
 @pytest.mark.parametrize(
     ("content", "named"),
     [
@@ -406,17 +169,6 @@ def test_bad_config_file_exits_2_with_one_line(tmp_path, capsys, content, named)
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and named in err[0], err
     assert "cfg.json" in err[0] or named in ("d_model", "bf16")
-
-
-def test_a_config_file_sets_model_and_train_fields(tmp_path):
-    config = tmp_path / "cfg.json"
-    config.write_text(json.dumps({"model": {"d_ff": 48}, "train": {"warmup": 1}}))
-    out = tmp_path / "run"
-    argv = ["train", "translate", *TINY_TRANSLATE, "--max-steps", "1", "--out", str(out)]
-    assert main([*argv, "--config", str(config)]) == 0
-    report = load_trained(out)[2].state
-    assert report["run"]["model_config"]["d_ff"] == 64  # the flag wins over the file
-    assert report["train_config"]["warmup"] == 1
 
 
 def test_a_model_checkpoint_of_the_other_task_is_refused(lm_run, capsys):
@@ -469,21 +221,6 @@ def test_explain_calls_the_leads_run_explain_with_out(tmp_path, monkeypatch):
     )
     assert main(["explain", "--out", str(tmp_path)]) == 0
     assert seen == [tmp_path]
-
-
-def test_demo_trains_then_prints_the_table_and_accuracy(tmp_path, capsys):
-    from addnorm.cli.demo import DEMO_FORMATS, run_demo
-
-    assert run_demo(tmp_path / "demo", max_steps=1, eval_size=4, progress=False) == 0
-    capsys.readouterr()
-    # The demo replaces its own run directory (make demo run twice works).
-    assert run_demo(tmp_path / "demo", max_steps=2, eval_size=4, progress=False) == 0
-    assert load_trained(tmp_path / "demo")[2].step == 2
-    out = capsys.readouterr().out
-    assert "held-out exact match" in out and "년" in out  # Korean row included
-    table_rows = [line for line in out.splitlines() if line.rstrip().endswith(("ok", "WRONG"))]
-    assert len(table_rows) == len(DEMO_FORMATS)
-    assert (tmp_path / "demo" / "loss.png").exists()
 
 
 def test_the_smoothed_loss_floor_is_what_cross_entropy_reaches_at_best():
