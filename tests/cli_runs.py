@@ -48,3 +48,11 @@ TINY_LM = [
     "1",
     "--quiet",
 ]
+
+
+# The tiny translate run on one CPU thread (tests/cli/test_run_safety.py, test_exits.py).
+TINY = [
+    "--preset", "tiny", "--d-model", "32", "--n-heads", "2", "--d-ff", "64",
+    "--n-encoder-layers", "1", "--n-decoder-layers", "1", "--batch-size", "4",
+    "--eval-size", "4", "--log-every", "1", "--quiet", "--device", "cpu", "--threads", "1",
+]

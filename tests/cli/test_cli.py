@@ -20,7 +20,6 @@ from cli_runs import TINY_TRANSLATE
 
 from addnorm.cli.parser import main
 from addnorm.tasks.run import load_trained
-from addnorm.training.metrics import read_metrics
 
 
 def test_python_dash_m_addnorm_help_lists_the_subcommands():
@@ -34,42 +33,6 @@ def test_python_dash_m_addnorm_help_lists_the_subcommands():
     assert done.returncode == 0
     for command in ("train", "translate", "generate", "info", "demo", "explain"):
         assert command in done.stdout
-
-
-def test_ctrl_c_checkpoints_exits_130_and_resume_continues_exactly(tmp_path, capsys, monkeypatch):
-    from addnorm.training.trainer import Trainer
-
-    base = [
-        "train",
-        "translate",
-        *TINY_TRANSLATE,
-        "--dropout",
-        "0.1",
-        "--warmup",
-        "2",
-        "--max-steps",
-        "4",
-    ]
-    assert main([*base, "--out", str(tmp_path / "whole")]) == 0
-    real_step = Trainer._train_step
-
-    def step_then_interrupt(self):
-        if self.step == 2:
-            raise KeyboardInterrupt
-        return real_step(self)
-
-    split = tmp_path / "split"
-    monkeypatch.setattr(Trainer, "_train_step", step_then_interrupt)
-    assert main([*base, "--out", str(split)]) == 130
-    err = capsys.readouterr().err
-    assert "step-00000002" in err and "--resume" in err
-    assert not (split / "metrics.json").exists()
-    monkeypatch.setattr(Trainer, "_train_step", real_step)
-    assert main(["train", "translate", "--resume", "--out", str(split), "--quiet"]) == 0
-    # Same weights, optimizer, schedule, dropout RNG and data order: the same losses.
-    assert read_metrics(split / "metrics.jsonl")[-1]["step"] == 4
-    split_losses = [r["loss"] for r in read_metrics(split / "metrics.jsonl")]
-    assert split_losses == [r["loss"] for r in read_metrics(tmp_path / "whole" / "metrics.jsonl")]
 
 
 @pytest.mark.parametrize(
