@@ -26,9 +26,7 @@ PENDING = {
     # tests/bench/test_bench.py and test_gpu_suite.py
     "cli/bench.py",
     "cli/checks.py",  # tests/cli/test_hostile_run_files.py
-    "cli/exits.py",
     "cli/grid.py",
-    "cli/help_format.py",
     "cli/parser.py",
     "cli/shared_flags.py",
     "cli/translate_input.py",
