@@ -29,7 +29,6 @@ PENDING = {
     "cli/grid.py",
     "cli/parser.py",
     "cli/shared_flags.py",
-    "cli/translate_input.py",
 }
 
 
