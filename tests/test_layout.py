@@ -26,7 +26,6 @@ PENDING = {
     # tests/bench/test_bench.py and test_gpu_suite.py
     "cli/bench.py",
     "cli/checks.py",  # tests/cli/test_hostile_run_files.py
-    "cli/grid.py",
     "cli/parser.py",
     "cli/shared_flags.py",
 }
