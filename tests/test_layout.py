@@ -25,7 +25,6 @@ PENDING = {
     # test_flag_ranges.py, test_hostile_input.py, test_run_safety.py, ...); bench's command in
     # tests/bench/test_bench.py and test_gpu_suite.py
     "cli/bench.py",
-    "cli/checks.py",  # tests/cli/test_hostile_run_files.py
     "cli/parser.py",
     "cli/shared_flags.py",
 }
