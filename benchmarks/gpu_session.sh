@@ -101,7 +101,7 @@ say "tests: pytest -k cuda"
 timeout -k 5 "$TEST_TIMEOUT" "$PY" -m pytest -q -p no:cacheprovider -k cuda \
     tests/test_cuda.py tests/test_norms.py tests/test_residual.py tests/test_feedforward.py \
     tests/test_timestep.py tests/test_rotary.py tests/test_encodings.py \
-    tests/transformer/test_generation.py tests/bench/test_gpu_suite.py \
+    tests/generation/test_loop.py tests/bench/test_gpu_suite.py \
     >"$OUT/pytest_cuda.txt" 2>&1
 TEST_EXIT=$?
 tail -3 "$OUT/pytest_cuda.txt" | tee -a "$LOG"

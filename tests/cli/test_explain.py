@@ -111,3 +111,14 @@ def test_a_mixed_claim_is_counted_apart_with_each_condition_and_the_sensitivity(
     assert "0/1 claims supported, 0 not supported, 1 mixed, 0 undecided" in out
     record = json.loads((tmp_path / "loss-landscape" / "result.json").read_text())
     assert record["verdict"] == "mixed" and record["supported"] is False
+
+
+def test_explain_calls_the_leads_run_explain_with_out(tmp_path, monkeypatch):
+    import addnorm.cli.explain
+
+    seen = []
+    monkeypatch.setattr(
+        addnorm.cli.explain, "run_explain", lambda out, *a, **k: seen.append(out) or 0
+    )
+    assert main(["explain", "--out", str(tmp_path)]) == 0
+    assert seen == [tmp_path]

@@ -39,7 +39,7 @@ from safetensors.torch import load_file, save_file
 
 from addnorm.cli import embed as embed_cli
 from addnorm.cli import train as train_command
-from addnorm.cli.checks import MAX_CONFIG_BYTES, check_out_file
+from addnorm.cli.checks import MAX_CONFIG_BYTES
 from addnorm.cli.parser import main
 from addnorm.cli.translate_input import stdin_inputs
 from addnorm.tasks.translate import TranslateTask
@@ -535,13 +535,6 @@ def test_export_refuses_an_unusable_out_before_loading(make, why, tmp_path, caps
     # The checkpoint does not exist: had it been loaded first, the exit code would be 1.
     assert main(["export", str(tmp_path / "no-such-run"), "--out", str(out)]) == 2
     assert why in one_error_line(capsys, "export")
-
-
-def test_export_accepts_a_new_file_or_an_existing_one_to_replace(tmp_path):
-    check_out_file(tmp_path / "new.onnx")
-    (tmp_path / "old.onnx").write_bytes(b"old")
-    check_out_file(tmp_path / "old.onnx")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.onnx"]  # the probe is gone
 
 
 # 7. two writers racing for one folder --------------------------------------------------------

@@ -1,10 +1,10 @@
 """``addnorm train`` and ``addnorm demo`` never lose a user's files or finished work.
 
 Provenance: the folder's contents before and after (a refused command changes nothing; a
-replaced run loses only its own files), real signals and processes (a subprocess training sent
-SIGTERM; this process or a finished one as the lock holder), a real full filesystem (a small
-tmpfs, where the machine allows mounting one) and the exit codes ``addnorm.cli.parser``
-documents: 2 for an unusable folder, 1 for a failed write, 143 for SIGTERM.
+replaced run loses only its own files), real processes (this process or a finished one as
+the lock holder), a real full filesystem (a small tmpfs, where the machine allows mounting
+one) and the exit codes ``addnorm.cli.parser`` documents: 2 for an unusable folder, 1 for a
+failed write. A run stopped by SIGTERM (143) or Ctrl-C (130): test_exits.py.
 """
 
 from __future__ import annotations
@@ -13,25 +13,16 @@ import gc
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
-import sys
-import time
 
 import pytest
+from cli_runs import TINY
 
 from addnorm.cli.parser import main
 from addnorm.tasks.translate import TranslateTask
 from addnorm.training.checkpoint import load_checkpoint
-from addnorm.training.metrics import read_metrics
 from addnorm.training.run_dir import LOCK, MARKER, RunLock
-
-TINY = [
-    "--preset", "tiny", "--d-model", "32", "--n-heads", "2", "--d-ff", "64",
-    "--n-encoder-layers", "1", "--n-decoder-layers", "1", "--batch-size", "4",
-    "--eval-size", "4", "--log-every", "1", "--quiet", "--device", "cpu", "--threads", "1",
-]
 
 
 def train(out, *flags: str) -> int:
@@ -145,45 +136,6 @@ def test_a_run_from_before_markers_can_be_resumed_but_not_replaced(tmp_path, qui
     assert tree(out) == before
     assert main(["train", "translate", "--resume", "--out", str(out), "--max-steps", "2"]) == 0
     assert load_checkpoint(out).step == 2 and (out / MARKER).exists()
-
-
-def wait_for_first_metrics_line(path, process, timeout_s=120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not (path.exists() and path.read_text().count("\n") >= 1):
-        if process.poll() is not None:
-            raise AssertionError(f"training exited early: {process.communicate()}")
-        if time.monotonic() > deadline:
-            process.kill()
-            raise AssertionError("no metrics line within the timeout")
-        time.sleep(0.05)
-
-
-def test_sigterm_checkpoints_exits_143_and_resume_continues(tmp_path, capsys):
-    out = tmp_path / "run"
-    argv = ["train", "translate", *TINY, "--max-steps", "100000", "--out", str(out)]
-    training = subprocess.Popen(
-        [sys.executable, "-m", "addnorm", *argv],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_for_first_metrics_line(out / "metrics.jsonl", training)
-        # Meanwhile a second writer is refused, naming the training's pid.
-        assert main(["train", "translate", "--resume", "--out", str(out)]) == 2
-        assert f"pid {training.pid} on host" in capsys.readouterr().err
-        training.send_signal(signal.SIGTERM)
-        _, err = training.communicate(timeout=120)
-    finally:
-        training.kill()
-    assert training.returncode == 143, err
-    step = load_checkpoint(out).step
-    assert step >= 1 and f"terminated at step {step}" in err and "--resume" in err
-    assert "Traceback" not in err
-    assert not (out / "metrics.json").exists() and not (out / LOCK).exists()
-    resume = ["train", "translate", "--resume", "--out", str(out), "--quiet", "--threads", "1"]
-    assert main([*resume, "--max-steps", str(step + 2)]) == 0
-    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == list(range(1, step + 3))
 
 
 @pytest.fixture

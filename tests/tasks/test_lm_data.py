@@ -19,7 +19,7 @@ import torch
 
 from addnorm.data.fingerprint import DataChangedError, DataRecord
 from addnorm.data.token_corpus import TokenCorpus
-from addnorm.tasks.lm import LMTask, LMTaskConfig
+from addnorm.tasks.lm import LMTask
 from addnorm.tasks.plan import plan_fresh_run, plan_resumed_run
 from addnorm.tasks.run import load_trained, train_run
 from addnorm.training.metrics import read_metrics
@@ -149,31 +149,6 @@ def test_too_few_windows_for_a_batch_or_a_held_out_window_are_refused(tmp_path):
                                               "seq_len": 8})
     with pytest.raises(ValueError, match=r"seq_len \(100\) must be < the validation split"):
         plan_fresh_run("lm", train_overrides={"data": str(small), "seq_len": 100})
-
-
-@pytest.mark.parametrize(
-    ("settings", "message"),
-    [
-        ({"tokenizer": "bpe"}, "tokenizer bpe needs data"),
-        ({"data": "x.txt", "vocab_size": 500}, "applies to tokenizer bpe only"),
-        ({"data": "x.txt", "tokenizer": "bpe", "vocab_size": 100}, "must be from 259"),
-        ({"data": "x.txt", "val_fraction": 0.9}, "val_fraction must be <= 0.5"),
-        ({"cache_dir": "c"}, "cache_dir needs data"),
-        ({"data": ""}, "non-empty str"),
-    ],
-)
-def test_data_settings_are_checked_when_the_config_is_built(settings, message):
-    with pytest.raises((ValueError, TypeError), match=message):
-        LMTaskConfig(**settings)
-
-
-def test_data_paths_are_made_absolute(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    cfg = LMTaskConfig(data="texts/*.txt", tokenizer="tok/tokenizer.json", cache_dir="~/c")
-    assert cfg.data == str(tmp_path / "texts" / "*.txt")
-    assert cfg.tokenizer == str(tmp_path / "tok" / "tokenizer.json")
-    assert not cfg.cache_dir.startswith("~")
-    assert LMTaskConfig.from_dict(cfg.to_dict()) == cfg
 
 
 def test_a_record_alone_reopens_the_corpus_when_training_needs_it(tmp_path, corpus_dir):

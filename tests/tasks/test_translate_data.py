@@ -19,7 +19,7 @@ from addnorm.data.hf_tokenizer import HFTokenizer
 from addnorm.data.pairs import PairCorpus
 from addnorm.tasks.plan import plan_fresh_run, plan_resumed_run
 from addnorm.tasks.run import load_trained, train_run
-from addnorm.tasks.translate import TranslateTask, TranslateTaskConfig
+from addnorm.tasks.translate import TranslateTask
 
 TINY = dict(d_model=32, n_heads=2, d_ff=64, n_encoder_layers=1, n_decoder_layers=1)
 TRAIN = dict(max_steps=3, batch_size=8, eval_size=12, log_every=1, checkpoint_every=0,
@@ -132,8 +132,3 @@ def test_inputs_a_bpe_model_cannot_take_are_named(tmp_path):
     assert dates.answer_problem("2026-13-01") == "not a valid date from 1900 to 2099"
 
 
-def test_the_translate_config_checks_its_data_settings():
-    with pytest.raises(ValueError, match="valid, shared_vocab need data"):
-        TranslateTaskConfig(valid="v.tsv", shared_vocab=True)
-    with pytest.raises(TypeError, match="shared_vocab must be a bool"):
-        TranslateTaskConfig(data="p.tsv", shared_vocab=1)

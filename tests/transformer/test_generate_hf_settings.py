@@ -42,7 +42,6 @@ from test_host_reads import CountReads
 from tolerances import FLOAT32_MODEL
 
 import addnorm
-import addnorm.generation.deadline as deadline_module
 from addnorm.generation.output import GenerateOutput
 
 transformers.logging.set_verbosity_error()
@@ -296,27 +295,6 @@ def test_scores_and_logits_are_transformers_within_float32_rounding(seed, strate
         assert ours.sequences_scores is None and ours.beam_indices is None
 
 
-def test_the_output_reads_by_name_and_holds_what_was_asked():
-    _, lm = models()
-    ids, mask = prompt(2)
-    plain = lm.generate(ids, attention_mask=mask, max_new_tokens=4)
-    out = lm.generate(ids, attention_mask=mask, max_new_tokens=4, return_dict_in_generate=True)
-    assert torch.equal(out.sequences, plain) and torch.equal(out["sequences"], plain)
-    assert out.keys() == ["sequences"] and out.scores is None and out.logits is None
-    with pytest.raises(KeyError, match="'scores': this output holds sequences"):
-        out["scores"]
-    # output_scores without return_dict_in_generate: ignored with a warning, as in transformers
-    with pytest.warns(UserWarning, match="output_scores asks for what only"):
-        assert torch.equal(lm.generate(ids, attention_mask=mask, max_new_tokens=4,
-                                       output_scores=True), plain)
-    # from a generation_config too
-    config = transformers.GenerationConfig(max_new_tokens=4, return_dict_in_generate=True,
-                                           output_scores=True)
-    from_config = lm.generate(ids, attention_mask=mask, generation_config=config)
-    assert torch.equal(from_config.sequences, plain)
-    assert len(from_config.scores) == plain.shape[1] - ids.shape[1]
-
-
 def test_the_encoder_decoder_returns_its_scores_and_reads_input_ids():
     torch.manual_seed(0)
     model = addnorm.Transformer(addnorm.PRESETS["tiny"]).eval()
@@ -348,25 +326,6 @@ def test_a_max_time_already_over_ends_every_row_after_its_first_token_as_in_tran
     ours, theirs = run_both(4, **names)
     assert torch.equal(ours, theirs)
     assert ours.shape[1] == prompt(4)[0].shape[1] + 1
-
-
-@pytest.mark.parametrize("strategy", ["greedy", "sample", "beam"])
-@pytest.mark.parametrize("ticks", [1, 3, 6])
-def test_max_time_ends_decoding_at_the_step_its_clock_passes(strategy, ticks, monkeypatch):
-    # A clock that advances one second per reading: the deadline is read once when the call
-    # begins and once after each token, so max_time = ticks - 0.5 ends decoding after `ticks`
-    # tokens; the tokens are those of max_new_tokens=ticks (identity), beam search finishing
-    # its live beams there.
-    clock = iter(range(10**6))
-    monkeypatch.setattr(deadline_module, "_now", lambda: next(clock))
-    _, lm = models()
-    ids, mask = prompt(7)
-    names = {"attention_mask": mask, **{"greedy": {}, "sample": {"do_sample": True},
-                "beam": {"num_beams": 3, "early_stopping": True}}[strategy]}
-    torch.manual_seed(0)
-    timed = lm.generate(ids, max_new_tokens=10, max_time=ticks - 0.5, **names)
-    torch.manual_seed(0)
-    assert torch.equal(timed, lm.generate(ids, max_new_tokens=ticks, **names))
 
 
 @pytest.mark.parametrize("stop", [True, False])

@@ -1,11 +1,13 @@
-"""Hugging Face's generation names: the mapping, the repetition rules, pad_id None, stop strings.
+"""Hugging Face's generation names through whole decoders: greedy generation against
+transformers' ``generate``, the repetition rules in sampling, beam search and a padded batch,
+pad_id None.
 
-Provenance: transformers' own ``RepetitionPenaltyLogitsProcessor`` and
-``NoRepeatNGramLogitsProcessor`` on the same random logits and histories, and transformers'
-``generate`` driving the same stand-in model (a fixed random bigram table) greedily; the
-invariants that no n-gram repeats in an output and that a left-padded row decodes as it does
-alone; Hugging Face's rule that finished rows are filled with the eos id when there is no pad
-id.
+Provenance: transformers' ``generate`` driving the same stand-in model (a fixed random bigram
+table) greedily; the invariants that no n-gram repeats in an output and that a left-padded row
+decodes as it does alone; Hugging Face's rule that finished rows are filled with the eos id
+when there is no pad id. The rules' own checks against transformers' logits processors are in
+tests/generation/test_repetition.py, the mapping of the names in test_config.py, stop strings
+in test_stop_strings.py.
 """
 
 from __future__ import annotations
@@ -14,73 +16,12 @@ import dataclasses
 
 import pytest
 import torch
-from transformers import (
-    LogitsProcessorList,
-    NoRepeatNGramLogitsProcessor,
-    RepetitionPenaltyLogitsProcessor,
-)
+from toy_decoders import BeamCache, Scripted
 
 import addnorm
 from addnorm import GenerationConfig, TransformerLM, generate_tokens
-from addnorm.generation.repetition import apply_repetition_rules
-from addnorm.generation.stop_strings import cut_at_stop, stop_at_strings
 
 VOCAB = 12
-
-
-def _random_case(seed: int, batch: int = 4, length: int = 15, n_ids: int = 5):
-    """Random logits of both signs and histories drawn from few ids, so repeats abound."""
-    gen = torch.Generator().manual_seed(seed)
-    logits = torch.randn(batch, VOCAB, generator=gen, dtype=torch.float64) * 3
-    history = torch.randint(0, n_ids, (batch, length), generator=gen)
-    return logits, history
-
-
-def _no_padding(history: torch.Tensor) -> torch.Tensor:
-    return torch.zeros_like(history, dtype=torch.bool)
-
-
-@pytest.mark.parametrize("penalty", [1.3, 0.7, 2.0])
-def test_repetition_penalty_matches_transformers_processor(penalty):
-    logits, history = _random_case(0)
-    ours = apply_repetition_rules(logits, history, _no_padding(history),
-                                  repetition_penalty=penalty)
-    theirs = RepetitionPenaltyLogitsProcessor(penalty)(history, logits.clone())
-    # One IEEE multiply or divide per logit, correctly rounded on any machine: bitwise.
-    torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
-    assert not torch.equal(ours, logits)
-
-
-@pytest.mark.parametrize("n", [1, 2, 3, 4])
-@pytest.mark.parametrize("length", [1, 3, 15])
-def test_no_repeat_ngram_matches_transformers_processor(n, length):
-    logits, history = _random_case(n, length=length, n_ids=3)
-    ours = apply_repetition_rules(logits, history, _no_padding(history),
-                                  no_repeat_ngram_size=n)
-    theirs = NoRepeatNGramLogitsProcessor(n)(history, logits.clone())
-    torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
-
-
-def test_both_rules_together_match_transformers_order():
-    logits, history = _random_case(7)
-    rules = {"repetition_penalty": 1.5, "no_repeat_ngram_size": 2}
-    ours = apply_repetition_rules(logits, history, _no_padding(history), **rules)
-    processors = LogitsProcessorList(
-        [RepetitionPenaltyLogitsProcessor(1.5), NoRepeatNGramLogitsProcessor(2)]
-    )
-    expected = processors(history, logits.clone())
-    torch.testing.assert_close(ours, expected, rtol=0, atol=0)  # one IEEE op per logit
-
-
-def test_padding_is_not_part_of_the_history():
-    logits, history = _random_case(3, batch=1)
-    padded = torch.cat([torch.full((1, 4), 0), history], dim=1)  # left padding, id 0
-    padding = torch.zeros_like(padded, dtype=torch.bool)
-    padding[:, :4] = True
-    rules = {"repetition_penalty": 1.4, "no_repeat_ngram_size": 3}
-    alone = apply_repetition_rules(logits, history, _no_padding(history), **rules)
-    got = apply_repetition_rules(logits, padded, padding, **rules)
-    torch.testing.assert_close(got, alone, rtol=0, atol=0)  # the same per-logit ops: bitwise
 
 
 class Bigram:
@@ -173,13 +114,6 @@ def test_no_ngram_repeats_in_sampling_and_beam_search(strategy):
     assert any(repeats(dataclasses.replace(config, no_repeat_ngram_size=0)))  # without the rule
 
 
-class BeamCache:
-    """The bigram needs no cache; beam search only asks it to follow the beams."""
-
-    def reorder(self, index: torch.Tensor) -> None:
-        pass
-
-
 def test_a_row_left_with_no_token_is_named():
     bigram = Bigram(vocab=3)
     prompt = torch.tensor([[0, 1, 2]])
@@ -206,23 +140,6 @@ def test_the_lm_counts_its_prompt_and_decodes_a_padded_row_as_alone():
     assert len(_ngrams(row, 2)) == len(set(_ngrams(row, 2)))
 
 
-class Scripted:
-    """Emits a fixed sequence of tokens per row, whatever it is fed."""
-
-    def __init__(self, rows: list[list[int]], vocab: int = VOCAB) -> None:
-        self.rows, self.vocab, self.n = rows, vocab, 0
-
-    def logits(self) -> torch.Tensor:
-        out = torch.zeros(len(self.rows), self.vocab)
-        for b, row in enumerate(self.rows):
-            out[b, row[min(self.n, len(row) - 1)]] = 10.0
-        self.n += 1
-        return out
-
-    def step(self, tokens: torch.Tensor, cache: object) -> torch.Tensor:
-        return self.logits()
-
-
 def test_without_a_pad_id_finished_rows_are_filled_with_the_eos_id():
     model = Scripted([[4, 2, 5, 6, 7], [4, 5, 6, 2, 9]])
     config = GenerationConfig(max_new_tokens=5, eos_id=(2, 3), pad_id=None)
@@ -245,42 +162,6 @@ def test_beam_search_without_a_pad_id_fills_with_the_eos_id():
     assert torch.equal(out[1], padded[1])
 
 
-def test_from_transformers_maps_the_strategy_names():
-    greedy = GenerationConfig.from_transformers()
-    assert greedy.strategy == "greedy"
-    sample = GenerationConfig.from_transformers(do_sample=True, temperature=0.7, top_k=5,
-                                                top_p=0.9)
-    assert (sample.strategy, sample.temperature, sample.top_k, sample.top_p) == (
-        "sample", 0.7, 5, 0.9)
-    beam = GenerationConfig.from_transformers(num_beams=5, length_penalty=0.6)
-    assert (beam.strategy, beam.num_beams, beam.length_penalty) == ("beam", 5, 0.6)
-
-
-def test_from_transformers_maps_the_token_names_and_the_rules():
-    config = GenerationConfig.from_transformers(
-        eos_token_id=[7, 8], pad_token_id=None, max_new_tokens=9, repetition_penalty=1.1,
-        no_repeat_ngram_size=3,
-    )
-    assert config == GenerationConfig(
-        eos_id=(7, 8), pad_id=None, max_new_tokens=9, repetition_penalty=1.1,
-        no_repeat_ngram_size=3,
-    )
-
-
-def test_from_transformers_refuses_what_has_no_meaning_here():
-    with pytest.raises(ValueError, match="beam sampling"):
-        GenerationConfig.from_transformers(do_sample=True, num_beams=4)
-    with pytest.warns(UserWarning, match=r"sampling settings are ignored.*temperature=0\.5"):
-        assert GenerationConfig.from_transformers(temperature=0.5) == (
-            GenerationConfig.from_transformers())  # greedy: ignored, as transformers does
-    with pytest.raises(ValueError, match="repetition_penalty must be > 0"):
-        GenerationConfig.from_transformers(repetition_penalty=0.0)
-    with pytest.raises(ValueError, match="no_repeat_ngram_size must be >= 0"):
-        GenerationConfig.from_transformers(no_repeat_ngram_size=-1)
-    with pytest.raises(TypeError, match="do_sample must be a bool"):
-        GenerationConfig.from_transformers(do_sample=1)  # type: ignore[arg-type]
-
-
 def test_a_model_without_a_pad_id_bans_nothing_as_padding():
     torch.manual_seed(0)
     model = TransformerLM(addnorm.PRESETS["lm-tiny"]).eval()
@@ -301,41 +182,6 @@ def test_a_model_without_a_pad_id_bans_nothing_as_padding():
         config = dataclasses.replace(lm.generation_config, max_new_tokens=3, eos_id=None)
         token = int(lm.generate(prompt, config)[0, 0])
         assert token == first if first is not None else token != 0
-
-
-def test_stop_strings_end_rows_and_cut_the_text():
-    text = "abc\n\ndef"
-    assert cut_at_stop(text, ["\n\n", "c"]) == "ab"
-    assert cut_at_stop(text, ["zz"]) == text
-    letters = "_abcdefghij"  # id i is letters[i]
-
-    def decode(ids: list[int]) -> str:
-        return "".join(letters[i] for i in ids)
-
-    model = Scripted([[1, 2, 3, 4, 5, 6, 7], [4, 3, 7, 5, 6, 8, 9]])
-    config = GenerationConfig(max_new_tokens=7, pad_id=0)
-    stop = stop_at_strings(decode, ["cd", "ef"])
-    out = generate_tokens(model.step, model.logits(), None, config, stop_fn=stop)
-    # "abcd" stops at its 4th token, "dcgef" at its 5th; then every row has stopped
-    assert out.tolist() == [[1, 2, 3, 4, 0], [4, 3, 7, 5, 6]]
-    assert [cut_at_stop(decode(r), ["cd", "ef"]) for r in out.tolist()] == ["ab", "dcg"]
-
-
-def test_stop_fn_is_checked():
-    model = Scripted([[1, 2]])
-    with pytest.raises(TypeError, match="stop_fn must return a bool tensor of shape"):
-        generate_tokens(model.step, model.logits(), None, GenerationConfig(max_new_tokens=3),
-                        stop_fn=lambda tokens: [True])
-    with pytest.raises(ValueError, match="beam"):
-        generate_tokens(model.step, model.logits(), BeamCache(),
-                        GenerationConfig(strategy="beam", max_new_tokens=3),
-                        stop_fn=lambda tokens: tokens[:, -1] == 2)
-    with pytest.raises(ValueError, match="set pad_id or eos_id"):
-        generate_tokens(model.step, model.logits(), None,
-                        GenerationConfig(max_new_tokens=3, pad_id=None),
-                        stop_fn=lambda tokens: tokens[:, -1] == 2)
-    with pytest.raises(ValueError, match=r"stops\[0\] must be a non-empty string"):
-        stop_at_strings(str, [""])
 
 
 @pytest.mark.parametrize("strategy", ["greedy", "beam"])

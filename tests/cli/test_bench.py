@@ -1,5 +1,6 @@
-"""The ``addnorm bench`` command: its JSON and its refusals. Tiny sizes, one round: speed
-itself is never asserted here."""
+"""The ``addnorm bench`` command (``addnorm.cli.bench``): its JSON and its refusals. Tiny
+sizes, one round: speed itself is never asserted here. The suites it runs are tested in
+tests/bench/."""
 
 from __future__ import annotations
 
@@ -10,6 +11,12 @@ import pytest
 from addnorm.bench import BenchSettings, to_json
 from addnorm.bench.harness import from_json
 from addnorm.cli.parser import main
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_thread):
+    """One torch thread (tests/conftest.py), as every bench test has: nothing here is timed."""
+
 
 TINY = BenchSettings(size="test", rounds=1, min_seconds=0.0)
 

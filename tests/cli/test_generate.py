@@ -1,8 +1,10 @@
-"""``addnorm generate --stop TEXT``: the output is cut before the first stop string.
+"""``addnorm generate``: continues the prompt as the library does; with ``--stop TEXT`` the
+output is cut before the first stop string; ``--compile`` prints the eager text. (A prompt
+longer than the context: test_generate_long_prompt.py.)
 
-Provenance: sampling with a fixed seed draws the same tokens until a row stops, so a run with
-stop strings must print the run without them, cut where ``str.find`` first meets one of them
-in the continuation.
+Provenance: the task's own ``sample`` on the same checkpoint; sampling with a fixed seed draws
+the same tokens until a row stops, so a run with stop strings must print the run without them,
+cut where ``str.find`` first meets one of them in the continuation.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch
 
 from addnorm.cli.parser import main
 from addnorm.tasks.lm import LMTask
+from addnorm.tasks.run import load_trained
 from addnorm.training.checkpoint import save_checkpoint
 
 PROMPT = "def "
@@ -88,3 +91,22 @@ def test_compile_prints_the_eager_text_and_the_compile_time(lm_checkpoint, capsy
     assert compiled.out == eager.out and eager.err == ""
     assert compiled.err.startswith("compiling the decode step and generating took ")
     torch._dynamo.reset()
+
+
+def test_generate_continues_the_prompt_like_the_library(lm_run, capsys):
+    args = [
+        "generate",
+        "--prompt",
+        "def ",
+        "--max-new-tokens",
+        "6",
+        "--temperature",
+        "0",
+        "--checkpoint",
+        str(lm_run),
+    ]
+    assert main(args) == 0
+    task, model, _ = load_trained(lm_run)
+    expected = task.sample(model, "def ", max_new_tokens=6, temperature=0)
+    assert capsys.readouterr().out == expected + "\n"
+    assert expected.startswith("def ")

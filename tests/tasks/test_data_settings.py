@@ -1,0 +1,46 @@
+"""The data settings of the text tasks (``addnorm.tasks.data_settings``), checked alike in
+the lm and translate configs when they are built: each bad combination refused by name, and
+paths made absolute (so a run resumed from another folder names the same files).
+
+Provenance: the documented rules of ``check_data_settings``; the identity that a config
+round-trips through ``to_dict``/``from_dict``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from addnorm.tasks.lm import LMTaskConfig
+from addnorm.tasks.translate import TranslateTaskConfig
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"tokenizer": "bpe"}, "tokenizer bpe needs data"),
+        ({"data": "x.txt", "vocab_size": 500}, "applies to tokenizer bpe only"),
+        ({"data": "x.txt", "tokenizer": "bpe", "vocab_size": 100}, "must be from 259"),
+        ({"data": "x.txt", "val_fraction": 0.9}, "val_fraction must be <= 0.5"),
+        ({"cache_dir": "c"}, "cache_dir needs data"),
+        ({"data": ""}, "non-empty str"),
+    ],
+)
+def test_data_settings_are_checked_when_the_config_is_built(settings, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        LMTaskConfig(**settings)
+
+
+def test_data_paths_are_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = LMTaskConfig(data="texts/*.txt", tokenizer="tok/tokenizer.json", cache_dir="~/c")
+    assert cfg.data == str(tmp_path / "texts" / "*.txt")
+    assert cfg.tokenizer == str(tmp_path / "tok" / "tokenizer.json")
+    assert not cfg.cache_dir.startswith("~")
+    assert LMTaskConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_the_translate_config_checks_its_data_settings():
+    with pytest.raises(ValueError, match="valid, shared_vocab need data"):
+        TranslateTaskConfig(valid="v.tsv", shared_vocab=True)
+    with pytest.raises(TypeError, match="shared_vocab must be a bool"):
+        TranslateTaskConfig(data="p.tsv", shared_vocab=1)
