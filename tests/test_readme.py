@@ -241,7 +241,7 @@ def test_the_readme_gives_both_sides_of_min_snr_as_measured_over_seeds():
 
     # How much slower a machine must be for the time cap to stop the run before that step.
     cfg = DiTTask.default_train_config()
-    # The demo's DiT output above: "trained 500 steps in 20 s (stopped by max_steps); samples".
+    # The demo's DiT output above: "trained 500 steps in 15 s (stopped by max_steps); samples".
     found = re.search(r"trained (\d+) steps in (\d+) s \(stopped by max_steps\); samples", flat)
     steps, seconds = map(int, found.groups())
     slower = (cfg.max_minutes * 60 / arrives) / (seconds / steps)
