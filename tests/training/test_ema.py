@@ -12,7 +12,7 @@ from properties import examples
 from tolerances import FLOAT32_ROUNDED
 from torch import nn
 
-from addnorm.training.ema import ema_decay, make_ema
+from addnorm.training.ema import ema_decay, make_ema, saved_n_averaged
 
 
 def test_ema_follows_its_update_rule():
@@ -84,3 +84,16 @@ def test_the_averaged_model_applies_the_warmup_decay_of_each_update():
         expected = decay * expected + (1 - decay) * (n + 1)
         # float32 lerps of values <= 4: FLOAT32_ROUNDED
         assert ema.module.weight.item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_saved_n_averaged_reads_the_state_or_counts_one_update_a_step_for_older_checkpoints():
+    assert saved_n_averaged({"ema": {"n_averaged": 7}}, step=40) == 7
+    # before the EMA was AveragedModel: its initial weights, then one update a step
+    assert saved_n_averaged({}, step=40) == 41
+
+
+@pytest.mark.parametrize("saved", [{"n_averaged": 0}, {"n_averaged": True}, {"n_averaged": 2.0},
+                                   {}, [3], "3"])
+def test_saved_n_averaged_refuses_what_no_averaged_model_saved(saved):
+    with pytest.raises(ValueError, match="ema.n_averaged must be an int >= 1"):
+        saved_n_averaged({"ema": saved}, step=5)

@@ -12,8 +12,15 @@ import logging
 import os
 
 import numpy as np
+import pytest
 
-from addnorm.training.metrics import MAX_LINE_BYTES, MetricsLog, draw_samples, read_metrics
+from addnorm.training.metrics import (
+    MAX_LINE_BYTES,
+    MetricsLog,
+    draw_samples,
+    loss_window_from_state,
+    read_metrics,
+)
 
 
 def test_draw_samples_draws_digits_side_by_side_and_text_one_line_a_sample():
@@ -59,3 +66,18 @@ def test_lines_that_are_not_records_are_skipped_with_one_warning_and_a_torn_end_
     assert read_metrics(tmp_path / "absent.jsonl") == []
     os.mkfifo(tmp_path / "pipe")  # opened without blocking, read as no metrics
     assert read_metrics(tmp_path / "pipe") == []
+
+
+def test_a_saved_loss_window_reads_back_and_a_missing_one_starts_empty():
+    assert loss_window_from_state({"sum": 3.5, "steps": 2}) == (3.5, 2)
+    assert loss_window_from_state({"sum": 1, "steps": 0}) == (1.0, 0)
+    assert loss_window_from_state(None) == (0.0, 0)  # a checkpoint from before the window
+
+
+@pytest.mark.parametrize("saved", [
+    {"sum": 1.0}, {"sum": 1.0, "steps": 1, "more": 0}, {"sum": float("nan"), "steps": 1},
+    {"sum": 1.0, "steps": -1}, {"sum": 1.0, "steps": True}, {"sum": "1", "steps": 1}, [1.0, 1],
+])
+def test_a_loss_window_that_no_trainer_saved_is_refused(saved):
+    with pytest.raises(ValueError, match="loss_window"):
+        loss_window_from_state(saved)

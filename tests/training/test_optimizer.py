@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from addnorm.training.config import TrainConfig
-from addnorm.training.optimizer import make_optimizer
+from addnorm.training.optimizer import gradient_norm, make_optimizer
 
 
 def test_optimizer_is_torchs_fused_adamw_with_decay_on_matrices_only():
@@ -33,3 +33,29 @@ def test_optimizer_is_torchs_fused_adamw_with_decay_on_matrices_only():
         # One float32 step each, randn gradients (|g| >> eps): a handful of roundings per
         # element in each implementation; rtol 1e-6 is 16 u, atol covers values near 0.
         torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+
+
+def _model_with_gradients() -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    model(torch.randn(5, 3)).pow(2).sum().backward()
+    return model
+
+
+def test_gradient_norm_is_the_norm_of_every_gradient_together_before_clipping():
+    model = _model_with_gradients()
+    grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+    whole = torch.linalg.vector_norm(grads)  # the definition, over one flat vector
+    assert torch.equal(gradient_norm(model, clip=0.0), gradient_norm(model, clip=0.0))
+    torch.testing.assert_close(gradient_norm(model, clip=0.0), whole)  # float32 sums reordered
+    assert torch.equal(torch.cat([p.grad.flatten() for p in model.parameters()]), grads)
+
+
+def test_gradient_norm_with_a_clip_returns_the_norm_before_and_clips_the_gradients():
+    model = _model_with_gradients()
+    grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+    clip = float(torch.linalg.vector_norm(grads)) / 4
+    before = gradient_norm(model, clip=clip)
+    torch.testing.assert_close(before, torch.linalg.vector_norm(grads))
+    after = torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    torch.testing.assert_close(after, torch.tensor(clip))  # scaled by clip / norm (+1e-6)

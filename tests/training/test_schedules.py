@@ -15,7 +15,7 @@ from scheduled import scheduled_lrs
 from torch import nn
 
 from addnorm.training.config import TrainConfig
-from addnorm.training.schedules import SCHEDULES, ScheduleConfig, noam_lr
+from addnorm.training.schedules import SCHEDULES, ScheduleConfig, make_scheduler, noam_lr
 
 
 def warmup_cosine(step: int, *, peak: float, warmup: int, total: int, final: float) -> float:
@@ -112,3 +112,30 @@ def test_schedule_for_gives_every_schedule_its_peak_lr():
         schedule = schedule_for(TrainConfig(schedule=kind, lr=2e-3, warmup=20))
         assert schedule.kind == kind
         assert scheduled_lrs(schedule, 20)[-1] == pytest.approx(2e-3, rel=1e-12)
+
+
+def _optimizer() -> torch.optim.Optimizer:
+    return torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)
+
+
+def test_make_scheduler_builds_a_config_or_calls_a_factory():
+    optimizer = _optimizer()
+    built = make_scheduler(ScheduleConfig("constant", 0.1, 0), optimizer)
+    assert isinstance(built, torch.optim.lr_scheduler.LRScheduler)
+    made = make_scheduler(lambda opt: torch.optim.lr_scheduler.StepLR(opt, 3), _optimizer())
+    assert isinstance(made, torch.optim.lr_scheduler.StepLR)
+
+
+def test_make_scheduler_refuses_what_is_no_torch_scheduler_or_whose_state_is_not_json():
+    with pytest.raises(TypeError, match="must be a ScheduleConfig or make a torch"):
+        make_scheduler(lambda opt: object(), _optimizer())
+    with pytest.raises(TypeError, match="state_dict must be JSON"):  # a set in its state
+        make_scheduler(lambda opt: _StepWithASet(opt, 3), _optimizer())
+
+
+class _StepWithASet(torch.optim.lr_scheduler.StepLR):
+    """A StepLR whose state holds a set, which JSON cannot write."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, step_size: int) -> None:
+        self.seen = {0}
+        super().__init__(optimizer, step_size)

@@ -28,7 +28,7 @@ from torch.optim.swa_utils import AveragedModel
 
 from addnorm.utils.checks import check_bool, check_probability
 
-__all__ = ["ema_average", "ema_decay", "make_ema"]
+__all__ = ["ema_average", "ema_decay", "make_ema", "saved_n_averaged"]
 
 MultiAvgFn = Callable[[Sequence[Tensor], Sequence[Tensor], "Tensor | int"], None]
 
@@ -80,3 +80,13 @@ def make_ema(model: nn.Module, decay: float, *, warmup: bool = False) -> Average
         averaged.n_averaged.fill_(1)  # the weights it was built from: its first average
     averaged.requires_grad_(False)
     return averaged
+
+
+def saved_n_averaged(state: dict, step: int) -> int:
+    """The EMA's ``n_averaged`` a checkpoint's ``state`` saved at ``step``; one written before
+    the EMA was torch's made one update per step after its initial weights: ``step + 1``."""
+    saved = state.get("ema", {"n_averaged": step + 1})
+    n = saved.get("n_averaged") if isinstance(saved, dict) else None
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"ema.n_averaged must be an int >= 1, got {n!r}")
+    return n

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import math
 import os
 import stat
 import warnings
@@ -28,6 +29,7 @@ __all__ = [
     "MAX_LINE_BYTES",
     "MetricsLog",
     "draw_samples",
+    "loss_window_from_state",
     "plot_loss_curve",
     "plot_quality",
     "read_metrics",
@@ -251,3 +253,19 @@ def _sample_line(sample: dict) -> str:
         mark = "ok" if sample["prediction"] == sample["answer"] else "wrong"
         return f"{sample['input']} -> {sample['prediction']}  ({sample['answer']}: {mark})"
     return "  ".join(f"{key}: {value}" for key, value in sample.items())[:200]
+
+
+def loss_window_from_state(saved: object) -> tuple[float, int]:
+    """The ``loss_window`` of a checkpoint's state: the losses summed since the last record,
+    and how many; a checkpoint from before it kept none starts a new window. TypeError or
+    ValueError (turned into a ``CheckpointError`` naming the file) for any other value."""
+    if saved is None:
+        return 0.0, 0
+    if not isinstance(saved, dict) or set(saved) != {"sum", "steps"}:
+        raise ValueError(f"loss_window must be {{'sum': float, 'steps': int}}, got {saved!r}")
+    total, steps = saved["sum"], saved["steps"]
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"loss_window steps must be an int >= 0, got {steps!r}")
+    if isinstance(total, bool) or not isinstance(total, int | float) or not math.isfinite(total):
+        raise ValueError(f"loss_window sum must be a finite number, got {total!r}")
+    return float(total), steps

@@ -1,4 +1,5 @@
-"""The trainer's optimizer: AdamW with weight decay on matrices only."""
+"""The trainer's optimizer: AdamW with weight decay on matrices only; the gradients' norm
+it is handed (clipped)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from torch import nn
 
 from addnorm.training.config import TrainConfig
 
-__all__ = ["make_optimizer"]
+__all__ = ["gradient_norm", "make_optimizer"]
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
@@ -29,3 +30,12 @@ def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(
         groups, lr=config.lr, betas=(config.beta1, config.beta2), fused=fused
     )
+
+
+def gradient_norm(model: nn.Module, clip: float) -> torch.Tensor:
+    """The global norm of ``model``'s gradients before clipping (clipped to ``clip`` when it
+    is > 0), as a tensor: it is read only when a record is made."""
+    if clip > 0:
+        return nn.utils.clip_grad_norm_(model.parameters(), clip)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    return nn.utils.get_total_norm(grads) if grads else torch.zeros(())

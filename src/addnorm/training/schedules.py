@@ -23,6 +23,7 @@ before it is loaded).
 
 from __future__ import annotations
 
+import json
 import sys
 import typing
 import warnings
@@ -47,6 +48,7 @@ __all__ = [
     "ScheduleConfig",
     "ScheduleKind",
     "SchedulerFactory",
+    "make_scheduler",
     "check_scheduler_state",
     "noam_lr",
     "replay_schedule",
@@ -200,3 +202,26 @@ def _check_like(expected: object, got: object, where: str) -> None:
             raise ValueError(f"{where} must be an integer, got {got!r}")
     elif type(got) is not type(expected):
         raise ValueError(f"{where} must be {type(expected).__name__}, got {got!r}")
+
+
+def make_scheduler(
+    schedule: ScheduleConfig | SchedulerFactory, optimizer: torch.optim.Optimizer
+) -> LRScheduler:
+    """``schedule``'s scheduler over ``optimizer``; TypeError unless it is a torch scheduler
+    whose state is JSON (a checkpoint keeps it so)."""
+    scheduler = schedule.build(optimizer) if isinstance(schedule, ScheduleConfig) else (
+        schedule(optimizer)
+    )
+    if not isinstance(scheduler, LRScheduler):
+        raise TypeError(
+            "schedule must be a ScheduleConfig or make a torch.optim.lr_scheduler.LRScheduler, "
+            f"got {type(scheduler).__name__}"
+        )
+    try:
+        json.dumps(scheduler.state_dict())
+    except (TypeError, ValueError) as err:
+        raise TypeError(
+            f"{type(scheduler).__name__}'s state_dict must be JSON (numbers, lists, dicts) to "
+            f"be checkpointed without pickle: {err}"
+        ) from None
+    return scheduler

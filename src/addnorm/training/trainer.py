@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import random
@@ -48,7 +47,6 @@ from typing import Protocol, cast
 
 import torch
 from torch import nn
-from torch.optim.lr_scheduler import LRScheduler
 
 from addnorm.data.batches import RankShard
 from addnorm.training import distributed
@@ -56,15 +54,17 @@ from addnorm.training.callbacks import Callback, MetricsFile, ProgressBar
 from addnorm.training.checkpoint import LoadedCheckpoint, list_checkpoints, save_checkpoint
 from addnorm.training.clock import TrainingClock
 from addnorm.training.config import TrainConfig
-from addnorm.training.ema import make_ema
+from addnorm.training.ema import make_ema, saved_n_averaged
 from addnorm.training.logger import Logger, LoggerCallback
-from addnorm.training.optimizer import make_optimizer
+from addnorm.training.metrics import loss_window_from_state
+from addnorm.training.optimizer import gradient_norm, make_optimizer
 from addnorm.training.probes import Probe, ProbeRunner
 from addnorm.training.resume import check_checkpoint_fits, refusing
 from addnorm.training.schedules import (
     ScheduleConfig,
     SchedulerFactory,
     check_scheduler_state,
+    make_scheduler,
     replay_schedule,
 )
 from addnorm.training.state import (
@@ -222,7 +222,7 @@ class Trainer:
             self.forward_model = cast(nn.Module, torch.compile(self.forward_model))
         self.optimizer = make_optimizer(model, config)
         self._optimizer_view = distributed.OptimizerView(model, self.optimizer)
-        self.scheduler = _make_scheduler(schedule, self.optimizer)
+        self.scheduler = make_scheduler(schedule, self.optimizer)
         self.step = 0
         self.elapsed_s = 0.0  # training time of the invocations before this ``fit``
         self.resumed_from: int | None = None  # the checkpoint's step, after ``load``
@@ -262,13 +262,13 @@ class Trainer:
             with refusing(checkpoint.path / "ema.safetensors"):
                 distributed.load_full_model_state(self.ema.module, tensors["ema"])
             with refusing(checkpoint.path / "state.json"):
-                self.ema.n_averaged.fill_(_n_averaged(checkpoint))
+                self.ema.n_averaged.fill_(saved_n_averaged(checkpoint.state, checkpoint.step))
         with refusing(checkpoint.path / "state.json"):
             self.batches.load_state_dict(checkpoint.state["data"])
         with refusing(checkpoint.path / "rng.safetensors"):
             restore_rng(tensors["rng"], checkpoint.state["rng"])
         with refusing(checkpoint.path / "state.json"):
-            self._losses = _loss_window(checkpoint.state.get("loss_window"))
+            self._losses = loss_window_from_state(checkpoint.state.get("loss_window"))
         self.step = checkpoint.step
         self.elapsed_s = float(checkpoint.state.get("elapsed_s", 0.0))
         self.resumed_from = checkpoint.step
@@ -364,7 +364,7 @@ class Trainer:
         mean_loss, tokens = self._gradients()
         if not math.isfinite(mean_loss):
             raise FloatingPointError(self._non_finite_loss(mean_loss, lr))
-        self._grad_norm = _gradient_norm(self.model, self.config.grad_clip)
+        self._grad_norm = gradient_norm(self.model, self.config.grad_clip)
         self._call("on_before_update")
         self._boundary.phase = "update"
         self.optimizer.step()
@@ -510,54 +510,12 @@ class Trainer:
         saved = checkpoint.state.get("scheduler")
         if saved is None:
             self.scheduler = replay_schedule(
-                lambda: _make_scheduler(self.schedule, self.optimizer), self.optimizer,
+                lambda: make_scheduler(self.schedule, self.optimizer), self.optimizer,
                 checkpoint.step,
             )
             return
         check_scheduler_state(self.scheduler, saved, where="scheduler")
         self.scheduler.load_state_dict(saved)
-
-
-def _make_scheduler(
-    schedule: ScheduleConfig | SchedulerFactory, optimizer: torch.optim.Optimizer
-) -> LRScheduler:
-    """``schedule``'s scheduler over ``optimizer``; TypeError unless it is a torch scheduler
-    whose state is JSON (a checkpoint keeps it so)."""
-    scheduler = schedule.build(optimizer) if isinstance(schedule, ScheduleConfig) else (
-        schedule(optimizer)
-    )
-    if not isinstance(scheduler, LRScheduler):
-        raise TypeError(
-            "schedule must be a ScheduleConfig or make a torch.optim.lr_scheduler.LRScheduler, "
-            f"got {type(scheduler).__name__}"
-        )
-    try:
-        json.dumps(scheduler.state_dict())
-    except (TypeError, ValueError) as err:
-        raise TypeError(
-            f"{type(scheduler).__name__}'s state_dict must be JSON (numbers, lists, dicts) to "
-            f"be checkpointed without pickle: {err}"
-        ) from None
-    return scheduler
-
-
-def _n_averaged(checkpoint: LoadedCheckpoint) -> int:
-    """The EMA's ``n_averaged`` a checkpoint saved; one written before the EMA was torch's
-    made one update per step after its initial weights: ``step + 1``."""
-    saved = checkpoint.state.get("ema", {"n_averaged": checkpoint.step + 1})
-    n = saved.get("n_averaged") if isinstance(saved, dict) else None
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"ema.n_averaged must be an int >= 1, got {n!r}")
-    return n
-
-
-def _gradient_norm(model: nn.Module, clip: float) -> torch.Tensor:
-    """The global norm of ``model``'s gradients before clipping (clipped to ``clip`` when it
-    is > 0), as a tensor: it is read only when a record is made."""
-    if clip > 0:
-        return nn.utils.clip_grad_norm_(model.parameters(), clip)
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    return nn.utils.get_total_norm(grads) if grads else torch.zeros(())
 
 
 def _as_float(value: torch.Tensor) -> float:
@@ -567,18 +525,3 @@ def _as_float(value: torch.Tensor) -> float:
     if isinstance(value, DTensor):
         value = value.full_tensor()
     return float(value)
-
-def _loss_window(saved: object) -> tuple[float, int]:
-    """The ``loss_window`` of a checkpoint's state: the losses summed since the last record,
-    and how many; a checkpoint from before it kept none starts a new window. TypeError or
-    ValueError (turned into a ``CheckpointError`` naming the file) for any other value."""
-    if saved is None:
-        return 0.0, 0
-    if not isinstance(saved, dict) or set(saved) != {"sum", "steps"}:
-        raise ValueError(f"loss_window must be {{'sum': float, 'steps': int}}, got {saved!r}")
-    total, steps = saved["sum"], saved["steps"]
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"loss_window steps must be an int >= 0, got {steps!r}")
-    if isinstance(total, bool) or not isinstance(total, int | float) or not math.isfinite(total):
-        raise ValueError(f"loss_window sum must be a finite number, got {total!r}")
-    return float(total), steps
