@@ -25,6 +25,7 @@ from addnorm.data.fingerprint import (
     DataFingerprint,
     DataRecord,
     fingerprint_files,
+    reopening,
     resolve_data_files,
 )
 
@@ -188,3 +189,35 @@ def test_fingerprints_of_different_listings_differ_and_changes_name_each_file(na
     b = [*a[:-1], fp.FileEntry(a[-1].name, a[-1].size + 1, "h")]
     two = DataFingerprint(len(b), sum(e.size for e in b), "d2", tuple(b))
     assert one.changes(two) == [f"{a[-1].name}: {a[-1].size} -> {a[-1].size + 1} bytes"]
+
+
+def _record(tmp_path) -> DataRecord:
+    root = _tree(tmp_path / "d", {"a.txt": b"alpha\n"})
+    return DataRecord(str(root), "text", fingerprint_files([root / "a.txt"], root))
+
+
+def test_reopening_names_the_recorded_path_when_the_files_are_gone_or_the_record_is_damaged(
+        tmp_path):
+    record = _record(tmp_path)
+    with pytest.raises(DataChangedError, match="cannot be read any more") as gone:
+        with reopening(record):
+            raise DataError("no such file")
+    assert str(gone.value).startswith(f"{record.path}: ")
+    for damaged in (KeyError("val_fraction"), TypeError("float(None)"), ValueError("x")):
+        with pytest.raises(DataChangedError, match="the run's data record is damaged"):
+            with reopening(record):
+                raise damaged
+
+
+def test_reopening_lets_a_change_and_other_errors_through_as_they_are(tmp_path):
+    record = _record(tmp_path)
+    change = DataChangedError("a.txt: 6 -> 7 bytes")
+    with pytest.raises(DataChangedError) as raised:
+        with reopening(record):
+            raise change
+    assert raised.value is change
+    with pytest.raises(OSError):  # a read failing midway is not a change of the data
+        with reopening(record):
+            raise OSError("disk")
+    with reopening(record):
+        pass  # nothing raised, nothing changed

@@ -18,6 +18,7 @@ import shutil
 
 import pytest
 import torch
+from scheduled import scheduled_lrs
 from torch import nn
 
 from addnorm.cli.parser import main
@@ -154,19 +155,6 @@ def test_a_checkpoint_from_before_the_window_resumes_with_a_new_one(tmp_path):
     ]
 
 
-def step_lrs(schedule: ScheduleConfig, steps: int) -> list[float]:
-    """The learning rates steps 1 .. ``steps`` are taken with under ``schedule``'s torch
-    scheduler, on a one-parameter optimizer of its own."""
-    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=schedule.lr)
-    scheduler = schedule.build(optimizer)
-    lrs = []
-    for _ in range(steps):
-        lrs.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
-    return lrs
-
-
 LINE = re.compile(r"^step (\d+)/(\d+)  loss (\d+\.\d{4})  lr (\S+)  (\d+) tok/s  (\d+) s$")
 
 
@@ -183,7 +171,7 @@ def test_progress_lines_come_every_n_steps_with_the_mean_loss_since_the_line_bef
     for match, span in zip(found, spans, strict=True):
         assert match.group(2) == "12"
         assert match.group(3) == f"{mean([steps.losses[s] for s in span]):.4f}"
-        taken_with = step_lrs(run.schedule, 12)[int(match.group(1)) - 1]
+        taken_with = scheduled_lrs(run.schedule, 12)[int(match.group(1)) - 1]
         assert float(match.group(4)) == pytest.approx(taken_with, rel=1e-2)  # 3 digits shown
 
 

@@ -22,12 +22,13 @@ changes while it is read, exit status 1). Messages start with the path they are 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import hashlib
 import os
 import stat
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ __all__ = [
     "absolute_path",
     "fingerprint_files",
     "is_glob",
+    "reopening",
     "resolve_data_files",
 ]
 
@@ -335,3 +337,23 @@ def _sample_hash(f, name: str, size: int, budget: int) -> str:
         f.seek(last * i // (SAMPLE_BLOCKS - 1))
         h.update(f.read(block))
     return h.hexdigest()
+
+
+@contextlib.contextmanager
+def reopening(record: DataRecord) -> Iterator[None]:
+    """Around opening a run's recorded data again (a corpus's ``reopen``): a
+    :class:`DataChangedError` passes as it is; any other :class:`DataError` (the files are
+    gone or unreadable) and a record whose fields do not parse (KeyError, TypeError,
+    ValueError) become one :class:`DataChangedError` naming ``record.path``."""
+    try:
+        yield
+    except DataChangedError:
+        raise
+    except DataError as err:
+        raise DataChangedError(
+            f"{record.path}: the files the run recorded cannot be read any more ({err}); "
+            "a resumed run must train on the same files"
+        ) from None
+    except (KeyError, TypeError, ValueError) as err:
+        raise DataChangedError(f"{record.path}: the run's data record is damaged: {err!r}"
+                               ) from None

@@ -58,7 +58,6 @@ import torch
 
 from addnorm.data.batches import _rng_state, _set_rng_state
 from addnorm.data.fingerprint import (
-    DataChangedError,
     DataError,
     DataFingerprint,
     DataReadError,
@@ -66,6 +65,7 @@ from addnorm.data.fingerprint import (
     absolute_path,
     fingerprint_files,
     is_glob,
+    reopening,
     resolve_data_files,
 )
 from addnorm.utils.checks import check_choice, check_float, check_int, check_probability
@@ -197,17 +197,9 @@ class ImageCorpus:
     def reopen(cls, record: DataRecord) -> ImageCorpus:
         """The images ``record`` describes (a run's). Raises :class:`DataChangedError` naming
         what changed if the files no longer fingerprint as recorded (or are gone)."""
-        try:
+        with reopening(record):
             fraction = float(record.split["val_fraction"])
             root, files = _resolve(record.path, "data")
-        except DataError as err:
-            raise DataChangedError(
-                f"{record.path}: the files the run recorded cannot be read any more ({err}); "
-                "a resumed run must train on the same files"
-            ) from None
-        except (KeyError, TypeError, ValueError) as err:
-            raise DataChangedError(f"{record.path}: the run's data record is damaged: {err!r}"
-                                   ) from None
         record.check_unchanged(fingerprint_files(files, root))
         return cls.build(record.path, val_fraction=fraction)
 

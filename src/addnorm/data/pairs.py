@@ -35,13 +35,13 @@ import torch
 
 from addnorm.data.batches import _rng_state, _set_rng_state, encode_date_pairs
 from addnorm.data.fingerprint import (
-    DataChangedError,
     DataError,
     DataFingerprint,
     DataReadError,
     DataRecord,
     absolute_path,
     fingerprint_files,
+    reopening,
     resolve_data_files,
 )
 from addnorm.data.hf_tokenizer import (
@@ -284,16 +284,9 @@ class PairCorpus:
         :class:`DataChangedError` naming what changed if a file no longer fingerprints as
         recorded (or is gone)."""
         valid = record.details.get("valid")
-        try:
+        with reopening(record):
             data = _Files.of(record.path, "data")
             held = None if valid is None else _Files.of(valid["path"], "valid")
-        except DataChangedError:
-            raise
-        except DataError as err:
-            raise DataChangedError(
-                f"{record.path}: the files the run recorded cannot be read any more ({err}); "
-                "a resumed run must train on the same files"
-            ) from None
         record.check_unchanged(data.fingerprint)
         if held is not None and valid is not None:
             DataRecord.from_dict(valid).check_unchanged(held.fingerprint)

@@ -56,6 +56,7 @@ from addnorm.data.fingerprint import (
     DataRecord,
     absolute_path,
     fingerprint_files,
+    reopening,
     resolve_data_files,
 )
 from addnorm.data.hf_tokenizer import (
@@ -200,18 +201,8 @@ class TokenCorpus:
         """The corpus ``record`` describes, encoded by ``tokenizer`` (a run's saved one).
         Raises :class:`DataChangedError` naming what changed if the files no longer
         fingerprint as recorded (or are gone)."""
-        try:
+        with reopening(record):
             source = _source(record.path, float(record.split["val_fraction"]), "data")
-        except DataChangedError:
-            raise
-        except DataError as err:
-            raise DataChangedError(
-                f"{record.path}: the files the run recorded cannot be read any more ({err}); "
-                "a resumed run must train on the same files"
-            ) from None
-        except (KeyError, TypeError, ValueError) as err:
-            raise DataChangedError(f"{record.path}: the run's data record is damaged: {err!r}"
-                                   ) from None
         record.check_unchanged(source.fingerprint)
         corpus = cls._open_or_tokenize(source, tokenizer, cache_dir)
         if corpus.tokenizer.to_dict() != tokenizer.to_dict():
