@@ -2,43 +2,15 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
+from toy_batches import IdBatches, lm_loss
 
 import addnorm
 from addnorm.training.checkpoint import load_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.schedules import ScheduleConfig
 from addnorm.training.trainer import Trainer
-
-
-class IdBatches:
-    """Random (4, 9) token batches in [3, vocab_size) from a seeded ``random.Random``."""
-
-    def __init__(self, vocab_size: int) -> None:
-        self.rng, self.vocab_size = random.Random(0), vocab_size
-
-    def next_batch(self):
-        ids = torch.tensor(
-            [[self.rng.randrange(3, self.vocab_size) for _ in range(9)] for _ in range(4)]
-        )
-        return {"ids": ids[:, :-1], "targets": ids[:, 1:]}
-
-    def state_dict(self):
-        version, internal, gauss = self.rng.getstate()
-        return {"rng": [version, list(internal), gauss]}
-
-    def load_state_dict(self, state):
-        version, internal, gauss = state["rng"]
-        self.rng.setstate((version, tuple(internal), gauss))
-
-
-def lm_loss(model, batch):
-    logits = model(batch["ids"])  # (B, L, V)
-    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten())
-    return loss, batch["targets"].numel()
 
 
 @pytest.fixture

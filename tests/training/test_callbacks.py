@@ -10,11 +10,10 @@ the uninterrupted run bit for bit.
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
 from torch import nn
+from toy_batches import SumBatches, mse_loss
 
 from addnorm.training import Callback
 from addnorm.training.checkpoint import load_checkpoint
@@ -22,29 +21,6 @@ from addnorm.training.config import TrainConfig
 from addnorm.training.metrics import read_metrics
 from addnorm.training.schedules import ScheduleConfig
 from addnorm.training.trainer import Trainer
-
-
-class SumBatches:
-    """Regression batches: y = sum(x), x uniform in [0, 1)^4, from a seeded random.Random."""
-
-    def __init__(self) -> None:
-        self.rng = random.Random(0)
-
-    def next_batch(self):
-        x = torch.tensor([[self.rng.random() for _ in range(4)] for _ in range(8)])
-        return {"x": x, "y": x.sum(-1, keepdim=True)}
-
-    def state_dict(self):
-        version, internal, gauss = self.rng.getstate()
-        return {"rng": [version, list(internal), gauss]}
-
-    def load_state_dict(self, state):
-        version, internal, gauss = state["rng"]
-        self.rng.setstate((version, tuple(internal), gauss))
-
-
-def mse_loss(model, batch):
-    return nn.functional.mse_loss(model(batch["x"]), batch["y"]), batch["x"].shape[0]
 
 
 def make_trainer(run_dir, callbacks=(), **overrides) -> Trainer:

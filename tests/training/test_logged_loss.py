@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import random
 import re
 import shutil
 
@@ -20,6 +19,7 @@ import pytest
 import torch
 from scheduled import scheduled_lrs
 from torch import nn
+from toy_batches import SumBatches, mse_loss
 
 from addnorm.cli.parser import main
 from addnorm.tasks.lm import LMTask
@@ -32,29 +32,6 @@ from addnorm.training.trainer import Trainer
 from addnorm.utils.files import CheckpointError
 
 
-class SumBatches:
-    """y = sum(x) for x uniform in [0, 1)^4, from a seeded random.Random."""
-
-    def __init__(self) -> None:
-        self.rng = random.Random(0)
-
-    def next_batch(self):
-        x = torch.tensor([[self.rng.random() for _ in range(4)] for _ in range(8)])
-        return {"x": x, "y": x.sum(-1, keepdim=True)}
-
-    def state_dict(self):
-        version, internal, gauss = self.rng.getstate()
-        return {"rng": [version, list(internal), gauss]}
-
-    def load_state_dict(self, state):
-        version, internal, gauss = state["rng"]
-        self.rng.setstate((version, tuple(internal), gauss))
-
-
-def mse(model, batch):
-    return nn.functional.mse_loss(model(batch["x"]), batch["y"]), batch["x"].shape[0]
-
-
 class StepLosses(Callback):
     def __init__(self) -> None:
         self.losses: dict[int, float] = {}
@@ -63,7 +40,7 @@ class StepLosses(Callback):
         self.losses[trainer.step] = loss
 
 
-def trainer(run_dir, *, callbacks=(), loss_fn=mse, **settings) -> Trainer:
+def trainer(run_dir, *, callbacks=(), loss_fn=mse_loss, **settings) -> Trainer:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))
     config = TrainConfig(**{"max_steps": 12, "lr": 1e-2, "warmup": 2, "log_every": 4,
@@ -111,7 +88,7 @@ def test_a_run_resumed_between_records_logs_the_same_means(tmp_path):
         calls.append(1)
         if len(calls) == 8:  # step 8's batch: the run stops with step 7 checkpointed
             raise KeyboardInterrupt
-        return mse(model, batch)
+        return mse_loss(model, batch)
 
     result = trainer(tmp_path / "split", loss_fn=interrupted).fit()
     assert (result.stopped_by, result.step) == ("interrupt", 7)

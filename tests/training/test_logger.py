@@ -8,12 +8,12 @@ run's events are compared with the records of the run it continues.
 from __future__ import annotations
 
 import importlib.util
-import random
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
+from toy_batches import SumBatches
 
 from addnorm.training import logger as logger_module
 from addnorm.training.checkpoint import load_checkpoint
@@ -26,25 +26,6 @@ from addnorm.training.trainer import Trainer
 needs_tensorboard = pytest.mark.skipif(
     importlib.util.find_spec("tensorboard") is None, reason="tensorboard is not installed"
 )
-
-
-class SumBatches:
-    """Regression batches y = sum(x) from a seeded random.Random (the data order is JSON)."""
-
-    def __init__(self) -> None:
-        self.rng = random.Random(0)
-
-    def next_batch(self):
-        x = torch.tensor([[self.rng.random() for _ in range(4)] for _ in range(8)])
-        return {"x": x, "y": x.sum(-1, keepdim=True)}
-
-    def state_dict(self):
-        version, internal, gauss = self.rng.getstate()
-        return {"rng": [version, list(internal), gauss]}
-
-    def load_state_dict(self, state):
-        version, internal, gauss = state["rng"]
-        self.rng.setstate((version, tuple(internal), gauss))
 
 
 def make_trainer(run_dir, *, loggers=(), **settings) -> Trainer:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import random
 import signal
 from pathlib import Path
 
@@ -19,35 +18,13 @@ import torch
 from scheduled import scheduled_lrs
 from tolerances import FLOAT64_EXACT, u
 from torch import nn
+from toy_batches import SumBatches, mse_loss
 
 from addnorm.training.checkpoint import list_checkpoints, load_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.metrics import plot_loss_curve, plot_quality, read_metrics
 from addnorm.training.schedules import ScheduleConfig
 from addnorm.training.trainer import Probe, Trainer
-
-
-class SumBatches:
-    """Regression batches: y = sum(x), x uniform in [0, 1)^4, from a seeded random.Random."""
-
-    def __init__(self, seed: int = 0, batch_size: int = 8) -> None:
-        self.rng, self.batch_size = random.Random(seed), batch_size
-
-    def next_batch(self):
-        x = torch.tensor([[self.rng.random() for _ in range(4)] for _ in range(self.batch_size)])
-        return {"x": x, "y": x.sum(-1, keepdim=True)}
-
-    def state_dict(self):
-        version, internal, gauss = self.rng.getstate()
-        return {"rng": [version, list(internal), gauss]}
-
-    def load_state_dict(self, state):
-        version, internal, gauss = state["rng"]
-        self.rng.setstate((version, tuple(internal), gauss))
-
-
-def mse_loss(model, batch):
-    return nn.functional.mse_loss(model(batch["x"]), batch["y"]), batch["x"].shape[0]
 
 
 def make_trainer(run_dir, *, loss_fn=mse_loss, probe: Probe | None = None, **overrides) -> Trainer:

@@ -14,10 +14,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import random
 
 import pytest
 import torch
+from toy_batches import IdBatches, lm_loss
 
 import addnorm
 from addnorm.inspection.summary import FLAT, depth_profile
@@ -28,33 +28,6 @@ from addnorm.training.metrics import read_metrics
 from addnorm.training.schedules import ScheduleConfig
 from addnorm.training.trainer import Trainer
 from addnorm.training.watch import WatchCallback, read_watch, scalars
-
-
-class IdBatches:
-    """Seeded random (B, L) token batches in [3, vocab_size), B = 4 and L = 8 by default."""
-
-    def __init__(self, vocab_size: int, batch: int = 4, length: int = 8, seed: int = 0) -> None:
-        self.rng, self.vocab_size = random.Random(seed), vocab_size
-        self.batch, self.length = batch, length
-
-    def next_batch(self):
-        ids = torch.tensor([[self.rng.randrange(3, self.vocab_size)
-                             for _ in range(self.length + 1)] for _ in range(self.batch)])
-        return {"ids": ids[:, :-1], "targets": ids[:, 1:]}
-
-    def state_dict(self):
-        version, internal, gauss = self.rng.getstate()
-        return {"rng": [version, list(internal), gauss]}
-
-    def load_state_dict(self, state):
-        version, internal, gauss = state["rng"]
-        self.rng.setstate((version, tuple(internal), gauss))
-
-
-def lm_loss(model, batch):
-    logits = model(batch["ids"])  # (B, L, V)
-    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten())
-    return loss, batch["targets"].numel()
 
 
 def _cfg(**overrides):
