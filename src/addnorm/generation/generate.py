@@ -3,10 +3,11 @@
 ``Transformer.generate`` and ``TransformerLM.generate`` call.
 
 A call is read once (addnorm's ``config``, or Hugging Face's names:
-:func:`~addnorm.generation.config.transformers_call`), its settings are checked against the
-model once (:func:`check_generation_config`), the model's ``start`` runs its inputs (checking
-their values: one host read), and the one decode loop, :func:`~addnorm.generation.loop.decode`,
-drives the model's own ``step``, which is trusted: nothing is checked again per token.
+:func:`~addnorm.generation.transformers_call.transformers_call`), its settings are checked
+against the model once (:func:`check_generation_config`), the model's ``start`` runs its
+inputs (checking their values: one host read), and the one decode loop,
+:func:`~addnorm.generation.loop.decode`, drives the model's own ``step``, which is trusted:
+nothing is checked again per token.
 
 The ids a model never emits (its ``pad_id``, and an encoder-decoder's start token) get -inf
 logits at every step. A model whose ``pad_id`` is None (a vocabulary without padding,
@@ -32,7 +33,7 @@ import torch
 from torch import Tensor
 
 from addnorm.cache import check_cache_room
-from addnorm.generation.config import GenerationConfig, transformers_call
+from addnorm.generation.config import GenerationConfig
 from addnorm.generation.deadline import Deadline
 from addnorm.generation.loop import (
     check_decoding_options,
@@ -44,6 +45,7 @@ from addnorm.generation.loop import (
 from addnorm.generation.output import GenerateOutput, Recorder
 from addnorm.generation.step import compiled_step, held_buffers
 from addnorm.generation.stop_strings import StopFn
+from addnorm.generation.transformers_call import transformers_call
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -123,7 +125,8 @@ def generate(
 def inputs_of(name: str, inputs: Tensor | None, input_ids: Tensor | None) -> tuple[Tensor, bool]:
     """A model's ``generate`` inputs, given by position (``name``) or as Hugging Face's
     ``input_ids=`` (one of them); and whether they came by that name, which makes the call
-    one in Hugging Face's terms (:func:`~addnorm.generation.config.transformers_call`)."""
+    one in Hugging Face's terms
+    (:func:`~addnorm.generation.transformers_call.transformers_call`)."""
     if input_ids is None:
         if inputs is None:
             raise TypeError(f"generate needs {name} (or Hugging Face's input_ids=)")

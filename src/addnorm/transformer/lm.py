@@ -275,8 +275,9 @@ class TransformerLM(PretrainedMixin, nn.Module):
         and defaults (:meth:`GenerationConfig.from_transformers`; ``max_length`` and
         ``min_length`` count the prompt, padding included; any ``pad_token_id``: it fills
         the rows that stopped; without an ``attention_mask`` it also marks the prompt's
-        padding, by transformers' rule: :func:`~addnorm.generation.config.
-        padding_from_pad_id`). A keyword at None counts as not given (transformers reads an
+        padding, by transformers' rule:
+        :func:`~addnorm.generation.transformers_call.padding_from_pad_id`). A keyword at None
+        counts as not given (transformers reads an
         explicit ``eos_token_id=None`` as "no stop token": use an addnorm config with
         ``eos_id=None`` for that; ``top_k=0`` switches top-k off). Sampling settings without
         ``do_sample=True`` are ignored with a warning, as transformers ignores them. Other
@@ -289,7 +290,7 @@ class TransformerLM(PretrainedMixin, nn.Module):
         :class:`~addnorm.generation.output.GenerateOutput` (``sequences``, and ``scores``,
         ``logits``, beam search's ``sequences_scores`` and ``beam_indices`` as asked). An
         addnorm ``config`` cannot be combined with these settings (ValueError); see
-        :func:`addnorm.generation.config.transformers_call`.
+        :func:`addnorm.generation.transformers_call.transformers_call`.
 
         Typing: the keywords are typed; settings passed as ``**settings`` from a dict that is
         not a :class:`~addnorm.generation.config.TransformersSettings` are accepted too, and
