@@ -8,18 +8,10 @@ Layout of a run directory::
                         the EMA's n_averaged, RNG and data-order state
         manifest.json   written last: every file's size and sha256
 
-A sharded (FSDP2) model's checkpoint holds the same tensors in ``torch.distributed.checkpoint``
-(DCP) shards instead of the per-part files: every rank writes its part, its own
-``shard-0000R-model-00001-of-00001.safetensors`` (``HuggingFaceStorageWriter`` with
-``save_distributed``: safetensors files whose JSON header says where each piece lies in its
-tensor), under the names ``<part>.<tensor>`` (``model.encoder.norm.weight``,
-``optimizer.3.exp_avg``); its manifest says ``"layout": "sharded"``. DCP's own
-``FileSystemWriter`` would keep its metadata (and by default the tensors) as pickles; this
-layout has none, and it is read back through ``HuggingFaceStorageReader``, which takes the
-pieces' places from the headers (JSON) and the data through ``safetensors``: nothing is ever
-unpickled. ``load_checkpoint`` returns either layout the same way, every tensor whole (DCP's
-loader puts the pieces together), so a sharded checkpoint loads at any world size, in one
-process too, and a whole one into a sharded model.
+A sharded (FSDP2) model's checkpoint holds the same tensors as
+``torch.distributed.checkpoint`` shards (:mod:`addnorm.training.checkpoint_shards`); its
+manifest says ``"layout": "sharded"``. ``load_checkpoint`` returns either layout the same way,
+every tensor whole.
 
 A checkpoint is a directory, written atomically: its files go into a hidden temporary
 directory next to it (each file fsynced, the manifest last), which is then renamed to
@@ -55,7 +47,6 @@ import errno
 import hashlib
 import json
 import logging
-import math
 import os
 import re
 import secrets
@@ -64,12 +55,19 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from addnorm.training.checkpoint_shards import (
+    SHARD_FILE,
+    agree_on_directory,
+    is_shard_write_error,
+    read_shards,
+    shard_rank,
+    write_shards,
+)
 from addnorm.utils.files import (
     MAX_JSON_BYTES,
     CheckpointError,
@@ -93,7 +91,6 @@ VERSION = 1
 MANIFEST = "manifest.json"
 STATE = "state.json"
 SHARDED = "sharded"  # the manifest's "layout" of a DCP checkpoint (absent: one file a part)
-_SHARD = re.compile(r"^shard-\d{5}-model-\d{5}-of-\d{5}\.safetensors$")
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
 # What killed writes and prunings leave: ".tmp-step-N-<mkdtemp's suffix>", ".old-step-N-<id>".
 _LEFTOVER = re.compile(r"^\.(?:tmp|old)-step-\d{8,}-[A-Za-z0-9_]+(?:-[0-9a-f]+)?$")
@@ -151,7 +148,7 @@ def save_checkpoint(
     """
     root = Path(run_dir) / "checkpoints"
     final = root / f"step-{step:08d}"
-    main = not sharded or _rank() == 0
+    main = not sharded or shard_rank() == 0
     tmp = None
     try:
         if main:
@@ -165,7 +162,7 @@ def save_checkpoint(
     else:
         error = None
     if sharded:  # every rank learns where to write (or that rank 0 could not make it)
-        tmp = _agree(tmp)
+        tmp = agree_on_directory(tmp)
         if tmp is None:
             raise error or CheckpointWriteError(
                 f"cannot write checkpoint {final}: rank 0 could not create its directory"
@@ -173,7 +170,7 @@ def save_checkpoint(
     assert tmp is not None
     try:
         if sharded:
-            _write_shards(tmp, tensors)
+            write_shards(tmp, tensors)
         else:
             _write_tensor_files(tmp, tensors)
         if main:
@@ -182,7 +179,7 @@ def save_checkpoint(
     except BaseException as err:
         if main:
             shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(err, (OSError, SafetensorError)) or _is_dcp_error(err):
+        if isinstance(err, (OSError, SafetensorError)) or is_shard_write_error(err):
             raise _write_error(final, err, tensors) from err
         raise
     if not main:
@@ -247,7 +244,7 @@ def load_checkpoint(path: str | os.PathLike) -> LoadedCheckpoint:
         _verify(path / name, expected)
     tensors: dict[str, dict[str, torch.Tensor]] = {}
     if manifest.get("layout") == SHARDED:
-        tensors = _read_shards(path, sorted(n for n in files if n.endswith(".safetensors")))
+        tensors = read_shards(path, sorted(n for n in files if n.endswith(".safetensors")))
     for name in files:
         if name.endswith(".safetensors") and manifest.get("layout") != SHARDED:
             try:
@@ -286,7 +283,7 @@ def _check_manifest(where: Path, manifest: dict) -> tuple[int, dict[str, dict]]:
     layout = manifest.get("layout")
     if layout not in (None, SHARDED):
         raise bad(f"layout is {layout!r}, expected {SHARDED!r} or none")
-    shards = [name for name in files if _SHARD.match(name)]
+    shards = [name for name in files if SHARD_FILE.match(name)]
     if layout == SHARDED and not shards:
         raise bad("files lists no shard-*.safetensors, which a sharded checkpoint holds")
     for name in REQUIRED if layout is None else (STATE,):
@@ -320,86 +317,6 @@ def _seal(tmp: Path, step: int, state: dict, *, layout: str | None) -> None:
         manifest["layout"] = layout
     _write_json(tmp / MANIFEST, manifest)
     _fsync_dir(tmp)
-
-
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-def _agree(tmp: Path | None) -> Path | None:
-    """Rank 0's temporary directory (None: it could not make one), on every rank."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        return tmp
-    box = [str(tmp) if tmp is not None else None]
-    dist.broadcast_object_list(box, src=0)
-    return None if box[0] is None else Path(box[0])
-
-
-def _flatten(tensors: Mapping[str, Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """``{part: {name: t}}`` as ``{"part.name": t}`` (DCP's names), each a copy of its own:
-    safetensors refuses tensors that share memory (a tied embedding and output layer)."""
-    return {
-        f"{stem}.{name}": value.detach().clone()
-        for stem, group in tensors.items() for name, value in group.items()
-    }
-
-
-def _write_shards(tmp: Path, tensors) -> None:
-    """Every rank's part of ``tensors`` into ``tmp`` through DCP (a collective)."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint import HuggingFaceStorageWriter
-
-    writer = HuggingFaceStorageWriter(str(tmp), save_distributed=True)
-    alone = not (torch.distributed.is_available() and torch.distributed.is_initialized())
-    dcp.save(_flatten(tensors), storage_writer=writer, no_dist=alone)
-
-
-def _is_dcp_error(err: BaseException) -> bool:
-    """Whether ``err`` is DCP's report of a rank's failed write (it wraps the rank's error)."""
-    from torch.distributed.checkpoint.api import CheckpointException
-
-    return isinstance(err, CheckpointException)
-
-
-def _read_shards(path: Path, shards: list[str]) -> dict[str, dict[str, torch.Tensor]]:
-    """The tensors of a sharded checkpoint, each put together whole on the CPU by DCP's
-    loader in this process alone, by part (``{"model": {...}, "optimizer": {...}}``). Each
-    tensor's pieces must fill it exactly (so nothing is allocated beyond the data on disk)."""
-    import warnings
-
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint import HuggingFaceStorageReader
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-    where = f"{path} ({', '.join(shards)})"
-    try:
-        metadata = HuggingFaceStorageReader(str(path)).read_metadata()
-        whole: dict[str, torch.Tensor] = {}
-        for fqn, item in metadata.state_dict_metadata.items():
-            entry = cast(TensorStorageMetadata, item)  # the reader makes tensors only
-            size = tuple(int(d) for d in entry.size)
-            pieces = sum(math.prod(int(d) for d in chunk.sizes) for chunk in entry.chunks)
-            if pieces != math.prod(size) or any(d < 0 for d in size):
-                raise ValueError(f"the pieces of {fqn!r} ({pieces} values) do not fill its "
-                                 f"shape {size}")
-            if "." not in fqn:
-                raise ValueError(f"tensor {fqn!r} names no part (<part>.<name>)")
-            whole[fqn] = torch.empty(size, dtype=entry.properties.dtype)
-        with warnings.catch_warnings():  # "assuming the intent is to load in a single process"
-            warnings.simplefilter("ignore", UserWarning)
-            dcp.load(whole, storage_reader=HuggingFaceStorageReader(str(path)), no_dist=True)
-    except (SafetensorError, OSError, ValueError, KeyError, TypeError, RuntimeError,
-            AssertionError) as err:
-        raise CheckpointError(f"cannot read the shards of {where}: {err}") from None
-    tensors: dict[str, dict[str, torch.Tensor]] = {}
-    for fqn, value in whole.items():
-        stem, name = fqn.split(".", 1)
-        tensors.setdefault(stem, {})[name] = value
-    return tensors
 
 
 def _write_error(
