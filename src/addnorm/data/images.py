@@ -45,11 +45,8 @@ from __future__ import annotations
 
 import os
 import random
-import warnings
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +65,21 @@ from addnorm.data.fingerprint import (
     reopening,
     resolve_data_files,
 )
+from addnorm.data.image_files import (
+    COLOUR_MODES,
+    GRAY_MODES,
+    MAX_IMAGE_SIZE,
+    SHOWN,
+    array_image,
+    common_mode,
+    decode_file,
+    fit_image,
+    image_suffixes,
+    is_image_name,
+    named_examples,
+    read_header,
+    read_npz,
+)
 from addnorm.utils.checks import check_choice, check_float, check_int, check_probability
 
 __all__ = [
@@ -82,19 +94,13 @@ __all__ = [
     "to_pixels",
 ]
 
-GRAY_MODES = frozenset({"1", "L", "LA", "La"})
-COLOUR_MODES = frozenset({"RGB", "RGBA", "RGBa", "RGBX", "P", "PA", "CMYK", "YCbCr"})
 DEFAULT_VAL_FRACTION = 0.2
-# The largest image side an npz or a resize may ask for (a DiT of that size is far past any
-# machine's memory; the bound keeps the decoded array's size a plain number).
-MAX_IMAGE_SIZE = 4096
 _SPLITS = ("train", "val")
 # Corpora built in this process, by their files and settings: planning a run, sizing it and
 # running it each ask for the task's corpus, whose pixels are then decoded once.
 _BUILT: dict[str, ImageCorpus] = {}
 _MAX_BUILT = 4
-_SHOWN = 3  # examples named in a message
-_UNDECODABLE = "cannot be decoded as an image (damaged, truncated, or not a format Pillow reads)"
+
 
 
 def to_model_scale(pixels: torch.Tensor) -> torch.Tensor:
@@ -105,28 +111,6 @@ def to_model_scale(pixels: torch.Tensor) -> torch.Tensor:
 def to_pixels(x: torch.Tensor) -> torch.Tensor:
     """The DiT's scale back to 0..255 pixels, rounded and clipped, as uint8."""
     return ((x.float() + 1.0) * 127.5).round().clamp(0.0, 255.0).to(torch.uint8)
-
-
-@lru_cache(maxsize=1)
-def image_suffixes() -> frozenset[str]:
-    """The file suffixes (lower case, with the dot) of the formats Pillow can open."""
-    from PIL import Image
-
-    Image.init()
-    return frozenset(ext.lower() for ext, fmt in Image.registered_extensions().items()
-                     if fmt in Image.OPEN)
-
-
-def _is_image_name(path: Path) -> bool:
-    return path.suffix.lower() in image_suffixes()
-
-
-@dataclass(frozen=True)
-class _Header:
-    """What an image's header says: its Pillow mode and its width and height."""
-
-    mode: str
-    size: tuple[int, int]
 
 
 class ImageCorpus:
@@ -214,8 +198,8 @@ class ImageCorpus:
         nested = [n for n in names if "/" in n]
         if top and nested:
             raise DataError(
-                f"{where}: holds images both at its top ({_examples(top)}) and in class "
-                f"folders ({_examples(sorted({n.split('/')[0] + '/' for n in nested}))}); put "
+                f"{where}: holds images both at its top ({named_examples(top)}) and in class "
+                f"folders ({named_examples(sorted({n.split('/')[0] + '/' for n in nested}))}); put "
                 "every image in a class folder, or all at the top for one class"
             )
         if nested:
@@ -226,8 +210,8 @@ class ImageCorpus:
             classes = [root.name or "images"]
             labels = np.zeros(len(names), dtype=np.int64)
         _check_class_sizes(where, classes, labels, names)
-        headers = [_read_header(f) for f in files]
-        mode = _common_mode(where, names, headers)
+        headers = [read_header(f) for f in files]
+        mode = common_mode(where, names, headers)
         record = _record(path, fingerprint, "folder", classes, labels, mode, val_fraction,
                          ignored=_count_other_files(path, len(files)))
         return cls(names=names, labels=labels, classes=classes, mode=mode, record=record,
@@ -239,7 +223,7 @@ class ImageCorpus:
         val_fraction: float, what: str,
     ) -> ImageCorpus:
         where = f"{what} {os.fspath(path)}"
-        images, raw_labels = _read_npz(file, where)
+        images, raw_labels = read_npz(file, where)
         n = images.shape[0]
         if raw_labels is None:
             classes = [file.stem or "images"]
@@ -248,7 +232,7 @@ class ImageCorpus:
             values, labels = np.unique(raw_labels, return_inverse=True)
             classes = [str(v) for v in values.tolist()]
             if len(set(classes)) != len(classes):  # e.g. 1 and 1.0 in a float array
-                raise DataError(f"{where}: its labels {_examples(classes)} do not name "
+                raise DataError(f"{where}: its labels {named_examples(classes)} do not name "
                                 "distinct classes")
             labels = labels.reshape(-1).astype(np.int64)
         names = [f"images[{i}]" for i in range(n)]
@@ -295,23 +279,23 @@ class ImageCorpus:
             if self._array.shape[1:3] == (size, size):  # already square at this size: exact
                 return torch.from_numpy(np.ascontiguousarray(self._array.transpose(0, 3, 1, 2)))
             for i, image in enumerate(self._array):
-                out[i] = _fit(_array_image(image), size, self.mode)
+                out[i] = fit_image(array_image(image), size, self.mode)
             return torch.from_numpy(out)
         from tqdm import tqdm
 
         assert self._root is not None
         for i, file in enumerate(tqdm(self._files, desc="decoding images", unit="image",
                                       disable=None if progress else True, leave=False)):
-            out[i] = _fit(_decode_file(file, size), size, self.mode)
+            out[i] = fit_image(decode_file(file, size), size, self.mode)
         now = fingerprint_files(self._files, self._root)
         if now.digest != self.record.fingerprint.digest:
-            changed = "; ".join(self.record.fingerprint.changes(now)[:_SHOWN])
+            changed = "; ".join(self.record.fingerprint.changes(now)[:SHOWN])
             raise DataReadError(f"{self.record.path}: changed while it was read ({changed})")
         return torch.from_numpy(out)
 
     def __repr__(self) -> str:
         return (f"ImageCorpus({self.record.path!r}, {len(self)} {self.mode} images, "
-                f"classes={list(self.classes)[:_SHOWN]}{'...' if self.n_classes > _SHOWN else ''}"
+                f"classes={list(self.classes)[:SHOWN]}{'...' if self.n_classes > SHOWN else ''}"
                 f", train={len(self.train_index)}, held_out={len(self.val_index)})")
 
 
@@ -334,15 +318,15 @@ def _resolve(path: str | os.PathLike, what: str) -> tuple[Path, list[Path]]:
             raise DataError(f"{where}: is empty (0 bytes)")
         return root, files
     try:
-        return resolve_data_files(path, what=what, accept=_is_image_name, kinds="image files")
+        return resolve_data_files(path, what=what, accept=is_image_name, kinds="image files")
     except DataError as err:
         others = _other_files(text)
         if not others:
             raise
-        shown = ", ".join(o.name for o in others[:_SHOWN])
+        shown = ", ".join(o.name for o in others[:SHOWN])
         raise DataError(
             f"{err} ({len(others)} other file{'s' if len(others) > 1 else ''}: {shown}"
-            f"{', ...' if len(others) > _SHOWN else ''}; images are files Pillow opens: "
+            f"{', ...' if len(others) > SHOWN else ''}; images are files Pillow opens: "
             ".png, .jpg, .gif, .bmp, .webp, .tif, ...)"
         ) from None
 
@@ -359,11 +343,6 @@ def _count_other_files(path: str | os.PathLike, n_images: int) -> int:
     return max(len(_other_files(absolute_path(path))) - n_images, 0)
 
 
-def _examples(names: Sequence[str]) -> str:
-    shown = ", ".join(names[:_SHOWN])
-    return shown + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
-
-
 def _check_class_sizes(where: str, classes: Sequence[str], labels: np.ndarray,
                        names: Sequence[str]) -> None:
     """Every class needs an image to train on and one to hold out."""
@@ -377,176 +356,6 @@ def _check_class_sizes(where: str, classes: Sequence[str], labels: np.ndarray,
             "needs at least 2 (one to train on, one held out)"
             + (f" ({len(small) - 1} more such classes)" if len(small) > 1 else "")
         )
-
-
-def _read_header(file: Path) -> _Header:
-    """The mode and size of an image file, from its header. A file that cannot be read:
-    :class:`DataReadError`; one that is not an image Pillow opens: :class:`DataError`."""
-    from PIL import Image
-
-    try:
-        with open(file, "rb") as f, warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with Image.open(f) as image:
-                return _Header(image.mode, image.size)
-    except OSError as err:
-        if err.errno is not None:  # the system's read failed: not the image's fault
-            raise DataReadError(f"{file}: cannot be read ({err.strerror or err})") from None
-        raise DataError(f"{file}: {_UNDECODABLE} ({_reason(err)})") from None
-    except Exception as err:  # Pillow's parsers raise many kinds on damaged headers
-        raise DataError(f"{file}: {_UNDECODABLE} ({_reason(err)})") from None
-
-
-def _reason(err: BaseException) -> str:
-    text = " ".join(str(err).split())
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__
-
-
-def _kind(mode: str) -> str | None:
-    return "grayscale" if mode in GRAY_MODES else "colour" if mode in COLOUR_MODES else None
-
-
-def _common_mode(where: str, names: Sequence[str], headers: Sequence[_Header]) -> str:
-    """``"L"`` or ``"RGB"``: the one kind of every image; DataError for an unsupported mode or
-    images of both kinds."""
-    by_kind: dict[str, list[str]] = {}
-    for name, header in zip(names, headers, strict=True):
-        kind = _kind(header.mode)
-        if kind is None:
-            raise DataError(
-                f"{where}: {name} has mode {header.mode} (16-bit, floating-point or another "
-                f"kind Pillow keeps apart); convert it to 8-bit grayscale (L) or colour (RGB)"
-            )
-        by_kind.setdefault(kind, []).append(f"{name} ({header.mode})")
-    if len(by_kind) > 1:
-        parts = "; ".join(f"{len(v)} {k} (e.g. {v[0]})" for k, v in sorted(by_kind.items()))
-        raise DataError(
-            f"{where}: images of mixed modes: {parts}; a model takes one kind: convert them "
-            "all to grayscale (L) or all to colour (RGB)"
-        )
-    return "L" if "grayscale" in by_kind else "RGB"
-
-
-def _decode_file(file: Path, size: int):
-    """The image in ``file``, decoded (at a reduced scale no smaller than ``size`` where the
-    format allows: Pillow's draft). :class:`DataReadError` if reading fails,
-    :class:`DataError` naming the file if Pillow cannot decode it."""
-    from PIL import Image
-
-    try:
-        with open(file, "rb") as f, warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            image = Image.open(f)
-            image.draft(None, (size, size))
-            image.load()
-            return image
-    except OSError as err:
-        if err.errno is not None:
-            raise DataReadError(f"{file}: cannot be read ({err.strerror or err})") from None
-        raise DataError(f"{file}: {_UNDECODABLE} ({_reason(err)})") from None
-    except Exception as err:  # Pillow's decoders raise many kinds on damaged data
-        raise DataError(f"{file}: {_UNDECODABLE} ({_reason(err)})") from None
-
-
-def _array_image(image: np.ndarray):
-    """One (H, W, C) uint8 array of an npz as a Pillow image."""
-    from PIL import Image
-
-    return Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image)
-
-
-def _fit(image, size: int, mode: str) -> np.ndarray:
-    """``image`` in ``mode`` ("L" or "RGB"), center-cropped to a square and resized to
-    ``size`` (bicubic), as uint8 (C, size, size)."""
-    from PIL import Image, ImageOps
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # e.g. a palette's transparency, dropped here
-        image = image.convert(mode)
-        if image.size != (size, size):
-            image = ImageOps.fit(image, (size, size), method=Image.Resampling.BICUBIC)
-    array = np.asarray(image, dtype=np.uint8)
-    return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
-
-
-def _read_npz(file: Path, where: str) -> tuple[np.ndarray, np.ndarray | None]:
-    """``images`` as uint8 (N, H, W, C) and ``labels`` (N,) or None, checked."""
-
-    try:
-        with open(file, "rb") as f:
-            loaded = np.load(f, allow_pickle=False)
-            if not isinstance(loaded, np.lib.npyio.NpzFile):
-                raise DataError(f"{where}: holds one array (an .npy file); an .npz with an "
-                                "'images' array is expected (numpy.savez(f, images=...))")
-            with loaded as npz:
-                if "images" not in npz.files:
-                    held = ", ".join(npz.files[:_SHOWN]) or "nothing"
-                    raise DataError(f"{where}: holds no 'images' array (it holds {held}); "
-                                    "save one with numpy.savez(f, images=..., labels=...)")
-                images = npz["images"]
-                labels = npz["labels"] if "labels" in npz.files else None
-    except DataError:
-        raise
-    except OSError as err:
-        if err.errno is not None:
-            raise DataReadError(f"{file}: cannot be read ({err.strerror or err})") from None
-        raise DataError(f"{where}: not an .npz file numpy can read ({_reason(err)})") from None
-    except Exception as err:  # zipfile, zlib and numpy's format checks raise many kinds
-        raise DataError(f"{where}: not an .npz file numpy can read ({_reason(err)})") from None
-    return _checked_images(images, where), _checked_labels(labels, images.shape[0], where)
-
-
-def _checked_images(images: np.ndarray, where: str) -> np.ndarray:
-    """An npz's images as uint8 (N, H, W, C) with C 1 or 3; DataError saying what is
-    wrong."""
-    shape = images.shape
-    if images.ndim == 3:
-        images = images[..., None]
-    elif images.ndim == 4 and shape[-1] not in (1, 3) and shape[1] in (1, 3):
-        images = images.transpose(0, 2, 3, 1)  # (N, C, H, W) -> (N, H, W, C)
-    if images.ndim != 4 or images.shape[-1] not in (1, 3):
-        raise DataError(
-            f"{where}: images has shape {shape}; expected (N, H, W) grayscale, or (N, H, W, C) "
-            "or (N, C, H, W) with C = 1 or 3 channels"
-        )
-    n, h, w, _ = images.shape
-    if n == 0 or h == 0 or w == 0:
-        raise DataError(f"{where}: images has shape {shape}: no images")
-    if max(h, w) > MAX_IMAGE_SIZE:
-        raise DataError(f"{where}: images of {h} x {w} pixels; at most {MAX_IMAGE_SIZE} a side")
-    if images.dtype == np.uint8:
-        return np.ascontiguousarray(images)
-    if images.dtype.kind in "iu":
-        low, high = int(images.min()), int(images.max())
-        if low < 0 or high > 255:
-            raise DataError(f"{where}: integer images must lie in 0..255, found {low}..{high}")
-        return images.astype(np.uint8)
-    if images.dtype.kind == "f":
-        finite = np.isfinite(images)
-        if not finite.all():
-            raise DataError(f"{where}: images holds {int((~finite).sum())} non-finite values")
-        lowest, highest = float(images.min()), float(images.max())
-        if lowest < 0.0 or highest > 1.0:
-            raise DataError(f"{where}: float images must lie in [0, 1], found "
-                            f"{lowest:g}..{highest:g}")
-        return np.round(images * 255.0).astype(np.uint8)
-    raise DataError(f"{where}: images of dtype {images.dtype}; expected uint8, integers 0..255 "
-                    "or floats in [0, 1]")
-
-
-def _checked_labels(labels: np.ndarray | None, n: int, where: str) -> np.ndarray | None:
-    if labels is None:
-        return None
-    if labels.ndim != 1 or labels.shape[0] != n:
-        raise DataError(f"{where}: labels has shape {labels.shape}, but images holds {n} "
-                        f"images: one label per image, shape ({n},), is expected")
-    if labels.dtype.kind not in "iuUSb":
-        if labels.dtype.kind == "f" and np.isfinite(labels).all() and (
-            labels == np.round(labels)
-        ).all():
-            return labels.astype(np.int64)
-        raise DataError(f"{where}: labels of dtype {labels.dtype}; expected integers or strings")
-    return labels
 
 
 def _split(names: Sequence[str], labels: np.ndarray, val_fraction: float

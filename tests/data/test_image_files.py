@@ -1,0 +1,77 @@
+"""Reading a user's image files: which are images, their headers, the one colour kind a data
+set shares, decoding with the center crop and resize, and an npz's arrays checked; every
+failure one DataError naming the file. Provenance: Pillow itself (the images are written by
+it and read back), and the module's documented rules. (Whole folders and npz files through
+ImageCorpus: tests/data/test_images.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from addnorm.data.fingerprint import DataError
+from addnorm.data.image_files import (
+    SHOWN,
+    ImageHeader,
+    checked_labels,
+    common_mode,
+    decode_file,
+    fit_image,
+    image_suffixes,
+    is_image_name,
+    named_examples,
+    read_header,
+)
+
+
+def test_image_names_are_those_of_formats_pillow_opens_in_any_case():
+    assert {".png", ".jpg", ".jpeg", ".bmp", ".gif"} <= image_suffixes()
+    assert is_image_name(Path("a/b.PNG")) and is_image_name(Path("c.jpg"))
+    assert not is_image_name(Path("notes.txt")) and not is_image_name(Path("png"))
+
+
+def test_a_header_gives_pillow_s_mode_and_size_and_a_non_image_is_named(tmp_path):
+    Image.new("RGB", (12, 7)).save(tmp_path / "a.png")
+    assert read_header(tmp_path / "a.png") == ImageHeader("RGB", (12, 7))
+    (tmp_path / "b.png").write_bytes(b"not an image at all")
+    with pytest.raises(DataError, match=r"b\.png: cannot be decoded as an image"):
+        read_header(tmp_path / "b.png")
+
+
+def test_one_kind_of_image_is_kept_and_mixed_or_16_bit_modes_are_refused():
+    gray, colour = ImageHeader("L", (4, 4)), ImageHeader("P", (4, 4))
+    assert common_mode("pics", ["a", "b"], [gray, ImageHeader("1", (2, 2))]) == "L"
+    assert common_mode("pics", ["a"], [colour]) == "RGB"  # a palette is colour
+    with pytest.raises(DataError, match="images of mixed modes"):
+        common_mode("pics", ["a", "b"], [gray, colour])
+    with pytest.raises(DataError, match="a has mode I;16"):
+        common_mode("pics", ["a"], [ImageHeader("I;16", (4, 4))])
+
+
+def test_a_decoded_image_is_center_cropped_and_resized_as_imageops_fit_does(tmp_path):
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, (10, 16, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "a.png")
+    got = fit_image(decode_file(tmp_path / "a.png", 6), 6, "RGB")
+    expected = np.asarray(Image.fromarray(pixels).resize((6, 6), box=(3, 0, 13, 10),
+                                                         resample=Image.Resampling.BICUBIC))
+    assert got.shape == (3, 6, 6) and got.dtype == np.uint8
+    assert np.array_equal(got, expected.transpose(2, 0, 1))  # ImageOps.fit's crop box
+    gray = fit_image(Image.fromarray(pixels), 6, "L")
+    assert gray.shape == (1, 6, 6)
+
+
+def test_labels_must_match_the_images_one_each():
+    assert np.array_equal(checked_labels(np.array([2, 0, 2]), 3, "d.npz"), [2, 0, 2])
+    assert checked_labels(None, 3, "d.npz") is None
+    with pytest.raises(DataError, match="d.npz"):
+        checked_labels(np.array([0, 1]), 3, "d.npz")
+
+
+def test_a_message_names_the_first_examples_and_counts_the_rest():
+    names = [f"f{i}" for i in range(SHOWN + 2)]
+    assert named_examples(names) == ", ".join(names[:SHOWN]) + " and 2 more"
+    assert named_examples(names[:1]) == "f0"
