@@ -1,27 +1,36 @@
 # The two commands a newcomer needs: `make demo` (the main job) and `make test`.
+# The demo installs addnorm and its runtime dependencies only; the tests add the dev extras
+# (pytest, mypy, ruff and the reference libraries they compare with).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+BASE   := $(VENV)/.installed-base
+DEV    := $(VENV)/.installed-dev
 
-.PHONY: install demo test lint clean
+.PHONY: install install-dev demo test lint clean
 
-$(STAMP): pyproject.toml constraints.txt
+$(BASE): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e .
+	touch $(BASE)
+
+$(DEV): $(BASE)
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
-	touch $(STAMP)
+	touch $(DEV)
 
-install: $(STAMP)
+install: $(BASE)
 
-demo: $(STAMP)
+install-dev: $(DEV)
+
+demo: $(BASE)
 	$(PY) -m addnorm demo
 
-lint: $(STAMP)
+lint: $(DEV)
 	$(PY) -m ruff check src tests benchmarks
 	$(PY) -m mypy src/addnorm
 
-test: $(STAMP)
+test: $(DEV)
 	$(PY) -m ruff check src tests benchmarks
 	$(PY) -m mypy src/addnorm
 	$(PY) -m pytest -q -n 2
