@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import addnorm
 from addnorm.tasks.loading import load
@@ -35,3 +36,18 @@ def test_addnorm_load_is_the_tasks_loader_imported_on_first_use():
     assert "addnorm.tasks.loading" in loaded and "addnorm.tasks.run" in loaded
     assert addnorm.load is load
     assert "load" in dir(addnorm) and "load" in addnorm.__all__
+
+
+def test_the_dit_family_imports_nothing_of_the_transformer_family():
+    """``addnorm.dit`` and what it imports, with the top-level package's own ``__init__`` (which
+    loads every family by design) left out: a bare package object stands in for it."""
+    root = Path(addnorm.__file__).parent
+    loaded = _modules_after(
+        "import types\n"
+        "pkg = types.ModuleType('addnorm')\n"
+        f"pkg.__path__ = [{str(root)!r}]\n"
+        "sys.modules['addnorm'] = pkg\n"
+        "import addnorm.dit"
+    )
+    assert "addnorm.dit.config" in loaded and "addnorm.config_base" in loaded
+    assert [m for m in loaded if m.split(".")[:2] == ["addnorm", "transformer"]] == []

@@ -2,13 +2,10 @@
 
 ``F.scaled_dot_product_attention`` everywhere, but for one case where it is the slow one:
 bfloat16 on the CPU without gradients (inference under bf16 autocast, say). There SDPA's
-flash kernel keeps its scores in float32 and took 1.9-2x the time of the explicit product
-with bfloat16 matrix multiplications (``benchmarks/PERF_NOTES.md``: 4.2-4.4 against 2.1-2.3
-ms at 8 x 128 tokens, 8 heads of 64, one core with avx512_bf16), which is what torch.nn's
-fast path (``_transformer_encoder_layer_fwd``) computes. The explicit product rounds the
-scores to bfloat16 before the softmax; in a layer whose residual stream stays float32 that
-moved the output's error against float64 from 0.00203 to 0.00209 (RMS, the same layer and
-input; torch.nn's fast path, whose residual stream is bfloat16 too: 0.00388).
+flash kernel keeps its scores in float32, and the explicit product with bfloat16 matrix
+multiplications, what torch.nn's fast path (``_transformer_encoder_layer_fwd``) computes, is
+faster; it rounds the scores to bfloat16 before the softmax, which changes a layer's error
+little (the times and errors: ``docs/measurements.md``, ``benchmarks/PERF_NOTES.md``).
 
 Not for float16 (its scores overflow at 65504 where a float32 accumulator does not), not
 with gradients (the product keeps a (B, H, L, S) tensor for the backward where SDPA keeps

@@ -184,8 +184,7 @@ class LayerNorm(nn.Module):
     float16 / bfloat16 input: the mean and variance are taken in float32, the token centred
     before it is scaled, and the result rounded once to x's dtype. On CUDA torch's kernel does
     that itself; elsewhere it is computed here, since torch's CPU kernel loses tokens with a
-    large offset to cancellation (1e4 + N(0, 1) in float16 came out 0.08 off a float64
-    reference; here within a few units of float16's roundoff, as RMSNorm and GroupNorm).
+    large offset to cancellation (measured: ``docs/measurements.md``).
     float32 and float64 input goes to ``F.layer_norm`` as it is (equal to ``nn.LayerNorm``).
     """
 
@@ -297,11 +296,10 @@ class BatchNorm(nn.Module):
     module docstring says why); the output has x's dtype. The buffers ``running_mean`` and
     ``running_var`` stay float32 when the module is cast to float16 or bfloat16 (``.half()``,
     ``.to(dtype)``; they follow device moves and wider casts): the variance of finite float16
-    values reaches 65504**2, which a float16 buffer cannot hold, and ``nn.BatchNorm1d`` cast to
-    float16 does turn its running variance into inf after one batch with std ~810 (momentum
-    0.1). The rule: a running statistic is inf or NaN only if a batch statistic itself
-    overflows float32 (or the input holds inf/NaN at real positions). A float16 state dict
-    loads into them (converted).
+    values reaches 65504**2, which a float16 buffer cannot hold (``nn.BatchNorm1d`` cast to
+    float16 overflows: ``docs/measurements.md``). The rule: a running statistic is inf or NaN
+    only if a batch statistic itself overflows float32 (or the input holds inf/NaN at real
+    positions). A float16 state dict loads into them (converted).
 
     Padding positions in the output are normalized with the same statistics as real tokens.
     Their values never enter the statistics nor any gradient but their own (see the module

@@ -118,3 +118,90 @@ def test_character_bytes_are_each_characters_utf8_length():
     tok = CharTokenizer("aé日")
     assert token_byte_lengths(tok).tolist() == [0, 0, 0, 0, 1, 2, 3]
     assert tokenizer_from_dict(tok.to_dict()) == tok
+
+
+@examples(40)
+@given(texts=st.lists(st.text(st.characters(blacklist_categories=("Cs",)), max_size=30),
+                      max_size=5),
+       add_bos=st.booleans(), add_eos=st.booleans())
+def test_a_batch_is_each_texts_own_encoding_right_padded(bpe, texts, add_bos, add_eos):
+    """Oracle: ``encode`` of each text alone (``tokenizers``' own ``encode``, above); the
+    batch pads them on the right with ``pad_id`` to the longest."""
+    batch = bpe.encode_batch(texts, add_bos=add_bos, add_eos=add_eos)
+    rows = [bpe.encode(t, add_bos=add_bos, add_eos=add_eos) for t in texts]
+    width = max(map(len, rows), default=0)
+    assert batch.dtype == torch.long
+    assert batch.tolist() == [r + [bpe.pad_id] * (width - len(r)) for r in rows]
+    assert bpe.tokenizer.padding is None  # padding is on for the batch only
+
+
+# ---- a pretrained model's own tokenizer.json ------------------------------------------------
+# Oracle: a word-level tokenizer built here with ``tokenizers`` (its vocabulary is the
+# expectation: each word's id), saved with a fixed padding length and truncation that the
+# reader must replace. The real MiniLM tokenizer is compared with transformers' in
+# tests/interop/test_hf_models.py.
+
+VOCAB = {"[PAD]": 0, "[UNK]": 1, "the": 2, "cat": 3, "sat": 4, "down": 5}
+
+
+@pytest.fixture
+def model_file(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel(VOCAB, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.enable_padding(pad_id=0, pad_token="[PAD]", length=8)  # replaced when read
+    tok.enable_truncation(max_length=8)
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+def test_a_models_batches_are_right_padded_to_the_longest_row(model_file):
+    tok = HFTokenizer.from_pretrained(model_file)
+    ids, padding, types = tok.encode_for_model(["the cat sat down", "the dog"])
+    assert tok.pad_id == 0 and tok.vocab_size == len(VOCAB)  # nothing added
+    assert ids.tolist() == [[2, 3, 4, 5], [2, 1, 0, 0]]  # "dog" is unknown
+    assert padding.tolist() == [[False] * 4, [False, False, True, True]]
+    assert types.tolist() == [[0] * 4] * 2
+
+
+def test_a_models_max_len_cuts_and_decode_inverts(model_file):
+    tok = HFTokenizer.from_pretrained(model_file, max_len=2)
+    assert tok.encode_for_model(["the cat sat"]).ids.tolist() == [[2, 3]]
+    assert tok.decode([2, 3, 4]) == "the cat sat"
+
+
+def test_without_a_pad_token_a_model_pads_with_id_zero_marked_by_the_mask(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel(VOCAB, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    reader = HFTokenizer.from_pretrained(tmp_path)  # its folder
+    ids, padding, _ = reader.encode_for_model(["sat", "the cat"])
+    assert reader.special_id("pad") is None and reader.vocab_size == len(VOCAB)
+    assert ids.tolist() == [[4, 0], [2, 3]] and padding.tolist() == [[False, True], [False] * 2]
+    with pytest.raises(ValueError, match="has no pad token"):
+        reader.encode_batch(["sat"])
+
+
+def test_a_folders_special_tokens_map_names_the_padding_token(model_file):
+    (model_file.parent / "special_tokens_map.json").write_text('{"pad_token": {"content": "sat"}}')
+    tok = HFTokenizer.from_pretrained(model_file.parent)
+    assert tok.pad_id == 4
+    assert tok.encode_for_model(["the cat", "the"]).ids.tolist() == [[2, 3], [2, 4]]
+
+
+def test_a_models_bad_files_and_arguments_are_refused(model_file, tmp_path):
+    with pytest.raises(FileNotFoundError, match="tokenizer file not found"):
+        HFTokenizer.from_pretrained(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="cannot read .*bad.json as a tokenizer.json"):
+        HFTokenizer.from_pretrained(tmp_path / "bad.json")
+    with pytest.raises(ValueError, match=r"pad_token '<pad>' is not in the vocabulary"):
+        HFTokenizer.from_pretrained(model_file, pad_token="<pad>")
+    with pytest.raises(TypeError, match="texts must be a non-empty sequence of str"):
+        HFTokenizer.from_pretrained(model_file).encode_for_model("the cat")
+    with pytest.raises(ValueError, match="max_len"):
+        HFTokenizer.from_pretrained(model_file, max_len=0)

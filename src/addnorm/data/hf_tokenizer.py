@@ -1,18 +1,28 @@
-"""Tokenizers for a user's text, and what the language-model and translation tasks need of one.
+"""Tokenizers run by Hugging Face's ``tokenizers`` library, and what the language-model and
+translation tasks need of a tokenizer.
 
-- :class:`TextTokenizer`: the interface (``encode``, ``decode``, ``encode_batch``, the special
-  ids, ``to_dict``) that :class:`~addnorm.data.tokenizers.CharTokenizer` and
-  :class:`HFTokenizer` both meet.
-- :class:`HFTokenizer`: a Hugging Face ``tokenizer.json`` run by the ``tokenizers`` library:
-  a byte-level BPE trained here (:meth:`HFTokenizer.train_bpe`, on an iterator of texts: the
-  corpus is streamed, never held whole) or a user's file (:meth:`HFTokenizer.from_file`).
-  Its ``<pad>``, ``<bos>`` and ``<eos>`` ids are the file's own special tokens where it has
-  them by a common name, else tokens added for them; it saves itself whole in a checkpoint.
-- :func:`tokenizer_from_dict`: either kind back from its ``to_dict``.
+- :class:`~addnorm.data.tokenizers.TextTokenizer` (importable from here too): the interface
+  that :class:`~addnorm.data.tokenizers.CharTokenizer` and :class:`HFTokenizer` both meet.
+- :class:`HFTokenizer`: a ``tokenizers.Tokenizer`` (a ``tokenizer.json``) with the special ids
+  and padded batches, built one of two ways:
+
+  - for a user's text: a byte-level BPE trained here (:meth:`HFTokenizer.train_bpe`, on an
+    iterator of texts: the corpus is streamed, never held whole) or a user's file
+    (:meth:`HFTokenizer.from_file`). Its ``<pad>``, ``<bos>`` and ``<eos>`` ids are the file's
+    own special tokens where it has them by a common name, else tokens added for them; it
+    saves itself whole in a checkpoint;
+  - a pretrained model's own (:meth:`HFTokenizer.from_pretrained`), as saved: nothing is added
+    to it, and :meth:`HFTokenizer.encode_for_model` frames texts as its file says (BERT's
+    ``[CLS] ... [SEP]``) and pads them with a ``padding_mask``, as the models take them.
+
+  Batches are padded by ``tokenizers`` itself (``Tokenizer.enable_padding``).
+- :func:`tokenizer_from_dict`: either kind of task tokenizer back from its ``to_dict``.
 - :func:`token_byte_lengths`: the UTF-8 bytes each id stands for (for bits per byte).
 
 ``tokenizers`` is a dependency of addnorm (a compiled wheel for every platform), imported
 when a tokenizer of this kind is built or read.
+
+Shapes legend: B batch, L the longest encoding in the batch.
 """
 
 from __future__ import annotations
@@ -21,13 +31,13 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
 
 from addnorm.data.fingerprint import DataError
-from addnorm.data.tokenizers import SPECIALS, CharTokenizer
+from addnorm.data.tokenizers import SPECIALS, CharTokenizer, TextTokenizer
 from addnorm.utils.checks import check_int
 from addnorm.utils.files import MAX_JSON_BYTES, UnsafeFileError, read_text
 
@@ -38,6 +48,7 @@ __all__ = [
     "MAX_VOCAB_SIZE",
     "MIN_BPE_VOCAB_SIZE",
     "SPECIAL_TOKENS",
+    "EncodedBatch",
     "HFTokenizer",
     "TextTokenizer",
     "describe_tokenizer",
@@ -62,64 +73,64 @@ _NAMES = {
 }
 
 
-class TextTokenizer(Protocol):
-    """What the language-model and translation tasks need of a tokenizer.
+class EncodedBatch(NamedTuple):
+    """Token ids of a batch of texts for a model, right-padded.
 
     Attributes:
-        pad_id, bos_id, eos_id: the padding, start and end ids (three different ids).
+        ids: (B, L) long.
+        padding_mask: (B, L) bool, True = padding.
+        token_type_ids: (B, L) long, the segment ids the tokenizer assigns (0 for one text).
     """
 
-    pad_id: int
-    bos_id: int
-    eos_id: int
-
-    @property
-    def vocab_size(self) -> int:
-        """Number of ids."""
-        ...
-
-    def encode(self, text: str, *, add_bos: bool = False, add_eos: bool = False) -> list[int]:
-        """Ids of ``text``, optionally framed by ``bos_id`` / ``eos_id``."""
-        ...
-
-    def decode(self, ids: Iterable[int]) -> str:
-        """The text of ``ids``, up to the first ``eos_id``, special ids left out."""
-        ...
-
-    def encode_batch(
-        self, texts: Sequence[str], *, add_bos: bool = False, add_eos: bool = False
-    ) -> torch.Tensor:
-        """A LongTensor (B, L) of ``texts`` right-padded with ``pad_id``."""
-        ...
-
-    def to_dict(self) -> dict:
-        """JSON from which :func:`tokenizer_from_dict` rebuilds the tokenizer."""
-        ...
+    ids: torch.Tensor
+    padding_mask: torch.Tensor
+    token_type_ids: torch.Tensor
 
 
 class HFTokenizer:
-    """A ``tokenizers.Tokenizer`` with the special ids and the batch encoding the tasks use.
+    """A ``tokenizers.Tokenizer`` with the special ids and the padded batches the tasks and
+    the pretrained models use.
 
     Args:
-        tokenizer: the tokenizer (its own special tokens named ``<pad>``, ``[PAD]``, ``<s>``,
-            ``</s>``, ``<|endoftext|>`` ... are used; missing ones are added to it).
+        tokenizer: the tokenizer. Its own special tokens named ``<pad>``, ``[PAD]``, ``<s>``,
+            ``</s>``, ``<|endoftext|>`` ... are used; missing ones are added to it, unless
+            ``add_missing`` is False (a pretrained model's vocabulary, kept as saved: its
+            padding token is ``pad_token`` alone, and a role it lacks has no id).
         source: where it came from, for messages and the data record ("bpe", a file path).
+        pad_token: with ``add_missing`` False, the padding token's text (None: none).
+        max_len: encodings are cut to this many tokens (None: nothing is cut).
+
+    The file's own padding and truncation settings (often a fixed length) are replaced: a
+    batch is padded to its longest row.
     """
 
-    def __init__(self, tokenizer: Tokenizer, *, source: str = "tokenizer.json") -> None:
-        self.tokenizer = tokenizer
-        self.source = source
-        self.tokenizer.no_padding()
-        self.tokenizer.no_truncation()
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        *,
+        source: str = "tokenizer.json",
+        add_missing: bool = True,
+        pad_token: str | None = None,
+        max_len: int | None = None,
+    ) -> None:
+        if max_len is not None:
+            check_int("max_len", max_len, min_value=1)
+        self.tokenizer, self.source, self.max_len = tokenizer, source, max_len
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+        if max_len is not None:
+            tokenizer.enable_truncation(max_len)
         ids = {role: _first_id(tokenizer, names) for role, names in _NAMES.items()}
+        if not add_missing:
+            ids["pad"] = None if pad_token is None else tokenizer.token_to_id(pad_token)
+            if pad_token is not None and ids["pad"] is None:
+                raise ValueError(f"pad_token {pad_token!r} is not in the vocabulary of {source}")
         for role, name in zip(("pad", "bos", "eos"), SPECIAL_TOKENS, strict=True):
             taken = {v for r, v in ids.items() if r != role}
-            if ids[role] is None or ids[role] in taken:
+            if add_missing and (ids[role] is None or ids[role] in taken):
                 tokenizer.add_special_tokens([name])
                 ids[role] = tokenizer.token_to_id(name)
-        pad, bos, eos = (ids[r] for r in ("pad", "bos", "eos"))
-        assert pad is not None and bos is not None and eos is not None  # added above if missing
-        self.pad_id, self.bos_id, self.eos_id = int(pad), int(bos), int(eos)
+        self._ids = ids
         self._specials = frozenset(tokenizer.get_added_tokens_decoder())
 
     @classmethod
@@ -187,6 +198,65 @@ class HFTokenizer:
             )
         return cls(tokenizer, source=source)
 
+    @classmethod
+    def from_pretrained(
+        cls, path: str | os.PathLike, *, max_len: int | None = None, pad_token: str | None = None
+    ) -> HFTokenizer:
+        """A pretrained model's own tokenizer, its vocabulary as saved (nothing added).
+
+        ``path`` is the model's folder (its ``tokenizer.json``; the padding token of its
+        ``special_tokens_map.json``, Hugging Face's layout) or the ``tokenizer.json`` itself.
+        ``pad_token`` names the padding token (default: the folder's, else the file's padding
+        setting's); without one, :meth:`encode_for_model` pads with id 0, which its mask marks
+        as padding (GPT-2's case).
+
+        Raises:
+            FileNotFoundError: there is no ``tokenizer.json``.
+            ValueError: ``tokenizers`` cannot read it, or ``pad_token`` is not in it.
+        """
+        from tokenizers import Tokenizer
+
+        path = Path(path)
+        if path.is_dir():
+            pad_token = pad_token or _pad_token_of(path / "special_tokens_map.json")
+            path = path / "tokenizer.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"tokenizer file not found: {path}")
+        try:
+            tokenizer = Tokenizer.from_file(str(path))
+        except Exception as err:  # tokenizers raises a bare Exception for a malformed file
+            raise ValueError(f"cannot read {path} as a tokenizer.json: {err}") from None
+        if pad_token is None and tokenizer.padding is not None:
+            pad_token = tokenizer.padding.get("pad_token")
+        return cls(tokenizer, source=str(path), add_missing=False, pad_token=pad_token,
+                   max_len=max_len)
+
+    @property
+    def pad_id(self) -> int:
+        """The padding id."""
+        return self._role("pad")
+
+    @property
+    def bos_id(self) -> int:
+        """The start id."""
+        return self._role("bos")
+
+    @property
+    def eos_id(self) -> int:
+        """The end id."""
+        return self._role("eos")
+
+    def special_id(self, role: str) -> int | None:
+        """The id of the ``"pad"``, ``"bos"`` or ``"eos"`` token; None where a pretrained
+        model's vocabulary has none."""
+        return self._ids[role]
+
+    def _role(self, role: str) -> int:
+        found = self._ids[role]
+        if found is None:
+            raise ValueError(f"the tokenizer {self.source} has no {role} token")
+        return found
+
     @property
     def vocab_size(self) -> int:
         """Number of ids, added tokens included."""
@@ -205,13 +275,14 @@ class HFTokenizer:
         return [list(e.ids) for e in self.tokenizer.encode_batch(list(texts),
                                                                  add_special_tokens=False)]
 
-    def decode(self, ids: Iterable[int]) -> str:
-        """The text of ``ids`` up to the first ``eos_id``, special tokens and ids outside the
-        vocabulary left out."""
+    def decode(self, ids: Iterable[int], *, until_eos: bool = True) -> str:
+        """The text of ``ids`` (up to the first ``eos_id`` unless ``until_eos`` is False),
+        special tokens and ids outside the vocabulary left out."""
+        stop = self._ids["eos"] if until_eos else None
         kept = []
         for i in ids:
             i = int(i)
-            if i == self.eos_id:
+            if i == stop:
                 break
             if 0 <= i < self.vocab_size:
                 kept.append(i)
@@ -221,13 +292,57 @@ class HFTokenizer:
         self, texts: Sequence[str], *, add_bos: bool = False, add_eos: bool = False
     ) -> torch.Tensor:
         """A LongTensor (B, L) of ``texts`` right-padded with ``pad_id`` to the longest."""
-        rows = [([self.bos_id] if add_bos else []) + r + ([self.eos_id] if add_eos else [])
-                for r in self.encode_many(texts)]
-        width = max((len(r) for r in rows), default=0)
-        out = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        for b, row in enumerate(rows):
-            out[b, : len(row)] = torch.tensor(row, dtype=torch.long)
-        return out
+        if len(texts) == 0:
+            return torch.zeros((0, 0), dtype=torch.long)
+        ids, real, _ = self._padded(texts, add_special_tokens=False, pad_id=self.pad_id)
+        column = (len(texts), 1)
+        if add_bos:
+            ids = torch.cat([ids.new_full(column, self.bos_id), ids], dim=1)  # (B, L)
+        if add_eos:  # each row's end goes right after its last token
+            ends = real.sum(dim=1) + int(add_bos)  # (B,)
+            ids = torch.cat([ids, ids.new_full(column, self.pad_id)], dim=1)  # (B, L)
+            ids[torch.arange(len(texts)), ends] = self.eos_id
+        return ids
+
+    def encode_for_model(self, texts: Sequence[str]) -> EncodedBatch:
+        """Ids, padding mask and token types of ``texts`` for a pretrained model: framed by
+        the file's own post-processing (BERT's ``[CLS] ... [SEP]``), cut to ``max_len``,
+        right-padded to the longest with the padding token (id 0 without one).
+
+        Shapes:
+            returns: ids, padding_mask, token_type_ids, each (B, L)
+        """
+        if isinstance(texts, str) or not isinstance(texts, Sequence) or not texts:
+            raise TypeError("texts must be a non-empty sequence of str (a list of texts)")
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"texts[{i}] must be a str, got {type(text).__name__}")
+        pad = self._ids["pad"]
+        ids, real, types = self._padded(texts, add_special_tokens=True,
+                                        pad_id=0 if pad is None else pad)
+        return EncodedBatch(ids, ~real, types)
+
+    def _padded(
+        self, texts: Sequence[str], *, add_special_tokens: bool, pad_id: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(ids, real, token types)`` of ``texts``, each (B, L), padded on the right by
+        ``tokenizers`` to the longest (``real``: True at a token, False at padding). Padding is
+        switched on for this call only: a saved tokenizer.json, and ``encode_many``, have none."""
+        token = self.tokenizer.id_to_token(pad_id) or ""
+        self.tokenizer.enable_padding(pad_id=pad_id, pad_token=token)
+        try:
+            encodings = self.tokenizer.encode_batch(list(texts),
+                                                    add_special_tokens=add_special_tokens)
+        finally:
+            self.tokenizer.no_padding()
+        shape = (len(encodings), len(encodings[0].ids))
+
+        def tensor(rows: list[list[int]], dtype: torch.dtype) -> torch.Tensor:
+            return torch.tensor(rows, dtype=dtype).reshape(shape)  # (B, L)
+
+        return (tensor([e.ids for e in encodings], torch.long),
+                tensor([e.attention_mask for e in encodings], torch.bool),
+                tensor([e.type_ids for e in encodings], torch.long))
 
     def is_byte_level(self) -> bool:
         """Whether its decoder is byte-level (each token's characters are bytes)."""
@@ -271,6 +386,18 @@ class HFTokenizer:
 
     def __repr__(self) -> str:
         return f"HFTokenizer(vocab_size={self.vocab_size}, source={self.source!r})"
+
+
+def _pad_token_of(specials: Path) -> str | None:
+    """The padding token's text in a ``special_tokens_map.json`` (a str or
+    ``{"content": ...}``), None without the file or the entry."""
+    if not specials.is_file():
+        return None
+    names = json.loads(specials.read_text(encoding="utf-8"))
+    entry = names.get("pad_token") if isinstance(names, dict) else None
+    if isinstance(entry, dict):
+        entry = entry.get("content")
+    return entry if isinstance(entry, str) else None
 
 
 def _first_id(tokenizer: Tokenizer, names: tuple[str, ...]) -> int | None:

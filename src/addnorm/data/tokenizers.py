@@ -1,4 +1,5 @@
-"""Character-level tokenizers: one id per character, plus special tokens.
+"""What the tasks need of a tokenizer (:class:`TextTokenizer`), and character-level
+tokenizers: one id per character, plus special tokens.
 
 The special tokens come first, so ``<pad>`` is always id 0 (the ``pad_id`` the models and the
 loss's ``ignore_index`` use). A character outside the vocabulary encodes as ``<unk>``.
@@ -7,19 +8,63 @@ loss's ``ignore_index`` use). A character outside the vocabulary encodes as ``<u
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from addnorm.data.dates import source_characters
 
 __all__ = [
     "SPECIALS",
     "CharTokenizer",
+    "TextTokenizer",
     "date_source_tokenizer",
     "date_target_tokenizer",
 ]
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
+
+
+class TextTokenizer(Protocol):
+    """What the language-model and translation tasks need of a tokenizer.
+
+    Attributes:
+        pad_id, bos_id, eos_id: the padding, start and end ids (three different ids).
+    """
+
+    @property
+    def pad_id(self) -> int: ...
+
+    @property
+    def bos_id(self) -> int: ...
+
+    @property
+    def eos_id(self) -> int: ...
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids."""
+        ...
+
+    def encode(self, text: str, *, add_bos: bool = False, add_eos: bool = False) -> list[int]:
+        """Ids of ``text``, optionally framed by ``bos_id`` / ``eos_id``."""
+        ...
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """The text of ``ids``, up to the first ``eos_id``, special ids left out."""
+        ...
+
+    def encode_batch(
+        self, texts: Sequence[str], *, add_bos: bool = False, add_eos: bool = False
+    ) -> torch.Tensor:
+        """A LongTensor (B, L) of ``texts`` right-padded with ``pad_id``."""
+        ...
+
+    def to_dict(self) -> dict:
+        """JSON from which :func:`~addnorm.data.hf_tokenizer.tokenizer_from_dict` rebuilds
+        the tokenizer."""
+        ...
 
 
 class CharTokenizer:
@@ -68,12 +113,11 @@ class CharTokenizer:
         self, texts: Sequence[str], *, add_bos: bool = False, add_eos: bool = False
     ) -> torch.Tensor:
         """A LongTensor (B, L) of ``texts`` right-padded with ``pad_id`` to the longest one."""
-        rows = [self.encode(t, add_bos=add_bos, add_eos=add_eos) for t in texts]
-        width = max((len(r) for r in rows), default=0)
-        out = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        for b, row in enumerate(rows):
-            out[b, : len(row)] = torch.tensor(row, dtype=torch.long)
-        return out
+        rows = [torch.tensor(self.encode(t, add_bos=add_bos, add_eos=add_eos), dtype=torch.long)
+                for t in texts]
+        if not rows:
+            return torch.zeros((0, 0), dtype=torch.long)
+        return pad_sequence(rows, batch_first=True, padding_value=self.pad_id)  # (B, L)
 
     def to_dict(self) -> dict[str, list[str]]:
         """A JSON-ready description; ``CharTokenizer.from_dict`` rebuilds the tokenizer."""

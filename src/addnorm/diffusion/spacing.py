@@ -1,81 +1,7 @@
-"""Which original steps a sampler with fewer steps visits.
-
-For ``n_steps`` training steps and ``steps`` sampling steps, every spacing returns ``steps``
-strictly increasing step numbers in ``[0, n_steps - 1]``; the sampler walks them from last to
-first. Two come from facebookresearch/DiT's ``respace.py`` (and improved-diffusion), three from
-diffusers' ``timestep_spacing`` (Table 2 of Lin et al., 2023, "Common diffusion noise schedules
-and sample steps are flawed"):
-
-| spacing      | steps visited (n = n_steps, K = steps)              | n=1000, K=50       |
-|--------------|-----------------------------------------------------|--------------------|
-| ``strided``  | ``range(0, n, s)`` with the smallest integer stride | 0, 20, ..., 980    |
-|              | ``s`` giving exactly K steps (DiT's ``"ddimK"``);   |                    |
-|              | where none does, ``i * (n // K)`` (see below)       |                    |
-| ``sections`` | ``round(i * (n - 1) / (K - 1))``, the fraction      | 0, 20, 41, ..., 999|
-|              | summed step by step, Python's round half to even    |                    |
-|              | (DiT's plain ``"K"``, one section)                  |                    |
-| ``leading``  | ``i * (n // K)`` (diffusers, ``steps_offset=0``)    | 0, 20, ..., 980    |
-| ``trailing`` | ``round(n - i * n / K) - 1``                        | 19, 39, ..., 999   |
-| ``linspace`` | ``round(linspace(0, n - 1, K))``                    | 0, 20, 41, ..., 999|
-
-Every ``K`` in ``1 .. n`` works with every spacing. DiT's ``"ddimK"`` (``space_timesteps``
-in ``respace.py``, improved-diffusion's too) raises "cannot create exactly K steps with an
-integer stride" for most counts: ``range(0, n, s)`` has ``ceil(n / s)`` steps, so a stride
-exists only where ``ceil(n / ceil(n / K)) == K`` and ``ceil(n / K) < n`` (its loop stops at
-stride n - 1, so K = 1 never has one); for n = 1000, 938 of the counts 1 .. 1000 have none
-(1, 37, 41, 43, ..., 333, ..., 999). ``strided`` keeps DiT's steps wherever DiT has them,
-and elsewhere takes the first K multiples of the stride ``n // K``: diffusers'
-``DDIMScheduler`` with ``timestep_spacing="leading"`` and ``steps_offset=0``, the other
-reference's strided DDIM. The two rules agree where K divides n (stride ``n / K``); either
-way the steps are ``0, s, 2s, ..., (K - 1) s`` with an integer stride ``s``, ``ceil(n / K)``
-(DiT's) or ``n // K`` (diffusers').
-
-``trailing`` is diffusers' formula taken for ``i = 0 .. K - 1``: diffusers builds it with
-``np.arange(n, 0, -n / K)``, whose float step yields K + 1 steps for some counts, the last
-one -1 (diffusers 0.42.1, n = 1000: 62 counts, K = 61 the first).
-
-The sampler's default (``spacing=None``) is the reference's convention: ``strided`` for DDIM
-(DiT's ``create_diffusion("ddim50")``), ``sections`` for DDPM (DiT's ``sample.py``, which
-calls ``create_diffusion("250")``).
-
-How a spacing maps to the two references (checked against diffusers 0.42.1's
-``DDIMScheduler``, ``scheduling_ddim.py``):
-
-| addnorm      | facebookresearch/DiT      | diffusers ``DDIMScheduler``                       |
-|--------------|---------------------------|---------------------------------------------------|
-| ``strided``  | ``"ddimK"`` where it has  | ``"leading"`` where K divides n or DiT has no     |
-|              | one                       | ``ddimK``: the same samples                       |
-| ``sections`` | ``"K"``                   | none                                              |
-| ``leading``  | ``"ddimK"`` where K       | ``"leading"`` (``steps_offset=0``): the same      |
-|              | divides n                 | samples for every K                               |
-| ``trailing`` | none                      | ``"trailing"``: the same samples where K divides n|
-| ``linspace`` | none                      | ``"linspace"``: the same steps, *other samples*   |
-
-The visited steps are diffusers' ``set_timesteps`` for each of its three names (``steps_offset``
-0; ``trailing`` cut to K steps, above). The update differs. addnorm's sampler, like DiT's
-respacing, steps from each visited step to the *next visited one*: its ``abar_prev`` is
-``abar`` at the next lower visited step, and 1 after the lowest (x_0 has no noise).
-diffusers' ``DDIMScheduler.step`` always steps back by a fixed ``n // K``
-(``prev_timestep = timestep - num_train_timesteps // num_inference_steps``), whatever the
-spacing, and below 0 uses ``final_alpha_cumprod``: 1 with ``set_alpha_to_one=True`` (its
-default), ``abar[0]`` with False. So, with ``set_alpha_to_one=True`` and the same
-``abar`` table:
-
-- ``leading`` gives diffusers' DDIM samples for every K (its steps are ``n // K`` apart).
-- ``trailing`` gives them where K divides n (steps ``n / K`` apart); for other K its visited
-  steps are ``n / K`` apart, rounded, and diffusers steps ``n // K`` back from each, landing
-  beside the next one (n = 1000, K = 30: from 966 diffusers updates to ``abar[933]``, then
-  calls the model at 932; here the update goes to ``abar[932]``), so the samples differ.
-- ``linspace`` has diffusers' steps, ``round(i (n - 1) / (K - 1))``, but for every K other
-  than 1 and n their spacing ``(n - 1) / (K - 1)`` is not ``n // K`` (n = 1000, K = 50:
-  999, 979, ..., 41, 20, 0, while diffusers steps back 20 each time: 41 -> 21, 20 -> 0,
-  0 -> "-20" = x_0), so diffusers' ``"linspace"`` samples are not these: it uses the
-  ``abar`` of steps it never visits. addnorm's ``linspace`` walks its own steps consistently.
-- ``set_alpha_to_one=False`` changes diffusers' last update for every spacing; addnorm has
-  no such option (its last step always ends at ``abar = 1``, DiT's rule).
-
-``tests/diffusion/test_sampling_reference.py`` holds ``leading`` and ``trailing`` (K = 50) to
-diffusers' samples to 1e-12 in float64.
+"""Which original steps a sampler with fewer steps visits: the five spacings of the two
+references, facebookresearch/DiT's ``respace.py`` (``strided``, ``sections``) and diffusers'
+``timestep_spacing`` (``leading``, ``trailing``, ``linspace``), for any step count. How each
+maps to the references' samplers, and where they differ: ``docs/measurements.md``.
 """
 
 from __future__ import annotations
@@ -90,7 +16,21 @@ SPACINGS = ("strided", "sections", "leading", "trailing", "linspace")
 
 
 def sampling_timesteps(n_steps: int, steps: int, spacing: str) -> list[int]:
-    """The ``steps`` increasing original step numbers a sampler visits (table above)."""
+    """The ``steps`` strictly increasing step numbers in ``[0, n_steps - 1]`` that a sampler
+    visits (it walks them from last to first), for any ``steps`` in ``1 .. n_steps``.
+
+    | spacing      | steps visited (n = n_steps, K = steps)              | n=1000, K=50       |
+    |--------------|-----------------------------------------------------|--------------------|
+    | ``strided``  | ``range(0, n, s)`` with the smallest integer stride | 0, 20, ..., 980    |
+    |              | ``s`` giving exactly K steps (DiT's ``"ddimK"``);   |                    |
+    |              | where none does, ``i * (n // K)`` (``leading``)     |                    |
+    | ``sections`` | ``round(i * (n - 1) / (K - 1))``, the fraction      | 0, 20, 41, ..., 999|
+    |              | summed step by step, Python's round half to even    |                    |
+    |              | (DiT's plain ``"K"``, one section)                  |                    |
+    | ``leading``  | ``i * (n // K)`` (diffusers, ``steps_offset=0``)    | 0, 20, ..., 980    |
+    | ``trailing`` | ``round(n - i * n / K) - 1``, ``i = 0 .. K - 1``    | 19, 39, ..., 999   |
+    | ``linspace`` | ``round(linspace(0, n - 1, K))``                    | 0, 20, 41, ..., 999|
+    """
     n = check_int("n_steps", n_steps, min_value=1)
     k = check_int("steps", steps, min_value=1)
     check_choice("spacing", spacing, SPACINGS)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from addnorm.config_base import ConfigBase
 from addnorm.family import ActivationShape
-from addnorm.transformer.config import _ConfigBase
 from addnorm.utils.checks import (
     check_bool,
     check_choice,
@@ -27,7 +27,7 @@ CONDITIONINGS = ("shared", "per_block")
 
 
 @dataclass(frozen=True)
-class DiTConfig(_ConfigBase):
+class DiTConfig(ConfigBase):
     """A DiT: patchify, N adaLN-Zero blocks, a modulated final layer, unpatchify.
 
     The defaults are DiT-XL/2, the defaults of the reference ``DiT`` constructor.

@@ -17,10 +17,10 @@ ask them.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict, TypeVar
+from typing import Any, Literal, TypedDict
 
+from addnorm.config_base import ConfigBase
 from addnorm.family import ActivationShape
 from addnorm.feedforward import ACTIVATIONS, GATED_ACTIVATIONS
 from addnorm.norms import NORM_KINDS
@@ -30,7 +30,6 @@ from addnorm.utils.checks import (
     check_choice,
     check_float,
     check_int,
-    check_known_fields,
     check_probability,
 )
 
@@ -52,32 +51,8 @@ POSITION_ENCODINGS = ("sinusoidal", "learned", "rotary", "none")
 EMBED_SCALES = ("sqrt_d_model", "none")
 EmbedScale = Literal["sqrt_d_model", "none"]
 
-_C = TypeVar("_C", bound="_ConfigBase")
-
-
-class _ConfigBase:
-    """JSON helpers shared by the configs (plain dicts of ints, floats, strs, bools, None)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a JSON-serialisable dict."""
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
-
-    @classmethod
-    def from_dict(cls: type[_C], data: dict[str, Any]) -> _C:
-        """Rebuild a config from :meth:`to_dict`'s output; unknown keys raise ValueError.
-
-        Checkpoints written before ``positions`` was renamed ``position_encoding`` still load.
-        """
-        if not isinstance(data, dict):
-            raise TypeError(f"data must be a dict, got {type(data).__name__}")
-        if "positions" in data and "position_encoding" not in data:
-            data = {("position_encoding" if k == "positions" else k): v for k, v in data.items()}
-        check_known_fields(cls, data, "")
-        return cls(**data)
-
-
 @dataclass(frozen=True)
-class LayerConfig(_ConfigBase):
+class LayerConfig(ConfigBase):
     """The settings of one encoder or decoder layer, handed to the stacks and layers.
 
     The models build it from their own config (:meth:`TransformerConfig.layer_config`,
@@ -129,7 +104,7 @@ def _check_layer(cfg: LayerConfig | _ModelConfig) -> None:
         raise TypeError(f"bias must be a bool, got {cfg.bias!r}")
 
 
-class _ModelConfig(_ConfigBase):
+class _ModelConfig(ConfigBase):
     """What the whole-model configs share: the per-layer record they hand to the stacks, and
     the sizes of the parts every one of them has."""
 

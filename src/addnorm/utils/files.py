@@ -12,10 +12,10 @@ than they must:
 - :func:`regular_file_size`: ``stat`` (symlinks followed) and refuse anything but a regular
   file; nothing is opened.
 - :func:`read_bytes`, :func:`read_text`: a regular file of at most ``max_bytes`` (as UTF-8).
-- :func:`read_safetensors_header`: the 8-byte length and the JSON header of a safetensors file
-  (the format: https://github.com/huggingface/safetensors), checked as the format requires
-  (known dtypes, whole shapes, data offsets that tile the data exactly), as a dict of
-  :class:`TensorInfo`. No tensor data is read.
+- :func:`read_safetensors_header`: the tensors of a safetensors file as a dict of
+  :class:`TensorInfo`, from its header as ``safetensors.safe_open`` reads and checks it (the
+  format's rules: a bounded header, known dtypes, data offsets that tile the data exactly).
+  No tensor data is read.
 - :func:`parse_json`: ``json.loads`` refusing nesting deeper than ``MAX_JSON_DEPTH``; with
   ``MAX_JSON_BYTES``, the limits of every JSON file addnorm reads (``config.json`` of a
   pretrained folder, a checkpoint's ``state.json`` and ``manifest.json``, ``--config``).
@@ -41,11 +41,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 
 __all__ = [
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
-    "MAX_SAFETENSORS_HEADER_BYTES",
     "SAFETENSORS_DTYPES",
     "CheckpointError",
     "TensorInfo",
@@ -63,9 +63,7 @@ __all__ = [
 MAX_JSON_DEPTH = 64
 MAX_JSON_BYTES = 64 * 2**20
 
-# The safetensors library refuses larger headers (its MAX_HEADER_SIZE).
-MAX_SAFETENSORS_HEADER_BYTES = 100_000_000
-# The format's dtype names and the torch dtypes they hold.
+# The format's dtype names and the torch dtypes they hold (a file of another is refused).
 SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
     "BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16,
     "U16": torch.uint16, "I32": torch.int32, "U32": torch.uint32, "I64": torch.int64,
@@ -198,103 +196,41 @@ def read_safetensors_header(
     path: str | os.PathLike, *, what: str = "safetensors file"
 ) -> dict[str, TensorInfo]:
     """Every tensor of the safetensors file ``path``: name -> dtype and shape, from its
-    header alone (``__metadata__`` left out). The header is checked as the format requires,
-    so a file this accepts holds exactly the bytes its tensors need.
+    header alone (``__metadata__`` left out). The header is read and checked by
+    ``safetensors.safe_open`` (the format's rules: a bounded header, known dtypes, shapes that
+    match their data offsets, offsets that tile the data exactly), so a file this accepts
+    holds exactly the bytes its tensors need; ``safe_open`` maps the file and reads no tensor
+    data until asked, and this asks for none.
 
     Raises:
         FileNotFoundError: nothing is there.
-        UnsafeFileError: not a regular file, or a header that is not a valid safetensors one
-            (the message says what is wrong).
+        UnsafeFileError: not a regular file, a header safetensors refuses (its words say what
+            is wrong), or a dtype torch has no type for.
     """
     path = Path(path)
-    fd, size = _open_regular(path, what)
+    fd, _ = _open_regular(path, what)
     try:
-        if size < 8:
-            raise UnsafeFileError(f"{what} {path}: has {size} bytes, too few for a header")
-        length = int.from_bytes(_read_exactly(fd, 8, path, what), "little")
-        if length > min(size - 8, MAX_SAFETENSORS_HEADER_BYTES):
-            raise UnsafeFileError(
-                f"{what} {path}: claims a {length}-byte header, but the file has {size} bytes "
-                f"(and a header may have at most {MAX_SAFETENSORS_HEADER_BYTES})"
-            )
-        raw = _read_exactly(fd, length, path, what)
+        # The descriptor checked to be a regular file, reopened by name where the system has
+        # one: a path swapped for a FIFO since the check cannot block safe_open.
+        by_fd = f"/dev/fd/{fd}"
+        source = by_fd if os.path.exists(by_fd) else path
+        try:
+            with safe_open(source, framework="pt") as f:
+                found = {key: (f.get_slice(key).get_dtype(), f.get_slice(key).get_shape())
+                         for key in f.keys()}  # noqa: SIM118
+        except (SafetensorError, OSError) as err:
+            raise UnsafeFileError(f"{what} {path}: not a valid safetensors file ({err})") from None
     finally:
         os.close(fd)
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as err:
-        reason = "nested too deeply" if isinstance(err, RecursionError) else str(err)
-        raise UnsafeFileError(f"{what} {path}: its header is not JSON ({reason})") from None
-    return _parse_header(header, size - 8 - length, f"{what} {path}")
-
-
-def _parse_header(header: object, data_bytes: int, where: str) -> dict[str, TensorInfo]:
-    """The tensors of a decoded header, after checking each entry and that their data
-    offsets tile the ``data_bytes`` after the header exactly, in order."""
-    if not isinstance(header, dict):
-        raise UnsafeFileError(f"{where}: its header is not a JSON object")
-    metadata = header.get("__metadata__", {})
-    if not isinstance(metadata, dict) or not all(
-        isinstance(v, str) for v in metadata.values()
-    ):
-        raise UnsafeFileError(f"{where}: __metadata__ must map strings to strings")
-    tensors, spans = {}, []
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        info, span = _parse_entry(name, entry, where)
-        tensors[name] = info
-        spans.append((span, name))
-    end = 0
-    for (begin, stop), name in sorted(spans):
-        if begin != end:
+    tensors = {}
+    for key, (name, shape) in found.items():
+        if name not in SAFETENSORS_DTYPES:
             raise UnsafeFileError(
-                f"{where}: tensor {name!r} starts at byte {begin} of the data, expected {end} "
-                "(the tensors' data must follow each other without gaps or overlaps)"
+                f"{what} {path}: tensor {key!r} has the dtype {name}, which torch cannot hold; "
+                f"known: {list(SAFETENSORS_DTYPES)}"
             )
-        end = stop
-    if end != data_bytes:
-        raise UnsafeFileError(
-            f"{where}: the tensors' data ends at byte {end}, but the file holds {data_bytes} "
-            "bytes of data after the header (a truncated or padded file)"
-        )
+        tensors[key] = TensorInfo(dtype=SAFETENSORS_DTYPES[name], shape=tuple(shape))
     return tensors
-
-
-def _parse_entry(name: str, entry: object, where: str) -> tuple[TensorInfo, tuple[int, int]]:
-    """One header entry ``{"dtype", "shape", "data_offsets"}`` as (info, (begin, end))."""
-
-    def bad(why: str) -> UnsafeFileError:
-        return UnsafeFileError(f"{where}: tensor {name!r} {why}")
-
-    if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
-        raise bad(f'must be {{"dtype", "shape", "data_offsets"}}, got {_short(entry)}')
-    dtype = SAFETENSORS_DTYPES.get(entry["dtype"]) if isinstance(entry["dtype"], str) else None
-    if dtype is None:
-        known = list(SAFETENSORS_DTYPES)
-        raise bad(f"has an unknown dtype {_short(entry['dtype'])}; known: {known}")
-    shape, offsets = entry["shape"], entry["data_offsets"]
-    if not isinstance(shape, list) or not all(_is_count(n) for n in shape):
-        raise bad(f"has a shape that is not a list of ints >= 0: {_short(shape)}")
-    if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_is_count, offsets))):
-        raise bad(f"has data_offsets that are not [begin, end]: {_short(offsets)}")
-    info = TensorInfo(dtype=dtype, shape=tuple(shape))
-    begin, end = offsets
-    if end - begin != info.numel * dtype.itemsize:
-        raise bad(
-            f"has shape {list(shape)} of {entry['dtype']} ({info.numel * dtype.itemsize} "
-            f"bytes), but data_offsets {offsets} span {end - begin} bytes"
-        )
-    return info, (begin, end)
-
-
-def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _short(value: object, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def parse_json(text: str) -> object:
