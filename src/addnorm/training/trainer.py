@@ -327,9 +327,7 @@ class Trainer:
         for i in range(accum):
             batch = {k: v.to(self.device) for k, v in self.batches.next_batch().items()}
             with self.wrapped.sync_gradients(i == accum - 1):
-                with torch.autocast(
-                    self.device.type, dtype=torch.bfloat16, enabled=self.config.bf16
-                ):
+                with torch.autocast(self.device.type, torch.bfloat16, enabled=self.config.bf16):
                     loss, n_tokens = self.loss_fn(self.wrapped.forward_model, batch)
                     # this rank's share of the global batch's mean (1 with one process)
                     loss = loss * distributed.global_mean_weight(n_tokens)
@@ -345,7 +343,7 @@ class Trainer:
         cfg = self.config
         probing = self.probe is not None and self.probe.due(self.step, cfg.max_steps)
         due = probing or self.step % cfg.log_every == 0 or self.step == cfg.max_steps
-        mean = self._records.add(loss, tokens, closes=due)  # (an interrupt below drops it)
+        mean = self._records.add(loss, tokens, closes=due)  # (closed when due, written or not)
         self._call("on_step_end", loss, tokens)
         if due:
             scores = self._run_probe() if probing else {}
