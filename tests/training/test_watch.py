@@ -27,7 +27,9 @@ from addnorm.training.config import TrainConfig
 from addnorm.training.metrics import read_metrics
 from addnorm.training.schedules import ScheduleConfig
 from addnorm.training.trainer import Trainer
+from addnorm.training.trainer_state import TrainerState
 from addnorm.training.watch import WatchCallback, grad_norm_basis, read_watch, scalars
+from addnorm.training.wrapping import WrappedModel
 
 
 def _cfg(**overrides):
@@ -191,6 +193,28 @@ def test_without_clipping_the_factor_is_one_and_the_norms_are_as_measured(tmp_pa
     plain = _plain_grad_norms(cfg, IdBatches(cfg.vocab_size).next_batch(), record["grad_norm"])
     assert record["clip_factor"] == 1.0
     assert record["grad_norm"] == pytest.approx(plain, rel=1e-6)  # 7 digits, float32 sums
+
+
+@pytest.mark.parametrize(("factor", "written"), [(0.0, 0.0), (float("nan"), None)])
+def test_a_factor_that_cannot_be_divided_by_leaves_the_norms_null(tmp_path, factor, written):
+    """A factor of 0 (an infinite norm) or NaN: no norm before clipping can be recovered, and
+    JSON has no NaN."""
+    cfg = _cfg(dropout=0.0)
+    torch.manual_seed(0)
+    model = addnorm.TransformerLM(cfg)
+    received: list[dict] = []
+    watch = WatchCallback(1, sinks=[received.append])
+    state = TrainerState(0, 0.1, TrainConfig(max_steps=1), tmp_path, None, model,
+                         torch.optim.SGD(model.parameters()), WrappedModel(model, model),
+                         torch.tensor(float("inf")), torch.tensor(factor))
+    watch.on_fit_start(state)
+    watch.on_step_start(state)
+    lm_loss(model, IdBatches(cfg.vocab_size).next_batch())[0].backward()
+    watch.on_before_update(state)
+    watch.on_step_end(dataclasses.replace(state, step=1), 1.0, 32)
+    (record,) = received
+    assert record["clip_factor"] == written
+    assert set(record["grad_norm"].values()) == {None}
 
 
 def test_grad_norm_basis_tells_older_clipped_records_from_unclipped_ones():

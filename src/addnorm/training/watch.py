@@ -4,20 +4,20 @@
 watched steps (the first, every ``every``-th and the last) and writes each step's record as
 one JSON line of ``watch.jsonl`` in the run (rank 0), with the step, its loss and its
 learning rate; a resumed run keeps the lines up to the step it resumed from, as
-``metrics.jsonl`` does.
+``metrics.jsonl`` does. ``sinks`` receive each record as well (a scalar logger such as
+TensorBoard's: :func:`scalars` flattens a record into its ``name -> number`` pairs, and
+:func:`logger_sink` hands them to a :class:`~addnorm.training.logger.Logger`; the trainer does
+this for its ``loggers``).
 
 Gradient norms are those before clipping, the numbers other tools report and
 ``metrics.jsonl``'s ``grad_norm``: a record's ``grad_norm`` (each layer's, sublayer's and the
 ``"total"``) is the norm of the gradients as the backward pass left them, and ``clip_factor``
-what ``grad_clip`` then multiplied every gradient by (1: not clipped), so ``grad_norm *
-clip_factor`` is what the optimizer got. The watch reads the gradients after clipping and
-divides by the factor (exact but for a float32 rounding; with a factor of 0, from an infinite
-norm, the norms are null). Records written before ``clip_factor`` existed hold the norms as
-clipped (:func:`grad_norm_basis` tells them apart); ratios between layers are the same either
-way. ``sinks`` receive each record as well (a scalar logger such as
-TensorBoard's: :func:`scalars` flattens a record into its ``name -> number`` pairs, and
-:func:`logger_sink` hands them to a :class:`~addnorm.training.logger.Logger`; the trainer does
-this for its ``loggers``).
+what ``grad_clip`` then multiplied every gradient by (1: not clipped; torch's factor,
+:func:`~addnorm.training.optimizer.clip_factor`), so ``grad_norm * clip_factor`` is what the
+optimizer got. The watch reads the gradients after clipping and divides by the factor (equal
+within a float32 rounding; a factor of 0 or one that is not finite leaves the norms null).
+Records written before ``clip_factor`` existed hold the norms as clipped
+(:func:`grad_norm_basis` tells them apart); ratios between layers are the same either way.
 
 Cost: the hooks are registered at the start of a watched step and removed once its
 gradients are complete, so an unwatched step runs exactly as without the watch; a watched
@@ -25,9 +25,10 @@ step measures on its own batch (every micro-batch, every process), reads its num
 once and keeps a copy of the weights until its update is done (for ``update_ratio``).
 
 With ``compile``, hooks would never run inside the compiled graph: a watched step runs the
-model's eager module instead (the same parameters: ``torch.compile``'s ``_orig_mod``),
-unwatched steps the compiled one. A first step that is watched then runs eagerly, so the
-compiling falls into the next step and ``TrainResult.compile_s`` times an eager step.
+model's uncompiled form instead (the same parameters; it sets the trainer's
+:attr:`~addnorm.training.wrapping.WrappedModel.eager`), unwatched steps the compiled one. A
+first step that is watched then runs eagerly, so the compiling falls into the next step and
+``TrainResult.compile_s`` times an eager step.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import math
 import os
 import stat
 from collections.abc import Callable, Sequence
@@ -125,7 +127,7 @@ class WatchCallback(Callback):
         if self._active:
             assert self._watch is not None
             self._restore(state)
-            self._lr = state.step_lr  # the scheduler steps after
+            self._lr = state.optimizer.param_groups[0]["lr"]  # the scheduler steps after
             self._clip = state.clip_factor  # (a tensor: read with the rest, on_step_end)
             self._watch.before_update()
 
@@ -138,10 +140,11 @@ class WatchCallback(Callback):
         if not distributed.is_main():
             return
         factor = distributed.as_float(self._clip)
-        record = {"step": state.step, "loss": loss, "lr": self._lr, "clip_factor": factor,
-                  **measured}
+        known = math.isfinite(factor) and factor > 0
+        record = {"step": state.step, "loss": loss, "lr": self._lr,
+                  "clip_factor": factor if math.isfinite(factor) else None, **measured}
         record["grad_norm"] = {  # before clipping: the clipped norms over the factor
-            name: None if norm is None or factor == 0 else norm / factor
+            name: norm / factor if known and norm is not None else None
             for name, norm in measured["grad_norm"].items()
         }
         if self._log is not None:
