@@ -14,6 +14,7 @@ import pytest
 
 from addnorm.cli.parser import main
 from addnorm.inspection.summary import summarize
+from addnorm.training.metrics import read_metrics
 from addnorm.training.watch import read_watch
 
 TINY_LM = ["--preset", "lm-tiny", "--d-model", "32", "--n-heads", "2", "--d-ff", "64",
@@ -34,6 +35,27 @@ def test_watch_writes_its_records_and_figure_and_info_summarises_them(tmp_path, 
     assert report["watch"]["steps"] == [1, 3, 4]
     assert report["watch"]["summary"] == summarize(records)
     assert report["watch"]["figure"] == str(out / "watch.png")
+    assert report["watch"]["grad_norm"] == "before clipping"
+
+
+def test_a_clipped_run_records_its_gradient_norms_before_clipping(tmp_path, capsys):
+    """The lm task clips to --grad-clip; 1e-4 is far below the tiny model's gradient norm, so
+    every step is clipped. Provenance: metrics.jsonl's grad_norm, the norm before clipping
+    that torch's clip_grad_norm_ returns; tolerance: float32 sums in another grouping and the
+    watch's 7 written digits (a few 1e-7 relative)."""
+    out = tmp_path / "run"
+    assert main(["train", "lm", *TINY_LM, "--grad-clip", "1e-4", "--watch", "2",
+                 "--out", str(out)]) == 0
+    records = read_watch(out / "watch.jsonl")
+    metrics = {r["step"]: r["grad_norm"] for r in read_metrics(out / "metrics.jsonl")}
+    for record in records:
+        total = record["grad_norm"]["total"]
+        assert total == pytest.approx(metrics[record["step"]], rel=1e-5)
+        assert total > 100 * 1e-4 and record["clip_factor"] < 0.01
+        assert total * record["clip_factor"] == pytest.approx(1e-4, rel=1e-5)  # what it got
+    capsys.readouterr()
+    assert main(["info", str(out)]) == 0
+    assert json.loads(capsys.readouterr().out)["watch"]["grad_norm"] == "before clipping"
 
 
 def test_watch_alone_means_every_50_steps(tmp_path):

@@ -301,6 +301,10 @@ def test_without_a_process_group_the_helpers_are_the_single_process_identity():
     assert distributed.global_mean_weight(17) == 1.0
     assert distributed.all_reduce_sum([2.5, 3.0]) == [2.5, 3.0]
     assert distributed.agree_on_stop("interrupt") == "interrupt"
+    before = torch.get_rng_state()
+    distributed.seed_rank(0, 3)  # rank 0 keeps the global generator (the checkpoint's)
+    assert torch.equal(torch.get_rng_state(), before)
+    assert distributed.as_float(torch.tensor(2.5)) == 2.5
     with pytest.raises(ValueError, match="fsdp needs a process group"):
         distributed.prepare_model(torch.nn.Linear(2, 2), activation_checkpointing=False,
                                   fsdp=True)

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from addnorm.training.config import TrainConfig
-from addnorm.training.optimizer import gradient_norm, make_optimizer
+from addnorm.training.optimizer import clip_factor, gradient_norm, make_optimizer
 
 
 def test_optimizer_is_torchs_fused_adamw_with_decay_on_matrices_only():
@@ -59,3 +59,21 @@ def test_gradient_norm_with_a_clip_returns_the_norm_before_and_clips_the_gradien
     torch.testing.assert_close(before, torch.linalg.vector_norm(grads))
     after = torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in model.parameters()]))
     torch.testing.assert_close(after, torch.tensor(clip))  # scaled by clip / norm (+1e-6)
+
+
+def test_clip_factor_is_what_clipping_multiplied_every_gradient_by():
+    """Provenance: torch's clip_grad_norm_ itself; it multiplies each gradient by one float32
+    scalar, and clip_factor computes that scalar the same way, so the clipped gradients equal
+    the unclipped ones times it bit for bit."""
+    model = _model_with_gradients()
+    unclipped = [p.grad.clone() for p in model.parameters()]
+    total = float(torch.linalg.vector_norm(torch.cat([g.flatten() for g in unclipped])))
+    for clip, clipped in ((total / 4, True), (total * 4, False)):
+        for p, g in zip(model.parameters(), unclipped, strict=True):
+            p.grad = g.clone()
+        norm = gradient_norm(model, clip=clip)
+        factor = clip_factor(norm, clip)
+        assert (float(factor) < 1) == clipped and float(factor) <= 1
+        for p, g in zip(model.parameters(), unclipped, strict=True):
+            assert torch.equal(p.grad, g * factor)
+    assert float(clip_factor(torch.tensor(5.0), 0.0)) == 1.0  # no clipping

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import torch
 
+from addnorm.training.checkpoint import save_checkpoint
 from addnorm.training.step_boundary import StepBoundary
 
 
@@ -53,3 +55,12 @@ def test_rewind_in_the_update_or_idle_phase_changes_nothing():
         boundary.rewind(order)
         after = draws(order)
         assert first[0] != after[0] and not torch.equal(first[1], after[1])
+
+
+def test_after_an_interrupt_in_an_update_the_newest_checkpoint_is_kept(tmp_path):
+    boundary = StepBoundary()
+    with pytest.raises(KeyboardInterrupt, match="before any checkpoint was written"):
+        boundary.kept_checkpoint(tmp_path)
+    for step in (4, 8):
+        save_checkpoint(tmp_path, step, {"model": {"w": torch.zeros(1)}}, {"step": step})
+    assert boundary.kept_checkpoint(tmp_path) == (8, tmp_path / "checkpoints" / "step-00000008")

@@ -27,7 +27,9 @@ from addnorm.training.config import TrainConfig
 from addnorm.training.metrics import read_metrics
 from addnorm.training.schedules import ScheduleConfig
 from addnorm.training.trainer import Trainer
-from addnorm.training.watch import WatchCallback, read_watch, scalars
+from addnorm.training.trainer_state import TrainerState
+from addnorm.training.watch import WatchCallback, grad_norm_basis, read_watch, scalars
+from addnorm.training.wrapping import WrappedModel
 
 
 def _cfg(**overrides):
@@ -147,6 +149,82 @@ def test_a_compiled_model_is_watched_eagerly_and_trains_compiled_between(
     assert all(set(r["residual"]) >= {"blocks.layers.0"} for r in records)
     assert len(calls) >= 1  # step 2 ran the compiled forward
     assert hasattr(trainer.forward_model, "_orig_mod")  # and it is back after watched steps
+
+
+def _plain_grad_norms(cfg, batch, names) -> dict[str, float]:
+    """The gradient norm of each named group (a module path: its parameters; "total": all) of
+    a fresh seed-0 model's loss on ``batch``: one backward, nothing clipped."""
+    torch.manual_seed(0)
+    model = addnorm.TransformerLM(cfg)
+    lm_loss(model, batch)[0].backward()
+    grads = dict(model.named_parameters())
+
+    def norm(group: str) -> float:
+        members = [p.grad.flatten() for n, p in grads.items()
+                   if group == "total" or n == group or n.startswith(group + ".")]
+        return float(torch.linalg.vector_norm(torch.cat(members)))
+
+    return {name: norm(name) for name in names}
+
+
+def test_a_clipped_step_records_the_gradient_norms_before_clipping_and_the_factor(tmp_path):
+    """Provenance: plain autograd on a twin of the model (the same seed, no dropout, the same
+    first batch, one micro-batch), no clipping; the run clips to 1e-3, far below the norm.
+    Tolerance: float32 norms summed in another grouping, the watch's division by the clip
+    factor and its 7 written digits: a few 1e-7 relative, within rel 1e-5."""
+    cfg = _cfg(dropout=0.0)
+    clip = 1e-3
+    _trainer(tmp_path, cfg, steps=1, watch=1, grad_accum=1, grad_clip=clip).fit()
+    (record,) = read_watch(tmp_path / "watch.jsonl")
+    plain = _plain_grad_norms(cfg, IdBatches(cfg.vocab_size).next_batch(), record["grad_norm"])
+    assert plain["total"] > 100 * clip  # the clip was active, and by far
+    assert record["grad_norm"] == pytest.approx(plain, rel=1e-5)
+    assert record["clip_factor"] == pytest.approx(clip / plain["total"], rel=1e-5)
+    (metrics,) = read_metrics(tmp_path / "metrics.jsonl")
+    assert record["grad_norm"]["total"] == pytest.approx(metrics["grad_norm"], rel=1e-6)
+    assert scalars(record)["watch/clip_factor"] == record["clip_factor"]
+    assert scalars(record)["watch/grad_norm/total"] == record["grad_norm"]["total"]
+
+
+def test_without_clipping_the_factor_is_one_and_the_norms_are_as_measured(tmp_path):
+    cfg = _cfg(dropout=0.0)
+    _trainer(tmp_path, cfg, steps=1, watch=1, grad_accum=1, grad_clip=0.0).fit()
+    (record,) = read_watch(tmp_path / "watch.jsonl")
+    plain = _plain_grad_norms(cfg, IdBatches(cfg.vocab_size).next_batch(), record["grad_norm"])
+    assert record["clip_factor"] == 1.0
+    assert record["grad_norm"] == pytest.approx(plain, rel=1e-6)  # 7 digits, float32 sums
+
+
+@pytest.mark.parametrize(("factor", "written"), [(0.0, 0.0), (float("nan"), None)])
+def test_a_factor_that_cannot_be_divided_by_leaves_the_norms_null(tmp_path, factor, written):
+    """A factor of 0 (an infinite norm) or NaN: no norm before clipping can be recovered, and
+    JSON has no NaN."""
+    cfg = _cfg(dropout=0.0)
+    torch.manual_seed(0)
+    model = addnorm.TransformerLM(cfg)
+    received: list[dict] = []
+    watch = WatchCallback(1, sinks=[received.append])
+    state = TrainerState(0, 0.1, TrainConfig(max_steps=1), tmp_path, None, model,
+                         torch.optim.SGD(model.parameters()), WrappedModel(model, model),
+                         torch.tensor(float("inf")), torch.tensor(factor))
+    watch.on_fit_start(state)
+    watch.on_step_start(state)
+    lm_loss(model, IdBatches(cfg.vocab_size).next_batch())[0].backward()
+    watch.on_before_update(state)
+    watch.on_step_end(dataclasses.replace(state, step=1), 1.0, 32)
+    (record,) = received
+    assert record["clip_factor"] == written
+    assert set(record["grad_norm"].values()) == {None}
+
+
+def test_grad_norm_basis_tells_older_clipped_records_from_unclipped_ones():
+    new = {"step": 2, "layers": [], "grad_norm": {}, "clip_factor": 0.5}
+    old = {"step": 1, "layers": [], "grad_norm": {}}
+    assert grad_norm_basis([new]) == "before clipping"
+    assert grad_norm_basis([old]).startswith("after clipping")
+    assert grad_norm_basis([old, new]) == (
+        "before clipping from step 2, after clipping in the records before")
+    assert "watch/clip_factor" not in scalars(old)
 
 
 def test_torn_and_foreign_lines_are_skipped_with_a_warning(tmp_path, caplog):

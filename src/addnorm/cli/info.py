@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 def _watch_report(run_dir: Path) -> dict | None:
     """The run's watch file, its watched steps and summary; None for a run without one."""
     from addnorm.inspection.summary import summarize
-    from addnorm.training.watch import WATCH_FIGURE, WATCH_FILE, read_watch
+    from addnorm.training.watch import WATCH_FIGURE, WATCH_FILE, grad_norm_basis, read_watch
 
     records = read_watch(run_dir / WATCH_FILE)
     if not records:
@@ -62,5 +62,6 @@ def _watch_report(run_dir: Path) -> dict | None:
         "file": str(run_dir / WATCH_FILE),
         "figure": str(figure) if figure.exists() else None,
         "steps": [r["step"] for r in records],
+        "grad_norm": grad_norm_basis(records),
         "summary": summarize(records),
     }

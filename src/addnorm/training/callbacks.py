@@ -1,18 +1,26 @@
 """Callbacks: what ``Trainer.fit`` tells the code around it, at fixed points of the loop.
 
-A :class:`Callback` overrides the hooks it needs (each does nothing by default):
+A :class:`Callback` overrides the hooks it needs (each does nothing by default). Each is
+called with ``state``, a :class:`~addnorm.training.trainer_state.TrainerState`: where training
+stands (``state.step``, ``state.step_lr``, ``state.config``, ``state.resumed_from``, the
+gradients' norm before clipping and the clip factor) and what it trains (``state.model``,
+``state.optimizer``, ``state.ema``), under the names the trainer has for them; a snapshot made
+for that call, never the trainer itself.
 
-- ``on_fit_start(trainer)``: ``fit`` begins; ``trainer.step`` is where it continues from.
-- ``on_step_start(trainer)``: before the first micro-batch of step ``trainer.step + 1`` (the
-  model in train mode, the gradients cleared, the step's learning rate set).
-- ``on_before_update(trainer)``: the step's gradients are complete (accumulated over its
-  micro-batches, averaged over the ranks, clipped), just before the optimizer update.
-- ``on_step_end(trainer, loss, tokens)``: after the update (``trainer.step`` counts it);
-  ``loss`` is the step's mean loss and ``tokens`` the targets it covered, over every rank.
-- ``on_log(trainer, record)``: a metrics record (``step``, ``loss``: the mean of the steps'
-  losses since the record before, ``lr``, ``tokens_per_s``, ``elapsed_s`` and a probe's
-  ``probe_*`` scores), every ``log_every`` steps, at each probe and at the last step.
-- ``on_fit_end(trainer)``: ``fit`` is done, however it ended (an error too), before its last
+- ``on_fit_start(state)``: ``fit`` begins; ``state.step`` is where it continues from.
+- ``on_step_start(state)``: before the first micro-batch of step ``state.step + 1`` (the model
+  in train mode, the gradients cleared, the step's learning rate set).
+- ``on_before_update(state)``: the step's gradients are complete (accumulated over its
+  micro-batches, averaged over the ranks, clipped: ``state.grad_norm`` is their norm before
+  clipping, ``state.clip_factor`` what clipping multiplied them by), just before the optimizer
+  update.
+- ``on_step_end(state, loss, tokens)``: after the update (``state.step`` counts it); ``loss``
+  is the step's mean loss and ``tokens`` the targets it covered, over every rank.
+- ``on_log(state, record)``: a metrics record (``step``, ``loss``: the mean of the steps'
+  losses since the record before, ``lr``, ``grad_norm``, ``tokens_per_s``, ``elapsed_s`` and a
+  probe's ``probe_*`` scores; :mod:`~addnorm.training.record_window`), every ``log_every``
+  steps, at each probe and at the last step.
+- ``on_fit_end(state)``: ``fit`` is done, however it ended (an error too), before its last
   checkpoint is written.
 
 The trainer calls them on every rank, its own first (:class:`ProgressBar`, and
@@ -35,7 +43,7 @@ from tqdm.auto import tqdm
 from addnorm.training.metrics import MetricsLog
 
 if TYPE_CHECKING:
-    from addnorm.training.trainer import Trainer
+    from addnorm.training.trainer_state import TrainerState
 
 __all__ = ["Callback", "MetricsFile", "ProgressBar", "ProgressLines"]
 
@@ -43,22 +51,22 @@ __all__ = ["Callback", "MetricsFile", "ProgressBar", "ProgressLines"]
 class Callback:
     """A hook into ``Trainer.fit``; see the module docstring for when each method is called."""
 
-    def on_fit_start(self, trainer: Trainer) -> None:
+    def on_fit_start(self, state: TrainerState) -> None:
         """``fit`` begins."""
 
-    def on_step_start(self, trainer: Trainer) -> None:
+    def on_step_start(self, state: TrainerState) -> None:
         """A step begins (before its first micro-batch)."""
 
-    def on_before_update(self, trainer: Trainer) -> None:
+    def on_before_update(self, state: TrainerState) -> None:
         """The step's gradients are complete; the optimizer update comes next."""
 
-    def on_step_end(self, trainer: Trainer, loss: float, tokens: int) -> None:
+    def on_step_end(self, state: TrainerState, loss: float, tokens: int) -> None:
         """A step ended with this mean ``loss`` over ``tokens`` targets."""
 
-    def on_log(self, trainer: Trainer, record: dict[str, float]) -> None:
+    def on_log(self, state: TrainerState, record: dict[str, float]) -> None:
         """A metrics record was made."""
 
-    def on_fit_end(self, trainer: Trainer) -> None:
+    def on_fit_end(self, state: TrainerState) -> None:
         """``fit`` is done (by any way)."""
 
 
@@ -70,10 +78,10 @@ class MetricsFile(Callback):
         self.path = path
         self._log: MetricsLog | None = None
 
-    def on_fit_start(self, trainer: Trainer) -> None:
-        self._log = MetricsLog(self.path, resume_from_step=trainer.resumed_from)
+    def on_fit_start(self, state: TrainerState) -> None:
+        self._log = MetricsLog(self.path, resume_from_step=state.resumed_from)
 
-    def on_log(self, trainer: Trainer, record: dict[str, float]) -> None:
+    def on_log(self, state: TrainerState, record: dict[str, float]) -> None:
         assert self._log is not None, "on_log before on_fit_start"
         self._log.write(record)
 
@@ -84,26 +92,26 @@ class ProgressBar(Callback):
     def __init__(self) -> None:
         self._bar: tqdm | None = None
 
-    def on_fit_start(self, trainer: Trainer) -> None:
+    def on_fit_start(self, state: TrainerState) -> None:
         self._bar = tqdm(
-            total=trainer.config.max_steps,
-            initial=trainer.step,
+            total=state.config.max_steps,
+            initial=state.step,
             unit="step",
             dynamic_ncols=True,
         )
 
-    def on_step_end(self, trainer: Trainer, loss: float, tokens: int) -> None:
+    def on_step_end(self, state: TrainerState, loss: float, tokens: int) -> None:
         if self._bar is not None:
             self._bar.update(1)
 
-    def on_log(self, trainer: Trainer, record: dict[str, float]) -> None:
+    def on_log(self, state: TrainerState, record: dict[str, float]) -> None:
         if self._bar is not None:
             self._bar.set_postfix(
                 loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}",
                 tok_s=f"{record['tokens_per_s']:.0f}",
             )
 
-    def on_fit_end(self, trainer: Trainer) -> None:
+    def on_fit_end(self, state: TrainerState) -> None:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
@@ -128,19 +136,19 @@ class ProgressLines(Callback):
         self._start = self._last = 0.0
         self._window = (0.0, 0, 0)  # losses summed, steps and targets since the last line
 
-    def on_fit_start(self, trainer: Trainer) -> None:
+    def on_fit_start(self, state: TrainerState) -> None:
         self._start = self._last = time.monotonic()
         self._window = (0.0, 0, 0)
 
-    def on_step_end(self, trainer: Trainer, loss: float, tokens: int) -> None:
+    def on_step_end(self, state: TrainerState, loss: float, tokens: int) -> None:
         total, steps, targets = self._window
         self._window = (total + loss, steps + 1, targets + tokens)
         now = time.monotonic()
-        last = trainer.step >= trainer.config.max_steps
+        last = state.step >= state.config.max_steps
         if steps + 1 >= self.every_steps or now - self._last >= self.every_s or last:
-            self._write(trainer, now)
+            self._write(state, now)
 
-    def _write(self, trainer: Trainer, now: float) -> None:
+    def _write(self, state: TrainerState, now: float) -> None:
         from addnorm.training import distributed
 
         total, steps, targets = self._window
@@ -150,7 +158,7 @@ class ProgressLines(Callback):
         stream = self.stream if self.stream is not None else sys.stdout
         if stream is None:  # no stdout at all (closed): nothing to write to
             return
-        line = (f"step {trainer.step}/{trainer.config.max_steps}  loss {total / steps:.4f}  "
-                f"lr {trainer.step_lr:.2e}  "
+        line = (f"step {state.step}/{state.config.max_steps}  loss {total / steps:.4f}  "
+                f"lr {state.step_lr:.2e}  "
                 f"{targets / max(now - since, 1e-9):.0f} tok/s  {now - self._start:.0f} s")
         print(line, file=stream, flush=True)

@@ -18,6 +18,9 @@ Conventions a user can reason about:
   (DDP) model's checkpoints, in the single-process format; a sharded (FSDP2) model's
   checkpoints are written by every rank, each its own part (``torch.distributed.checkpoint``;
   see ``checkpoint.py``), and load at any world size.
+- Ranks other than 0 draw dropout from a generator seeded by (seed, step, rank)
+  (``seed_rank``): the ranks' draws differ, and a resumed run repeats them (rank 0 keeps the
+  global generator, which checkpoints save).
 - Stops (a signal, the time budget) are all-reduced (``agree_on_stop``), so every rank stops
   after the same step; collectives time out (``DEFAULT_TIMEOUT_S``) instead of hanging when a
   rank dies.
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +60,7 @@ __all__ = [
     "World",
     "agree_on_stop",
     "all_reduce_sum",
+    "as_float",
     "barrier",
     "checkpoint_layers",
     "full_model_state",
@@ -71,6 +76,7 @@ __all__ = [
     "model_state",
     "prepare_model",
     "rank",
+    "seed_rank",
     "shard",
     "shutdown",
     "world_from_env",
@@ -197,6 +203,16 @@ def global_mean_weight(local_count: int) -> float:
     return local_count * world_size() / max(total, 1.0)
 
 
+def as_float(value: torch.Tensor) -> float:
+    """A scalar tensor, or a replicated ``DTensor`` one (a sharded model's gradient norm), as
+    a Python float (waiting for its device)."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(value, DTensor):
+        value = value.full_tensor()
+    return float(value)
+
+
 def agree_on_stop(reason: str | None) -> str | None:
     """The stop reason every rank agrees on: the strongest of the ranks' ``reason`` (see
     ``STOP_CODES``), so all ranks stop after the same step."""
@@ -204,6 +220,15 @@ def agree_on_stop(reason: str | None) -> str | None:
         return reason
     (code,) = _reduce([float(STOP_CODES[reason])], dist.ReduceOp.MAX)
     return next(name for name, value in STOP_CODES.items() if value == int(code))
+
+
+def seed_rank(seed: int, step: int) -> None:
+    """Before step ``step + 1``, on a rank other than 0: seed torch's global generator from
+    (``seed``, ``step``, rank), so the ranks draw different dropout and a resumed run draws
+    the same again; nothing on rank 0 (or alone), whose generator checkpoints save."""
+    if rank() > 0:
+        draws = random.Random(f"{seed}/{step}/{rank()}")
+        torch.manual_seed(draws.getrandbits(63))
 
 
 def layer_classes(model: nn.Module) -> tuple[type[nn.Module], ...]:

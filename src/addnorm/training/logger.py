@@ -30,7 +30,7 @@ import numpy as np
 from addnorm.training.callbacks import Callback
 
 if TYPE_CHECKING:
-    from addnorm.training.trainer import Trainer
+    from addnorm.training.trainer_state import TrainerState
 
 __all__ = [
     "REPORT_TO",
@@ -142,14 +142,14 @@ class LoggerCallback(Callback):
             )
         self.logger = logger
 
-    def on_fit_start(self, trainer: Trainer) -> None:
-        self.logger.start(trainer.step)
+    def on_fit_start(self, state: TrainerState) -> None:
+        self.logger.start(state.step)
 
-    def on_log(self, trainer: Trainer, record: dict[str, float]) -> None:
+    def on_log(self, state: TrainerState, record: dict[str, float]) -> None:
         scalars = {f"train/{name}": value for name, value in record.items() if name != "step"}
         self.logger.log_scalars(int(record["step"]), scalars)
 
-    def on_fit_end(self, trainer: Trainer) -> None:
+    def on_fit_end(self, state: TrainerState) -> None:
         self.logger.flush()
 
 

@@ -1,5 +1,5 @@
 """The trainer's optimizer: AdamW with weight decay on matrices only; the gradients' norm
-it is handed (clipped)."""
+before clipping, and the factor clipping scaled them by."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from torch import nn
 
 from addnorm.training.config import TrainConfig
 
-__all__ = ["gradient_norm", "make_optimizer"]
+__all__ = ["clip_factor", "gradient_norm", "make_optimizer"]
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
@@ -39,3 +39,13 @@ def gradient_norm(model: nn.Module, clip: float) -> torch.Tensor:
         return nn.utils.clip_grad_norm_(model.parameters(), clip)
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     return nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+
+
+def clip_factor(total_norm: torch.Tensor, clip: float) -> torch.Tensor:
+    """What clipping to ``clip`` multiplied every gradient by, given their norm before it
+    (:func:`gradient_norm`'s): ``min(1, clip / (total_norm + 1e-6))``, computed as torch's
+    ``clip_grads_with_norm_`` computes it (the same float); 1 when ``clip`` is not > 0. A
+    gradient's norm before clipping is its norm after divided by this."""
+    if clip > 0:
+        return torch.clamp(clip / (total_norm + 1e-6), max=1.0)
+    return torch.ones((), device=total_norm.device)

@@ -16,10 +16,12 @@ A ``KeyboardInterrupt`` raised inside ``Trainer.fit`` by other means than a firs
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal, Protocol
 
 import torch
 
+from addnorm.training.checkpoint import list_checkpoints
 from addnorm.training.state import capture_rng, restore_rng
 
 __all__ = ["Phase", "StepBoundary"]
@@ -56,3 +58,14 @@ class StepBoundary:
         if self.phase == "forward":
             batches.load_state_dict(self._data)
             restore_rng(*self._rng)
+
+    def kept_checkpoint(self, run_dir: Path) -> tuple[int, Path]:
+        """After an interrupt in the "update" phase: the newest checkpoint in ``run_dir``,
+        kept as it is (writing the half-updated weights would break exact resume), and its
+        step; re-raises the interrupt when there is none."""
+        saved = list_checkpoints(run_dir)
+        if not saved:
+            raise KeyboardInterrupt(
+                "interrupted inside an optimizer update before any checkpoint was written"
+            )
+        return int(saved[-1].name.removeprefix("step-")), saved[-1]

@@ -9,15 +9,26 @@ TensorBoard's: :func:`scalars` flattens a record into its ``name -> number`` pai
 :func:`logger_sink` hands them to a :class:`~addnorm.training.logger.Logger`; the trainer does
 this for its ``loggers``).
 
+Gradient norms are those before clipping, the numbers other tools report and
+``metrics.jsonl``'s ``grad_norm``: a record's ``grad_norm`` (each layer's, sublayer's and the
+``"total"``) is the norm of the gradients as the backward pass left them, and ``clip_factor``
+what ``grad_clip`` then multiplied every gradient by (1: not clipped; torch's factor,
+:func:`~addnorm.training.optimizer.clip_factor`), so ``grad_norm * clip_factor`` is what the
+optimizer got. The watch reads the gradients after clipping and divides by the factor (equal
+within a float32 rounding; a factor of 0 or one that is not finite leaves the norms null).
+Records written before ``clip_factor`` existed hold the norms as clipped
+(:func:`grad_norm_basis` tells them apart); ratios between layers are the same either way.
+
 Cost: the hooks are registered at the start of a watched step and removed once its
 gradients are complete, so an unwatched step runs exactly as without the watch; a watched
 step measures on its own batch (every micro-batch, every process), reads its numbers back
 once and keeps a copy of the weights until its update is done (for ``update_ratio``).
 
 With ``compile``, hooks would never run inside the compiled graph: a watched step runs the
-model's eager module instead (the same parameters: ``torch.compile``'s ``_orig_mod``),
-unwatched steps the compiled one. A first step that is watched then runs eagerly, so the
-compiling falls into the next step and ``TrainResult.compile_s`` times an eager step.
+model's uncompiled form instead (the same parameters; it sets the trainer's
+:attr:`~addnorm.training.wrapping.WrappedModel.eager`), unwatched steps the compiled one. A
+first step that is watched then runs eagerly, so the compiling falls into the next step and
+``TrainResult.compile_s`` times an eager step.
 """
 
 from __future__ import annotations
@@ -25,13 +36,14 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import math
 import os
 import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torch import nn
+import torch
 
 from addnorm.inspection import Watch
 from addnorm.training import distributed
@@ -41,13 +53,14 @@ from addnorm.utils.files import parse_json, write_file_atomic
 
 if TYPE_CHECKING:
     from addnorm.training.logger import Logger
-    from addnorm.training.trainer import Trainer
+    from addnorm.training.trainer_state import TrainerState
 
 __all__ = [
     "DEFAULT_EVERY",
     "WATCH_FILE",
     "WatchCallback",
     "WatchLog",
+    "grad_norm_basis",
     "logger_sink",
     "read_watch",
     "scalars",
@@ -88,38 +101,37 @@ class WatchCallback(Callback):
         self.attention = attention
         self._watch: Watch | None = None
         self._log: WatchLog | None = None
-        self._compiled: nn.Module | None = None  # the compiled forward, set aside
         self._active = False
         self._lr = 0.0  # the watched step's learning rate
+        self._clip = torch.ones(())  # what clipping multiplied its gradients by
 
     def due(self, step: int, max_steps: int) -> bool:
         """Whether step ``step`` (counted from 1) is watched."""
         return step == 1 or step % self.every == 0 or step == max_steps
 
-    def on_fit_start(self, trainer: Trainer) -> None:
-        self._watch = Watch(trainer.model, attention=self.attention)
+    def on_fit_start(self, state: TrainerState) -> None:
+        self._watch = Watch(state.model, attention=self.attention)
         if self.path is not None and distributed.is_main():
-            self._log = WatchLog(self.path, resume_from_step=trainer.resumed_from)
+            self._log = WatchLog(self.path, resume_from_step=state.resumed_from)
 
-    def on_step_start(self, trainer: Trainer) -> None:
-        self._active = self.due(trainer.step + 1, trainer.config.max_steps)
+    def on_step_start(self, state: TrainerState) -> None:
+        self._active = self.due(state.step + 1, state.config.max_steps)
         if not self._active:
             return
         assert self._watch is not None, "on_step_start before on_fit_start"
         self._watch.reset()
-        eager = getattr(trainer.forward_model, "_orig_mod", None)
-        if isinstance(eager, nn.Module):  # compiled: run this step eagerly
-            self._compiled, trainer.forward_model = trainer.forward_model, eager
+        state.wrapped.eager = True  # a compiled forward would run no hooks: this step runs eagerly
         self._watch.attach()
 
-    def on_before_update(self, trainer: Trainer) -> None:
+    def on_before_update(self, state: TrainerState) -> None:
         if self._active:
             assert self._watch is not None
-            self._restore(trainer)
-            self._lr = trainer.optimizer.param_groups[0]["lr"]  # the scheduler steps after
+            self._restore(state)
+            self._lr = state.optimizer.param_groups[0]["lr"]  # the scheduler steps after
+            self._clip = state.clip_factor  # (a tensor: read with the rest, on_step_end)
             self._watch.before_update()
 
-    def on_step_end(self, trainer: Trainer, loss: float, tokens: int) -> None:
+    def on_step_end(self, state: TrainerState, loss: float, tokens: int) -> None:
         if not self._active:
             return
         assert self._watch is not None
@@ -127,22 +139,28 @@ class WatchCallback(Callback):
         measured = self._watch.step()  # every rank: the sums are reduced over them
         if not distributed.is_main():
             return
-        record = {"step": trainer.step, "loss": loss, "lr": self._lr, **measured}
+        factor = distributed.as_float(self._clip)
+        known = math.isfinite(factor) and factor > 0
+        record = {"step": state.step, "loss": loss, "lr": self._lr,
+                  "clip_factor": factor if math.isfinite(factor) else None, **measured}
+        record["grad_norm"] = {  # before clipping: the clipped norms over the factor
+            name: norm / factor if known and norm is not None else None
+            for name, norm in measured["grad_norm"].items()
+        }
         if self._log is not None:
             self._log.write(record)
         for sink in self.sinks:
             sink(record)
 
-    def on_fit_end(self, trainer: Trainer) -> None:
-        self._restore(trainer)
+    def on_fit_end(self, state: TrainerState) -> None:
+        self._restore(state)
         self._active = False
 
-    def _restore(self, trainer: Trainer) -> None:
-        """Hooks off and the compiled forward back, if this step set them."""
+    def _restore(self, state: TrainerState) -> None:
+        """Hooks off and the compiled forward back."""
         if self._watch is not None:
             self._watch.detach()
-        if self._compiled is not None:
-            trainer.forward_model, self._compiled = self._compiled, None
+        state.wrapped.eager = False
 
 
 class WatchLog:
@@ -234,9 +252,13 @@ def _rounded(value: Any) -> Any:
 
 
 def scalars(record: dict, prefix: str = "watch") -> dict[str, float]:
-    """A record's numbers as ``"prefix/section/name[/stat]" -> value`` (heads as ``/hN``),
-    for a scalar logger; missing (None) values left out."""
+    """A record's numbers as ``"prefix/section/name[/stat]" -> value`` (heads as ``/hN``)
+    and its ``clip_factor`` as ``"prefix/clip_factor"``, for a scalar logger (``grad_norm``:
+    before clipping); missing (None) values left out. The loss and lr are the metrics
+    records' (``train/...``)."""
     out: dict[str, float] = {}
+    if _is_number(record.get("clip_factor")):
+        out[f"{prefix}/clip_factor"] = float(record["clip_factor"])
     for section, content in record.items():
         if section in ("step", "layers") or not isinstance(content, dict):
             continue
@@ -248,9 +270,26 @@ def scalars(record: dict, prefix: str = "watch") -> dict[str, float]:
             else:
                 items = [(name, value)]
             for key, number in items:
-                if isinstance(number, int | float) and not isinstance(number, bool):
+                if _is_number(number):
                     out[f"{prefix}/{section}/{key}"] = float(number)
     return out
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def grad_norm_basis(records: Sequence[dict]) -> str:
+    """What the ``grad_norm`` of a watch file's ``records`` measures: "before clipping"
+    (records with ``clip_factor``), "after clipping" (records written before it was kept,
+    whose norms are as ``grad_clip`` left them), or where a resumed run went from one to
+    the other."""
+    first = next((r["step"] for r in records if "clip_factor" in r), None)
+    if first is None:
+        return "after clipping (a watch file written before clip_factor was recorded)"
+    if all("clip_factor" in r for r in records):
+        return "before clipping"
+    return f"before clipping from step {first}, after clipping in the records before"
 
 
 def logger_sink(logger: Logger) -> Sink:
