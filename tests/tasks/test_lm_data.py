@@ -20,6 +20,7 @@ import torch
 from addnorm.data.fingerprint import DataChangedError, DataRecord
 from addnorm.data.token_corpus import TokenCorpus
 from addnorm.tasks.lm import LMTask
+from addnorm.tasks.lm_data import UserText
 from addnorm.tasks.plan import plan_fresh_run, plan_resumed_run
 from addnorm.tasks.run import load_trained, train_run
 from addnorm.training.metrics import read_metrics
@@ -151,8 +152,18 @@ def test_too_few_windows_for_a_batch_or_a_held_out_window_are_refused(tmp_path):
         plan_fresh_run("lm", train_overrides={"data": str(small), "seq_len": 100})
 
 
-def test_a_record_alone_reopens_the_corpus_when_training_needs_it(tmp_path, corpus_dir):
+def test_a_record_alone_reopens_the_corpus_when_training_needs_it(tmp_path, corpus_dir,
+                                                                  monkeypatch):
     corpus = TokenCorpus.build(corpus_dir)
+    reopened = []
+    real = TokenCorpus.reopen.__func__
+
+    def spy(cls, *args, **kwargs):
+        reopened.append(args[0].path)
+        return real(cls, *args, **kwargs)
+
+    monkeypatch.setattr(TokenCorpus, "reopen", classmethod(spy))
     task = LMTask(corpus.tokenizer, data=DataRecord.from_dict(corpus.record.to_dict()))
-    assert task._corpus is None  # nothing read yet
-    assert task.corpus.n_train == corpus.n_train
+    assert isinstance(task.data, UserText) and reopened == []  # nothing read yet
+    assert task.corpus.n_train == corpus.n_train and task.data.train_size() == corpus.n_train
+    assert task.corpus is task.corpus and reopened == [str(corpus_dir)]  # opened once
