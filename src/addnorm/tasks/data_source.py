@@ -11,12 +11,13 @@ elsewhere.
 
 from __future__ import annotations
 
+import inspect
 import json
-from typing import Protocol
+from typing import Any, Protocol
 
 from addnorm.data.fingerprint import DataRecord
 
-__all__ = ["DataSource", "record_files"]
+__all__ = ["DataSource", "is_data_source", "record_files"]
 
 
 class DataSource(Protocol):
@@ -47,3 +48,10 @@ class DataSource(Protocol):
 def record_files(record: DataRecord) -> dict[str, str]:
     """``{"data.json": ...}``: a user's data's record, indented JSON."""
     return {"data.json": json.dumps(record.to_dict(), indent=1) + "\n"}
+
+
+def is_data_source(value: Any) -> bool:
+    """Whether ``value`` is a data object already (it has :class:`DataSource`'s methods),
+    found without reading any of its properties (which may open files)."""
+    return all(callable(inspect.getattr_static(value, name, None))
+               for name in ("train_size", "to_dict", "run_files"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -21,7 +21,7 @@ from addnorm.data.hf_tokenizer import HFTokenizer, TextTokenizer, tokenizer_from
 from addnorm.data.text import TextCorpus
 from addnorm.data.token_corpus import TokenCorpus
 from addnorm.data.tokenizers import SPECIALS, CharTokenizer
-from addnorm.tasks.data_source import DataSource, record_files
+from addnorm.tasks.data_source import DataSource, is_data_source, record_files
 
 __all__ = [
     "SAMPLE_PROMPTS",
@@ -36,7 +36,6 @@ __all__ = [
 SAMPLE_PROMPTS = ("The ", "def ", "class ")
 
 
-@runtime_checkable
 class TextData(DataSource, Protocol):
     """The text a language model trains on.
 
@@ -196,7 +195,7 @@ def text_data(
         if tokenizer is None:
             raise TypeError("a DataRecord needs the tokenizer it was encoded with")
         return UserText(tokenizer, data, prompts=prompts)
-    if isinstance(data, TextData):
+    if is_data_source(data):
         if tokenizer is not None or prompts is not None:
             raise TypeError("a TextData carries its own tokenizer and prompts")
         return data
