@@ -163,3 +163,21 @@ def test_the_task_is_given_one_pair_data_whichever_it_is(tmp_path):
         TranslateTask(data=corpus.record)
     with pytest.raises(TypeError, match="carries its own tokenizers"):
         TranslateTask(corpus.src_tok, data=pairs)
+
+
+def test_a_planned_run_reads_and_tokenizes_the_pairs_once(tmp_path, monkeypatch):
+    """The plan's task (its data read) is the one the size check and the run use: nothing
+    is cached elsewhere, so a second build would read and train the tokenizers again."""
+    from addnorm.tasks.plan import check_run_fits
+
+    built = []
+    real = PairCorpus.build.__func__
+    monkeypatch.setattr(PairCorpus, "build", classmethod(
+        lambda cls, *args, **kwargs: built.append(args[0]) or real(cls, *args, **kwargs)))
+    data = _pairs_file(tmp_path / "pairs.tsv")
+    plan = plan_fresh_run("translate", model_overrides=TINY,
+                          train_overrides={**TRAIN, "data": str(data), "max_steps": 1})
+    check_run_fits(plan, "cpu")
+    train_run("translate", plan.model_cfg, plan.train_cfg, tmp_path / "run",
+              task_cfg=plan.task_cfg, task=plan.task)
+    assert built == [str(data)]
