@@ -2,7 +2,8 @@
 from ``pydoc_data.topics``; scikit-learn's digits, ``digits``), tokenizers (characters, a
 pretrained model's ``tokenizer.json`` in ``pretrained_tokenizer``, and for a user's text
 ``HFTokenizer``: a byte-level BPE trained with ``tokenizers``, or a user's file), training
-batch sources, and a user's own data: text tokenized into a memory-mapped token file
+batch sources (map-style Datasets drawn by a seeded, resumable sampler: ``sampler``), and a
+user's own data: text tokenized into a memory-mapped token file
 (``TokenCorpus``, ``TextWindows``), sentence pairs (``PairCorpus``, ``TranslationPairs``,
 ``PairBatches``), images (``ImageCorpus``, ``ImageDataset``, ``ImageBatches``) and the record a
 run keeps of them (``fingerprint``: ``DataRecord``)."""
@@ -18,6 +19,7 @@ from addnorm.data.fingerprint import (
 from addnorm.data.hf_tokenizer import HFTokenizer
 from addnorm.data.images import ImageBatches, ImageCorpus, ImageDataset
 from addnorm.data.pairs import PairBatches, PairCorpus, TranslationPairs
+from addnorm.data.sampler import SampledBatches, SeededSampler
 from addnorm.data.text import TextCorpus
 from addnorm.data.token_corpus import TextWindows, TokenCorpus
 from addnorm.data.tokenizers import CharTokenizer, date_source_tokenizer, date_target_tokenizer
@@ -36,6 +38,8 @@ __all__ = [
     "ImageDataset",
     "PairBatches",
     "PairCorpus",
+    "SampledBatches",
+    "SeededSampler",
     "TextBatches",
     "TextCorpus",
     "TextWindows",
