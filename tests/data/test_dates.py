@@ -20,6 +20,7 @@ from addnorm.data.dates import (
     FORMATS,
     LAST_YEAR,
     SPLITS,
+    DateExamples,
     date_split,
     dates_in_split,
     format_date,
@@ -200,6 +201,31 @@ def test_examples_repeat_for_the_same_seed():
     first = list(random_examples(train, random.Random(7), 50))
     again = list(random_examples(train, random.Random(7), 50))
     assert first == again
+
+
+def test_the_examples_dataset_draws_what_random_examples_draws():
+    """DateExamples.draw makes the calls random_examples makes (the reference): the same
+    examples, and the generator left in the same state."""
+    examples = DateExamples("train")
+    assert examples.dates == dates_in_split("train")
+    rng, reference = random.Random(11), random.Random(11)
+    drawn = [examples[examples.draw(rng)] for _ in range(300)]
+    assert drawn == list(random_examples(examples.dates, reference, 300))
+    assert rng.getstate() == reference.getstate()
+
+
+def test_the_examples_dataset_holds_every_date_in_every_format_and_case_once():
+    examples = DateExamples("val")
+    n_cased = sum(1 for fmt in FORMATS if format_date(dt.date(2001, 5, 6), fmt, case="upper")
+                  != format_date(dt.date(2001, 5, 6), fmt))
+    assert len(examples.variants) == len(FORMATS) + 2 * n_cased  # lower and upper besides
+    assert len(examples) == len(examples.dates) * len(examples.variants)
+    last = examples[len(examples) - 1]
+    fmt, case = examples.variants[-1]
+    assert last == (format_date(examples.dates[-1], fmt, case=case),
+                    examples.dates[-1].isoformat())
+    with pytest.raises(IndexError):
+        examples[len(examples)]
 
 
 def test_the_source_vocabulary_covers_every_format_without_unknowns():

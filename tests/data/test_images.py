@@ -185,6 +185,20 @@ def test_batches_replay_from_their_generator_and_drop_labels_at_the_rate_asked()
     assert abs(batch["drop"].float().mean().item() - 0.1) < 5 * (0.1 * 0.9 / 4000) ** 0.5
 
 
+def test_batches_of_the_dataset_equal_batches_of_its_tensors(tmp_path):
+    write_folder(tmp_path, {"a": 6, "b": 6})
+    corpus = ImageCorpus.build(tmp_path)
+    data = ImageDataset(corpus, "train", image_size=8)
+    settings = dict(batch_size=5, n_steps=1000, class_dropout=0.3, seed=2)
+    of_dataset = ImageBatches(data, **settings)
+    of_tensors = ImageBatches(data.images, data.labels, **settings)
+    for _ in range(3):
+        a, b = of_dataset.next_batch(), of_tensors.next_batch()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(TypeError, match="a dataset of images, or a tensor"):
+        ImageBatches(data, data.labels, **settings)
+
+
 # ---------------------------------------------------------------- what is refused
 
 

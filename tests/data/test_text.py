@@ -54,6 +54,26 @@ def test_text_batches_shift_targets_by_one_and_resume_their_order(corpus):
     assert torch.equal(batches.next_batch()["ids"], expected["ids"])
 
 
+def test_text_batches_draw_the_corpus_random_windows(corpus):
+    """The windows of the trainer's batches are TextWindows items at the offsets the corpus's
+    own random_windows draws (the reference) with the same seed: every window but the
+    last."""
+    batches = TextBatches(corpus, batch_size=5, length=16, seed=4)
+    rng = random.Random(4)
+    for _ in range(3):
+        batch, windows = batches.next_batch(), corpus.random_windows(rng, 5, 16)
+        assert torch.equal(batch["ids"], windows[:, :-1])
+        assert torch.equal(batch["targets"], windows[:, 1:])
+    assert batches.sampler.n == len(batches.dataset) - 1
+
+
+def test_text_batches_refuse_a_window_longer_than_the_train_split():
+    short = TextCorpus("abcdefghij" * 11)  # 99 train characters
+    TextBatches(short, batch_size=2, length=97, seed=0)  # 2 windows: the first is drawn
+    with pytest.raises(ValueError, match=r"length \(98\) must be < the train split \(99 ids\)"):
+        TextBatches(short, batch_size=2, length=98, seed=0)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error"),
     [

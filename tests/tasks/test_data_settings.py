@@ -1,5 +1,5 @@
-"""The data settings of the text tasks (``addnorm.tasks.data_settings``), checked alike in
-the lm and translate configs when they are built: each bad combination refused by name, and
+"""The data settings of the tasks (``addnorm.tasks.data_settings``), checked alike in
+the lm, translate and dit configs when they are built: each bad combination refused by name, and
 paths made absolute (so a run resumed from another folder names the same files).
 
 Provenance: the documented rules of ``check_data_settings``; the identity that a config
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from addnorm.tasks.dit import DiTTaskConfig
 from addnorm.tasks.lm import LMTaskConfig
 from addnorm.tasks.translate import TranslateTaskConfig
 
@@ -44,3 +45,16 @@ def test_the_translate_config_checks_its_data_settings():
         TranslateTaskConfig(valid="v.tsv", shared_vocab=True)
     with pytest.raises(TypeError, match="shared_vocab must be a bool"):
         TranslateTaskConfig(data="p.tsv", shared_vocab=1)
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"image_size": 16}, "image_size need data"),
+    ({"val_fraction": 0.3, "image_size": 8}, "image_size and val_fraction need data"),
+    ({"data": "pics", "image_size": 10**6}, r"image_size \(1000000\) must be <= "),
+    ({"data": "pics", "val_fraction": 0.0}, "val_fraction must be > 0"),
+    ({"data": ""}, "non-empty str"),
+])
+def test_image_settings_are_checked_when_the_config_is_built(settings, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        DiTTaskConfig(**settings)
+    assert DiTTaskConfig(data="pics").data.startswith("/")  # made absolute

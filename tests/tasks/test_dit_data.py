@@ -1,7 +1,8 @@
 """The ``dit`` task on a user's images: the model it prepares (the images' size, channels and
 classes), what it refuses before a run starts, the loss with the batch's label dropout, a
 tiny run (its figures, its data record, an exact resume, a resume refused after the images
-changed), a one-class run (its headline), and the record a checkpoint keeps.
+changed), a one-class run (its headline), and the record a checkpoint keeps; the images as
+one data object (``addnorm.tasks.dit_data``), opened only when needed.
 
 Provenance: ``force_drop_ids`` equals the null class id in the labels (the DiT's definition
 of label dropout, an identity); a resumed run's final loss equals the uninterrupted run's,
@@ -21,10 +22,12 @@ import torch
 from data.test_images import write_folder
 from PIL import Image
 
-from addnorm.data.fingerprint import DataChangedError
-from addnorm.data.images import ImageCorpus
+from addnorm.data.digits import to_pixel_scale
+from addnorm.data.fingerprint import DataChangedError, DataRecord
+from addnorm.data.images import ImageCorpus, to_pixels
 from addnorm.dit import DIT_PRESETS
 from addnorm.tasks.dit import DiTTask, DiTTaskConfig
+from addnorm.tasks.dit_data import SAMPLE_CHUNK, BundledDigits, UserImages, image_data
 from addnorm.tasks.plan import plan_fresh_run, plan_resumed_run
 from addnorm.tasks.run import load_trained, train_run
 from addnorm.training.config import TrainConfig
@@ -174,3 +177,43 @@ def test_the_digits_task_is_as_before():
                               "min_snr_gamma": None}
     assert task.class_names == tuple("0123456789") and task.pixel_max == 16.0
     assert DiTTask().run_files() == {}
+
+
+def test_the_task_is_given_one_image_data_and_reads_nothing_before_it_needs_to(folder,
+                                                                              monkeypatch):
+    """``image_data``: the digits, a corpus, its record (opened on first use, once) or an
+    ImageData itself; the judge of a user's images is fitted once per size."""
+    corpus = ImageCorpus.build(folder)
+    assert isinstance(image_data(), BundledDigits)
+    assert isinstance(image_data(corpus), UserImages) and image_data(corpus).corpus is corpus
+    opened = []
+    real = ImageCorpus.reopen.__func__
+    monkeypatch.setattr(ImageCorpus, "reopen", classmethod(
+        lambda cls, record: opened.append(record.path) or real(cls, record)))
+    data = image_data(DataRecord.from_dict(corpus.record.to_dict()), image_size=8)
+    task = DiTTask(data=data)
+    assert task.data is data and opened == [] and task.class_names == corpus.classes
+    assert data.train_size() == len(corpus.train_index) and data.corpus is data.corpus
+    assert opened == [str(folder)]
+    assert data.judge(8) is data.judge(8)
+    with pytest.raises(TypeError, match="carries its own image_size"):
+        image_data(data, image_size=8)
+    with pytest.raises(TypeError, match="data must be an ImageCorpus"):
+        DiTTask(data=str(folder))
+
+
+def test_the_digits_samples_are_their_pixel_scale_and_records(folder):
+    """BundledDigits' pixels are to_pixel_scale of the one channel (the digits' own
+    conversion); a user's, to_pixels of every channel; each record is its sample's."""
+    x = torch.linspace(-1.2, 1.2, 2 * 64).reshape(2, 1, 8, 8)
+    digits = BundledDigits()
+    assert torch.equal(digits.to_pixels(x), to_pixel_scale(x[:, 0]))
+    record = digits.sample_record(3, digits.to_pixels(x)[0])
+    assert record["class"] == 3 and np.array(record["pixels"]).shape == (8, 8)
+    images = UserImages(ImageCorpus.build(folder).record)
+    rgb = torch.linspace(-1, 1, 3 * 16).reshape(1, 3, 4, 4)
+    assert torch.equal(images.to_pixels(rgb), to_pixels(rgb))
+    record = images.sample_record(2, images.to_pixels(rgb)[0])
+    assert record["class"] == "wasps" and record["max"] == 255
+    assert np.array(record["pixels"]).shape == (4, 4, 3)
+    assert (digits.samples_at_once(500), images.samples_at_once(500)) == (500, SAMPLE_CHUNK)

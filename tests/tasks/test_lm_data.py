@@ -1,5 +1,6 @@
 """The lm task on a user's text: planned, trained, scored, saved, loaded and resumed through the
-generic code, with the data given to the task (``LMTask(data=...)``) or named by its config.
+generic code, with the data given to the task (``LMTask(data=...)``) or named by its config;
+the text as one data object (``addnorm.tasks.lm_data``), opened only when needed.
 
 Provenance: the held-out figures are one sum of bits divided by three counts, so
 ``bits/byte * bytes == bits/char * chars == bits/token * tokens`` (an identity, up to float64
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shutil
 
 import pytest
@@ -20,6 +22,13 @@ import torch
 from addnorm.data.fingerprint import DataChangedError, DataRecord
 from addnorm.data.token_corpus import TokenCorpus
 from addnorm.tasks.lm import LMTask
+from addnorm.tasks.lm_data import (
+    SAMPLE_PROMPTS,
+    BundledText,
+    UserText,
+    text_data,
+    text_data_from_dict,
+)
 from addnorm.tasks.plan import plan_fresh_run, plan_resumed_run
 from addnorm.tasks.run import load_trained, train_run
 from addnorm.training.metrics import read_metrics
@@ -151,8 +160,37 @@ def test_too_few_windows_for_a_batch_or_a_held_out_window_are_refused(tmp_path):
         plan_fresh_run("lm", train_overrides={"data": str(small), "seq_len": 100})
 
 
-def test_a_record_alone_reopens_the_corpus_when_training_needs_it(tmp_path, corpus_dir):
+def test_a_record_alone_reopens_the_corpus_when_training_needs_it(tmp_path, corpus_dir,
+                                                                  monkeypatch):
     corpus = TokenCorpus.build(corpus_dir)
+    reopened = []
+    real = TokenCorpus.reopen.__func__
+
+    def spy(cls, *args, **kwargs):
+        reopened.append(args[0].path)
+        return real(cls, *args, **kwargs)
+
+    monkeypatch.setattr(TokenCorpus, "reopen", classmethod(spy))
     task = LMTask(corpus.tokenizer, data=DataRecord.from_dict(corpus.record.to_dict()))
-    assert task._corpus is None  # nothing read yet
-    assert task.corpus.n_train == corpus.n_train
+    assert isinstance(task.data, UserText) and reopened == []  # nothing read yet
+    assert task.corpus.n_train == corpus.n_train and task.data.train_size() == corpus.n_train
+    assert task.corpus is task.corpus and reopened == [str(corpus_dir)]  # opened once
+
+
+def test_the_task_is_given_one_text_data_whichever_it_is(tmp_path, corpus_dir):
+    """``text_data``: the topics, a corpus, its record or a TextData itself; the bundled
+    text's bits per character are the nats over the count over ln 2 (the definition)."""
+    bundled = text_data()
+    assert isinstance(bundled, BundledText) and bundled.prompts() == SAMPLE_PROMPTS
+    assert bundled.scores(3.0, 4, torch.zeros(1, 5)) == {"val_bpc": 3.0 / 4 / math.log(2),
+                                                        "val_chars": 4}
+    corpus = TokenCorpus.build(corpus_dir)  # characters: no tokenizer.json to keep
+    data = text_data(data=corpus)
+    assert isinstance(data, UserText) and data.corpus() is corpus
+    assert set(data.run_files()) == {"data.json"} and data.unit == "tokens"
+    task = LMTask(data=data)
+    assert task.data is data and task.tokenizer is corpus.tokenizer
+    assert text_data_from_dict(json.loads(json.dumps(data.to_dict()))).to_dict() == (
+        data.to_dict())
+    with pytest.raises(TypeError, match="carries its own tokenizer"):
+        LMTask(corpus.tokenizer, data=data)

@@ -4,7 +4,8 @@ chrF by sacrebleu), saved, loaded and resumed through the generic code.
 Provenance: the exact match is recounted from the task's own ``predict`` on the held-out
 pairs; chrF is sacrebleu's ``CHRF`` on the same predictions (the reference implementation);
 the model config's sizes are the tokenizers' (an identity); a resumed run refuses pairs that
-changed, naming the file.
+changed, naming the file; the pairs as one data object (``addnorm.tasks.translate_data``),
+their evaluation sets of the stated sizes, and a share of exact matches counted by hand.
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ from addnorm.data.pairs import PairCorpus
 from addnorm.tasks.plan import plan_fresh_run, plan_resumed_run
 from addnorm.tasks.run import load_trained, train_run
 from addnorm.tasks.translate import TranslateTask
+from addnorm.tasks.translate_data import (
+    BundledDates,
+    UserPairs,
+    pair_data,
+    pair_data_from_dict,
+)
 
 TINY = dict(d_model=32, n_heads=2, d_ff=64, n_encoder_layers=1, n_decoder_layers=1)
 TRAIN = dict(max_steps=3, batch_size=8, eval_size=12, log_every=1, checkpoint_every=0,
@@ -132,3 +139,45 @@ def test_inputs_a_bpe_model_cannot_take_are_named(tmp_path):
     assert dates.answer_problem("2026-13-01") == "not a valid date from 1900 to 2099"
 
 
+
+
+def test_the_task_is_given_one_pair_data_whichever_it_is(tmp_path):
+    """``pair_data``: the dates, a corpus, its record (with the tokenizers) or a PairData
+    itself; each scores by exact match (a user's pairs with chrF where sacrebleu is)."""
+    dates = pair_data()
+    assert isinstance(dates, BundledDates) and dates.max_new_tokens == 11
+    assert [(split, len(examples)) for split, examples in dates.evaluation_sets(8)] == [
+        ("val", 2), ("test", 8)]
+    assert dates.scores("val", ["a", "b"], ["a", "c"]) == {"val_exact_match": 0.5, "n_val": 2}
+    corpus = PairCorpus.build(_pairs_file(tmp_path / "pairs.tsv"))
+    pairs = pair_data(data=corpus)
+    assert isinstance(pairs, UserPairs) and pairs.corpus is corpus
+    assert pairs.max_new_tokens == 2 * corpus.longest_target + 2
+    assert pairs.evaluation_sets(5) == [("test", pairs.held_out("val", 5))]
+    assert pairs.train_size() == len(corpus.train) and not pairs.shared
+    task = TranslateTask(data=pairs)
+    assert task.data is pairs and task.src_tok is corpus.src_tok
+    rebuilt = pair_data_from_dict(json.loads(json.dumps(pairs.to_dict())))
+    assert isinstance(rebuilt, UserPairs) and rebuilt.to_dict() == pairs.to_dict()
+    with pytest.raises(TypeError, match="needs the tokenizers"):
+        TranslateTask(data=corpus.record)
+    with pytest.raises(TypeError, match="carries its own tokenizers"):
+        TranslateTask(corpus.src_tok, data=pairs)
+
+
+def test_a_planned_run_reads_and_tokenizes_the_pairs_once(tmp_path, monkeypatch):
+    """The plan's task (its data read) is the one the size check and the run use: nothing
+    is cached elsewhere, so a second build would read and train the tokenizers again."""
+    from addnorm.tasks.plan import check_run_fits
+
+    built = []
+    real = PairCorpus.build.__func__
+    monkeypatch.setattr(PairCorpus, "build", classmethod(
+        lambda cls, *args, **kwargs: built.append(args[0]) or real(cls, *args, **kwargs)))
+    data = _pairs_file(tmp_path / "pairs.tsv")
+    plan = plan_fresh_run("translate", model_overrides=TINY,
+                          train_overrides={**TRAIN, "data": str(data), "max_steps": 1})
+    check_run_fits(plan, "cpu")
+    train_run("translate", plan.model_cfg, plan.train_cfg, tmp_path / "run",
+              task_cfg=plan.task_cfg, task=plan.task)
+    assert built == [str(data)]

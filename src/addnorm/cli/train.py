@@ -210,6 +210,7 @@ def _train_here(args, device: str) -> int:
                 args.out,
                 task_cfg=plan.task_cfg,
                 resume=plan.resume,
+                task=plan.task,
                 overwrite=args.overwrite,
                 device=device,
                 progress=not args.quiet and sys.stderr.isatty(),

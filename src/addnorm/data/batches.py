@@ -1,26 +1,41 @@
-"""Training batch sources for the tasks, each with a JSON data-order state.
+"""The tasks' training batch sources, each a map-style ``Dataset`` drawn by a
+:class:`~addnorm.data.sampler.SeededSampler` (:class:`~addnorm.data.sampler.SampledBatches`),
+with a JSON data-order state: the sampler's ``random.Random``.
 
-A batch source has ``next_batch() -> dict[str, Tensor]`` and ``state_dict()`` /
-``load_state_dict()``; all its randomness comes from its own ``random.Random``, whose state
-is the data order a checkpoint saves.
+The bundled data's sources are here: the dates (:class:`DateBatches` over
+:class:`~addnorm.data.dates.DateExamples`), character or token windows of a corpus
+(:class:`TextBatches` over :class:`~addnorm.data.token_corpus.TextWindows`) and the digits
+(:class:`DigitBatches` over :class:`LabelledImages`, with the diffusion's draws,
+:class:`DiffusionDraws`); a user's pairs and images have theirs beside their corpora
+(``PairBatches``, ``ImageBatches``). :class:`RankShard` is one rank's share of any of them.
 """
 
 from __future__ import annotations
 
-import random
 from typing import TYPE_CHECKING, Protocol
 
 import torch
+from torch.utils.data import default_collate
 
-from addnorm.data.dates import dates_in_split, random_examples
+from addnorm.data.dates import DateExample, DateExamples
 from addnorm.data.digits import load_digits
-from addnorm.utils.checks import check_int
+from addnorm.data.sampler import SampledBatches, SeededSampler
+from addnorm.data.token_corpus import TextWindows
+from addnorm.utils.checks import check_int, check_probability
 
 if TYPE_CHECKING:
     from addnorm.data.hf_tokenizer import TextTokenizer
 
 __all__ = [
-    "DateBatches", "DigitBatches", "RankShard", "TextBatches", "WindowSource", "encode_date_pairs",
+    "DateBatches",
+    "DiffusionDraws",
+    "DigitBatches",
+    "LabelledImages",
+    "RankShard",
+    "TextBatches",
+    "WindowSource",
+    "encode_date_pairs",
+    "image_batch",
 ]
 
 
@@ -39,17 +54,9 @@ def encode_date_pairs(
     }
 
 
-def _rng_state(rng: random.Random) -> dict:
-    version, internal, gauss = rng.getstate()
-    return {"version": version, "internal": list(internal), "gauss_next": gauss}
-
-
-def _set_rng_state(rng: random.Random, state: dict) -> None:
-    rng.setstate((state["version"], tuple(state["internal"]), state["gauss_next"]))
-
-
-class DateBatches:
-    """Endless batches of train-split dates, each in a randomly chosen format.
+class DateBatches(SampledBatches):
+    """Endless batches of train-split dates, each in a randomly chosen format
+    (:meth:`DateExamples.draw <addnorm.data.dates.DateExamples.draw>`).
 
     Args:
         src_tok, tgt_tok: the date task's tokenizers.
@@ -61,36 +68,30 @@ class DateBatches:
         self, src_tok: TextTokenizer, tgt_tok: TextTokenizer, *, batch_size: int, seed: int
     ) -> None:
         self.src_tok, self.tgt_tok = src_tok, tgt_tok
-        self.batch_size = check_int("batch_size", batch_size, min_value=1)
-        self.rng = random.Random(check_int("seed", seed, min_value=0))
-        self.dates = dates_in_split("train")
+        examples = DateExamples("train")
+        super().__init__(examples, SeededSampler(len(examples), seed, draw=examples.draw),
+                         batch_size=batch_size, collate=self._encode)
 
-    def next_batch(self) -> dict[str, torch.Tensor]:
+    def _encode(self, examples: list[DateExample]) -> dict[str, torch.Tensor]:
         """``src`` (B, S), ``tgt_in`` (B, L), ``tgt_out`` (B, L); see ``encode_date_pairs``."""
-        pairs = list(random_examples(self.dates, self.rng, self.batch_size))
-        sources, targets = zip(*pairs, strict=True)
-        return encode_date_pairs(list(sources), list(targets), self.src_tok, self.tgt_tok)
-
-    def state_dict(self) -> dict:
-        """The data order: the state of this source's random generator."""
-        return {"rng": _rng_state(self.rng)}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Continue the data order saved by ``state_dict``."""
-        _set_rng_state(self.rng, state["rng"])
+        return encode_date_pairs([e.source for e in examples], [e.target for e in examples],
+                                 self.src_tok, self.tgt_tok)
 
 
 class WindowSource(Protocol):
-    """A corpus that draws training windows: :class:`~addnorm.data.text.TextCorpus` (the
-    bundled text) and :class:`~addnorm.data.token_corpus.TokenCorpus` (a user's)."""
+    """A corpus whose train split :class:`TextBatches` draws windows of:
+    :class:`~addnorm.data.text.TextCorpus` (the bundled text) and
+    :class:`~addnorm.data.token_corpus.TokenCorpus` (a user's)."""
 
-    def random_windows(self, rng: random.Random, batch_size: int, length: int) -> torch.Tensor:
-        """A LongTensor (B, length + 1) of windows at offsets drawn from ``rng``."""
+    def ids(self, split: str):
+        """The ids of one split, in text order (1-d)."""
         ...
 
 
-class TextBatches:
-    """Endless batches of random windows of a corpus's train split.
+class TextBatches(SampledBatches):
+    """Endless batches of random windows of a corpus's train split: items of
+    :class:`~addnorm.data.token_corpus.TextWindows`, every window but the last drawn
+    uniformly (as the trainer always drew them, so earlier runs resume bit for bit).
 
     Args:
         corpus: the text (:class:`WindowSource`).
@@ -98,33 +99,84 @@ class TextBatches:
         length: tokens (characters, with a character tokenizer) per window (the model's
             context).
         seed: seeds the data order.
+
+    Batches: ``ids`` (B, L) and the next tokens ``targets`` (B, L).
     """
 
     def __init__(self, corpus: WindowSource, *, batch_size: int, length: int, seed: int
                  ) -> None:
         self.corpus = corpus
-        self.batch_size = check_int("batch_size", batch_size, min_value=1)
         self.length = check_int("length", length, min_value=1)
-        self.rng = random.Random(check_int("seed", seed, min_value=0))
-
-    def next_batch(self) -> dict[str, torch.Tensor]:
-        """``ids`` (B, L) and the next characters ``targets`` (B, L)."""
-        windows = self.corpus.random_windows(self.rng, self.batch_size, self.length)
-        return {"ids": windows[:, :-1], "targets": windows[:, 1:]}
-
-    def state_dict(self) -> dict:
-        """The data order: the state of this source's random generator."""
-        return {"rng": _rng_state(self.rng)}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Continue the data order saved by ``state_dict``."""
-        _set_rng_state(self.rng, state["rng"])
+        windows = TextWindows(corpus, length)
+        if len(windows) < 2:
+            raise ValueError(f"length ({length}) must be < the train split "
+                             f"({len(corpus.ids('train'))} ids) minus one")
+        super().__init__(windows, SeededSampler(len(windows) - 1, seed), batch_size=batch_size)
 
 
-class DigitBatches:
+class LabelledImages(torch.utils.data.Dataset):
+    """Images and their class ids as a map-style dataset: item ``i`` is ``(image, label)``,
+    the image as stored (C, S, S), the label an int.
+
+    Args:
+        images: (N, C, S, S).
+        labels: (N,) class ids.
+    """
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+        if images.ndim != 4 or labels.shape != (images.shape[0],) or images.shape[0] < 1:
+            raise ValueError(f"images must be (N, C, S, S) and labels (N,), N >= 1, got "
+                             f"{tuple(images.shape)} and {tuple(labels.shape)}")
+        self.images, self.labels = images, labels.long()
+
+    def __len__(self) -> int:
+        return self.labels.shape[0]
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        return self.images[index], int(self.labels[index])
+
+
+def image_batch(items: list[tuple[torch.Tensor, int]]) -> dict[str, torch.Tensor]:
+    """``(image, label)`` items as ``images`` (B, C, S, S) and ``labels`` (B,) long."""
+    images, labels = default_collate(items)
+    return {"images": images, "labels": labels}
+
+
+class DiffusionDraws:
+    """What a diffusion's training batch draws beyond its images, in this order from one
+    generator: ``t`` (B,) long, uniform on 0 .. n_steps - 1; ``noise`` like the images,
+    standard normal; with ``class_dropout``, ``drop`` (B,) bool, True with that probability
+    (the label replaced by the null class).
+
+    Args:
+        n_steps: the diffusion's timesteps.
+        class_dropout: the label-dropout probability, or None: no ``drop`` (the model draws
+            its own).
+    """
+
+    def __init__(self, n_steps: int, class_dropout: float | None = None) -> None:
+        self.n_steps = check_int("n_steps", n_steps, min_value=1)
+        self.class_dropout = None if class_dropout is None else check_probability(
+            "class_dropout", class_dropout)
+
+    def __call__(self, batch: dict[str, torch.Tensor], generator: torch.Generator
+                 ) -> dict[str, torch.Tensor]:
+        images = batch["images"]  # (B, C, S, S)
+        n = images.shape[0]
+        draws = {
+            "t": torch.randint(0, self.n_steps, (n,), generator=generator),
+            "noise": torch.randn(images.shape, generator=generator),
+        }
+        if self.class_dropout is not None:
+            draws["drop"] = torch.rand(n, generator=generator) < self.class_dropout
+        return draws
+
+
+class DigitBatches(SampledBatches):
     """Endless batches of train-split digits, with the diffusion timesteps and noise they are
-    trained with, all drawn from this source's own random generator (its state is the data
-    order a checkpoint saves, so a resumed run sees exactly the same batches).
+    trained with (:class:`DiffusionDraws`), all drawn from this source's own random generator
+    (its state is the data order a checkpoint saves, so a resumed run sees exactly the same
+    batches).
 
     Args:
         batch_size: images per batch.
@@ -136,31 +188,10 @@ class DigitBatches:
     """
 
     def __init__(self, *, batch_size: int, n_steps: int, seed: int) -> None:
-        self.batch_size = check_int("batch_size", batch_size, min_value=1)
-        self.n_steps = check_int("n_steps", n_steps, min_value=1)
-        self.rng = random.Random(check_int("seed", seed, min_value=0))
         train = load_digits("train")
-        self.images, self.labels = train.images(), train.labels
-
-    def next_batch(self) -> dict[str, torch.Tensor]:
-        n = len(self.labels)
-        index = torch.tensor([self.rng.randrange(n) for _ in range(self.batch_size)])  # (B,)
-        draws = torch.Generator().manual_seed(self.rng.getrandbits(63))  # t and noise
-        images = self.images[index]  # (B, 1, 8, 8)
-        return {
-            "images": images,
-            "labels": self.labels[index],
-            "t": torch.randint(0, self.n_steps, (self.batch_size,), generator=draws),
-            "noise": torch.randn(images.shape, generator=draws),
-        }
-
-    def state_dict(self) -> dict:
-        """The data order: the state of this source's random generator."""
-        return {"rng": _rng_state(self.rng)}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Continue the data order saved by ``state_dict``."""
-        _set_rng_state(self.rng, state["rng"])
+        digits = LabelledImages(train.images(), train.labels)
+        super().__init__(digits, SeededSampler(len(digits), seed), batch_size=batch_size,
+                         collate=image_batch, draws=DiffusionDraws(n_steps))
 
 
 class RankShard:

@@ -8,6 +8,9 @@ are the true weekday of the date.
 Train, validation and test splits hold *distinct dates*: the split of a date is decided by a
 hash of its ISO string (``zlib.crc32``, stable across processes), so no test date is ever seen
 in training, in any of its formats.
+
+:class:`DateExamples` is a split's every (date, format, case) example as a map-style
+``Dataset``; its ``draw`` picks a key as :func:`random_examples` picks an example.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
+import torch
+
 from addnorm.utils.checks import check_choice, check_int
 
 __all__ = [
@@ -27,12 +32,14 @@ __all__ = [
     "LAST_YEAR",
     "SPLITS",
     "DateExample",
+    "DateExamples",
     "date_split",
     "dates_in_split",
     "format_date",
     "longest_source_length",
     "random_example",
     "random_examples",
+    "random_variant",
     "source_characters",
 ]
 
@@ -156,8 +163,10 @@ _FORMATS: dict[str, Callable[[dt.date], str]] = {
     "zh_weekday": lambda d: f"{d.year}年{d.month}月{d.day}日 {ZH_WEEKDAYS[d.weekday()]}",
 }
 FORMATS: tuple[str, ...] = tuple(_FORMATS)
-# Formats written in Latin letters may also appear in lower or upper case.
+# Formats written in Latin letters may also appear in lower or upper case, in these shares.
 _CASED = tuple(name for name in FORMATS if name.split("_")[0] in ("en", "de", "fr", "es"))
+CASES = ("as_is", "lower", "upper")
+_CASE_WEIGHTS = (6, 3, 1)
 
 
 def format_date(date: dt.date, fmt: str, *, case: str = "as_is") -> str:
@@ -168,7 +177,7 @@ def format_date(date: dt.date, fmt: str, *, case: str = "as_is") -> str:
     if not isinstance(date, dt.date):
         raise TypeError(f"date must be a datetime.date, got {type(date).__name__}")
     check_choice("fmt", fmt, FORMATS)
-    check_choice("case", case, ("as_is", "lower", "upper"))
+    check_choice("case", case, CASES)
     text = _FORMATS[fmt](date)
     if case == "lower":
         return text.lower()
@@ -206,12 +215,19 @@ class DateExample(NamedTuple):
     target: str
 
 
-def random_example(date: dt.date, rng: random.Random) -> DateExample:
-    """One example for ``date``: a uniformly chosen format, Latin formats in a random case."""
+def random_variant(rng: random.Random) -> tuple[str, str]:
+    """A format and case: the format uniform, a Latin one's case as_is, lower or upper in
+    the shares 6 : 3 : 1 (else as_is)."""
     fmt = rng.choice(FORMATS)
     case = "as_is"
     if fmt in _CASED:
-        case = rng.choices(("as_is", "lower", "upper"), weights=(6, 3, 1))[0]
+        case = rng.choices(CASES, weights=_CASE_WEIGHTS)[0]
+    return fmt, case
+
+
+def random_example(date: dt.date, rng: random.Random) -> DateExample:
+    """One example for ``date``: a uniformly chosen format, Latin formats in a random case."""
+    fmt, case = random_variant(rng)
     return DateExample(format_date(date, fmt, case=case), date.isoformat())
 
 
@@ -227,6 +243,38 @@ def random_examples(dates: list[dt.date], rng: random.Random, n: int) -> Iterato
         yield random_example(rng.choice(dates), rng)
 
 
+class DateExamples(torch.utils.data.Dataset):
+    """Every example of a split's dates, as a map-style dataset: key ``k`` is date
+    ``k // n_variants`` (calendar order) in variant ``k % n_variants`` (a format and case,
+    ``variants``); the item is its :class:`DateExample`.
+
+    Args:
+        split: "train", "val" or "test".
+    """
+
+    def __init__(self, split: str = "train") -> None:
+        self.dates = dates_in_split(split)
+        self.variants = [(f, c) for f in FORMATS for c in (CASES if f in _CASED else CASES[:1])]
+        self._variant_key = {v: i for i, v in enumerate(self.variants)}
+
+    def __len__(self) -> int:
+        return len(self.dates) * len(self.variants)
+
+    def __getitem__(self, key: int) -> DateExample:
+        if not 0 <= key < len(self):
+            raise IndexError(f"example {key} out of range 0 .. {len(self) - 1}")
+        day, variant = divmod(key, len(self.variants))
+        fmt, case = self.variants[variant]
+        date = self.dates[day]
+        return DateExample(format_date(date, fmt, case=case), date.isoformat())
+
+    def draw(self, rng: random.Random) -> int:
+        """A key drawn from ``rng`` as :func:`random_examples` draws an example: a date
+        uniformly, then :func:`random_variant` (the same calls, in the same order)."""
+        day = rng.randrange(len(self.dates))  # as rng.choice(dates) draws
+        return day * len(self.variants) + self._variant_key[random_variant(rng)]
+
+
 def source_characters() -> list[str]:
     """Every character an input may contain: printable ASCII plus the letters of the tables.
 
@@ -236,7 +284,7 @@ def source_characters() -> list[str]:
     sample_dates = [dt.date(2026, m, d) for m in range(1, 13) for d in (1, 2, 3, 4, 5, 6, 7)]
     for day in sample_dates:
         for fmt in FORMATS:
-            for case in ("as_is", "lower", "upper"):
+            for case in CASES:
                 chars.update(format_date(day, fmt, case=case))
     return sorted(chars)
 
@@ -252,7 +300,7 @@ def longest_source_length() -> int:
     day, longest = dt.date(2000, 1, 1), 0
     while day.year == 2000:
         for fmt in FORMATS:
-            for case in ("as_is", "lower", "upper"):
+            for case in CASES:
                 longest = max(longest, len(format_date(day, fmt, case=case)))
         day += dt.timedelta(days=1)
     return longest

@@ -37,14 +37,14 @@ that cannot be read, or changes while it is read, raises
 :class:`~addnorm.data.fingerprint.DataReadError` (an ``OSError``).
 
 :class:`ImageDataset` is a ``torch.utils.data.Dataset`` of one split at one size, for a
-``DataLoader``; :class:`ImageBatches` is the trainer's batch source for the DiT (images,
-labels, timesteps, noise and the label-dropout draw, all from its own generator).
+``DataLoader``; :class:`ImageBatches` is the trainer's batch source for the DiT: such a
+dataset drawn by a seeded sampler, with the timesteps, noise and label-dropout draw of each
+batch from the same generator.
 """
 
 from __future__ import annotations
 
 import os
-import random
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from addnorm.data.batches import _rng_state, _set_rng_state
+from addnorm.data.batches import DiffusionDraws, LabelledImages, image_batch
 from addnorm.data.fingerprint import (
     DataError,
     DataFingerprint,
@@ -80,7 +80,8 @@ from addnorm.data.image_files import (
     read_header,
     read_npz,
 )
-from addnorm.utils.checks import check_choice, check_float, check_int, check_probability
+from addnorm.data.sampler import SampledBatches, SeededSampler
+from addnorm.utils.checks import check_choice, check_float, check_int
 
 __all__ = [
     "COLOUR_MODES",
@@ -96,11 +97,6 @@ __all__ = [
 
 DEFAULT_VAL_FRACTION = 0.2
 _SPLITS = ("train", "val")
-# Corpora built in this process, by their files and settings: planning a run, sizing it and
-# running it each ask for the task's corpus, whose pixels are then decoded once.
-_BUILT: dict[str, ImageCorpus] = {}
-_MAX_BUILT = 4
-
 
 
 def to_model_scale(pixels: torch.Tensor) -> torch.Tensor:
@@ -165,17 +161,9 @@ class ImageCorpus:
         _check_val_fraction(val_fraction)
         root, files = _resolve(path, what)
         fingerprint = fingerprint_files(files, root)
-        key = repr((absolute_path(path), fingerprint.digest, val_fraction))
-        if key in _BUILT:
-            return _BUILT[key]
         if os.path.isfile(absolute_path(path)):  # _resolve takes no other file
-            corpus = cls._from_npz(path, files[0], fingerprint, val_fraction, what)
-        else:
-            corpus = cls._from_folder(path, root, files, fingerprint, val_fraction, what)
-        if len(_BUILT) >= _MAX_BUILT:
-            _BUILT.pop(next(iter(_BUILT)))
-        _BUILT[key] = corpus
-        return corpus
+            return cls._from_npz(path, files[0], fingerprint, val_fraction, what)
+        return cls._from_folder(path, root, files, fingerprint, val_fraction, what)
 
     @classmethod
     def reopen(cls, record: DataRecord) -> ImageCorpus:
@@ -393,7 +381,7 @@ def _record(
     return DataRecord(absolute_path(path), "images", fingerprint, split, None, details)
 
 
-class ImageDataset(torch.utils.data.Dataset):
+class ImageDataset(LabelledImages):
     """One split of an :class:`ImageCorpus` at one size, as a map-style dataset: item ``i``
     is ``(image, label)``, the image float32 (C, S, S) on the DiT's [-1, 1] scale
     (:func:`to_model_scale`), the label an int class id. ``DataLoader(dataset,
@@ -407,25 +395,22 @@ class ImageDataset(torch.utils.data.Dataset):
 
     def __init__(self, corpus: ImageCorpus, split: str = "train", *, image_size: int) -> None:
         pixels, labels = corpus.split(split, image_size)
-        self.corpus, self.images, self.labels = corpus, to_model_scale(pixels), labels
-
-    def __len__(self) -> int:
-        return self.labels.shape[0]
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        return self.images[index], int(self.labels[index])
+        super().__init__(to_model_scale(pixels), labels)
+        self.corpus = corpus
 
 
-class ImageBatches:
+class ImageBatches(SampledBatches):
     """Endless batches of random train images for the DiT, with the timesteps, noise and
-    label-dropout draws they are trained with, all from this source's own random generator
-    (its state is the data order a checkpoint saves: a resumed run sees the same batches;
-    and ``torchrun`` ranks, each keeping its rows of the same global batch, see what one
-    process sees, the label dropout included).
+    label-dropout draws they are trained with (:class:`~addnorm.data.batches.DiffusionDraws`),
+    all from this source's own random generator (its state is the data order a checkpoint
+    saves: a resumed run sees the same batches; and ``torchrun`` ranks, each keeping its rows
+    of the same global batch, see what one process sees, the label dropout included).
 
     Args:
-        images: (N, C, S, S) float on the [-1, 1] scale.
-        labels: (N,) class ids.
+        images: the train images: an :class:`ImageDataset` (or any
+            :class:`~addnorm.data.batches.LabelledImages`), or a tensor (N, C, S, S) of them
+            on the [-1, 1] scale.
+        labels: with a tensor of images, their class ids (N,); None with a dataset.
         batch_size: images per batch.
         n_steps: the diffusion's timesteps; t is uniform on 0 .. n_steps - 1.
         class_dropout: the probability that a label is replaced by the null class.
@@ -435,34 +420,16 @@ class ImageBatches:
     (B, C, S, S) standard normal, ``drop`` (B,) bool (True: the null class).
     """
 
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor, *, batch_size: int,
-                 n_steps: int, class_dropout: float, seed: int) -> None:
-        if images.ndim != 4 or labels.shape != (images.shape[0],) or images.shape[0] < 1:
-            raise ValueError(f"images must be (N, C, S, S) and labels (N,), N >= 1, got "
-                             f"{tuple(images.shape)} and {tuple(labels.shape)}")
-        self.images, self.labels = images, labels.long()
-        self.batch_size = check_int("batch_size", batch_size, min_value=1)
-        self.n_steps = check_int("n_steps", n_steps, min_value=1)
-        self.class_dropout = check_probability("class_dropout", class_dropout)
-        self.rng = random.Random(check_int("seed", seed, min_value=0))
-
-    def next_batch(self) -> dict[str, torch.Tensor]:
-        n = self.labels.shape[0]
-        index = torch.tensor([self.rng.randrange(n) for _ in range(self.batch_size)])  # (B,)
-        draws = torch.Generator().manual_seed(self.rng.getrandbits(63))
-        images = self.images[index]  # (B, C, S, S)
-        return {
-            "images": images,
-            "labels": self.labels[index],
-            "t": torch.randint(0, self.n_steps, (self.batch_size,), generator=draws),
-            "noise": torch.randn(images.shape, generator=draws),
-            "drop": torch.rand(self.batch_size, generator=draws) < self.class_dropout,
-        }
-
-    def state_dict(self) -> dict:
-        """The data order: the state of this source's random generator."""
-        return {"rng": _rng_state(self.rng)}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Continue the data order saved by ``state_dict``."""
-        _set_rng_state(self.rng, state["rng"])
+    def __init__(self, images: LabelledImages | torch.Tensor, labels: torch.Tensor | None = None,
+                 *, batch_size: int, n_steps: int, class_dropout: float, seed: int) -> None:
+        dataset: LabelledImages
+        if isinstance(images, LabelledImages) and labels is None:
+            dataset = images
+        elif isinstance(images, torch.Tensor) and labels is not None:
+            dataset = LabelledImages(images, labels)
+        else:
+            raise TypeError("ImageBatches takes a dataset of images, or a tensor of images and "
+                            f"one of their labels; got {type(images).__name__} and "
+                            f"{type(labels).__name__}")
+        super().__init__(dataset, SeededSampler(len(dataset), seed), batch_size=batch_size,
+                         collate=image_batch, draws=DiffusionDraws(n_steps, class_dropout))

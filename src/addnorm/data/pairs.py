@@ -17,14 +17,12 @@ in every process and run. Its tokenizers: characters (from the train pairs), a b
 
 :class:`TranslationPairs` is a ``torch.utils.data.Dataset`` of a corpus's pairs, whose
 ``collate`` pads a batch for a ``DataLoader``; :class:`PairBatches` is the trainer's batch
-source.
+source of the same dataset, drawn by a seeded sampler.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import random
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -33,7 +31,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from addnorm.data.batches import _rng_state, _set_rng_state, encode_date_pairs
+from addnorm.data.batches import encode_date_pairs
 from addnorm.data.fingerprint import (
     DataError,
     DataFingerprint,
@@ -51,6 +49,7 @@ from addnorm.data.hf_tokenizer import (
     TextTokenizer,
     describe_tokenizer,
 )
+from addnorm.data.sampler import SampledBatches, SeededSampler
 from addnorm.data.tokenizers import CharTokenizer
 from addnorm.utils.checks import check_choice, check_float, check_int
 from addnorm.utils.files import parse_json
@@ -70,10 +69,6 @@ DEFAULT_BPE_VOCAB_SIZE = 2048
 # The held-out rule: CRC-32 of the source (UTF-8) modulo _BUCKETS, below val_fraction of it.
 _BUCKETS = 1_000_000
 _SPLITS = ("train", "val")
-# Built corpora of this process by their files and settings: planning a run, sizing it and
-# running it each ask for the task's corpus, which is read once.
-_BUILT: dict[str, PairCorpus] = {}
-_MAX_BUILT = 4
 
 
 class Pair(NamedTuple):
@@ -262,20 +257,10 @@ class PairCorpus:
             raise DataError(f"vocab_size ({vocab_size}) applies to the bpe tokenizer only")
         data = _Files.of(path, "data")
         held = None if valid is None else _Files.of(valid, "valid")
-        # the paths too: the same bytes elsewhere are another run's data, recorded by path
-        key = json.dumps([os.path.abspath(path), valid and os.path.abspath(valid),
-                          data.fingerprint.digest, held and held.fingerprint.digest,
-                          os.fspath(tokenizer), vocab_size, shared_vocab, val_fraction])
-        if key in _BUILT:
-            return _BUILT[key]
         train, held_out, split = _split(data, held, val_fraction)
         src_tok, tgt_tok = _tokenizers(train, tokenizer, vocab_size, shared_vocab)
-        corpus = cls(train, held_out, src_tok, tgt_tok,
-                     _record(data, held, split, src_tok, tgt_tok, cls._format(data)))
-        if len(_BUILT) >= _MAX_BUILT:
-            _BUILT.pop(next(iter(_BUILT)))
-        _BUILT[key] = corpus
-        return corpus
+        return cls(train, held_out, src_tok, tgt_tok,
+                   _record(data, held, split, src_tok, tgt_tok, cls._format(data)))
 
     @classmethod
     def reopen(cls, record: DataRecord, src_tok: TextTokenizer, tgt_tok: TextTokenizer
@@ -414,9 +399,10 @@ class TranslationPairs(torch.utils.data.Dataset):
         return {"source": pair.source, "target": pair.target}
 
 
-class PairBatches:
-    """Endless batches of random train pairs (drawn with replacement by this source's own
-    random generator, whose state is the data order a checkpoint saves).
+class PairBatches(SampledBatches):
+    """Endless batches of random train pairs: items of :class:`TranslationPairs` drawn with
+    replacement by a :class:`~addnorm.data.sampler.SeededSampler` (its state is the data
+    order a checkpoint saves), padded by the corpus's ``collate``.
 
     Args:
         corpus: the pairs and tokenizers.
@@ -428,18 +414,6 @@ class PairBatches:
 
     def __init__(self, corpus: PairCorpus, *, batch_size: int, seed: int) -> None:
         self.corpus = corpus
-        self.batch_size = check_int("batch_size", batch_size, min_value=1)
-        self.rng = random.Random(check_int("seed", seed, min_value=0))
-
-    def next_batch(self) -> dict[str, torch.Tensor]:
-        train = self.corpus.train
-        return self.corpus.collate([train[self.rng.randrange(len(train))]
-                                    for _ in range(self.batch_size)])
-
-    def state_dict(self) -> dict:
-        """The data order: the state of this source's random generator."""
-        return {"rng": _rng_state(self.rng)}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Continue the data order saved by ``state_dict``."""
-        _set_rng_state(self.rng, state["rng"])
+        pairs = TranslationPairs(corpus, "train")
+        super().__init__(pairs, SeededSampler(len(pairs), seed), batch_size=batch_size,
+                         collate=corpus.collate)

@@ -28,7 +28,8 @@ fingerprint as recorded (:class:`~addnorm.data.fingerprint.DataChangedError` nam
 changed), and the saved tokenizer encodes them (the cache is rebuilt if it is gone).
 
 :class:`TextWindows` is a map-style ``torch.utils.data.Dataset`` of a corpus's windows, for a
-``DataLoader``; the trainer's batch source is :class:`addnorm.data.batches.TextBatches`.
+``DataLoader``; the trainer's batch source, :class:`addnorm.data.batches.TextBatches`, draws
+its items with a seeded sampler.
 """
 
 from __future__ import annotations
@@ -320,7 +321,8 @@ class TextWindows(torch.utils.data.Dataset):
     """Every window of ``length + 1`` consecutive ids of a corpus's split, as a map-style
     dataset: item ``i`` is ``{"ids": (length,), "targets": (length,)}`` starting at id ``i``
     (the targets are the ids shifted by one). A ``DataLoader(..., shuffle=True)`` draws
-    random windows, as the trainer's :class:`~addnorm.data.batches.TextBatches` does.
+    random windows; the trainer's :class:`~addnorm.data.batches.TextBatches` draws them with
+    a :class:`~addnorm.data.sampler.SeededSampler`.
 
     Args:
         corpus: a :class:`TokenCorpus` (or the bundled :class:`~addnorm.data.text.TextCorpus`).

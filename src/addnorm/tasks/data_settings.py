@@ -1,7 +1,9 @@
-"""The settings by which a text task's config names a user's data, checked alike in every such
-task: ``data`` (a path), ``tokenizer`` (``char``, ``bpe`` or a ``tokenizer.json`` path),
-``vocab_size`` (the BPE's), ``val_fraction`` (what is held out), and where a task has them
-``valid`` (a held-out file), ``shared_vocab`` and ``cache_dir``.
+"""The settings by which a task's config names a user's data, checked alike in every such task.
+A text task's (:func:`check_data_settings`): ``data`` (a path), ``tokenizer`` (``char``,
+``bpe`` or a ``tokenizer.json`` path), ``vocab_size`` (the BPE's), ``val_fraction`` (what is
+held out), and where a task has them ``valid`` (a held-out file), ``shared_vocab`` and
+``cache_dir``. An image task's (:func:`check_image_settings`): ``data``, ``image_size`` and
+``val_fraction``.
 
 Paths are made absolute when the config is built, so a run resumed from another folder names
 the same files (and a ``--data`` given again on resume compares equal).
@@ -13,10 +15,11 @@ from typing import Any
 
 from addnorm.data.fingerprint import absolute_path
 from addnorm.data.hf_tokenizer import MAX_VOCAB_SIZE, MIN_BPE_VOCAB_SIZE
+from addnorm.data.images import DEFAULT_VAL_FRACTION, MAX_IMAGE_SIZE
 from addnorm.data.token_corpus import TOKENIZER_KINDS
 from addnorm.utils.checks import check_bool, check_float, check_int
 
-__all__ = ["check_data_settings"]
+__all__ = ["check_data_settings", "check_image_settings"]
 
 _PATHS = ("data", "valid", "cache_dir")
 
@@ -61,3 +64,27 @@ def check_data_settings(cfg: Any, *, max_val_fraction: float = 0.5) -> None:
                 "to train on (--data); without it the task trains on its bundled text, read "
                 "character by character"
             )
+
+
+def check_image_settings(cfg: Any) -> None:
+    """Check (and make absolute) the image data settings of the frozen config ``cfg``:
+    ``data`` a non-empty path or None, ``val_fraction`` in (0, 0.5], ``image_size`` from 1
+    to ``MAX_IMAGE_SIZE`` or None; the last two only with data (the digits are 8x8 with a
+    fixed split). ValueError or TypeError naming the field."""
+    if cfg.data is not None:
+        if not isinstance(cfg.data, str) or not cfg.data:
+            raise TypeError(f"data must be a non-empty str or None, got {cfg.data!r}")
+        object.__setattr__(cfg, "data", absolute_path(cfg.data))
+    check_float("val_fraction", cfg.val_fraction, min_value=0.0, min_inclusive=False,
+                max_value=0.5)
+    if cfg.image_size is not None:
+        check_int("image_size", cfg.image_size, min_value=1)
+        if cfg.image_size > MAX_IMAGE_SIZE:
+            raise ValueError(f"image_size ({cfg.image_size}) must be <= {MAX_IMAGE_SIZE}")
+    if cfg.data is None:
+        given = [name for name, default in (("image_size", None),
+                                            ("val_fraction", DEFAULT_VAL_FRACTION))
+                 if getattr(cfg, name) != default]
+        if given:
+            raise ValueError(f"{' and '.join(given)} need data (your images); the digits "
+                             "are 8x8 with a fixed split")

@@ -1,37 +1,27 @@
-"""The ``dit`` task: a class-conditional Diffusion Transformer on scikit-learn's digits, or on
-a user's images (``DiTTaskConfig.data``: a folder in the ImageFolder convention or an
-``.npz``; see :class:`addnorm.data.ImageCorpus`).
+"""The ``dit`` task: a class-conditional Diffusion Transformer on images
+(:mod:`addnorm.tasks.dit_data`: scikit-learn's digits, or a user's images,
+``DiTTaskConfig.data``).
 
 Training follows DiT (Peebles & Xie, 2023): for each image ``x0`` of class ``y`` a timestep
 ``t`` and noise ``eps`` are drawn (by the batch source, so a resumed run sees the same
-draws), the model predicts from ``q_sample(x0, t, eps)``, ``t`` and ``y`` (``y`` is
-replaced by the null class with probability ``class_dropout`` inside the model), and the loss
-is the mean squared error (plus the variational term when ``learn_sigma``). What it predicts
-is the task's ``prediction``: ``v = sqrt(abar) eps - sqrt(1 - abar) x0`` by default (Salimans
-& Ho, 2022), which reaches the quality bar in a fraction of the steps DiT's ``eps`` needs on
-these digits, and the loss has the Min-SNR weighting (Hang et al., 2023), which keeps the
-samples as varied as the longer eps recipe's (README, "The digits DiT's recipe"). Runs saved
-before these settings existed were trained on ``eps`` with an unweighted loss and load as
-such.
+draws), the model predicts from ``q_sample(x0, t, eps)``, ``t`` and ``y`` (``y`` replaced by
+the null class with probability ``class_dropout``), and the loss is the mean squared error
+(plus the variational term when ``learn_sigma``). What it predicts is the task's
+``prediction``: ``v = sqrt(abar) eps - sqrt(1 - abar) x0`` by default (Salimans & Ho, 2022),
+with the Min-SNR weighting (Hang et al., 2023); runs saved before these settings existed
+were trained on ``eps`` with an unweighted loss and load as such. Why the defaults are what
+they are: ``docs/task-defaults.md``.
 
 At the end, samples are generated for every class with DDIM and classifier-free guidance and
-scored: the digits by :mod:`addnorm.tasks.digit_quality`, a user's images by
-:mod:`addnorm.tasks.image_quality` (a judge, features and held-out images of their own).
-``class_agreement`` is the headline figure; a user's data set of one class (a flat folder:
-unconditional) has none, and its headline is ``precision``, the share of samples that fall
-among the real images' features (and its samples are drawn without guidance, which needs two
-classes to tell apart).
-
-A user's images are trained on with the label dropout drawn by the batch source
-(:class:`addnorm.data.ImageBatches`), not inside the model, so that ``torchrun`` ranks, each
-keeping its rows of one global batch, train exactly as one process does; the digits keep the
-model's own draw, as every earlier run had it.
+scored by the data's judge. ``class_agreement`` is the headline figure; a data set of one
+class (a flat folder: unconditional) has none, and its headline is ``precision``, the share
+of samples that fall among the real images' features (and its samples are drawn without
+guidance, which needs two classes to tell apart).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,19 +30,20 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 import torch
 from torch import nn
 
-from addnorm.data.batches import DigitBatches
-from addnorm.data.digits import IMAGE_SIZE, MAX_PIXEL, N_CLASSES, to_pixel_scale
-from addnorm.data.fingerprint import DataRecord, absolute_path
-from addnorm.data.images import (
-    DEFAULT_VAL_FRACTION,
-    MAX_IMAGE_SIZE,
-    ImageBatches,
-    ImageCorpus,
-    to_model_scale,
-    to_pixels,
-)
+from addnorm.data.fingerprint import DataRecord
+from addnorm.data.images import DEFAULT_VAL_FRACTION, ImageCorpus
+from addnorm.data.sampler import SampledBatches
 from addnorm.diffusion import Diffusion, guided_eps_fn
 from addnorm.dit import DIT_PRESETS, DiT, DiTConfig
+from addnorm.tasks.data_settings import check_image_settings
+from addnorm.tasks.dit_data import (
+    SAMPLE_CHUNK,
+    ImageData,
+    Judge,
+    image_data,
+    image_data_for,
+    image_data_from_dict,
+)
 from addnorm.tasks.task import Sizing, TaskConfig
 from addnorm.training.config import TrainConfig
 from addnorm.training.probes import Probe
@@ -62,26 +53,22 @@ from addnorm.utils.checks import check_choice, check_float, check_int
 if TYPE_CHECKING:
     from addnorm.tasks.image_quality import ImageJudge
 
-__all__ = ["DiTTask", "DiTTaskConfig", "SampleSettings"]
+__all__ = ["SAMPLE_CHUNK", "DiTTask", "DiTTaskConfig", "SampleSettings"]
 
 # The probe of quality during training (``DiTTask.probe``): how often, and on how many samples
-# (a user's data set of few classes: at least PROBE_MIN_SAMPLES in all).
+# (a data set of few classes: at least PROBE_MIN_SAMPLES in all).
 PROBE_EVERY = 100
 PROBE_PER_CLASS = 5
 PROBE_MIN_SAMPLES = 50
-# Samples of a user's images drawn at once (the digits' evaluation draws all at once).
-SAMPLE_CHUNK = 100
-# Classes whose sample a run of a user's images keeps in metrics.json.
+# Classes whose sample a run keeps in metrics.json.
 RUN_SAMPLE_CLASSES = 10
 
 
 @dataclass(frozen=True)
 class SampleSettings:
     """How samples are drawn: ``steps`` respaced steps of ``method`` (``"ddim"`` or
-    ``"ddpm"``), classifier-free guidance of scale ``guidance`` (1 = none). Guidance trades
-    diversity for fidelity: on three default runs (500 samples each), scale 2 gave class
-    agreement 0.980-0.986 and a Fréchet distance of 0.31-0.34, scale 3 gave 0.992-0.998 and
-    0.57-0.63 (DiT's paper uses 1.5 for FID and 4 for its figures).
+    ``"ddpm"``), classifier-free guidance of scale ``guidance`` (1 = none), which trades
+    diversity for fidelity (docs/task-defaults.md measures 2 against 3).
 
     Accepted: ``steps`` from 1 to the task's ``n_steps``, checked where both bounds are known,
     by the sampler (:meth:`addnorm.diffusion.Diffusion.sample`); any finite
@@ -134,23 +121,7 @@ class DiTTaskConfig(TaskConfig):
         check_choice("prediction", self.prediction, ("v", "epsilon"))
         if self.min_snr_gamma is not None:
             check_float("min_snr_gamma", self.min_snr_gamma, min_value=0.0, min_inclusive=False)
-        if self.data is not None:
-            if not isinstance(self.data, str) or not self.data:
-                raise TypeError(f"data must be a non-empty str or None, got {self.data!r}")
-            object.__setattr__(self, "data", absolute_path(self.data))
-        check_float("val_fraction", self.val_fraction, min_value=0.0, min_inclusive=False,
-                    max_value=0.5)
-        if self.image_size is not None:
-            check_int("image_size", self.image_size, min_value=1)
-            if self.image_size > MAX_IMAGE_SIZE:
-                raise ValueError(f"image_size ({self.image_size}) must be <= {MAX_IMAGE_SIZE}")
-        if self.data is None:
-            given = [name for name, default in (("image_size", None),
-                                                ("val_fraction", DEFAULT_VAL_FRACTION))
-                     if getattr(self, name) != default]
-            if given:
-                raise ValueError(f"{' and '.join(given)} need data (your images); the digits "
-                                 "are 8x8 with a fixed split")
+        check_image_settings(self)
 
 
 class DiTTask:
@@ -162,12 +133,17 @@ class DiTTask:
         prediction: what the model predicts, ``"v"`` (the default) or ``"epsilon"`` (DiT's).
         min_snr_gamma: the loss's Min-SNR weighting (:class:`~addnorm.diffusion.Diffusion`),
             5 by default (Hang et al.'s value); None weighs every step alike (DiT's loss).
-        data: the images: an :class:`~addnorm.data.ImageCorpus` (a user's), the
-            :class:`~addnorm.data.fingerprint.DataRecord` of one (a run read back from its
-            checkpoint: the files are opened, and checked unchanged, when training or scoring
-            needs them; sampling never does), or None: scikit-learn's digits.
+        data: the images (:func:`~addnorm.tasks.dit_data.image_data`): an
+            :class:`~addnorm.tasks.dit_data.ImageData`, an :class:`~addnorm.data.ImageCorpus`
+            (a user's), the :class:`~addnorm.data.fingerprint.DataRecord` of one (a run read
+            back from its checkpoint: the files are opened, and checked unchanged, when
+            training or scoring needs them; sampling never does), or None: scikit-learn's
+            digits.
         image_size: the side a user's images are resized to; None: the model config's
             ``input_size`` (``prepare``).
+
+    Attributes:
+        data: the images (:class:`~addnorm.tasks.dit_data.ImageData`).
     """
 
     name: ClassVar[str] = "dit"
@@ -184,7 +160,7 @@ class DiTTask:
         schedule: str = "linear",
         prediction: str = "v",
         min_snr_gamma: float | None = 5.0,
-        data: ImageCorpus | DataRecord | None = None,
+        data: ImageData | ImageCorpus | DataRecord | None = None,
         image_size: int | None = None,
     ) -> None:
         self.diffusion = Diffusion(
@@ -194,32 +170,25 @@ class DiTTask:
         self.min_snr_gamma = min_snr_gamma
         target = "noise" if prediction == "epsilon" else "velocity v"
         self.loss_label = f"loss (mean squared error of the predicted {target})"
-        self._corpus: ImageCorpus | None = None
-        self.record: DataRecord | None = None
-        if isinstance(data, ImageCorpus):
-            self._corpus, self.record = data, data.record
-        elif isinstance(data, DataRecord):
-            self.record = data
-        elif data is not None:
-            raise TypeError(f"data must be an ImageCorpus, a DataRecord or None, got {data!r}")
-        self.image_size = None if image_size is None else check_int(
-            "image_size", image_size, min_value=1)
-        self.class_names: tuple[str, ...] = tuple(str(d) for d in range(N_CLASSES))
-        self.channels = 1
-        if self.record is not None:
-            self.class_names, self.channels = _classes_of(self.record)
-        self._judges: dict[int, ImageJudge] = {}
+        self.data = image_data(data, image_size)
+        self.class_names: tuple[str, ...] = self.data.class_names
+        self.channels = self.data.channels
+
+    @property
+    def record(self) -> DataRecord | None:
+        """The record of a user's images; None for the digits."""
+        return self.data.record
 
     @property
     def metric(self) -> str:
-        """The headline figure: ``class_agreement``, or ``precision`` for a user's data set
-        of one class (no classes to agree with)."""
+        """The headline figure: ``class_agreement``, or ``precision`` for a data set of one
+        class (no classes to agree with)."""
         return "precision" if len(self.class_names) == 1 else "class_agreement"
 
     @property
     def pixel_max(self) -> float:
         """The top of the samples' pixel scale: 16 for the digits, 255 for a user's images."""
-        return MAX_PIXEL if self.record is None else 255.0
+        return self.data.pixel_max
 
     @property
     def sample_settings(self) -> SampleSettings:
@@ -231,11 +200,7 @@ class DiTTask:
     def corpus(self) -> ImageCorpus:
         """A user's images (opened again, and checked unchanged, for a run read back from its
         checkpoint); ValueError for the digits, which have none."""
-        if self._corpus is None:
-            if self.record is None:
-                raise ValueError("the digits task has no image corpus")
-            self._corpus = ImageCorpus.reopen(self.record)
-        return self._corpus
+        return self.data.corpus
 
     def class_index(self, name: str) -> int:
         """The id of the class named ``name``; ValueError listing the names otherwise."""
@@ -248,12 +213,8 @@ class DiTTask:
 
     @staticmethod
     def default_model_config() -> DiTConfig:
-        """The digits preset at d_model 96 (723,844 parameters; the preset's 128 has 1.27M).
-
-        At this width the run (training, the probes and the final 500-sample evaluation)
-        takes about 40 s on an idle 2-core machine against 65 s at 128, with the same class
-        agreement (0.992-0.998 over 3 seeds, against 0.994-1.0) and Fréchet distance
-        (0.57-0.63, against 0.57-0.60); README, "The digits DiT's recipe"."""
+        """The digits preset at d_model 96 (the preset has 128): as good on the digits, in
+        less time (docs/task-defaults.md)."""
         return dataclasses.replace(DIT_PRESETS["DiT-digits"], d_model=96)
 
     @staticmethod
@@ -262,10 +223,8 @@ class DiTTask:
         cosine to 5%), scored with the EMA of the weights at decay 0.99 with its warm-up
         (``ema_warmup``: the decay ``min(0.99, (1 + n) / (10 + n))`` is 0.982 at the last of
         500 steps, a horizon of about 57 steps, so the zero-output initial weights are
-        forgotten within tens of steps). With v-prediction and Min-SNR-5 weights (the
-        task's defaults) class agreement passed 0.95 by step 400 on every seed measured (v
-        alone: by step 300; README, "The digits DiT's recipe", and docs/dit-min-snr.json);
-        the time cap only guards a machine too busy to finish."""
+        forgotten within tens of steps); the time cap only guards a machine too busy to
+        finish (docs/task-defaults.md)."""
         return TrainConfig(
             max_steps=500,
             max_minutes=5.0,
@@ -296,54 +255,26 @@ class DiTTask:
     def prepare(self, cfg: DiTConfig) -> DiTConfig:
         """``cfg`` with the digits' image size, one channel and ten classes; or a user's
         images' size (``image_size``, else ``cfg.input_size``), channels and classes."""
-        if self.record is None:
-            return dataclasses.replace(
-                cfg, input_size=IMAGE_SIZE, in_channels=1, n_classes=N_CLASSES
-            )
-        size = self.image_size or cfg.input_size
-        if size % cfg.patch_size:
-            origin = "" if self.image_size else " (image_size is the model's input_size)"
-            raise ValueError(
-                f"image_size ({size}) must be divisible by patch_size ({cfg.patch_size}){origin}"
-            )
-        return dataclasses.replace(
-            cfg, input_size=size, in_channels=self.channels, n_classes=len(self.class_names)
-        )
+        return self.data.prepare(cfg)
 
     def check(self, cfg: DiTConfig, train_cfg: TrainConfig, task_cfg: DiTTaskConfig) -> None:
-        """Raise ValueError if the configs cannot train this task. A user's images: the train
-        split must fill a batch and the held-out split hold 2 images (a Fréchet distance
-        needs a spread), and every image must decode at the model's size (done here, so a
-        damaged file is named before anything is written); a run read back from its
+        """Raise ValueError if the configs cannot train this task: guidance needs
+        ``class_dropout`` > 0; a user's images must fill a batch, hold 2 out for scoring and
+        decode at the model's size (:meth:`ImageData.check`); a run read back from its
         checkpoint must find them as recorded (``DataChangedError`` otherwise)."""
         if cfg.class_dropout <= 0:
             raise ValueError(
                 f"class_dropout ({cfg.class_dropout}) must be > 0: samples are drawn with "
                 "classifier-free guidance, which needs the null class to be trained"
             )
-        if self.record is None:
-            return
-        corpus = self.corpus
-        n_train, n_held = len(corpus.train_index), len(corpus.val_index)
-        if n_train < train_cfg.batch_size:
-            raise ValueError(
-                f"the train split holds {n_train} images, fewer than a batch (batch_size "
-                f"{train_cfg.batch_size}): use a smaller batch_size or add images"
-            )
-        if n_held < 2:
-            raise ValueError(
-                f"the held-out split holds {n_held} image; scoring needs at least 2 (a "
-                "Fréchet distance needs a spread): add images or raise val_fraction"
-            )
-        corpus.pixels(cfg.input_size)
+        self.data.check(cfg, train_cfg.batch_size)
 
     def sizing(self, cfg: DiTConfig, train_cfg: TrainConfig, task_cfg: DiTTaskConfig) -> Sizing:
         """One image's patches; the evaluation samples every image at once (a user's images:
         ``SAMPLE_CHUNK`` at a time), twice over for guidance."""
         patches = (cfg.input_size // cfg.patch_size) ** 2
-        at_once = task_cfg.eval_size if self.record is None else min(task_cfg.eval_size,
-                                                                     SAMPLE_CHUNK)
-        return Sizing(length=patches, eval_batch=2 * at_once)
+        return Sizing(length=patches, eval_batch=2 * self.data.samples_at_once(
+            task_cfg.eval_size))
 
     def build_model(self, cfg: DiTConfig) -> DiT:
         """A fresh model for ``cfg`` (call ``prepare`` first)."""
@@ -351,19 +282,12 @@ class DiTTask:
 
     def batches(
         self, cfg: DiTConfig, train_cfg: TrainConfig, task_cfg: DiTTaskConfig
-    ) -> DigitBatches | ImageBatches:
+    ) -> SampledBatches:
         """Random train images with their timesteps and noise (and, for a user's images, the
         label dropout)."""
         self.check(cfg, train_cfg, task_cfg)
-        if self.record is None:
-            return DigitBatches(
-                batch_size=train_cfg.batch_size, n_steps=self.n_steps, seed=train_cfg.seed
-            )
-        pixels, labels = self.corpus.split("train", cfg.input_size)
-        return ImageBatches(
-            to_model_scale(pixels), labels, batch_size=train_cfg.batch_size,
-            n_steps=self.n_steps, class_dropout=cfg.class_dropout, seed=train_cfg.seed,
-        )
+        return self.data.batches(cfg, batch_size=train_cfg.batch_size, n_steps=self.n_steps,
+                                 seed=train_cfg.seed)
 
     def loss_fn(self, task_cfg: DiTTaskConfig) -> LossFn:
         """``(model, batch) -> (loss, n_images)``: the diffusion training loss (with the
@@ -388,20 +312,20 @@ class DiTTask:
         generator: torch.Generator | None = None,
         progress: bool = False,
     ) -> torch.Tensor:
-        """Images generated for ``labels`` (model put in eval mode): digits on their 0..16
-        pixel scale; a user's images as uint8 0..255, drawn ``SAMPLE_CHUNK`` at a time.
+        """Images generated for ``labels`` (model put in eval mode), on the data's pixel scale
+        (:meth:`ImageData.to_pixels`): digits on 0..16; a user's images as uint8 0..255,
+        drawn ``SAMPLE_CHUNK`` at a time.
 
         Shapes:
             labels: (N,) class ids; returns: digits (N, 8, 8), a user's images (N, C, S, S)
         """
         model.eval()
         device = next(model.parameters()).device
-        if self.record is None:
-            return to_pixel_scale(self._generate(model, labels, settings, generator, progress,
-                                                 device)[:, 0].float()).cpu()
+        chunks = labels.split(max(self.data.samples_at_once(len(labels)), 1))
         return torch.cat([
-            to_pixels(self._generate(model, chunk, settings, generator, progress, device)).cpu()
-            for chunk in labels.split(SAMPLE_CHUNK)
+            self.data.to_pixels(self._generate(model, chunk, settings, generator, progress,
+                                               device)).cpu()
+            for chunk in chunks
         ])
 
     def _generate(self, model: DiT, labels: torch.Tensor, settings: SampleSettings,
@@ -419,17 +343,11 @@ class DiTTask:
             progress=progress,
         )  # (N, C, S, S)
 
-    def judge(self, image_size: int) -> ImageJudge:
-        """The judge of a user's images at ``image_size``, fitted once on the train split and
-        compared with the held-out one (:class:`~addnorm.tasks.image_quality.ImageJudge`)."""
-        from addnorm.tasks.image_quality import ImageJudge
-
-        if image_size not in self._judges:
-            train, train_labels = self.corpus.split("train", image_size)
-            held, held_labels = self.corpus.split("val", image_size)
-            self._judges[image_size] = ImageJudge.fit(train, train_labels, held, held_labels,
-                                                      self.class_names)
-        return self._judges[image_size]
+    def judge(self, image_size: int) -> Judge | ImageJudge:
+        """What scores samples at ``image_size``: the digits' judge, or a user's images'
+        (:class:`~addnorm.tasks.image_quality.ImageJudge`, fitted once on the train split and
+        compared with the held-out one)."""
+        return self.data.judge(image_size)
 
     def evaluate(self, model: DiT, *, per_class: int, seed: int = 0) -> dict[str, float]:
         """Generate ``per_class`` images of every class and score them (see digit_quality and
@@ -438,20 +356,13 @@ class DiTTask:
         device = next(model.parameters()).device
         generator = torch.Generator(device=device).manual_seed(seed)
         pixels = self.sample(model, labels, self.sample_settings, generator=generator)
-        if self.record is None:
-            from addnorm.tasks.digit_quality import digit_judge
-
-            return digit_judge().score(pixels, labels)
         return self.judge(model.cfg.input_size).score(pixels, labels)
 
     def probe(self, task_cfg: DiTTaskConfig) -> Probe:
         """Every ``PROBE_EVERY`` steps, the headline figure of ``PROBE_PER_CLASS`` samples per
-        class (at least ``PROBE_MIN_SAMPLES`` in all for a user's images), by the final
-        evaluation's sampler and judge, for ``quality.png``: where quality arrives in
-        training time."""
-        per_class = PROBE_PER_CLASS
-        if self.record is not None:
-            per_class = max(per_class, math.ceil(PROBE_MIN_SAMPLES / len(self.class_names)))
+        class (at least ``PROBE_MIN_SAMPLES`` in all), by the final evaluation's sampler and
+        judge, for ``quality.png``: where quality arrives in training time."""
+        per_class = max(PROBE_PER_CLASS, math.ceil(PROBE_MIN_SAMPLES / len(self.class_names)))
         metric = self.metric
 
         def score(model: nn.Module) -> dict[str, float]:
@@ -466,21 +377,14 @@ class DiTTask:
                                                   1))
 
     def run_samples(self, model: DiT) -> list[dict[str, Any]]:
-        """One sample per class (a user's images: of the first ``RUN_SAMPLE_CLASSES``), for
-        the run's metrics.json: digits as 8x8 lists of 0..16 pixels, a user's images as
-        (S, S) or (S, S, C) lists of 0..255 pixels (``"max": 255``), under their class's
-        name."""
+        """One sample of each of the first ``RUN_SAMPLE_CLASSES`` classes, for the run's
+        metrics.json (:meth:`ImageData.sample_record`): digits as 8x8 lists of 0..16 pixels
+        under their class id, a user's images as (S, S) or (S, S, C) lists of 0..255 pixels
+        (``"max": 255``) under their class's name."""
         generator = torch.Generator(device=next(model.parameters()).device).manual_seed(1)
-        if self.record is None:
-            pixels = self.sample(model, torch.arange(N_CLASSES), generator=generator)
-            return [
-                {"class": c, "pixels": [[round(v, 2) for v in row] for row in image.tolist()]}
-                for c, image in enumerate(pixels)
-            ]
         classes = torch.arange(min(len(self.class_names), RUN_SAMPLE_CLASSES))
         images = self.sample(model, classes, self.sample_settings, generator=generator)
-        return [{"class": self.class_names[c], "pixels": _channels_last(image).tolist(),
-                 "max": 255} for c, image in enumerate(images)]
+        return [self.data.sample_record(c, image) for c, image in enumerate(images)]
 
     @staticmethod
     def samples_text(samples: list[dict[str, Any]]) -> str:
@@ -518,14 +422,12 @@ class DiTTask:
 
     @classmethod
     def from_config(cls, task_cfg: DiTTaskConfig) -> DiTTask:
-        """The task a new run trains: the digits, or ``task_cfg.data`` (its headers read and
-        its files fingerprinted here; the pixels are decoded by ``check``); its diffusion
-        predicts ``task_cfg.prediction`` with ``task_cfg.min_snr_gamma``'s weighting (1000
-        linear steps). Raises ValueError for a gamma whose weights underflow float32."""
-        corpus = None if task_cfg.data is None else ImageCorpus.build(
-            task_cfg.data, val_fraction=task_cfg.val_fraction)
+        """The task a new run trains: the images ``task_cfg`` names
+        (:func:`~addnorm.tasks.dit_data.image_data_for`); its diffusion predicts
+        ``task_cfg.prediction`` with ``task_cfg.min_snr_gamma``'s weighting (1000 linear
+        steps). Raises ValueError for a gamma whose weights underflow float32."""
         return cls(prediction=task_cfg.prediction, min_snr_gamma=task_cfg.min_snr_gamma,
-                   data=corpus, image_size=task_cfg.image_size)
+                   data=image_data_for(task_cfg))
 
     @staticmethod
     def config_from_dict(data: dict) -> DiTConfig:
@@ -535,42 +437,20 @@ class DiTTask:
     def to_dict(self) -> dict:
         """The task's settings, saved with every checkpoint (and the record of a user's
         images)."""
-        out: dict[str, Any] = {
+        return {
             "n_steps": self.n_steps, "schedule": self.schedule, "prediction": self.prediction,
-            "min_snr_gamma": self.min_snr_gamma,
+            "min_snr_gamma": self.min_snr_gamma, **self.data.to_dict(),
         }
-        if self.record is not None:
-            out["data"] = self.record.to_dict()
-        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> DiTTask:
         """The task a checkpoint saved; one saved before ``prediction`` and ``min_snr_gamma``
         existed predicted the noise (``"epsilon"``) with every step weighed alike (None)."""
         settings = {"prediction": "epsilon", "min_snr_gamma": None, **data}
-        record = settings.pop("data", None)
-        return cls(**settings, data=None if record is None else DataRecord.from_dict(record))
+        settings.pop("data", None)
+        return cls(**settings, data=image_data_from_dict(data))
 
     def run_files(self) -> dict[str, str]:
         """For a user's images, ``data.json`` (the record of the data); nothing for the
         digits."""
-        if self.record is None:
-            return {}
-        return {"data.json": json.dumps(self.record.to_dict(), indent=1) + "\n"}
-
-
-def _classes_of(record: DataRecord) -> tuple[tuple[str, ...], int]:
-    """The class names and channels a record of images holds; ValueError if it holds none."""
-    classes, mode = record.details.get("classes"), record.details.get("mode")
-    if record.kind != "images" or mode not in ("L", "RGB") or not (
-        isinstance(classes, list) and classes
-        and all(isinstance(c, str) for c in classes) and len(set(classes)) == len(classes)
-    ):
-        raise ValueError(f"{record.path}: not a record of images (kind {record.kind!r}, mode "
-                         f"{mode!r}, classes {classes!r})")
-    return tuple(classes), 1 if mode == "L" else 3
-
-
-def _channels_last(image: torch.Tensor) -> torch.Tensor:
-    """(C, S, S) as (S, S) for one channel, else (S, S, C): the layout of image files."""
-    return image[0] if image.shape[0] == 1 else image.permute(1, 2, 0)
+        return self.data.run_files()

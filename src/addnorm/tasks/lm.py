@@ -1,38 +1,37 @@
-"""The ``lm`` task: a decoder-only ``TransformerLM`` on the pydoc topics (character-level), or
-on a user's text (``LMTaskConfig.data``: a file, folder or glob, tokenized by characters, a
-byte-level BPE trained on it, or a ``tokenizer.json``; see :class:`addnorm.data.TokenCorpus`).
+"""The ``lm`` task: a decoder-only ``TransformerLM`` on a text (:mod:`addnorm.tasks.lm_data`:
+the pydoc topics by character, or a user's files, ``LMTaskConfig.data``).
 
 Training windows are random slices of the train split; the held-out figure is validation
 bits per character, ``bpc = mean cross-entropy (nats) / ln 2 / characters``, over
-non-overlapping windows that tile the validation split. On a user's text it comes with bits
-per byte and per token (bits per byte and per character compare across tokenizers: they
-divide the same held-out text's cost by its own length), and the order-0 byte entropy of the
-corpus, the cost of a model that knows only how often each byte occurs. At the end the model
-writes a few samples (on a user's text, continuing the starts of held-out lines).
+non-overlapping windows that tile the validation split (on a user's text, with bits per byte
+and per token: ``UserText.scores``). At the end the model writes a few samples.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from addnorm.data.batches import TextBatches
 from addnorm.data.fingerprint import DataRecord
-from addnorm.data.hf_tokenizer import HFTokenizer, TextTokenizer, tokenizer_from_dict
+from addnorm.data.hf_tokenizer import HFTokenizer, TextTokenizer
 from addnorm.data.text import TextCorpus
 from addnorm.data.token_corpus import TokenCorpus
-from addnorm.data.tokenizers import SPECIALS, CharTokenizer
 from addnorm.generation.stop_strings import cut_at_stop, stop_at_strings
 from addnorm.tasks.data_settings import check_data_settings
+from addnorm.tasks.lm_data import (
+    SAMPLE_PROMPTS,
+    TextData,
+    text_data,
+    text_data_for,
+    text_data_from_dict,
+)
 from addnorm.tasks.task import Sizing, TaskConfig
 from addnorm.training.config import TrainConfig
 from addnorm.training.trainer import LossFn
@@ -40,9 +39,7 @@ from addnorm.transformer import TransformerLM
 from addnorm.transformer.config import LM_PRESETS, LMConfig
 from addnorm.utils.checks import check_int, check_probability
 
-__all__ = ["LMTask", "LMTaskConfig", "lm_loss", "prompt_room"]
-
-SAMPLE_PROMPTS = ("The ", "def ", "class ")
+__all__ = ["SAMPLE_PROMPTS", "LMTask", "LMTaskConfig", "lm_loss", "prompt_room"]
 
 
 def lm_loss(
@@ -110,12 +107,17 @@ class LMTask:
 
     Args:
         tokenizer: the vocabulary; None takes the data's.
-        data: the text: a :class:`~addnorm.data.TokenCorpus` (a user's files, tokenized),
-            the :class:`~addnorm.data.fingerprint.DataRecord` of one (a run read back from its
-            checkpoint: the files are opened, and checked unchanged, when training or scoring
-            needs them; generating never does), or None: the bundled pydoc topics.
+        data: the text (:func:`~addnorm.tasks.lm_data.text_data`): a
+            :class:`~addnorm.tasks.lm_data.TextData`, a :class:`~addnorm.data.TokenCorpus`
+            (a user's files, tokenized), the :class:`~addnorm.data.fingerprint.DataRecord` of
+            one (a run read back from its checkpoint: the files are opened, and checked
+            unchanged, when training or scoring needs them; generating never does), or None:
+            the bundled pydoc topics.
         prompts: the starts the samples of a finished run continue (None: taken from the
             data's held-out text, or ``SAMPLE_PROMPTS`` for the bundled corpus).
+
+    Attributes:
+        data: the text (:class:`~addnorm.tasks.lm_data.TextData`).
     """
 
     name: ClassVar[str] = "lm"
@@ -132,50 +134,35 @@ class LMTask:
         self,
         tokenizer: TextTokenizer | None = None,
         *,
-        data: TokenCorpus | DataRecord | None = None,
+        data: TextData | TokenCorpus | DataRecord | None = None,
         prompts: Sequence[str] | None = None,
     ) -> None:
-        self._corpus: TextCorpus | TokenCorpus | None = None
-        self.record: DataRecord | None = None
-        if isinstance(data, TokenCorpus):
-            self._corpus, self.record = data, data.record
-        elif isinstance(data, DataRecord):
-            self.record = data
-        elif data is not None:
-            raise TypeError(f"data must be a TokenCorpus, a DataRecord or None, got {data!r}")
-        if tokenizer is None and isinstance(data, DataRecord):
-            raise TypeError("a DataRecord needs the tokenizer it was encoded with")
-        self.tokenizer: TextTokenizer = tokenizer or self.corpus.tokenizer
-        if prompts is None and self.record is None:
-            prompts = SAMPLE_PROMPTS
-        self._prompts = None if prompts is None else tuple(prompts)
+        self.data = text_data(tokenizer, data, prompts)
+        self.tokenizer: TextTokenizer = self.data.tokenizer
         unit = "token" if isinstance(self.tokenizer, HFTokenizer) else "character"
         self.loss_label = f"loss (cross-entropy, nats per {unit})"
+
+    @property
+    def record(self) -> DataRecord | None:
+        """The record of a user's files; None for the bundled text."""
+        return self.data.record
 
     @property
     def prompts(self) -> tuple[str, ...]:
         """The starts the samples of a finished run continue: given, the bundled ones, or
         taken from a user's held-out text on first use (a loaded run reads no data)."""
-        if self._prompts is None:
-            self._prompts = _prompts_from(self.corpus)
-        return self._prompts
+        return self.data.prompts()
 
     @property
     def corpus(self) -> TextCorpus | TokenCorpus:
         """The text, loaded on first use (inference from a checkpoint never needs it)."""
-        return self.open_corpus()
+        return self.data.corpus()
 
     def open_corpus(self, cache_dir: str | None = None) -> TextCorpus | TokenCorpus:
         """The text: the bundled corpus, or the recorded files opened again (checked
         unchanged: ``DataChangedError`` names what changed; their token file in
         ``cache_dir``)."""
-        if self._corpus is None:
-            if self.record is None:
-                self._corpus = TextCorpus()
-            else:
-                self._corpus = TokenCorpus.reopen(self.record, self.tokenizer,
-                                                  cache_dir=cache_dir)
-        return self._corpus
+        return self.data.corpus(cache_dir)
 
     @staticmethod
     def default_model_config() -> LMConfig:
@@ -228,7 +215,7 @@ class LMTask:
                 "learned positions"
             )
         corpus = self.open_corpus(task_cfg.cache_dir)
-        unit = "characters" if isinstance(corpus, TextCorpus) else "tokens"
+        unit = self.data.unit
         n_val = len(corpus.ids("val"))
         if task_cfg.seq_len >= n_val:
             raise ValueError(
@@ -277,9 +264,8 @@ class LMTask:
         self, model: TransformerLM, *, seq_len: int = 128, max_windows: int | None = None,
         cache_dir: str | None = None,
     ) -> dict[str, float]:
-        """Validation bits per character (no label smoothing), over tiling windows; on a
-        user's text also bits per byte and per token, the tokens, bytes and characters
-        scored, and the order-0 byte entropy of the corpus and of its held-out text."""
+        """Validation bits per character (no label smoothing), over tiling windows (on a
+        user's text with more figures: :meth:`TextData.scores`)."""
         model.eval()
         device = next(model.parameters()).device
         corpus = self.open_corpus(cache_dir)
@@ -290,23 +276,7 @@ class LMTask:
             loss, n = lm_loss(model, {"ids": chunk[:, :-1], "targets": chunk[:, 1:]})
             total += loss.item() * n
             count += n
-        if isinstance(corpus, TextCorpus):
-            return {"val_bpc": total / count / math.log(2), "val_chars": count}
-        bits = total / math.log(2)
-        targets = windows[:, 1:].numpy()  # (N, seq_len): the ids scored, in text order
-        n_bytes = int(corpus.token_bytes()[targets].sum())
-        n_chars = _characters(self.tokenizer, targets.reshape(-1))
-        details = corpus.record.details
-        return {
-            "val_bpc": bits / n_chars,
-            "val_bits_per_byte": bits / n_bytes,
-            "val_bits_per_token": bits / count,
-            "val_tokens": count,
-            "val_bytes": n_bytes,
-            "val_chars": n_chars,
-            "corpus_byte_entropy": float(details["byte_entropy"]),
-            "val_byte_entropy": float(details["val_byte_entropy"]),
-        }
+        return self.data.scores(total, count, windows)
 
     def probe(self, task_cfg: LMTaskConfig) -> None:
         """No probe during training: the held-out figures come at the end (and the loss
@@ -381,18 +351,9 @@ class LMTask:
 
     @classmethod
     def from_config(cls, task_cfg: LMTaskConfig) -> LMTask:
-        """The task a new run trains: the pydoc topics, or ``task_cfg.data`` tokenized as it
-        asks (:meth:`TokenCorpus.build`: once, then from its cache)."""
-        if task_cfg.data is None:
-            return cls()
-        corpus = TokenCorpus.build(
-            task_cfg.data,
-            task_cfg.tokenizer,
-            vocab_size=task_cfg.vocab_size,
-            val_fraction=task_cfg.val_fraction,
-            cache_dir=task_cfg.cache_dir,
-        )
-        return cls(data=corpus)
+        """The task a new run trains: the text ``task_cfg`` names
+        (:func:`~addnorm.tasks.lm_data.text_data_for`)."""
+        return cls(data=text_data_for(task_cfg))
 
     @staticmethod
     def config_from_dict(data: dict) -> LMConfig:
@@ -402,56 +363,15 @@ class LMTask:
     def to_dict(self) -> dict:
         """What a checkpoint needs to rebuild this task: its tokenizer and, on a user's text,
         the record of the data and the sample prompts."""
-        out: dict[str, Any] = {"tokenizer": self.tokenizer.to_dict()}
-        if self.record is not None:
-            out["data"] = self.record.to_dict()
-            out["prompts"] = list(self.prompts)
-        return out
+        return self.data.to_dict()
 
     @classmethod
     def from_dict(cls, data: dict) -> LMTask:
         """Rebuild from ``to_dict``'s output."""
-        record = DataRecord.from_dict(data["data"]) if data.get("data") is not None else None
-        prompts = data.get("prompts")
-        if prompts is not None and not (
-            isinstance(prompts, list) and all(isinstance(p, str) and p for p in prompts)
-        ):
-            raise ValueError("prompts must be a list of non-empty strings")
-        return cls(tokenizer_from_dict(data["tokenizer"]), data=record, prompts=prompts)
+        return cls(data=text_data_from_dict(data))
 
     def run_files(self) -> dict[str, str]:
         """On a user's text: ``data.json`` (the data's record) and, for a BPE or a file's
         tokenizer, ``tokenizer.json`` (loadable with ``tokenizers.Tokenizer.from_file``);
         nothing for the bundled corpus."""
-        if self.record is None:
-            return {}
-        files = {"data.json": json.dumps(self.record.to_dict(), indent=1) + "\n"}
-        if isinstance(self.tokenizer, HFTokenizer):
-            files["tokenizer.json"] = self.tokenizer.to_json()
-        return files
-
-
-def _characters(tokenizer: TextTokenizer, ids: np.ndarray) -> int:
-    """How many characters the ids ``ids`` (consecutive, in text order) stand for: one per
-    non-special id of a character tokenizer; the length of their decoded text otherwise."""
-    if isinstance(tokenizer, CharTokenizer):
-        return int((ids >= len(SPECIALS)).sum())
-    assert isinstance(tokenizer, HFTokenizer)
-    return len(tokenizer.tokenizer.decode(ids.tolist(), skip_special_tokens=True))
-
-
-def _prompts_from(corpus: TextCorpus | TokenCorpus, n: int = 3) -> tuple[str, ...]:
-    """``n`` sample prompts from the held-out text: the first words (at most 24 characters)
-    of the first full line after ``n`` evenly spaced points of it."""
-    val = corpus.ids("val")
-    prompts = []
-    for k in range(n):
-        start = len(val) * k // n
-        text = corpus.tokenizer.decode([int(i) for i in val[start : start + 256]])
-        if k > 0 and "\n" in text.rstrip("\n"):
-            text = text[text.index("\n") + 1 :]
-        line = text.lstrip("\n").split("\n")[0]
-        prompt = line[:24].rsplit(" ", 1)[0] if len(line) > 24 and " " in line[:24] else line[:24]
-        if prompt.strip():
-            prompts.append(prompt)
-    return tuple(prompts) or SAMPLE_PROMPTS
+        return self.data.run_files()

@@ -8,7 +8,7 @@ out; a library user can do the same without the command:
     plan = plan_fresh_run("lm", model_overrides={"n_layers": 2}, train_overrides={"max_steps": 50})
     check_run_fits(plan, "cpu")
     train_run(plan.task_name, plan.model_cfg, plan.train_cfg, "runs/lm",
-              task_cfg=plan.task_cfg, resume=plan.resume)
+              task_cfg=plan.task_cfg, resume=plan.resume, task=plan.task)
 
 "Train" values and overrides hold ``TrainConfig`` fields and the task config's together (as
 the command line and a ``--config`` file do); they are told apart by name
@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from addnorm.tasks.registry import task_class
@@ -54,6 +54,9 @@ class RunPlan:
         model_cfg, train_cfg, task_cfg: the run's configs (the model's before
             ``task.prepare``).
         resume: the checkpoint a resumed run continues; None for a new run.
+        task: the task the plan was checked with (its data read once), which
+            ``check_run_fits`` and ``train_run(task=...)`` use rather than build another;
+            None: they build it.
     """
 
     task_name: str
@@ -61,6 +64,7 @@ class RunPlan:
     train_cfg: TrainConfig
     task_cfg: TaskConfig
     resume: LoadedCheckpoint | None = None
+    task: AnyTask | None = field(default=None, compare=False, repr=False)
 
     @property
     def task_cls(self) -> type[AnyTask]:
@@ -99,7 +103,7 @@ def plan_fresh_run(
         train_cfg, task_cfg = _with_train_values(task_cls, train_cfg, task_cfg, train_overrides)
     task = task_cls.from_config(task_cfg)
     task.check(task.prepare(model_cfg), train_cfg, task_cfg)
-    return RunPlan(task_name, model_cfg, train_cfg, task_cfg)
+    return RunPlan(task_name, model_cfg, train_cfg, task_cfg, task=task)
 
 
 def _with_train_values(
@@ -137,7 +141,7 @@ def plan_resumed_run(
     _check_resume_fits(model_cfg, train_cfg, checkpoint)
     task, _ = task_of_checkpoint(checkpoint)
     task.check(model_cfg, train_cfg, task_cfg)
-    return RunPlan(task_name, model_cfg, train_cfg, task_cfg, resume=checkpoint)
+    return RunPlan(task_name, model_cfg, train_cfg, task_cfg, resume=checkpoint, task=task)
 
 
 def _check_resume_fits(model_cfg: Any, train_cfg: TrainConfig, resume: LoadedCheckpoint) -> None:
@@ -175,7 +179,9 @@ def check_run_fits(plan: RunPlan, device: str) -> None:
         if value is not None and value > MAX_LAYERS:
             raise RunSizeError(name, value, f"at most {MAX_LAYERS} layers per stack")
     task: AnyTask
-    if plan.resume is None:
+    if plan.task is not None:  # the plan's own, its data already read
+        task = plan.task
+    elif plan.resume is None:
         task = task_cls.from_config(task_cfg)
     else:  # the checkpoint's own task (its saved tokenizers and settings)
         task, _ = task_of_checkpoint(plan.resume)

@@ -222,12 +222,15 @@ def train_run(
     watch: int | None = None,
     report_to: str = "jsonl",
     progress_lines: bool = False,
+    task: AnyTask | None = None,
 ) -> RunSummary:
     """Train ``task_name`` into ``run_dir``, then evaluate on held-out data (with the EMA
     weights when ``train_cfg.ema_decay > 0``) and store a few samples.
 
     ``task_cfg``: the task's own settings; None takes the task's defaults for a fresh run and
-    the checkpoint's for a resumed one. ``progress``: a bar on stderr; ``progress_lines``:
+    the checkpoint's for a resumed one. ``task``: the task these configs were planned with
+    (``RunPlan.task``, its data already read); None builds it from ``task_cfg`` (or the
+    checkpoint). ``progress``: a bar on stderr; ``progress_lines``:
     plain lines on stdout instead, every ``log_every`` steps or 30 seconds (for a log file).
     ``watch``: measure inside the model every ``watch`` steps into ``watch.jsonl``, drawn as
     ``watch.png`` at the end (:mod:`addnorm.training.watch`); None watches nothing.
@@ -248,16 +251,17 @@ def train_run(
     run_dir = Path(run_dir)
     if report_to not in REPORT_TO:
         raise ValueError(f"report_to must be one of {REPORT_TO}, got {report_to!r}")
-    task: AnyTask
     if resume is None:
         task_cls = task_class(task_name)
         task_cfg = task_cls.default_task_config() if task_cfg is None else task_cfg
         _check_task_config(task_cls, task_cfg)
-        task = task_cls.from_config(task_cfg)
+        if task is not None and not isinstance(task, task_cls):
+            raise TypeError(f"task must be a {task_cls.__name__}, got {type(task).__name__}")
+        task = task_cls.from_config(task_cfg) if task is None else task
         model_cfg = task.prepare(model_cfg)
         schedule = schedule_for(train_cfg)
     else:
-        task, _ = task_of_checkpoint(resume)
+        task = task_of_checkpoint(resume)[0] if task is None else task
         _check_same_task(resume, task, task_name)
         schedule = _saved_schedule(resume)
         if task_cfg is None:

@@ -1,50 +1,39 @@
-"""The ``translate`` task: date normalization on the encoder-decoder ``Transformer``, or a
-user's sentence pairs (``TranslateTaskConfig.data``: TSV or JSON Lines; see
-:class:`addnorm.data.PairCorpus`).
+"""The ``translate`` task: the encoder-decoder ``Transformer`` on pairs
+(:mod:`addnorm.tasks.translate_data`: date normalization, or a user's sentence pairs,
+``TranslateTaskConfig.data``).
 
-Dates: the source is a date as people write it, character by character
-(``date_source_tokenizer``); the target its ISO 8601 form ``YYYY-MM-DD``
-(``date_target_tokenizer``). A user's pairs: the tokenizers the config asks for (characters,
-a byte-level BPE or a ``tokenizer.json``, per side or shared), trained on the train pairs.
 Training teaches with ``<bos>`` + answer in and answer + ``<eos>`` out; evaluation decodes
-greedily with the model's ``generate`` and counts exact matches on held-out pairs (test-split
-dates; a user's held-out pairs, where chrF (sacrebleu's, 0-100) is also reported when
-``sacrebleu`` is installed: the ``text`` extra).
+greedily with the model's ``generate`` and counts exact matches on held-out pairs (with chrF
+on a user's). Why the defaults are what they are: ``docs/task-defaults.md``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
-import json
-import logging
-import random
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from addnorm.data.batches import DateBatches
-from addnorm.data.dates import (
-    FIRST_YEAR,
-    FORMATS,
-    LAST_YEAR,
-    dates_in_split,
-    longest_source_length,
-    random_examples,
-)
 from addnorm.data.fingerprint import DataRecord
-from addnorm.data.hf_tokenizer import HFTokenizer, TextTokenizer, tokenizer_from_dict
-from addnorm.data.pairs import PairBatches, PairCorpus
-from addnorm.data.tokenizers import CharTokenizer, date_source_tokenizer, date_target_tokenizer
+from addnorm.data.hf_tokenizer import TextTokenizer
+from addnorm.data.pairs import PairCorpus
+from addnorm.data.sampler import SampledBatches
+from addnorm.data.tokenizers import CharTokenizer
 from addnorm.tasks.data_settings import check_data_settings
 from addnorm.tasks.task import Sizing, TaskConfig
+from addnorm.tasks.translate_data import (
+    PREDICT_BATCH_SIZE,
+    Example,
+    PairData,
+    pair_data,
+    pair_data_for,
+    pair_data_from_dict,
+)
 from addnorm.training.config import TrainConfig
-from addnorm.training.sizes import RunSizeError
 from addnorm.training.trainer import LossFn
 from addnorm.transformer import Transformer
 from addnorm.transformer.config import TRANSFORMER_PRESETS, TransformerConfig
@@ -54,21 +43,8 @@ __all__ = [
     "PREDICT_BATCH_SIZE", "Example", "TranslateTask", "TranslateTaskConfig", "seq2seq_loss",
 ]
 
-# Answers are 10 characters; one more step emits <eos>.
-_MAX_NEW_TOKENS = 11
-_EVAL_SEED = 20261121
 # Held-out predictions stored in metrics.json.
 _N_SAMPLES = 8
-# Inputs translated per forward pass (also what ``addnorm translate`` reads at a time).
-PREDICT_BATCH_SIZE = 500
-_log = logging.getLogger(__name__)
-
-
-class Example(NamedTuple):
-    """A source text and its answer (a date example, or a user's held-out pair)."""
-
-    source: str
-    target: str
 
 
 def seq2seq_loss(
@@ -129,12 +105,17 @@ class TranslateTask:
 
     Args:
         src_tok, tgt_tok: the tokenizers; None takes the data's (the dates' for no data).
-        data: the pairs: a :class:`~addnorm.data.PairCorpus` (a user's, read and tokenized),
-            the :class:`~addnorm.data.fingerprint.DataRecord` of one (a run read back from
-            its checkpoint: the files are read again, and checked unchanged, when training or
-            scoring needs them; translating never does), or None: the generated dates.
+        data: the pairs (:func:`~addnorm.tasks.translate_data.pair_data`): a
+            :class:`~addnorm.tasks.translate_data.PairData`, a :class:`~addnorm.data.PairCorpus`
+            (a user's, read and tokenized), the :class:`~addnorm.data.fingerprint.DataRecord`
+            of one (a run read back from its checkpoint: the files are read again, and
+            checked unchanged, when training or scoring needs them; translating never does),
+            or None: the generated dates.
         max_new_tokens: the longest answer generated (None: the dates' 11, or twice the
             longest target of the data, plus 2).
+
+    Attributes:
+        data: the pairs (:class:`~addnorm.tasks.translate_data.PairData`).
     """
 
     name: ClassVar[str] = "translate"
@@ -155,54 +136,37 @@ class TranslateTask:
         src_tok: TextTokenizer | None = None,
         tgt_tok: TextTokenizer | None = None,
         *,
-        data: PairCorpus | DataRecord | None = None,
+        data: PairData | PairCorpus | DataRecord | None = None,
         max_new_tokens: int | None = None,
     ) -> None:
-        self._corpus: PairCorpus | None = None
-        self.record: DataRecord | None = None
-        if isinstance(data, PairCorpus):
-            self._corpus, self.record = data, data.record
-            src_tok, tgt_tok = src_tok or data.src_tok, tgt_tok or data.tgt_tok
-        elif isinstance(data, DataRecord):
-            if src_tok is None or tgt_tok is None:
-                raise TypeError("a DataRecord needs the tokenizers it was encoded with")
-            self.record = data
-        elif data is not None:
-            raise TypeError(f"data must be a PairCorpus, a DataRecord or None, got {data!r}")
-        self.src_tok: TextTokenizer = src_tok or date_source_tokenizer()
-        self.tgt_tok: TextTokenizer = tgt_tok or date_target_tokenizer()
-        if max_new_tokens is None:
-            max_new_tokens = _MAX_NEW_TOKENS if self._corpus is None else (
-                2 * self._corpus.longest_target + 2
-            )
-        self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, min_value=1)
+        self.data = pair_data(src_tok, tgt_tok, data, max_new_tokens)
+        self.src_tok: TextTokenizer = self.data.src_tok
+        self.tgt_tok: TextTokenizer = self.data.tgt_tok
+        self.max_new_tokens = check_int("max_new_tokens", self.data.max_new_tokens,
+                                        min_value=1)
+
+    @property
+    def record(self) -> DataRecord | None:
+        """The record of a user's pairs; None for the dates."""
+        return self.data.record
 
     @property
     def corpus(self) -> PairCorpus:
         """A user's pairs (read again, and checked unchanged, for a run read back from its
         checkpoint); ValueError for the date task, which has none."""
-        if self._corpus is None:
-            if self.record is None:
-                raise ValueError("the date task has no pairs corpus")
-            self._corpus = PairCorpus.reopen(self.record, self.src_tok, self.tgt_tok)
-        return self._corpus
+        return self.data.corpus
 
     @property
     def shared(self) -> bool:
         """Whether one tokenizer serves both sides (a user's pairs with shared_vocab)."""
-        return self.record is not None and self.src_tok is self.tgt_tok
+        return self.data.shared
 
     @staticmethod
     def default_model_config() -> TransformerConfig:
         """The "tiny" preset with the seeds' sinusoidal positions, no dropout and an unpadded
-        encoder (vocabulary sizes filled in by ``prepare``).
-
-        Sinusoidal, as the seed documents teach: with the default training settings (600
-        steps), seeds 0, 1, 2 reached 99.65, 99.70 and 99.25% held-out test exact match
-        (``position_encoding="rotary"``: 99.90, 99.70, 99.85%), every one above the 99% bar,
-        and a sinusoidal step does less work than a rotary one. About half of a batch's source
-        tokens are padding, which ``unpad`` leaves out of the encoder's position-wise work
-        (the same values at every real token)."""
+        encoder (``unpad``: about half of a batch's source tokens are padding, which it
+        leaves out of the encoder's position-wise work); vocabulary sizes filled in by
+        ``prepare``."""
         return dataclasses.replace(
             TRANSFORMER_PRESETS["tiny"], dropout=0.0, share_embeddings=False,
             position_encoding="sinusoidal", unpad=True,
@@ -210,14 +174,9 @@ class TranslateTask:
 
     @staticmethod
     def default_train_config() -> TrainConfig:
-        """Settings that reach >= 98% exact match within the default time budget on 2 cores.
-
-        600 steps of 64 examples reached 99.80-99.90% (seed 0) and 99.65% (seed 1) held-out
-        test exact match in our runs (800 steps: 99.95%); the loss reaches its floor by about
-        step 300. The cosine schedule ends at ``max_steps``, so a short step budget lets a
-        slow machine finish it well inside the 4-minute time budget instead of being stopped
-        by the clock at a high learning rate (``addnorm bench --only small`` times one step).
-        """
+        """600 steps of 64 examples, a cosine schedule that ends at ``max_steps`` (so a slow
+        machine finishes it inside the 4-minute time budget instead of being stopped by the
+        clock at a high learning rate)."""
         return TrainConfig(
             max_steps=600,
             max_minutes=4.0,
@@ -231,7 +190,7 @@ class TranslateTask:
 
     @staticmethod
     def default_task_config() -> TranslateTaskConfig:
-        """Label smoothing 0.1, the paper's value (it also helped here); 2000 test dates."""
+        """Label smoothing 0.1, the paper's value; 2000 test dates."""
         return TranslateTaskConfig()
 
     @staticmethod
@@ -240,12 +199,10 @@ class TranslateTask:
         return TRANSFORMER_PRESETS
 
     def prepare(self, cfg: TransformerConfig) -> TransformerConfig:
-        """``cfg`` with this task's vocabulary sizes and special ids.
-
-        The source and target vocabularies differ, so embeddings are never shared here
-        (``share_embeddings`` is set to False; ``tie_output`` still ties the output layer to
-        the target embedding).
-        """
+        """``cfg`` with this task's vocabulary sizes and special ids, and
+        ``share_embeddings`` set to whether one tokenizer serves both sides (never for the
+        dates, whose vocabularies differ; ``tie_output`` still ties the output layer to the
+        target embedding)."""
         return dataclasses.replace(
             cfg,
             src_vocab_size=self.src_tok.vocab_size,
@@ -263,58 +220,15 @@ class TranslateTask:
         must hold the longest input and the decoder's ``<bos>`` + answer + ``<eos>``; a
         user's train pairs must fill a batch. The pairs of a run read back from a checkpoint
         must be as recorded (``DataChangedError`` otherwise)."""
-        if self.record is not None:
-            corpus = self.corpus
-            if cfg.position_encoding == "learned":
-                needed = max(corpus.longest_source, corpus.longest_target + 2)
-                if cfg.max_len < needed:
-                    raise ValueError(
-                        f"max_len ({cfg.max_len}) must be >= {needed} with learned positions "
-                        f"(the longest source has {corpus.longest_source} tokens, the longest "
-                        f"target {corpus.longest_target + 2} with <bos> and <eos>)"
-                    )
-            if len(corpus.train) < train_cfg.batch_size:
-                raise ValueError(
-                    f"the train split holds {len(corpus.train)} pairs, fewer than a batch "
-                    f"(batch_size {train_cfg.batch_size})"
-                )
-            return
-        if cfg.position_encoding == "learned":
-            needed = max(longest_source_length(), _MAX_NEW_TOKENS + 1)
-            if cfg.max_len < needed:
-                raise ValueError(
-                    f"max_len ({cfg.max_len}) must be >= {needed} with learned positions "
-                    f"(the longest date input has {longest_source_length()} characters, "
-                    f"the answer {_MAX_NEW_TOKENS + 1} tokens with <bos> and <eos>)"
-                )
+        self.data.check(cfg, train_cfg.batch_size)
 
     def sizing(
         self, cfg: TransformerConfig, train_cfg: TrainConfig, task_cfg: TranslateTaskConfig
     ) -> Sizing:
-        """The longest date with its answer; the evaluation translates ``eval_size`` dates
-        ``PREDICT_BATCH_SIZE`` at a time. ``eval_size`` may not pass the distinct (test
-        date, format) pairs it is drawn from (more would only repeat them): RunSizeError.
-        A user's pairs: the longest source and target, and at most ``eval_size`` held-out
-        pairs at a time."""
-        if self.record is not None:
-            corpus = self.corpus
-            return Sizing(
-                length=corpus.longest_source + corpus.longest_target + 2,
-                eval_batch=min(task_cfg.eval_size, len(corpus.held_out), PREDICT_BATCH_SIZE),
-            )
-        distinct = len(dates_in_split("test")) * len(FORMATS)
-        if task_cfg.eval_size > distinct:
-            raise RunSizeError(
-                "eval_size",
-                task_cfg.eval_size,
-                f"the translate task has {distinct} distinct test examples "
-                f"({len(dates_in_split('test'))} dates in {len(FORMATS)} formats); ask for at "
-                "most that many",
-            )
-        return Sizing(
-            length=longest_source_length() + 12,
-            eval_batch=min(task_cfg.eval_size, PREDICT_BATCH_SIZE),
-        )
+        """The longest input with its answer; the evaluation translates at most
+        ``eval_size`` held-out examples ``PREDICT_BATCH_SIZE`` at a time (the dates refuse
+        an ``eval_size`` beyond their distinct test examples: RunSizeError)."""
+        return self.data.sizing(task_cfg.eval_size)
 
     def build_model(self, cfg: TransformerConfig) -> Transformer:
         """A fresh model for ``cfg`` (call ``prepare`` first)."""
@@ -322,14 +236,10 @@ class TranslateTask:
 
     def batches(
         self, cfg: TransformerConfig, train_cfg: TrainConfig, task_cfg: TranslateTaskConfig
-    ) -> DateBatches | PairBatches:
+    ) -> SampledBatches:
         """The training batch source, seeded by ``train_cfg.seed``."""
-        if self.record is not None:
-            self.check(cfg, train_cfg, task_cfg)
-            return PairBatches(self.corpus, batch_size=train_cfg.batch_size, seed=train_cfg.seed)
-        return DateBatches(
-            self.src_tok, self.tgt_tok, batch_size=train_cfg.batch_size, seed=train_cfg.seed
-        )
+        self.check(cfg, train_cfg, task_cfg)
+        return self.data.batches(train_cfg.batch_size, train_cfg.seed)
 
     def loss_fn(self, task_cfg: TranslateTaskConfig) -> LossFn:
         """``(model, batch) -> (loss, n_tokens)`` with the configured label smoothing."""
@@ -343,10 +253,7 @@ class TranslateTask:
     def held_out(self, split: str = "test", n: int = 2000) -> list[Example]:
         """``n`` fixed examples of ``split`` dates (the same in every run); for a user's
         pairs, the first ``n`` held-out pairs (whatever ``split``)."""
-        if self.record is not None:
-            return [Example(*p) for p in self.corpus.held_out[:n]]
-        return [Example(*e) for e in
-                random_examples(dates_in_split(split), random.Random(_EVAL_SEED), n)]
+        return self.data.held_out(split, n)
 
     @torch.no_grad()
     def predict(
@@ -364,32 +271,13 @@ class TranslateTask:
         return out
 
     def evaluate(self, model: Transformer, *, n: int = 2000) -> dict[str, float]:
-        """Exact-match accuracy on ``n`` held-out test examples (and on validation ones); for
-        a user's pairs, on at most ``n`` held-out pairs, with their chrF when sacrebleu is
-        installed."""
-        if self.record is not None:
-            return self._evaluate_pairs(model, n)
-        metrics = {}
-        for split in ("val", "test"):
-            examples = self.held_out(split, n if split == "test" else max(n // 4, 1))
+        """Exact-match accuracy on ``n`` held-out test examples (and on a quarter as many
+        validation dates); for a user's pairs, on at most ``n`` held-out pairs, with their
+        chrF when sacrebleu is installed."""
+        metrics: dict[str, float] = {}
+        for split, examples in self.data.evaluation_sets(n):
             predictions = self.predict(model, [e.source for e in examples])
-            hits = sum(p == e.target for p, e in zip(predictions, examples, strict=True))
-            metrics[f"{split}_exact_match"] = hits / len(examples)
-            metrics[f"n_{split}"] = len(examples)
-        return metrics
-
-    def _evaluate_pairs(self, model: Transformer, n: int) -> dict[str, float]:
-        examples = self.held_out("test", n)
-        predictions = self.predict(model, [e.source for e in examples])
-        answers = [e.target for e in examples]
-        hits = sum(p == a for p, a in zip(predictions, answers, strict=True))
-        metrics = {"test_exact_match": hits / len(examples), "n_test": len(examples)}
-        try:
-            from sacrebleu.metrics import CHRF
-        except ImportError:
-            _log.warning("chrF left out: it needs sacrebleu (pip install 'addnorm[text]')")
-        else:
-            metrics["test_chrf"] = float(CHRF().corpus_score(predictions, [answers]).score)
+            metrics.update(self.data.scores(split, predictions, [e.target for e in examples]))
         return metrics
 
     def probe(self, task_cfg: TranslateTaskConfig) -> None:
@@ -433,25 +321,13 @@ class TranslateTask:
     def answer_problem(self, answer: str) -> str | None:
         """Why an answer is wrong on its face: for the date task, not a real date from
         ``FIRST_YEAR`` to ``LAST_YEAR``; None otherwise (a user's pairs: any answer)."""
-        if self.record is not None or _is_supported_date(answer):
-            return None
-        return f"not a valid date from {FIRST_YEAR} to {LAST_YEAR}"
+        return self.data.answer_problem(answer)
 
     @classmethod
     def from_config(cls, task_cfg: TranslateTaskConfig) -> TranslateTask:
-        """The task a new run trains: the dates, or ``task_cfg.data`` read and tokenized as
-        it asks (:meth:`PairCorpus.build`)."""
-        if task_cfg.data is None:
-            return cls()
-        corpus = PairCorpus.build(
-            task_cfg.data,
-            valid=task_cfg.valid,
-            tokenizer=task_cfg.tokenizer,
-            vocab_size=task_cfg.vocab_size,
-            shared_vocab=task_cfg.shared_vocab,
-            val_fraction=task_cfg.val_fraction,
-        )
-        return cls(data=corpus)
+        """The task a new run trains: the pairs ``task_cfg`` names
+        (:func:`~addnorm.tasks.translate_data.pair_data_for`)."""
+        return cls(data=pair_data_for(task_cfg))
 
     @staticmethod
     def config_from_dict(data: dict) -> TransformerConfig:
@@ -461,48 +337,15 @@ class TranslateTask:
     def to_dict(self) -> dict:
         """What a checkpoint needs to rebuild this task: its tokenizers and, for a user's
         pairs, the record of the data and the longest answer it generates."""
-        out: dict[str, Any] = {
-            "src_tokenizer": self.src_tok.to_dict(), "tgt_tokenizer": self.tgt_tok.to_dict()
-        }
-        if self.record is not None:
-            out.update(data=self.record.to_dict(), max_new_tokens=self.max_new_tokens,
-                       shared_vocab=self.shared)
-        return out
+        return self.data.to_dict()
 
     @classmethod
     def from_dict(cls, data: dict) -> TranslateTask:
         """Rebuild from ``to_dict``'s output."""
-        src_tok = tokenizer_from_dict(data["src_tokenizer"])
-        tgt_tok = src_tok if data.get("shared_vocab") else tokenizer_from_dict(
-            data["tgt_tokenizer"]
-        )
-        if data.get("data") is None:
-            return cls(src_tok, tgt_tok)
-        return cls(src_tok, tgt_tok, data=DataRecord.from_dict(data["data"]),
-                   max_new_tokens=data["max_new_tokens"])
+        return cls(data=pair_data_from_dict(data))
 
     def run_files(self) -> dict[str, str]:
         """For a user's pairs: ``data.json`` (the data's record) and the tokenizers of a BPE
         or a file (``tokenizer.json`` when shared, else ``source_tokenizer.json`` and
         ``target_tokenizer.json``); nothing for the dates."""
-        if self.record is None:
-            return {}
-        files = {"data.json": json.dumps(self.record.to_dict(), indent=1) + "\n"}
-        if self.shared and isinstance(self.src_tok, HFTokenizer):
-            files["tokenizer.json"] = self.src_tok.to_json()
-        elif not self.shared:
-            for name, tok in (("source", self.src_tok), ("target", self.tgt_tok)):
-                if isinstance(tok, HFTokenizer):
-                    files[f"{name}_tokenizer.json"] = tok.to_json()
-        return files
-
-
-def _is_supported_date(answer: str) -> bool:
-    """Whether ``answer`` is a real YYYY-MM-DD date from ``FIRST_YEAR`` to ``LAST_YEAR``."""
-    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", answer):
-        return False
-    try:
-        day = dt.date.fromisoformat(answer)
-    except ValueError:
-        return False
-    return FIRST_YEAR <= day.year <= LAST_YEAR
+        return self.data.run_files()
