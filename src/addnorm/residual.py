@@ -111,7 +111,7 @@ class AddNorm(nn.Module):
             x, padding_mask = _check_norm_input(x, padding_mask, self.d_model)
         # else the norm, given x first, checks x and padding_mask as the line above would
         if padding_mask is not None and self._norm_takes_padding_mask:
-            norm = partial(norm, padding_mask=padding_mask)
+            norm = partial(self.norm, padding_mask=padding_mask)
         h = x if self.norm_position == "post" else norm(x)
         out = sublayer(h)
         if not (isinstance(out, torch.Tensor) and out.shape == h.shape):
