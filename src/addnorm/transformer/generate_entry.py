@@ -135,9 +135,11 @@ class GenerateEntry:
         row's stop token they hold ``config.fill_id``. The model's ``pad_id`` (and an
         encoder-decoder's ``bos_id``) is never generated, so neither may be a stop token.
         ``generator`` is used by sampling. A decoder-only model's prompt is left-padded,
-        each row continued after its last token, which must be real; it counts as seen for
-        the repetition rules (padding excluded), and its ``stop_fn`` ends rows early, e.g.
-        at stop strings (:func:`~addnorm.generation.stop_strings.stop_at_strings`).
+        each row continued after its last token, which must be real (a row of padding only
+        is refused); it counts as seen for the repetition rules (padding excluded), and
+        ``stop_fn`` ends rows early, e.g. at stop strings
+        (:func:`~addnorm.generation.stop_strings.stop_at_strings`). An encoder-decoder
+        decodes a source row of padding only from an empty memory, as its forward does.
 
         Hugging Face's call: ``input_ids`` (the inputs by transformers' name),
         ``attention_mask`` (1 = real token; give it or the padding mask),
@@ -149,7 +151,9 @@ class GenerateEntry:
         :func:`~addnorm.generation.transformers_call.transformers_call` and
         ``docs/design.md`` ("generate"). ``return_prompt`` chooses either way (None: False
         for addnorm's call, True for Hugging Face's). With ``num_return_sequences`` r, rows
-        ``b * r .. b * r + r - 1`` continue row ``b``.
+        ``b * r .. b * r + r - 1`` continue row ``b``. Settings passed as ``**settings``
+        from a dict that is no :class:`GenerateKeywords` are accepted too; the result is
+        then typed ``Any`` (the dict may ask for ``return_dict_in_generate``).
 
         Shapes:
             inputs, input_ids: (B, L0); padding_mask, attention_mask: (B, L0)
