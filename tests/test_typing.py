@@ -62,6 +62,18 @@ def hugging_face_settings(model: TransformerLM, ids: torch.Tensor) -> torch.Tens
     return out
 
 
+def own_names(lm: TransformerLM, seq2seq: addnorm.Transformer, ids: torch.Tensor,
+              padding: torch.Tensor) -> None:
+    def stop(tokens: torch.Tensor) -> torch.Tensor:
+        return tokens[:, -1] == 1
+
+    config = lm.generation_config
+    assert_type(lm.generate(prompt_ids=ids, config=config, padding_mask=padding, stop_fn=stop),
+                torch.Tensor)
+    assert_type(seq2seq.generate(src_ids=ids, src_padding_mask=padding, max_new_tokens=3),
+                torch.Tensor)
+
+
 # The class is not named: typed Any, so the common call type-checks as it is.
 tokens = addnorm.load("folder").generate(torch.zeros(1, 2, dtype=torch.long))
 lm_cfg = addnorm.PRESETS["lm-tiny"]

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from addnorm.attention_kernel import scaled_dot_product
+from addnorm.attention_kernel import EXPLICIT_DTYPE, scaled_dot_product
 from addnorm.attention_mask import (
     AttentionMask,
     build_attention_mask,
@@ -125,35 +125,32 @@ def hidden_keys(mask: AttentionMask) -> torch.Tensor | None:
     return ~live.any(dim=-2).unsqueeze(-1)  # (B|1, H|1, S, 1)
 
 
-def finite_padding_queries(q: torch.Tensor, query_padding: torch.Tensor | None) -> torch.Tensor:
+def finite_padding_queries(q: torch.Tensor, query_padding: torch.Tensor) -> torch.Tensor:
     """``q`` with the padding queries' NaN and inf entries replaced by 0 (``torch.where``).
 
     Real queries, and finite padding queries, are returned as they are (bit for bit), so every
     finite result is unchanged; a padding row holding NaN would make its attention weights NaN,
-    and the kernel's backward multiplies them (times a zero gradient) into every key's. Under
-    ``torch.no_grad()`` (inference) there is no backward pass, and ``q`` is returned as is.
+    and the kernel's backward multiplies them (times a zero gradient) into every key's. Only
+    where a backward pass will run (the caller decides: gradients enabled).
 
     Shapes:
         q: (B, H, L, Dh); query_padding: (B, L) bool, True = padding
         returns: (B, H, L, Dh)
     """
-    if query_padding is None or not torch.is_grad_enabled():  # no backward pass to guard
-        return q
     finite = q.detach().nan_to_num(0.0, posinf=0.0, neginf=0.0)  # padding rows get no gradient
     return torch.where(query_padding[:, None, :, None], finite, q)  # (B, H, L, Dh)
 
 
-def held_padding_rows(heads: torch.Tensor, query_padding: torch.Tensor | None) -> torch.Tensor:
+def held_padding_rows(heads: torch.Tensor, query_padding: torch.Tensor) -> torch.Tensor:
     """The kernel's output with the padding queries' rows detached: the same values, but a
     gradient arriving at those rows (NaN from padding downstream, say) stops there instead of
-    reaching the keys and values of real tokens through the kernel's backward.
+    reaching the keys and values of real tokens through the kernel's backward. Only where a
+    backward pass will run (the caller decides: gradients enabled).
 
     Shapes:
         heads: (B, H, L, Dh); query_padding: (B, L) bool, True = padding
         returns: (B, H, L, Dh)
     """
-    if query_padding is None or not torch.is_grad_enabled():
-        return heads
     return torch.where(query_padding[:, None, :, None], heads.detach(), heads)  # (B, H, L, Dh)
 
 
@@ -249,7 +246,23 @@ class MultiHeadAttention(nn.Module):
                 "pass either a prebuilt mask or padding_mask / attend_mask / causal, not both"
             )
         q, k, v = self._project(x, memory, cache, positions, mask)
-        return self._attend(finite_padding_queries(q, mask.query_padding), k, v, mask)
+        # the padding queries to keep out of a backward pass: none without one (inference)
+        guarded = mask.query_padding if torch.is_grad_enabled() else None  # (B, L) or None
+        if guarded is not None:
+            q = finite_padding_queries(q, guarded)
+        p = self.dropout if self.training else 0.0
+        if mask.packing is not None and mask.allowed is None:  # mask.variable_length
+            heads = varlen_attention(q, k, v, mask.packing, dropout_p=p)  # (N, H, Dh)
+            return self.out_proj(heads.flatten(1)[None])  # (1, N, D)
+        if q.dtype == EXPLICIT_DTYPE:  # the one dtype the explicit product may take
+            heads = scaled_dot_product(
+                q, k, v, allowed=mask.allowed, dropout_p=p, is_causal=mask.is_causal
+            )
+        else:
+            heads = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask.allowed, dropout_p=p, is_causal=mask.is_causal
+            )  # (B, H, L, Dh)
+        return self._output(heads, mask, guarded)
 
     def forward_with_weights(
         self,
@@ -285,8 +298,10 @@ class MultiHeadAttention(nn.Module):
             assert mask.packing is not None  # for mypy: implied by variable_length
             mask = mask._replace(allowed=mask.packing.attend_keys)  # (B, 1, 1, L)
         q, k, v = self._project(x, memory, cache, positions, mask)
-        q = finite_padding_queries(q, mask.query_padding)
-        return self._attend_with_weights(q, k, v, mask)
+        guarded = mask.query_padding if torch.is_grad_enabled() else None  # as in forward
+        if guarded is not None:
+            q = finite_padding_queries(q, guarded)
+        return self._attend_with_weights(q, k, v, mask, guarded)
 
     def _checked_mask(
         self,
@@ -348,7 +363,7 @@ class MultiHeadAttention(nn.Module):
             if memory is not None or cache is not None:
                 raise ValueError("a packed mask is for uncached self-attention only")
             return self._packed_heads(self.in_proj(x), mask, positions)
-        hidden = hidden_keys(mask)  # (B|1, H|1, S, 1) or None
+        hidden = None if mask.allowed is None else hidden_keys(mask)  # (B|1, H|1, S, 1)
         if memory is None:
             qkv = split_heads(self.in_proj(x), 3 * self.n_heads)  # (B, 3H, L, Dh)
             qk, v = qkv.split([2 * self.n_heads, self.n_heads], dim=1)  # (B, 2H | H, L, Dh)
@@ -421,28 +436,13 @@ class MultiHeadAttention(nn.Module):
         q, k = split_heads(packing.unpack(qk), 2 * self.n_heads).split(self.n_heads, dim=1)
         return q, k, split_heads(packing.unpack(v), self.n_heads)  # (B, H, L, Dh) each
 
-    def _attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AttentionMask
-    ) -> torch.Tensor:
-        """SDPA over projected heads, then ``out_proj``; rows that see no key give zeros.
-        Packed heads take variable-length attention, each row over its own tokens.
-
-        Shapes:
-            q: (B, H, L, Dh); k, v: (B, H, S, Dh); packed: q, k, v (N, H, Dh)
-            returns: (B, L, D); packed: (1, N, D)
-        """
-        p = self.dropout if self.training else 0.0
-        if mask.variable_length:
-            assert mask.packing is not None  # for mypy: implied by variable_length
-            heads = varlen_attention(q, k, v, mask.packing, dropout_p=p)  # (N, H, Dh)
-            return self.out_proj(heads.flatten(1)[None])  # (1, N, D)
-        heads = scaled_dot_product(
-            q, k, v, allowed=mask.allowed, dropout_p=p, is_causal=mask.is_causal
-        )  # (B, H, L, Dh)
-        return self._output(heads, mask)
-
     def _attend_with_weights(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AttentionMask
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: AttentionMask,
+        guarded: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The explicit ``softmax(Q K^T / sqrt(Dh)) V``, returning the weights as well.
 
@@ -466,10 +466,20 @@ class MultiHeadAttention(nn.Module):
             weights = weights.masked_fill(mask.dead, 0.0)
         p = self.dropout if self.training else 0.0
         heads = F.dropout(weights, p=p, training=self.training) @ v.to(wide)  # (B, H, L, Dh)
-        return self._output(heads.to(v.dtype), mask), weights.to(v.dtype)
+        return self._output(heads.to(v.dtype), mask, guarded), weights.to(v.dtype)
 
-    def _output(self, heads: torch.Tensor, mask: AttentionMask) -> torch.Tensor:
-        heads = held_padding_rows(heads, mask.query_padding)  # (B, H, L, Dh)
+    def _output(
+        self, heads: torch.Tensor, mask: AttentionMask, guarded: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The heads merged and projected; rows that see no key give zeros, and the
+        ``guarded`` padding queries' rows are held (:func:`held_padding_rows`).
+
+        Shapes:
+            heads: (B, H, L, Dh); guarded: (B, L) or None
+            returns: (B, L, D); packed: (1, N, D)
+        """
+        if guarded is not None:
+            heads = held_padding_rows(heads, guarded)  # (B, H, L, Dh)
         if mask.dead is not None:
             heads = heads.masked_fill(mask.dead, 0.0)
         merged = merge_heads(heads)  # (B, L, D)

@@ -21,15 +21,16 @@ import math
 import torch
 import torch.nn.functional as F
 
-__all__ = ["EXPLICIT_MAX_SCORES", "explicit_product_pays", "scaled_dot_product"]
+__all__ = ["EXPLICIT_DTYPE", "EXPLICIT_MAX_SCORES", "explicit_product_pays", "scaled_dot_product"]
 
 EXPLICIT_MAX_SCORES = 2**24  # 32 MiB of bfloat16 scores
+EXPLICIT_DTYPE = torch.bfloat16  # the one dtype the explicit product may take
 
 
 def explicit_product_pays(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float
                           ) -> bool:
     """Whether the explicit bfloat16 product takes this call (see the module docstring)."""
-    if q.device.type != "cpu" or q.dtype != torch.bfloat16 or dropout_p != 0.0:
+    if q.device.type != "cpu" or q.dtype != EXPLICIT_DTYPE or dropout_p != 0.0:
         return False  # decided before any size is looked at: no guard on a traced batch size
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return False

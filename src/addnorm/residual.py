@@ -16,7 +16,15 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _NormBase
 
-from addnorm.norms import NoNorm, _check_norm_input, make_norm
+from addnorm.norms import (
+    BatchNorm,
+    GroupNorm,
+    LayerNorm,
+    NoNorm,
+    RMSNorm,
+    _check_norm_input,
+    make_norm,
+)
 from addnorm.utils.checks import check_choice, check_int, check_probability
 
 __all__ = ["NORM_POSITIONS", "AddNorm"]
@@ -25,6 +33,10 @@ NORM_POSITIONS = ("post", "pre")
 
 # torch's own last-dim norms (and the identity), whose forward takes no padding_mask.
 _MASKLESS_TORCH_NORMS = (nn.LayerNorm, nn.RMSNorm, nn.Identity)
+
+# addnorm's norms whose forward begins with ``_check_norm_input(x, padding_mask, d_model)``,
+# the check AddNorm makes of its own input (exact types: a subclass may override forward).
+_CHECKING_NORMS = (LayerNorm, RMSNorm, BatchNorm, GroupNorm)
 
 Sublayer = Callable[[torch.Tensor], torch.Tensor]
 
@@ -92,15 +104,21 @@ class AddNorm(nn.Module):
             padding_mask: (B, L) bool, True = padding, passed on to the norm (see the class).
             returns: the shape of x.
         """
-        x, padding_mask = _check_norm_input(x, padding_mask, self.d_model)
         if not callable(sublayer):
             raise TypeError(f"sublayer must be callable, got {type(sublayer).__name__}")
-        f = partial(_same_shape, sublayer)
-        takes_mask = padding_mask is not None and self._norm_takes_padding_mask
-        norm: Sublayer = partial(self.norm, padding_mask=padding_mask) if takes_mask else self.norm
+        norm: Sublayer = self.norm
+        if self.norm_position == "post" or type(norm) not in _CHECKING_NORMS:
+            x, padding_mask = _check_norm_input(x, padding_mask, self.d_model)
+        # else the norm, given x first, checks x and padding_mask as the line above would
+        if padding_mask is not None and self._norm_takes_padding_mask:
+            norm = partial(self.norm, padding_mask=padding_mask)
+        h = x if self.norm_position == "post" else norm(x)
+        out = sublayer(h)
+        if not (isinstance(out, torch.Tensor) and out.shape == h.shape):
+            raise _shape_error(out, h)
         if self.norm_position == "post":
-            return norm(x + self.dropout(f(x)))
-        return x + self.dropout(f(norm(x)))
+            return norm(x + self.dropout(out))
+        return x + self.dropout(out)
 
     def extra_repr(self) -> str:
         return f"{self.d_model}, norm_position={self.norm_position!r}"
@@ -133,13 +151,10 @@ def _check_injected_norm(norm: object, d_model: int) -> None:
             )
 
 
-def _same_shape(sublayer: Sublayer, h: torch.Tensor) -> torch.Tensor:
-    """``sublayer(h)``, refusing an output whose shape differs from the input's."""
-    out = sublayer(h)
-    if not isinstance(out, torch.Tensor) or out.shape != h.shape:
-        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise ValueError(
-            f"sublayer must return the shape of its input {tuple(h.shape)} for the residual "
-            f"sum, got {got}"
-        )
-    return out
+def _shape_error(out: object, h: torch.Tensor) -> ValueError:
+    """The error for a sublayer output ``out`` of ``h`` without h's shape."""
+    got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+    return ValueError(
+        f"sublayer must return the shape of its input {tuple(h.shape)} for the residual "
+        f"sum, got {got}"
+    )

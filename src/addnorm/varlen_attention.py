@@ -24,9 +24,8 @@ the kernels' own sums differs):
   where a kernel call costs more than the padding's scores), one padded attention call: the
   projections unpacked to (B, H, L, Dh), the padding keys masked, the output packed back.
 
-Measured on one AVX2 core (``benchmarks/unpadded_attention.py`` and benchmarks/PERF_NOTES.md):
-attention per length took 0.42-0.85x the padded call's time at L >= 128 or 12 heads of 64,
-and 1.06-2.5x at 4 heads of 16 with L <= 64, where the calls' fixed cost dominates.
+Attention per length pays at wide heads or long rows and loses where the calls' fixed cost
+dominates (the measurements: ``benchmarks/PERF_NOTES.md``, ``benchmarks/unpadded_attention.py``).
 
 Shapes legend: N packed tokens, H heads, Dh head dim.
 """
@@ -47,8 +46,7 @@ __all__ = ["flash_varlen_applies", "per_length_pays", "varlen_attention"]
 FLASH_DTYPES = (torch.float16, torch.bfloat16)
 FLASH_MAX_HEAD_DIM = 256
 # What one more SDPA call costs, in score multiply-adds (q . k products) it must save to pay:
-# the break-even measured on the CPU lies between 2.7e5 (1.06x slower per length) and 5.0e5
-# (0.84x faster).
+# the CPU break-even measured in benchmarks/PERF_NOTES.md.
 KERNEL_CALL_COST = 400_000
 
 # The kernel called for a flash-eligible batch: ``(q, k, v, cu_q, cu_k, max_q, max_k) -> out``

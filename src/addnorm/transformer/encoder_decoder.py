@@ -15,16 +15,12 @@ emits ``pad_id`` or ``bos_id``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, overload
-
 import torch
 from torch import nn
 from torch.export import Dim
 
 from addnorm.cache import DecodingCache, check_cache_fits, check_decoding_step
 from addnorm.family import DynamicShapes, ExportPart, GenerationSpec, padded_tokens
-from addnorm.generation.config import GenerationConfig, TransformersSettings
-from addnorm.generation.generate import default_config, generate, inputs_of
 from addnorm.pretrained.mixin import PretrainedMixin
 from addnorm.transformer.config import TransformerConfig
 from addnorm.transformer.embedding import (
@@ -36,19 +32,15 @@ from addnorm.transformer.embedding import (
     output_projection,
     rotary_for,
 )
+from addnorm.transformer.generate_entry import GenerateEntry, GenerateNames
 from addnorm.transformer.layers import DecoderLayer, EncoderLayer
 from addnorm.transformer.stacks import Decoder, Encoder
 from addnorm.utils.checks import check_int
 
-if TYPE_CHECKING:
-    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
-
-    from addnorm.generation.output import GenerateOutput
-
 __all__ = ["Transformer"]
 
 
-class Transformer(PretrainedMixin, nn.Module):
+class Transformer(GenerateEntry, PretrainedMixin, nn.Module):
     """The encoder-decoder Transformer (Vaswani et al., 2017), configured by one config.
 
     Submodules: ``src_embed``, ``tgt_embed`` (:class:`Embedder`, sharing ``tokens`` when
@@ -61,6 +53,7 @@ class Transformer(PretrainedMixin, nn.Module):
     after them.
     """
 
+    generate_names = GenerateNames("src_ids", "src_padding_mask", stop_fn=False)
     config_class = TransformerConfig  # save_pretrained / from_pretrained (addnorm.pretrained.mixin)
 
     def __init__(self, cfg: TransformerConfig) -> None:
@@ -220,101 +213,6 @@ class Transformer(PretrainedMixin, nn.Module):
             start_id=cfg.bos_id, max_positions=learned_max_len(cfg),
             cached_layers=cfg.n_decoder_layers, d_model=cfg.d_model,
             device=self.tgt_embed.tokens.weight.device,
-        )
-
-    @property
-    def generation_config(self) -> GenerationConfig:
-        """The default of :meth:`generate`: greedy, 64 new tokens, stopping at ``cfg.eos_id``.
-
-        Variants: ``dataclasses.replace(model.generation_config, strategy="beam")``.
-        """
-        return default_config(self.generation_spec)
-
-    @overload
-    def generate(
-        self,
-        src_ids: torch.Tensor | None = None,
-        config: GenerationConfig | None = None,
-        *,
-        input_ids: torch.Tensor | None = None,
-        src_padding_mask: torch.Tensor | None = None,
-        generator: torch.Generator | None = None,
-        return_prompt: bool | None = None,
-        attention_mask: torch.Tensor | None = None,
-        generation_config: None = None,
-        return_dict_in_generate: Literal[False] | None = None,
-        **settings: Unpack[TransformersSettings],
-    ) -> torch.Tensor: ...
-
-    @overload
-    def generate(
-        self,
-        src_ids: torch.Tensor | None = None,
-        config: GenerationConfig | None = None,
-        *,
-        input_ids: torch.Tensor | None = None,
-        src_padding_mask: torch.Tensor | None = None,
-        generator: torch.Generator | None = None,
-        return_prompt: bool | None = None,
-        attention_mask: torch.Tensor | None = None,
-        generation_config: Any = None,
-        return_dict_in_generate: Literal[True],
-        **settings: Unpack[TransformersSettings],
-    ) -> GenerateOutput: ...
-
-    @overload
-    def generate(
-        self,
-        src_ids: torch.Tensor | None = None,
-        config: GenerationConfig | None = None,
-        /,
-        **settings: object,
-    ) -> Any: ...
-
-    # The last overload takes the inputs and config by position only and any keyword, so a
-    # keyword named like them could reach both: mypy finds no implementation accepting that
-    # call, which raises TypeError at run time.
-    def generate(  # type: ignore[misc]
-        self,
-        src_ids: torch.Tensor | None = None,
-        config: GenerationConfig | None = None,
-        *,
-        input_ids: torch.Tensor | None = None,
-        src_padding_mask: torch.Tensor | None = None,
-        generator: torch.Generator | None = None,
-        return_prompt: bool | None = None,
-        attention_mask: torch.Tensor | None = None,
-        generation_config: Any = None,
-        return_dict_in_generate: bool | None = None,
-        **settings: Any,
-    ) -> torch.Tensor | GenerateOutput:
-        """Decode target tokens for each source row as ``config`` says (default
-        :attr:`generation_config`), or as Hugging Face's ``generate`` would.
-
-        addnorm's call returns the new tokens only (no ``bos_id``); after a row's stop token
-        it holds ``config.fill_id`` (``cfg.pad_id`` by default). ``pad_id`` and ``bos_id``
-        are never generated (their logits are set to -inf), so neither may be a stop token.
-        ``generator`` is used by sampling. A source row of padding only is decoded from an
-        empty memory (its cross-attention sees no key), as the forward allows.
-
-        Hugging Face's call (as :meth:`TransformerLM.generate <addnorm.TransformerLM.generate>`):
-        ``input_ids`` is the source by transformers' name, ``attention_mask`` is the source's
-        (1 = real token; the negation of ``src_padding_mask``), ``max_length`` and
-        ``min_length`` count the decoder's start token, as transformers' encoder-decoders do,
-        and the output starts with that token (``bos_id``), as theirs does.
-        ``return_prompt`` chooses either way (True: ``bos_id`` first).
-
-        Shapes:
-            src_ids, input_ids: (B, S); src_padding_mask, attention_mask: (B, S)
-            returns: (B * r, N), N <= max_new_tokens; (B * r, 1 + N) with ``bos_id``
-        """
-        ids, by_name = inputs_of("src_ids", src_ids, input_ids)
-        return generate(
-            self, id_tensor("input_ids" if by_name else "src_ids", ids, None), config,
-            padding_mask=src_padding_mask, generator=generator, return_prompt=return_prompt,
-            attention_mask=attention_mask, generation_config=generation_config,
-            inputs_by_name=by_name,
-            settings={**settings, "return_dict_in_generate": return_dict_in_generate},
         )
 
     # What export, size estimates and distributed wrapping read (addnorm.family.ModelFamily).

@@ -84,17 +84,15 @@ def _feedforward(cfg: LayerConfig) -> FeedForward:
     )
 
 
-def _check_masks(**masks: object) -> None:
-    """Type checks only (isinstance, no tensor work): the stack built and checked the masks."""
+def _check_inputs(cache: object, *, cross: bool, **masks: object) -> None:
+    """Type checks only (isinstance, no tensor work): the stack built and checked the masks
+    and the cache."""
     for name, mask in masks.items():
         if mask is not None and not isinstance(mask, AttentionMask):
             raise TypeError(
                 f"{name} must be an AttentionMask (see addnorm.attention.self_attention_mask) "
                 f"or None, got {type(mask).__name__}"
             )
-
-
-def _check_cache(cache: object, *, cross: bool) -> None:
     if cache is None:
         return
     if not isinstance(cache, LayerCache):
@@ -156,8 +154,7 @@ class EncoderLayer(nn.Module):
             x: (B, L, D); positions: (L,) or (B, L)
             returns: (B, L, D)
         """
-        _check_masks(mask=mask)
-        _check_cache(cache, cross=False)
+        _check_inputs(cache, cross=False, mask=mask)
         padding = None if mask is None else mask.query_padding  # (B, L)
         kv = None if cache is None else cache.self_attn
         self_attn = partial(self.self_attn, mask=mask, cache=kv, positions=positions)
@@ -212,8 +209,7 @@ class DecoderLayer(nn.Module):
             x: (B, L, D); memory: (B, S_mem, D); positions: (L,) or (B, L)
             returns: (B, L, D)
         """
-        _check_masks(mask=mask, memory_mask=memory_mask)
-        _check_cache(cache, cross=True)
+        _check_inputs(cache, cross=True, mask=mask, memory_mask=memory_mask)
         padding = None if mask is None else mask.query_padding  # (B, L)
         self_kv = None if cache is None else cache.self_attn
         cross_kv = None if cache is None else cache.cross_attn

@@ -10,16 +10,11 @@ positions count its real tokens only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, overload
-
 import torch
 from torch import nn
 
 from addnorm.cache import DecodingCache, check_cache_fits, check_decoding_step
 from addnorm.family import DynamicShapes, ExportPart, GenerationSpec
-from addnorm.generation.config import GenerationConfig, TransformersSettings
-from addnorm.generation.generate import default_config, generate, inputs_of
-from addnorm.generation.stop_strings import StopFn
 from addnorm.pretrained.mixin import PretrainedMixin
 from addnorm.transformer.config import LMConfig
 from addnorm.transformer.embedding import (
@@ -33,19 +28,15 @@ from addnorm.transformer.embedding import (
     output_projection,
     rotary_for,
 )
+from addnorm.transformer.generate_entry import GenerateEntry, GenerateNames
 from addnorm.transformer.layers import EncoderLayer
 from addnorm.transformer.stacks import Encoder
 from addnorm.utils.checks import check_int
 
-if TYPE_CHECKING:
-    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
-
-    from addnorm.generation.output import GenerateOutput
-
 __all__ = ["TransformerLM"]
 
 
-class TransformerLM(PretrainedMixin, nn.Module):
+class TransformerLM(GenerateEntry, PretrainedMixin, nn.Module):
     """A decoder-only language model: causal :class:`EncoderLayer` blocks (pre-LN default).
 
     Submodules: ``embed`` (:class:`Embedder`), ``blocks`` (:class:`Encoder`, run with
@@ -57,6 +48,7 @@ class TransformerLM(PretrainedMixin, nn.Module):
     :meth:`tie_weights` after them.
     """
 
+    generate_names = GenerateNames("prompt_ids", "padding_mask", stop_fn=True)
     config_class = LMConfig  # save_pretrained / from_pretrained (addnorm.pretrained.mixin)
 
     def __init__(self, cfg: LMConfig) -> None:
@@ -183,139 +175,6 @@ class TransformerLM(PretrainedMixin, nn.Module):
             vocab_size=cfg.vocab_size, eos_id=cfg.eos_id, pad_id=cfg.pad_id, start_id=None,
             max_positions=learned_max_len(cfg), cached_layers=cfg.n_layers,
             d_model=cfg.d_model, device=self.embed.tokens.weight.device,
-        )
-
-    @property
-    def generation_config(self) -> GenerationConfig:
-        """The default of :meth:`generate`: greedy, 64 new tokens, stopping at ``cfg.eos_id``.
-
-        Variants: ``dataclasses.replace(model.generation_config, strategy="beam")``.
-        """
-        return default_config(self.generation_spec)
-
-    @overload
-    def generate(
-        self,
-        prompt_ids: torch.Tensor | None = None,
-        config: GenerationConfig | None = None,
-        *,
-        input_ids: torch.Tensor | None = None,
-        padding_mask: torch.Tensor | None = None,
-        generator: torch.Generator | None = None,
-        stop_fn: StopFn | None = None,
-        return_prompt: bool | None = None,
-        attention_mask: torch.Tensor | None = None,
-        generation_config: None = None,
-        return_dict_in_generate: Literal[False] | None = None,
-        **settings: Unpack[TransformersSettings],
-    ) -> torch.Tensor: ...
-
-    @overload
-    def generate(
-        self,
-        prompt_ids: torch.Tensor | None = None,
-        config: GenerationConfig | None = None,
-        *,
-        input_ids: torch.Tensor | None = None,
-        padding_mask: torch.Tensor | None = None,
-        generator: torch.Generator | None = None,
-        stop_fn: StopFn | None = None,
-        return_prompt: bool | None = None,
-        attention_mask: torch.Tensor | None = None,
-        generation_config: Any = None,
-        return_dict_in_generate: Literal[True],
-        **settings: Unpack[TransformersSettings],
-    ) -> GenerateOutput: ...
-
-    @overload
-    def generate(
-        self,
-        prompt_ids: torch.Tensor | None = None,
-        config: GenerationConfig | None = None,
-        /,
-        **settings: object,
-    ) -> Any: ...
-
-    # The last overload takes the inputs and config by position only and any keyword, so a
-    # keyword named like them could reach both: mypy finds no implementation accepting that
-    # call, which raises TypeError at run time.
-    def generate(  # type: ignore[misc]
-        self,
-        prompt_ids: torch.Tensor | None = None,
-        config: GenerationConfig | None = None,
-        *,
-        input_ids: torch.Tensor | None = None,
-        padding_mask: torch.Tensor | None = None,
-        generator: torch.Generator | None = None,
-        stop_fn: StopFn | None = None,
-        return_prompt: bool | None = None,
-        attention_mask: torch.Tensor | None = None,
-        generation_config: Any = None,
-        return_dict_in_generate: bool | None = None,
-        **settings: Any,
-    ) -> torch.Tensor | GenerateOutput:
-        """Continue each (left-padded) prompt as ``config`` says (default
-        :attr:`generation_config`), or as Hugging Face's ``generate`` would.
-
-        addnorm's call: ``generate(prompt_ids, config, padding_mask=..., generator=...,
-        stop_fn=...)`` returns the new tokens only. The prompt counts as seen for
-        ``config.repetition_penalty``, ``config.no_repeat_ngram_size`` and
-        ``config.bad_words_ids`` (padding excluded); ``stop_fn`` (greedy and sampling) ends
-        rows early, e.g. at stop strings (``generation.stop_at_strings``). After a row's stop
-        token the output holds ``config.fill_id``. The model's ``pad_id`` is never generated
-        (its logits are set to -inf), so it may not be a stop token. ``generator`` is used
-        by sampling. A prompt row that is only padding is refused (there is nothing to
-        continue).
-
-        Hugging Face's call: ``input_ids`` (the prompt by transformers' name),
-        ``attention_mask`` (1 = real token, the negation of ``padding_mask``; give one of
-        them), ``generation_config`` (a ``transformers.GenerationConfig`` or a dict such as
-        its ``to_diff_dict()``), ``return_dict_in_generate`` and the settings of
-        :class:`~addnorm.generation.config.TransformersSettings`, with transformers' meaning
-        and defaults (:meth:`GenerationConfig.from_transformers`; ``max_length`` and
-        ``min_length`` count the prompt, padding included; any ``pad_token_id``: it fills
-        the rows that stopped; without an ``attention_mask`` it also marks the prompt's
-        padding, by transformers' rule:
-        :func:`~addnorm.generation.transformers_call.padding_from_pad_id`). A keyword at None
-        counts as not given (transformers reads an
-        explicit ``eos_token_id=None`` as "no stop token": use an addnorm config with
-        ``eos_id=None`` for that; ``top_k=0`` switches top-k off). Sampling settings without
-        ``do_sample=True`` are ignored with a warning, as transformers ignores them. Other
-        keywords: the rest of Hugging Face's names, accepted only at a value that changes no
-        token (``use_cache``, ``typical_p=1.0``, ...); any other value, and any unknown
-        name, raises a ValueError naming it. Such a call returns the prompt followed by the
-        new tokens, as transformers does, and gives transformers' tokens for the same weights
-        (one difference: the rules that read a row's history never count padding); with
-        ``return_dict_in_generate=True`` it returns a
-        :class:`~addnorm.generation.output.GenerateOutput` (``sequences``, and ``scores``,
-        ``logits``, beam search's ``sequences_scores`` and ``beam_indices`` as asked). An
-        addnorm ``config`` cannot be combined with these settings (ValueError); see
-        :func:`addnorm.generation.transformers_call.transformers_call`.
-
-        Typing: the keywords are typed; settings passed as ``**settings`` from a dict that is
-        not a :class:`~addnorm.generation.config.TransformersSettings` are accepted too, and
-        the result is then typed ``Any`` (the dict may ask for ``return_dict_in_generate``).
-
-        ``return_prompt``: True puts the prompt (as given) before the new tokens, False
-        returns the new tokens only; None (the default) is False for addnorm's call and True
-        for Hugging Face's. With ``num_return_sequences`` r, rows ``b * r .. b * r + r - 1``
-        continue prompt row ``b``.
-
-        The one :func:`~addnorm.generation.generate.generate` of every generating model runs
-        the call over :meth:`start` and :meth:`step`.
-
-        Shapes:
-            prompt_ids, input_ids: (B, L0); padding_mask, attention_mask: (B, L0), left
-            padding
-            returns: (B * r, N), N <= max_new_tokens; (B * r, L0 + N) with the prompt
-        """
-        ids, by_name = inputs_of("prompt_ids", prompt_ids, input_ids)
-        return generate(
-            self, id_tensor("input_ids" if by_name else "prompt_ids", ids, None), config,
-            padding_mask=padding_mask, generator=generator, stop_fn=stop_fn,
-            return_prompt=return_prompt, attention_mask=attention_mask,
-            generation_config=generation_config, inputs_by_name=by_name,
-            settings={**settings, "return_dict_in_generate": return_dict_in_generate},
         )
 
     # What export, size estimates and distributed wrapping read (addnorm.family.ModelFamily).
