@@ -184,7 +184,7 @@ class ImageCorpus:
         with reopening(record):
             fraction = float(record.split["val_fraction"])
             root, files = _resolve(record.path, "data")
-        record.check_unchanged(fingerprint_files(files, root))
+        record.check_unchanged(fingerprint_files(files, root), files=files, root=root)
         return cls.build(record.path, val_fraction=fraction)
 
     @classmethod

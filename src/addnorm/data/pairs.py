@@ -287,9 +287,10 @@ class PairCorpus:
         with reopening(record):
             data = _Files.of(record.path, "data")
             held = None if valid is None else _Files.of(valid["path"], "valid")
-        record.check_unchanged(data.fingerprint)
+        record.check_unchanged(data.fingerprint, files=data.files, root=data.root)
         if held is not None and valid is not None:
-            DataRecord.from_dict(valid).check_unchanged(held.fingerprint)
+            DataRecord.from_dict(valid).check_unchanged(held.fingerprint, files=held.files,
+                                                         root=held.root)
         fraction = float(record.split.get("val_fraction") or 0.1)
         train, held_out, _ = _split(data, held, fraction)
         return cls(train, held_out, src_tok, tgt_tok, record)

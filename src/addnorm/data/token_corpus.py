@@ -203,7 +203,7 @@ class TokenCorpus:
         fingerprint as recorded (or are gone)."""
         with reopening(record):
             source = _source(record.path, float(record.split["val_fraction"]), "data")
-        record.check_unchanged(source.fingerprint)
+        record.check_unchanged(source.fingerprint, files=source.files, root=source.root)
         corpus = cls._open_or_tokenize(source, tokenizer, cache_dir)
         if corpus.tokenizer.to_dict() != tokenizer.to_dict():
             raise DataChangedError(
