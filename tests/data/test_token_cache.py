@@ -185,14 +185,14 @@ def test_a_second_builder_waits_for_the_lock_then_reuses_the_entry(text, cache, 
 
 
 def _read_only(path: Path) -> None:
-    for folder, dirs, files in os.walk(path):
+    for folder, _, files in os.walk(path):
         for name in files:
             os.chmod(os.path.join(folder, name), 0o444)
         os.chmod(folder, 0o555)
 
 
 def _writable(path: Path) -> None:
-    for folder, dirs, files in os.walk(path):
+    for folder, _, _ in os.walk(path):
         os.chmod(folder, 0o755)
 
 
