@@ -9,6 +9,9 @@ through ``addnorm.cli.parser.main``; what a fixed run trained on is read back fr
 
 from __future__ import annotations
 
+import os
+import zipfile
+
 import pytest
 from cli_runs import TINY_LM, TINY_TRANSLATE
 
@@ -116,3 +119,55 @@ def test_an_older_run_resumes_checked_by_the_rule_it_was_recorded_with(tmp_path,
     capsys.readouterr()
     assert main(["train", "lm", "--out", str(out), "--resume", "--max-steps", "3"]) == 2
     assert "notes.txt: 18300 -> 18314 bytes" in one_error_line(capsys)
+
+
+def _write(tmp_path, name: str, content: bytes):
+    path = tmp_path / name
+    path.write_bytes(content)
+    return path
+
+
+def _latin1_class(tmp_path):
+    """An image folder whose class ``café`` is named in Latin-1 bytes (not UTF-8)."""
+    from data.test_images import write_folder
+
+    write_folder(tmp_path / "pics", {"ants": 3, "bees": 3}, size=8)
+    (tmp_path / "pics" / "ants").rename(os.fsdecode(bytes(tmp_path / "pics") + b"/caf\xe9"))
+    return tmp_path / "pics"
+
+
+def _npz_member_not_an_array(tmp_path):
+    path = tmp_path / "pics.npz"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("images.npy", b"not an array at all")
+    return path
+
+
+GOOD_PAIRS = b"".join(b'{"source": "w%d", "target": "%d"}\n' % (i, i) for i in range(40))
+
+
+@pytest.mark.parametrize(
+    ("task", "make", "named"),
+    [
+        ("translate", lambda d: _write(d, "p.jsonl", GOOD_PAIRS + b'{"source": "o\\ud800ne", '
+                                       b'"target": "1"}\n'),
+         "--data {path}: line 41: the source holds a lone surrogate U+D800 at character 2"),
+        ("translate", lambda d: _write(d, "p.jsonl", GOOD_PAIRS + b'{"source": "one", '
+                                       b'"target": "\\udfff"}\n'),
+         "--data {path}: line 41: the target holds a lone surrogate U+DFFF at character 1"),
+        ("dit", _latin1_class, "--data {path}: the name caf\\xe9/img0.png is not UTF-8 text"),
+        ("dit", _npz_member_not_an_array,
+         "--data {path}: its member images.npy is not a NumPy array (it holds 19 bytes"),
+    ],
+)
+def test_a_decode_error_is_one_line_naming_the_file_and_line_or_member(tmp_path, capsys, task,
+                                                                       make, named):
+    """Issue 41's fourth and sixth findings: an npz member that is not an array was an
+    AttributeError traceback; a lone surrogate or a Latin-1 folder name a nameless
+    UnicodeEncodeError (or, in a target, a crash of ``addnorm translate`` later)."""
+    path = make(tmp_path)
+    assert main(["train", task, "--data", str(path), "--out", str(tmp_path / "run"),
+                 "--quiet"]) == 2
+    line = one_error_line(capsys)
+    assert named.format(path=path) in line, line
+    assert not (tmp_path / "run").exists()

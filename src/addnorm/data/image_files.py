@@ -182,8 +182,8 @@ def read_npz(file: Path, where: str) -> tuple[np.ndarray, np.ndarray | None]:
                     held = ", ".join(npz.files[:SHOWN]) or "nothing"
                     raise DataError(f"{where}: holds no 'images' array (it holds {held}); "
                                     "save one with numpy.savez(f, images=..., labels=...)")
-                images = npz["images"]
-                labels = npz["labels"] if "labels" in npz.files else None
+                images = _member(npz, "images", where)
+                labels = _member(npz, "labels", where) if "labels" in npz.files else None
     except DataError:
         raise
     except OSError as err:
@@ -193,6 +193,17 @@ def read_npz(file: Path, where: str) -> tuple[np.ndarray, np.ndarray | None]:
     except Exception as err:  # zipfile, zlib and numpy's format checks raise many kinds
         raise DataError(f"{where}: not an .npz file numpy can read ({_reason(err)})") from None
     return checked_images(images, where), checked_labels(labels, images.shape[0], where)
+
+
+def _member(npz, name: str, where: str) -> np.ndarray:
+    """The array ``name`` of an open npz; :class:`DataError` naming the member when it is
+    not one (numpy hands back a member that is not an .npy file as its raw bytes)."""
+    value = npz[name]
+    if not isinstance(value, np.ndarray):
+        raise DataError(f"{where}: its member {name}.npy is not a NumPy array (it holds "
+                        f"{len(value)} bytes of something else); save the arrays with "
+                        "numpy.savez(f, images=..., labels=...)")
+    return value
 
 
 def checked_images(images: np.ndarray, where: str) -> np.ndarray:

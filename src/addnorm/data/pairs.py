@@ -113,7 +113,21 @@ def parse_pair_line(text: str, fmt: str) -> Pair:
     for side, part in (("source", source), ("target", target)):
         if not part.strip():
             raise ValueError(f"the {side} is empty")
+        _check_unicode(side, part)
     return Pair(source, target)
+
+
+def _check_unicode(side: str, text: str) -> None:
+    """ValueError naming the first lone surrogate of ``text`` (a JSON escape such as
+    ``"\\ud800"`` of half a UTF-16 pair: no character, and no UTF-8 encodes it)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"the {side} holds a lone surrogate U+{ord(text[err.start]):04X} at character "
+            f"{err.start + 1} (a JSON escape of half a UTF-16 pair, which is no character); "
+            "write the character itself, or both halves of its pair"
+        ) from None
 
 
 def read_pairs(path: Path, *, what: str = "data", expected_size: int | None = None
