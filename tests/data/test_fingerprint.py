@@ -295,31 +295,3 @@ def test_reopening_lets_a_change_and_other_errors_through_as_they_are(tmp_path):
     with reopening(record):
         pass  # nothing raised, nothing changed
 
-
-def test_a_name_that_is_not_utf8_is_refused_naming_its_bytes(tmp_path):
-    """Issue 41: a class folder named in Latin-1 gave a nameless UnicodeEncodeError; the
-    listing refuses it, naming the bytes."""
-    folder = os.fsencode(tmp_path / "pics" / "caf\xe9".encode("latin-1").decode("utf-8",
-                                                                              "surrogateescape"))
-    os.makedirs(folder)
-    (tmp_path / "pics" / "ok").mkdir()
-    (tmp_path / "pics" / "ok" / "1.txt").write_text("x")
-    with open(os.path.join(folder, b"1.txt"), "wb") as f:
-        f.write(b"y")
-    with pytest.raises(DataError, match=r"the name caf\\xe9/1.txt is not UTF-8 text") as info:
-        resolve_data_files(tmp_path / "pics", what="--data")
-    assert str(info.value).startswith(f"--data {tmp_path / 'pics'}:")
-
-
-def test_a_folders_links_outside_it_are_listed_as_skipped_unless_followed(tmp_path):
-    _tree(tmp_path / "d", {"a.txt": b"a"})
-    (tmp_path / "secret").write_bytes(b"s")
-    os.symlink(tmp_path / "secret", tmp_path / "d" / "b.txt")
-    listing = fp.resolve_data_listing(tmp_path / "d")
-    assert listing.names() == ["a.txt"] and listing.skipped_links == ("b.txt",)
-    followed = fp.resolve_data_listing(tmp_path / "d", follow_links=True)
-    assert followed.names() == ["a.txt", "b.txt"] and followed.skipped_links == ()
-    (tmp_path / "d" / "a.txt").unlink()
-    with pytest.raises(DataError, match=r"holds no files \(it holds 1 link leading outside it, "
-                                        r"not followed: b.txt; --follow-links reads them\)"):
-        resolve_data_files(tmp_path / "d")

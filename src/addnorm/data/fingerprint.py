@@ -1,4 +1,4 @@
-"""What a run remembers of a user's data, and what bad data raises.
+"""What a run remembers of a user's data.
 
 A run trained on a user's files (``addnorm train lm --data PATH`` and the others) records
 them in a :class:`DataRecord`: the path, how many files and bytes, a fingerprint, the
@@ -6,15 +6,11 @@ held-out split and the tokenizer. It is saved with the task in every checkpoint 
 run's ``data.json``), shown by ``addnorm info``, and checked again before a run resumes: a
 resumed run whose files changed is refused, naming what changed (:class:`DataChangedError`).
 
-- :func:`resolve_data_files`: a path as a user gives it, a file, a folder (searched
-  recursively; names starting with "." skipped) or a glob, as a sorted list of regular files.
-  A folder's or glob's links are followed only where they stay inside it unless the user
-  asks (:mod:`addnorm.data.file_walk`; :func:`resolve_data_listing` also names the links
-  left out), and a file or folder name that is not UTF-8 is refused, naming it.
-- :func:`fingerprint_files`: a :class:`DataFingerprint` of those files: their names relative
-  to the path, their sizes and a SHA-256 of each file's content, read whole: every byte, so
-  any edit changes it. Files are hashed whole, smallest first, while their bytes fit
-  ``HASH_BUDGET`` (1 GiB: a second or a few of hashing); a file past it is hashed from
+- :func:`fingerprint_files`: a :class:`DataFingerprint` of a data set's files (as
+  :func:`~addnorm.data.listing.resolve_data_files` lists them): their names relative to the
+  path, their sizes and a SHA-256 of each file's content, read whole: every byte, so any
+  edit changes it. Files are hashed whole, smallest first, while their bytes fit
+  ``HASH_BUDGET`` (1 GiB: a few seconds of hashing at most); a file past it is hashed from
   ``SAMPLE_BLOCKS`` evenly spaced blocks and known besides by its modification time and its
   inode (a ``stamp``), so that an edit of it in place is seen too. A copy of the same files
   has the same fingerprint when they fit the budget (a large file's stamp differs in a copy).
@@ -26,26 +22,32 @@ resumed from one is checked by the rule it was made with (:meth:`DataRecord.chec
 with the files: names, sizes and that sample), so an older run resumes as it did; its record
 is kept as it was.
 
-Errors (the CLI turns each into one line): :class:`DataError` (a ``ValueError``: the data
-cannot be used, the command's exit status 2), :class:`DataChangedError` (a ``DataError``: the
-files differ from a record) and :class:`DataReadError` (an ``OSError``: a file that fails or
-changes while it is read, exit status 1). Messages start with the path they are about.
+What bad data raises (:mod:`addnorm.data.data_errors`) and how a path is listed
+(:mod:`addnorm.data.listing`) are importable from here too, where every data module has long
+found them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import glob
 import hashlib
 import os
-import stat
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from addnorm.data.file_walk import filter_glob, walk_folder
+from addnorm.data.data_errors import DataChangedError, DataError, DataReadError, data_note
+from addnorm.data.listing import (
+    DataListing,
+    absolute_path,
+    is_glob,
+    note_skipped_links,
+    relative_name,
+    resolve_data_files,
+    resolve_data_listing,
+)
 
 __all__ = [
     "MAX_LISTED_FILES",
@@ -53,15 +55,17 @@ __all__ = [
     "DataChangedError",
     "DataError",
     "DataFingerprint",
-    "DataReadError",
     "DataListing",
+    "DataReadError",
     "DataRecord",
     "FINGERPRINT_VERSION",
     "FileEntry",
     "HASH_BUDGET",
     "absolute_path",
+    "data_note",
     "fingerprint_files",
     "is_glob",
+    "note_skipped_links",
     "reopening",
     "resolve_data_files",
     "resolve_data_listing",
@@ -87,20 +91,6 @@ _READ_BYTES = 2**20  # a whole file is hashed this much at a time
 MAX_LISTED_FILES = 1000
 # Changes named in a DataChangedError message (the rest are counted).
 _SHOWN_CHANGES = 3
-_GLOB_CHARS = frozenset("*?[")
-
-
-class DataError(ValueError):
-    """Data that cannot be used as given (missing, empty, not text, malformed, too small);
-    the message starts with the path and says what is wrong."""
-
-
-class DataChangedError(DataError):
-    """Files that differ from the record a run made of them; the message names the changes."""
-
-
-class DataReadError(OSError):
-    """A file that fails, or changes, while it is read; the message names the file."""
 
 
 @dataclass(frozen=True)
@@ -274,140 +264,6 @@ class DataRecord:
         return dataclasses.replace(self, **changes)
 
 
-def absolute_path(path: str | os.PathLike) -> str:
-    """``path`` with ``~`` expanded, made absolute (not resolved: links and globs stay)."""
-    return os.path.abspath(os.path.expanduser(os.fspath(path)))
-
-
-def is_glob(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a glob pattern rather than a file or folder that exists."""
-    text = os.fspath(path)
-    return not os.path.lexists(text) and any(c in _GLOB_CHARS for c in text)
-
-
-@dataclass(frozen=True)
-class DataListing:
-    """The files a path names (:func:`resolve_data_listing`): their ``root``, the ``files``
-    sorted by their names below it, and ``skipped_links``: the names of a folder's or glob's
-    links that lead outside it, not followed (see :mod:`addnorm.data.file_walk`)."""
-
-    root: Path
-    files: list[Path]
-    skipped_links: tuple[str, ...] = ()
-
-    def names(self) -> list[str]:
-        """Each file's name below the root, with "/"."""
-        return [_relative(p, self.root) for p in self.files]
-
-
-def resolve_data_files(
-    path: str | os.PathLike,
-    *,
-    what: str = "data",
-    accept: Callable[[Path], bool] | None = None,
-    kinds: str = "files",
-    follow_links: bool = False,
-) -> tuple[Path, list[Path]]:
-    """``(root, files)`` of :func:`resolve_data_listing` (the same arguments)."""
-    listing = resolve_data_listing(path, what=what, accept=accept, kinds=kinds,
-                                   follow_links=follow_links)
-    return listing.root, listing.files
-
-
-def resolve_data_listing(
-    path: str | os.PathLike,
-    *,
-    what: str = "data",
-    accept: Callable[[Path], bool] | None = None,
-    kinds: str = "files",
-    follow_links: bool = False,
-) -> DataListing:
-    """The regular files ``path`` names, sorted by their name relative to the root. ``path``
-    is a file (its folder is the root), a folder (every file below it, names starting with
-    "." skipped at every level; the folder is the root) or a glob (``**`` for any depth; its
-    longest part without wildcards is the root). A folder's or glob's links are followed
-    only where they stay inside the root, unless ``follow_links``; the others are listed in
-    ``skipped_links``.
-
-    ``accept``: keep only the files it accepts (a folder's or glob's; ``kinds`` names them in
-    messages, e.g. "image files"). Raises :class:`DataError` starting with ``what`` and the
-    path: it does not exist, matches nothing, is not a regular file, holds no such files, or
-    holds a file whose name below the root is not UTF-8.
-    """
-    text = absolute_path(path)
-    where = f"{what} {os.fspath(path)}"
-    if is_glob(text):
-        root = Path(_glob_root(text))
-        matches = sorted(Path(p) for p in glob.glob(text, recursive=True))
-        walk = filter_glob(matches, root, follow_links=follow_links, accept=accept)
-        if not walk.files:
-            found = "matches nothing" if not matches else f"matches no {kinds}"
-            raise DataError(f"{where}: {found}{_skipped_hint(walk.skipped_links)}")
-        return _listing(where, root, walk.files, walk.skipped_links)
-    target = Path(text)
-    try:
-        info = target.stat()
-    except FileNotFoundError:
-        raise DataError(f"{where}: no such file or folder") from None
-    except OSError as err:
-        raise DataError(f"{where}: {err.strerror or err}") from None
-    if stat.S_ISDIR(info.st_mode):
-        walk = walk_folder(target, follow_links=follow_links, accept=accept)
-        if not walk.files:
-            raise DataError(f"{where}: the folder holds no {kinds}"
-                            f"{_skipped_hint(walk.skipped_links)}")
-        return _listing(where, target, walk.files, walk.skipped_links)
-    if not stat.S_ISREG(info.st_mode):
-        raise DataError(f"{where}: not a regular file or folder")
-    return _listing(where, target.parent, [target], ())
-
-
-def _listing(where: str, root: Path, files: list[Path], skipped: Sequence[str]) -> DataListing:
-    """The listing, sorted by name, after refusing a name that is not UTF-8 (a file system
-    hands such bytes to Python as lone surrogates, which no text format can hold)."""
-    named = sorted((_relative(p, root), p) for p in files)
-    for name, _ in named:
-        if not _is_utf8(name):
-            shown = os.fsencode(name).decode("utf-8", "backslashreplace")
-            raise DataError(f"{where}: the name {shown} is not UTF-8 text; rename it (a "
-                            "name is recorded with the run, and a folder's names its class)")
-    return DataListing(root, [p for _, p in named], tuple(skipped))
-
-
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _skipped_hint(skipped: Sequence[str]) -> str:
-    if not skipped:
-        return ""
-    return (f" (it holds {len(skipped)} link{'s' if len(skipped) > 1 else ''} leading outside "
-            f"it, not followed: {', '.join(skipped[:3])}{', ...' if len(skipped) > 3 else ''}; "
-            "--follow-links reads them)")
-
-
-def _glob_root(pattern: str) -> str:
-    """The longest leading folder of ``pattern`` without wildcards."""
-    parts = Path(pattern).parts
-    fixed = []
-    for part in parts[:-1]:
-        if any(c in _GLOB_CHARS for c in part):
-            break
-        fixed.append(part)
-    return str(Path(*fixed)) if fixed else os.sep
-
-
-def _relative(path: Path, root: Path) -> str:
-    try:
-        return path.relative_to(root).as_posix()
-    except ValueError:
-        return path.as_posix()
-
-
 def fingerprint_files(
     files: Sequence[Path], root: Path, *, version: int = FINGERPRINT_VERSION
 ) -> DataFingerprint:
@@ -428,7 +284,7 @@ def fingerprint_files(
     )
     entries = []
     for i, path in enumerate(files):
-        name = _relative(path, root)
+        name = relative_name(path, root)
         try:
             with open(path, "rb") as f:
                 info = os.fstat(f.fileno())

@@ -1,5 +1,6 @@
-"""Walking a user's data folder: links that stay inside it are read, links that lead out of it
-are skipped and named (unless the user asks to follow them), a loop of links ends.
+"""Listing a user's data folder: links that stay inside it are read, links that lead out of it
+are skipped and named (unless the user asks to follow them), a loop of links ends, and a
+name that is not UTF-8 is refused naming its bytes.
 
 Provenance: each expected listing is the folder's own files, written by the test (an
 identity: what the walk returns is exactly what was put inside), and each skipped name is a
@@ -10,7 +11,16 @@ from __future__ import annotations
 
 import os
 
-from addnorm.data.file_walk import filter_glob, inside, walk_folder
+import pytest
+
+from addnorm.data.data_errors import DataError
+from addnorm.data.listing import (
+    filter_glob,
+    inside,
+    resolve_data_files,
+    resolve_data_listing,
+    walk_folder,
+)
 
 
 def _layout(tmp_path):
@@ -67,3 +77,33 @@ def test_a_globs_matches_outside_its_root_are_skipped(tmp_path):
     assert inside(data / "same.txt", os.path.realpath(data))
     assert not inside(data / "passwd.txt", os.path.realpath(data))
     assert not inside(outside, os.path.realpath(data))
+
+
+def test_a_name_that_is_not_utf8_is_refused_naming_its_bytes(tmp_path):
+    """Issue 41: a class folder named in Latin-1 gave a nameless UnicodeEncodeError; the
+    listing refuses it, naming the bytes."""
+    folder = os.fsencode(tmp_path / "pics" / "caf\xe9".encode("latin-1").decode("utf-8",
+                                                                              "surrogateescape"))
+    os.makedirs(folder)
+    (tmp_path / "pics" / "ok").mkdir()
+    (tmp_path / "pics" / "ok" / "1.txt").write_text("x")
+    with open(os.path.join(folder, b"1.txt"), "wb") as f:
+        f.write(b"y")
+    with pytest.raises(DataError, match=r"the name caf\\xe9/1.txt is not UTF-8 text") as info:
+        resolve_data_files(tmp_path / "pics", what="--data")
+    assert str(info.value).startswith(f"--data {tmp_path / 'pics'}:")
+
+
+def test_a_folders_links_outside_it_are_listed_as_skipped_unless_followed(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.txt").write_bytes(b"a")
+    (tmp_path / "secret").write_bytes(b"s")
+    os.symlink(tmp_path / "secret", tmp_path / "d" / "b.txt")
+    listing = resolve_data_listing(tmp_path / "d")
+    assert listing.names() == ["a.txt"] and listing.skipped_links == ("b.txt",)
+    followed = resolve_data_listing(tmp_path / "d", follow_links=True)
+    assert followed.names() == ["a.txt", "b.txt"] and followed.skipped_links == ()
+    (tmp_path / "d" / "a.txt").unlink()
+    with pytest.raises(DataError, match=r"holds no files \(it holds 1 link leading outside it, "
+                                        r"not followed: b.txt; --follow-links reads them\)"):
+        resolve_data_files(tmp_path / "d")
