@@ -171,3 +171,116 @@ def test_a_decode_error_is_one_line_naming_the_file_and_line_or_member(tmp_path,
     line = one_error_line(capsys)
     assert named.format(path=path) in line, line
     assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------- what a data folder holds
+
+
+def _pairs(n: int, start: int = 0) -> str:
+    return "".join(f"w{i} x{i % 10}\t{i}\n" for i in range(start, start + n))
+
+
+def test_a_link_leading_out_of_the_data_folder_is_skipped_and_named(tmp_path, capsys, caplog):
+    """A link inside a --data folder to a file outside it (``/etc/passwd`` in the issue) was
+    trained on; it is left out with a note naming it, and read with --follow-links."""
+    data, secret = tmp_path / "texts", tmp_path / "secret.txt"
+    data.mkdir()
+    (data / "notes.txt").write_text(LINE * 200, encoding="utf-8")
+    secret.write_text("root:x:0:0:SECRET\n" * 50, encoding="utf-8")
+    (data / "passwd.txt").symlink_to(secret)
+    out = tmp_path / "run"
+    with caplog.at_level("WARNING", logger="addnorm.data.notes"):
+        assert main(["train", "lm", "--data", str(data), *TINY_LM, "--max-steps", "1",
+                     "--out", str(out)]) == 0
+    assert [r.getMessage() for r in caplog.records] == [
+        f"addnorm: note: data {data}: skipped 1 link leading outside it (passwd.txt); "
+        "--follow-links reads them"]
+    task, _, _ = load_trained(out)
+    assert "S" not in task.tokenizer.chars  # nothing of the secret was read
+    assert task.record.fingerprint.n_files == 1
+    assert task.record.details["links_skipped"] == ["passwd.txt"]
+    followed = tmp_path / "followed"
+    assert main(["train", "lm", "--data", str(data), "--follow-links", *TINY_LM,
+                 "--max-steps", "1", "--out", str(followed)]) == 0
+    task, _, _ = load_trained(followed)
+    assert "S" in task.tokenizer.chars and task.record.fingerprint.n_files == 2
+    capsys.readouterr()
+    assert main(["train", "lm", "--out", str(followed), "--resume", "--max-steps", "2"]) == 0
+
+
+def test_a_pair_side_past_the_longest_allowed_is_refused_naming_file_line_and_length(
+        tmp_path, capsys):
+    """One over-long example was refused by the memory estimate ("needs about 328 TB")
+    without naming it."""
+    from addnorm.data.pairs import MAX_SIDE_CHARS
+
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text(_pairs(100) + "a" * 200_000 + "\tb\n" + _pairs(100, 100), encoding="utf-8")
+    assert main(["train", "translate", "--data", str(pairs), "--out", str(tmp_path / "run"),
+                 "--quiet"]) == 2
+    assert (f"--data {pairs}: line 101: the source is 200000 characters long, more than the "
+            f"{MAX_SIDE_CHARS} a side may have") in one_error_line(capsys)
+
+
+def test_a_tsv_header_row_is_skipped_with_a_note_or_refused_with_a_hint(tmp_path, capsys,
+                                                                        caplog):
+    """A TSV header row was trained on as a pair."""
+    named = tmp_path / "named.tsv"
+    named.write_text("Source\tTarget\n" + _pairs(200), encoding="utf-8")
+    out = tmp_path / "run"
+    with caplog.at_level("WARNING", logger="addnorm.data.notes"):
+        assert main(["train", "translate", "--data", str(named), *TINY_TRANSLATE,
+                     "--max-steps", "1", "--out", str(out)]) == 0
+    assert [r.getMessage() for r in caplog.records] == [
+        f"addnorm: note: data {named}: line 1: 'Source', 'Target' is a header row, skipped "
+        "(--header no trains on it as a pair)"]
+    task, _, _ = load_trained(out)
+    pairs = task.corpus.train + task.corpus.held_out
+    assert len(pairs) == 200 and ("Source", "Target") not in pairs
+    unclear = tmp_path / "unclear.tsv"
+    unclear.write_text("source\tziel\n" + _pairs(200), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["train", "translate", "--data", str(unclear), "--out", str(tmp_path / "u"),
+                 "--quiet"]) == 2
+    assert (f"--data {unclear}: line 1: 'source', 'ziel' may be a header row; say which: "
+            "--header yes skips it, --header no trains on it as a pair") in one_error_line(capsys)
+    kept = tmp_path / "kept"
+    assert main(["train", "translate", "--data", str(unclear), "--header", "no",
+                 *TINY_TRANSLATE, "--max-steps", "1", "--out", str(kept)]) == 0
+    task, _, _ = load_trained(kept)
+    assert ("source", "ziel") in task.corpus.train + task.corpus.held_out
+    capsys.readouterr()
+    assert main(["train", "translate", "--out", str(kept), "--resume", "--max-steps", "2"]) == 0
+
+
+def test_crlf_text_is_read_as_lf(tmp_path):
+    """CRLF text kept ``\\r`` as a character (a pairs file already dropped it)."""
+    crlf, lf = tmp_path / "crlf.txt", tmp_path / "lf.txt"
+    crlf.write_bytes((LINE * 300).replace("\n", "\r\n").encode())
+    lf.write_bytes((LINE * 300).encode())
+    assert main(["train", "lm", "--data", str(crlf), *TINY_LM, "--max-steps", "1",
+                 "--out", str(tmp_path / "a")]) == 0
+    assert main(["train", "lm", "--data", str(lf), *TINY_LM, "--max-steps", "1",
+                 "--out", str(tmp_path / "b")]) == 0
+    (crlf_task, _, _), (lf_task, _, _) = load_trained(tmp_path / "a"), load_trained(tmp_path / "b")
+    assert "\r" not in crlf_task.tokenizer.chars
+    assert crlf_task.tokenizer.chars == lf_task.tokenizer.chars
+    assert crlf_task.record.details["crlf_line_ends_read_as_lf"] == 300
+
+
+def test_a_class_folder_without_images_is_named_in_a_note(tmp_path, caplog):
+    """An empty class folder was dropped without a note."""
+    from data.test_images import write_folder
+
+    from addnorm.data.images import ImageCorpus
+
+    write_folder(tmp_path / "pics", {"ants": 3, "bees": 3}, size=8)
+    (tmp_path / "pics" / "wasps").mkdir()
+    (tmp_path / "pics" / "wasps" / "notes.txt").write_text("no images here")
+    with caplog.at_level("WARNING", logger="addnorm.data.notes"):
+        corpus = ImageCorpus.build(tmp_path / "pics")
+    assert corpus.classes == ("ants", "bees")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"addnorm: note: data {tmp_path / 'pics'}: 1 class folder without images left out: "
+        "wasps"]
+    assert corpus.record.details["empty_class_folders"] == ["wasps"]

@@ -44,3 +44,20 @@ def test_the_translate_config_checks_its_data_settings():
         TranslateTaskConfig(valid="v.tsv", shared_vocab=True)
     with pytest.raises(TypeError, match="shared_vocab must be a bool"):
         TranslateTaskConfig(data="p.tsv", shared_vocab=1)
+
+
+def test_the_reading_settings_are_checked_and_need_data():
+    """``follow_links`` and ``header`` (issue 41) say how a user's files are read."""
+    with pytest.raises(ValueError, match="follow_links needs data"):
+        LMTaskConfig(follow_links=True)
+    with pytest.raises(ValueError, match="header needs data"):
+        TranslateTaskConfig(header="yes")
+    with pytest.raises(TypeError, match="follow_links"):
+        TranslateTaskConfig(data="p.tsv", follow_links="yes")
+    with pytest.raises(ValueError, match="header"):
+        TranslateTaskConfig(data="p.tsv", header="maybe")
+    cfg = TranslateTaskConfig(data="p.tsv", follow_links=True, header="no")
+    assert TranslateTaskConfig.from_dict(cfg.to_dict()) == cfg
+    saved = cfg.to_dict()
+    del saved["follow_links"], saved["header"]  # a run saved before the settings existed
+    assert TranslateTaskConfig.from_dict(saved).header == "auto"

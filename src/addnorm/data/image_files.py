@@ -9,6 +9,7 @@ file's ``images`` and ``labels`` arrays checked. Each failure is one
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ __all__ = [
     "checked_labels",
     "common_mode",
     "decode_file",
+    "empty_class_folders",
     "fit_image",
     "image_suffixes",
     "is_image_name",
@@ -99,6 +101,18 @@ def read_header(file: Path) -> ImageHeader:
 def _reason(err: BaseException) -> str:
     text = " ".join(str(err).split())
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def empty_class_folders(root: Path, names: Sequence[str]) -> list[str]:
+    """The folders directly below ``root`` (names starting with "." skipped) that hold none of
+    the images ``names`` (their paths below ``root``): class folders a data set leaves out."""
+    held = {n.split("/")[0] for n in names if "/" in n}
+    try:
+        folders = [e.name for e in os.scandir(root)
+                   if not e.name.startswith(".") and e.is_dir()]
+    except OSError:
+        return []
+    return sorted(f for f in folders if f not in held)
 
 
 def _kind(mode: str) -> str | None:

@@ -61,8 +61,9 @@ from addnorm.data.fingerprint import (
     DataRecord,
     absolute_path,
     fingerprint_files,
+    note_skipped_links,
     reopening,
-    resolve_data_files,
+    resolve_data_listing,
 )
 from addnorm.data.hf_tokenizer import (
     HFTokenizer,
@@ -116,6 +117,16 @@ class _Source:
     files: list[Path]
     fingerprint: DataFingerprint
     val_fraction: float
+    follow_links: bool = False
+    skipped_links: tuple[str, ...] = ()
+
+    def reading(self) -> dict[str, Any]:
+        """How the files were listed, where it is not the default (a resumed run lists them
+        the same way), and the links left out: for the record's details."""
+        out: dict[str, Any] = {"follow_links": True} if self.follow_links else {}
+        if self.skipped_links:
+            out["links_skipped"] = list(self.skipped_links)
+        return out
 
     def name(self, index: int) -> str:
         """File ``index``'s name relative to the root (as the fingerprint names it)."""
@@ -171,15 +182,17 @@ class TokenCorpus:
         val_fraction: float = 0.05,
         cache_dir: str | os.PathLike | None = None,
         what: str = "data",
+        follow_links: bool = False,
     ) -> TokenCorpus:
         """Tokenize the text at ``path`` (a file, folder or glob) with ``tokenizer``
         (``"char"``, ``"bpe"`` with ``vocab_size`` ids (default ``DEFAULT_BPE_VOCAB_SIZE``),
         a ``tokenizer.json`` path, or a tokenizer object), holding out the last
-        ``val_fraction`` of it; or open the cached result of the same call. Raises
+        ``val_fraction`` of it; or open the cached result of the same call. A folder's
+        links leading outside it are read only with ``follow_links``. Raises
         :class:`DataError` for unusable text or settings (messages start with ``what`` and
         the path) and :class:`DataReadError` for a file that fails or changes while read."""
         check_val_fraction(val_fraction)
-        source = _source(path, val_fraction, what)
+        source = _source(path, val_fraction, what, follow_links)
         tok: TextTokenizer | None
         if isinstance(tokenizer, (str, os.PathLike)) and os.fspath(tokenizer) in TOKENIZER_KINDS:
             kind = os.fspath(tokenizer)
@@ -206,7 +219,8 @@ class TokenCorpus:
         Raises :class:`DataChangedError` naming what changed if the files no longer
         fingerprint as recorded (or are gone)."""
         with reopening(record):
-            source = _source(record.path, float(record.split["val_fraction"]), "data")
+            source = _source(record.path, float(record.split["val_fraction"]), "data",
+                             bool(record.details.get("follow_links", False)))
         record.check_unchanged(source.fingerprint, files=source.files, root=source.root)
         corpus = cls._open_or_tokenize(source, tokenizer, cache_dir)
         if corpus.tokenizer.to_dict() != tokenizer.to_dict():
@@ -260,7 +274,8 @@ class TokenCorpus:
                 fingerprint=source.fingerprint,
                 split=dict(meta["split"]),
                 tokenizer=describe_tokenizer(tokenizer),
-                details={**meta["details"], "token_file": str(folder / "tokens.bin")},
+                details={**meta["details"], "token_file": str(folder / "tokens.bin"),
+                         **source.reading()},
             )
         except (DamagedEntry, DataError, KeyError, TypeError, ValueError) as err:
             if not rebuild:
@@ -377,13 +392,16 @@ def check_val_fraction(value: object) -> float:
     return value
 
 
-def _source(path: str | os.PathLike, val_fraction: float, what: str) -> _Source:
-    root, files = resolve_data_files(path, what=what)
-    fingerprint = fingerprint_files(files, root)
+def _source(path: str | os.PathLike, val_fraction: float, what: str,
+            follow_links: bool = False) -> _Source:
+    listing = resolve_data_listing(path, what=what, follow_links=follow_links)
     where = f"{what} {os.fspath(path)}"
+    note_skipped_links(where, listing.skipped_links)
+    fingerprint = fingerprint_files(listing.files, listing.root)
     if fingerprint.size == 0:
         raise DataError(f"{where}: is empty (0 bytes of text)")
-    source = _Source(absolute_path(path), root, files, fingerprint, val_fraction)
+    source = _Source(absolute_path(path), listing.root, listing.files, fingerprint,
+                     val_fraction, follow_links, listing.skipped_links)
     if source.val_start >= fingerprint.size:
         raise DataError(
             f"{where}: {fingerprint.size} bytes leave no held-out text at val_fraction "
@@ -425,12 +443,12 @@ def _pieces(source: _Source, *, desc: str, stop_at_val: bool = False
                 continue
             cut = _split_at(piece.data, val_start - begin)
             if cut > 0:
-                yield "train", _sub(piece, 0, cut)
+                yield "train", piece.part(0, cut)
             if stop_at_val:
                 return
             in_val = True
             if cut < len(piece.data):
-                yield "val", _sub(piece, cut, len(piece.data))
+                yield "val", piece.part(cut, len(piece.data))
 
 
 def _split_at(data: bytes, at: int) -> int:
@@ -444,11 +462,6 @@ def _split_at(data: bytes, at: int) -> int:
     while at < len(data) and data[at] & 0xC0 == 0x80:
         at += 1
     return at
-
-
-def _sub(piece: TextPiece, start: int, stop: int) -> TextPiece:
-    data = piece.data[start:stop]
-    return TextPiece(piece.index, piece.offset + start, data, data.decode("utf-8"))
 
 
 def _bpe_for(source: _Source, vocab_size: int | None, cache_dir) -> HFTokenizer:
@@ -540,7 +553,7 @@ def _tokenize(
     crc = 0
     counts = {"train": 0, "val": 0}
     byte_counts = {s: np.zeros(256, dtype=np.int64) for s in _SPLITS}
-    val_chars, val_from = 0, None
+    val_chars, val_from, crlf = 0, None, 0
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".tokens.bin.tmp-{os.getpid()}"
     try:
@@ -557,8 +570,9 @@ def _tokenize(
                 out.write(data)
                 crc = zlib.crc32(data, crc)
                 counts[split] += len(ids)
-                byte_counts[split] += np.bincount(np.frombuffer(piece.data, dtype=np.uint8),
-                                                  minlength=256)
+                byte_counts[split] += np.bincount(  # the text's bytes: CRLF read as LF
+                    np.frombuffer(piece.text_bytes, dtype=np.uint8), minlength=256)
+                crlf += len(piece.data) - len(piece.text_bytes)
                 if split == "val":
                     val_chars += len(piece.text)
             out.flush()
@@ -598,6 +612,7 @@ def _tokenize(
             "details": {
                 "byte_entropy": _entropy(byte_counts["train"] + byte_counts["val"]),
                 "val_byte_entropy": _entropy(byte_counts["val"]),
+                **({"crlf_line_ends_read_as_lf": crlf} if crlf else {}),
             },
         }
         os.replace(tmp, folder / "tokens.bin")

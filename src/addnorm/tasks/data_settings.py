@@ -1,7 +1,8 @@
 """The settings by which a text task's config names a user's data, checked alike in every such
 task: ``data`` (a path), ``tokenizer`` (``char``, ``bpe`` or a ``tokenizer.json`` path),
 ``vocab_size`` (the BPE's), ``val_fraction`` (what is held out), and where a task has them
-``valid`` (a held-out file), ``shared_vocab`` and ``cache_dir``.
+``valid`` (a held-out file), ``shared_vocab``, ``cache_dir``, ``follow_links`` (a folder's
+links leading outside it read) and ``header`` (a TSV file's first line).
 
 Paths are made absolute when the config is built, so a run resumed from another folder names
 the same files (and a ``--data`` given again on resume compares equal).
@@ -14,7 +15,8 @@ from typing import Any
 from addnorm.data.fingerprint import absolute_path
 from addnorm.data.hf_tokenizer import MAX_VOCAB_SIZE, MIN_BPE_VOCAB_SIZE
 from addnorm.data.token_corpus import TOKENIZER_KINDS
-from addnorm.utils.checks import check_bool, check_float, check_int
+from addnorm.data.tsv_header import HEADER_CHOICES
+from addnorm.utils.checks import check_bool, check_choice, check_float, check_int
 
 __all__ = ["check_data_settings"]
 
@@ -47,10 +49,15 @@ def check_data_settings(cfg: Any, *, max_val_fraction: float = 0.5) -> None:
             )
     check_float("val_fraction", cfg.val_fraction, min_value=0.0,
                 min_inclusive=False, max_value=max_val_fraction)
-    if hasattr(cfg, "shared_vocab"):
-        check_bool("shared_vocab", cfg.shared_vocab)
+    for flag in ("shared_vocab", "follow_links"):
+        if hasattr(cfg, flag):
+            check_bool(flag, getattr(cfg, flag))
+    if hasattr(cfg, "header"):
+        check_choice("header", cfg.header, HEADER_CHOICES)
     if data is None:
         needs = [n for n in ("valid", "cache_dir") if getattr(cfg, n, None) is not None]
+        needs += [n for n, default in (("follow_links", False), ("header", "auto"))
+                  if getattr(cfg, n, default) != default]
         if tokenizer != "char":
             needs.insert(0, f"tokenizer {tokenizer}")
         if getattr(cfg, "shared_vocab", False):

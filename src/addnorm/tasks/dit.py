@@ -57,7 +57,7 @@ from addnorm.tasks.task import Sizing, TaskConfig
 from addnorm.training.config import TrainConfig
 from addnorm.training.probes import Probe
 from addnorm.training.trainer import LossFn
-from addnorm.utils.checks import check_choice, check_float, check_int
+from addnorm.utils.checks import check_bool, check_choice, check_float, check_int
 
 if TYPE_CHECKING:
     from addnorm.tasks.image_quality import ImageJudge
@@ -118,6 +118,8 @@ class DiTTaskConfig(TaskConfig):
             epsilon, the noise (DiT's).
         min_snr_gamma: the loss's Min-SNR-gamma weighting (Hang et al.; 5 is their value),
             or none to weigh every step alike (DiT's loss).
+        follow_links: read the links in a data folder that lead outside it (without it they
+            are skipped, and named).
     """
 
     resumable: ClassVar[tuple[str, ...]] = ("eval_size",)
@@ -128,10 +130,12 @@ class DiTTaskConfig(TaskConfig):
     val_fraction: float = DEFAULT_VAL_FRACTION
     prediction: Literal["v", "epsilon"] = "v"
     min_snr_gamma: float | None = 5.0
+    follow_links: bool = False
 
     def __post_init__(self) -> None:
         check_int("eval_size", self.eval_size, min_value=1)
         check_choice("prediction", self.prediction, ("v", "epsilon"))
+        check_bool("follow_links", self.follow_links)
         if self.min_snr_gamma is not None:
             check_float("min_snr_gamma", self.min_snr_gamma, min_value=0.0, min_inclusive=False)
         if self.data is not None:
@@ -146,7 +150,8 @@ class DiTTaskConfig(TaskConfig):
                 raise ValueError(f"image_size ({self.image_size}) must be <= {MAX_IMAGE_SIZE}")
         if self.data is None:
             given = [name for name, default in (("image_size", None),
-                                                ("val_fraction", DEFAULT_VAL_FRACTION))
+                                                ("val_fraction", DEFAULT_VAL_FRACTION),
+                                                ("follow_links", False))
                      if getattr(self, name) != default]
             if given:
                 raise ValueError(f"{' and '.join(given)} need data (your images); the digits "
@@ -523,7 +528,8 @@ class DiTTask:
         predicts ``task_cfg.prediction`` with ``task_cfg.min_snr_gamma``'s weighting (1000
         linear steps). Raises ValueError for a gamma whose weights underflow float32."""
         corpus = None if task_cfg.data is None else ImageCorpus.build(
-            task_cfg.data, val_fraction=task_cfg.val_fraction)
+            task_cfg.data, val_fraction=task_cfg.val_fraction,
+            follow_links=task_cfg.follow_links)
         return cls(prediction=task_cfg.prediction, min_snr_gamma=task_cfg.min_snr_gamma,
                    data=corpus, image_size=task_cfg.image_size)
 
