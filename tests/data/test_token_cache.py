@@ -13,11 +13,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-import pickle
 import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
@@ -27,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from filelock import FileLock
+from unprivileged import as_a_reader, read_only, shared_folder
 
 from addnorm.data import token_cache, token_corpus
 from addnorm.data.fingerprint import DataReadError
@@ -35,7 +34,6 @@ from addnorm.data.token_cache import checksum, clean_stale, read_entry
 from addnorm.data.token_corpus import TokenCorpus
 
 TEXT = "".join(f"line {i}: a cache entry checks itself {i * 7}\n" for i in range(400))
-NOBODY = 65534
 
 
 @pytest.fixture
@@ -184,57 +182,10 @@ def test_a_second_builder_waits_for_the_lock_then_reuses_the_entry(text, cache, 
 # ---------------------------------------------------------------- a read-only cache
 
 
-def _read_only(path: Path) -> None:
-    for folder, _, files in os.walk(path):
-        for name in files:
-            os.chmod(os.path.join(folder, name), 0o444)
-        os.chmod(folder, 0o555)
-
-
-def _writable(path: Path) -> None:
-    for folder, _, _ in os.walk(path):
-        os.chmod(folder, 0o755)
-
-
-def _as_a_reader(fn):
-    """``fn()`` where a read-only folder is read-only: here, or for root (whom permissions do
-    not stop) in a forked child that has given up root for ``nobody``. Returns its result, or
-    re-raises its exception as ``(type name, message)`` in a RuntimeError."""
-    if os.geteuid() != 0:
-        try:
-            return fn()
-        except Exception as err:
-            raise RuntimeError(type(err).__name__, str(err)) from None
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe
-        os.close(read)
-        try:
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            result = ("ok", fn())
-        except BaseException as err:
-            result = ("error", (type(err).__name__, str(err)))
-        with os.fdopen(write, "wb") as out:
-            pickle.dump(result, out)
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        kind, value = pickle.load(pipe)
-    os.waitpid(pid, 0)
-    if kind == "error":
-        raise RuntimeError(*value)
-    return value
-
-
 @pytest.fixture
 def shared_tmp():
-    """A folder every user can read (``tmp_path`` is root's alone when root runs the tests)."""
-    folder = Path(tempfile.mkdtemp(prefix="addnorm-readonly-"))
-    folder.chmod(0o755)
-    yield folder
-    _writable(folder)
-    shutil.rmtree(folder)
+    with shared_folder() as folder:
+        yield folder
 
 
 def test_a_read_only_cache_holding_the_entry_is_used(shared_tmp, monkeypatch):
@@ -245,11 +196,11 @@ def test_a_read_only_cache_holding_the_entry_is_used(shared_tmp, monkeypatch):
     text.chmod(0o644)
     monkeypatch.setenv("ADDNORM_CACHE", str(cache))
     expected = np.array(TokenCorpus.build(text).tokens)
-    _read_only(cache)
-    got = _as_a_reader(lambda: np.array(TokenCorpus.build(text).tokens))
+    read_only(cache)
+    got = as_a_reader(lambda: np.array(TokenCorpus.build(text).tokens))
     assert np.array_equal(got, expected)
     with pytest.raises(RuntimeError) as refused:
-        _as_a_reader(lambda: TokenCorpus.build(text, val_fraction=0.2))
+        as_a_reader(lambda: TokenCorpus.build(text, val_fraction=0.2))
     kind, message = refused.value.args
     assert kind == DataReadError.__name__
     assert message.startswith(f"{cache / 'tokens'}: the token cache cannot be written (")
@@ -263,9 +214,9 @@ def test_a_damaged_entry_in_a_read_only_cache_is_one_error_naming_it(shared_tmp,
     monkeypatch.setenv("ADDNORM_CACHE", str(cache))
     folder = _entry(TokenCorpus.build(text))
     _damage_bytes(folder)
-    _read_only(cache)
+    read_only(cache)
     with pytest.raises(RuntimeError) as refused:
-        _as_a_reader(lambda: TokenCorpus.build(text))
+        as_a_reader(lambda: TokenCorpus.build(text))
     kind, message = refused.value.args
     assert kind == DataReadError.__name__
     assert message.startswith(f"{folder}: the token cache entry is damaged (tokens.bin's CRC-32")
