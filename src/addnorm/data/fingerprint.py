@@ -300,8 +300,8 @@ def fingerprint_files(
     entries.sort(key=lambda e: e.name)
     digest = hashlib.sha256()
     for entry in entries:
-        stamp = "" if entry.stamp is None else f"\0{entry.stamp[0]}\0{entry.stamp[1]}"
-        digest.update(f"{entry.name}\0{entry.size}\0{entry.sample}{stamp}\n".encode())
+        stamped = "" if entry.stamp is None else f"\0{entry.stamp[0]}\0{entry.stamp[1]}"
+        digest.update(f"{entry.name}\0{entry.size}\0{entry.sample}{stamped}\n".encode())
     listed = tuple(entries) if len(entries) <= MAX_LISTED_FILES else ()
     return DataFingerprint(len(entries), sum(e.size for e in entries), digest.hexdigest(), listed,
                            version)
