@@ -104,12 +104,13 @@ def _reason(err: BaseException) -> str:
 
 
 def empty_class_folders(root: Path, names: Sequence[str]) -> list[str]:
-    """The folders directly below ``root`` (names starting with "." skipped) that hold none of
-    the images ``names`` (their paths below ``root``): class folders a data set leaves out."""
+    """The folders directly below ``root`` (names starting with "." and links skipped: a link
+    leading out is named as such) that hold none of the images ``names`` (their paths below
+    ``root``): class folders a data set leaves out."""
     held = {n.split("/")[0] for n in names if "/" in n}
     try:
         folders = [e.name for e in os.scandir(root)
-                   if not e.name.startswith(".") and e.is_dir()]
+                   if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)]
     except OSError:
         return []
     return sorted(f for f in folders if f not in held)
