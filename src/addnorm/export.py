@@ -45,6 +45,7 @@ from torch.export import ExportedProgram
 
 from addnorm.family import ExportPart, ModelFamily
 from addnorm.utils.checks import check_choice, check_int
+from addnorm.utils.publish import publishing
 
 __all__ = ["PARTS", "export_program", "onnx_max_error", "run_onnx", "sample_inputs", "to_onnx"]
 
@@ -159,7 +160,8 @@ def to_onnx(model: nn.Module, path: str | os.PathLike, *, part: str = "forward")
         )
     if program is None:  # pragma: no cover - the dynamo exporter always returns its program
         raise RuntimeError("torch.onnx.export returned no ONNX program")
-    program.save(str(path))
+    with publishing(path) as staged:  # a failed write leaves the previous file, or none
+        program.save(str(staged))
     return path
 
 

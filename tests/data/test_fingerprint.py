@@ -119,38 +119,111 @@ def _poke(path, offset: int) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_a_large_file_is_fingerprinted_from_a_bounded_sample(tmp_path, monkeypatch):
-    """A 4 MiB file with a budget of 64 KiB: at most the budget is read, its first and last
-    blocks among it, so a change at either end is seen."""
+class _CountingOpen:
+    """``open`` that counts the bytes read through the files it opens."""
+
+    def __init__(self, real):
+        self.real, self.read = real, []
+
+    def __call__(self, *args, **kwargs):
+        counter, f = self, self.real(*args, **kwargs)
+
+        class Counting:
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                f.close()
+
+            def read(self, n=-1):
+                data = f.read(n)
+                counter.read.append(len(data))
+                return data
+
+            def __getattr__(self, name):
+                return getattr(f, name)
+
+        return Counting()
+
+
+def _edit_middle(path, offset: int, new: bytes) -> None:
+    """Overwrite bytes in place (same size), as an editor fixing a typo does."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(new)
+
+
+def test_a_same_size_edit_anywhere_in_a_file_is_seen_and_named(tmp_path):
+    """Issue 41's first finding: a 730 KB corpus with three letters changed. The version 1
+    rule (a 64 KiB sample) gives the same fingerprint before and after (the failure); the
+    file hashed whole gives another, and the change names the file."""
+    text = tmp_path / "corpus.txt"
+    line = b"the quick brown fox jumps over the lazy dog 0123456789\n"
+    text.write_bytes(line * (730_000 // len(line)))
+    old_before = fingerprint_files([text], tmp_path, version=1)
+    before = fingerprint_files([text], tmp_path)
+    offset = 400_003  # between the version 1 sample's blocks (every ~45.6 KB, 4 KB each)
+    assert not any(start <= offset < start + 4096
+                   for start in (i * (text.stat().st_size - 4096) // 15 for i in range(16)))
+    _edit_middle(text, offset, b"XYZ")
+    assert fingerprint_files([text], tmp_path, version=1) == old_before  # the old blind spot
+    after = fingerprint_files([text], tmp_path)
+    assert after.digest != before.digest
+    assert before.changes(after) == ["corpus.txt: content changed, same size"]
+    assert before.files[0].stamp is None  # hashed whole: a copy fingerprints alike
+
+
+def test_a_file_past_the_budget_is_sampled_and_known_by_its_stamp(tmp_path, monkeypatch):
+    """A 4 MiB file with a 1 MiB budget: at most ``MAX_FILE_SAMPLE`` bytes read, and its
+    modification time and inode recorded, so an edit the sample misses is seen, and so is
+    the same bytes put there as another file."""
+    monkeypatch.setattr(fp, "HASH_BUDGET", 2**20)
     big = tmp_path / "big.txt"
     big.write_bytes(os.urandom(4 * 2**20))
-    read = []
-    real_open = builtins.open
-
-    class Counting:
-        def __init__(self, f):
-            self.f = f
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-        def read(self, n=-1):
-            data = self.f.read(n)
-            read.append(len(data))
-            return data
-
-        def __getattr__(self, name):
-            return getattr(self.f, name)
-
-    monkeypatch.setattr(builtins, "open", lambda *a, **k: Counting(real_open(*a, **k)))
+    counting = _CountingOpen(builtins.open)
+    monkeypatch.setattr(builtins, "open", counting)
     before = fingerprint_files([big], tmp_path)
-    monkeypatch.undo()
-    assert sum(read) <= fp.MAX_FILE_SAMPLE
-    _poke(big, 4 * 2**20 - 1)
-    assert fingerprint_files([big], tmp_path).digest != before.digest
+    monkeypatch.setattr(builtins, "open", counting.real)
+    assert sum(counting.read) <= fp.MAX_FILE_SAMPLE
+    info = big.stat()
+    assert before.files[0].stamp == (info.st_mtime_ns, info.st_ino)
+    _edit_middle(big, 2 * 2**20 + 7, b"!")  # between the sample's blocks
+    os.utime(big, ns=(info.st_atime_ns, info.st_mtime_ns + 1_000_000))
+    after = fingerprint_files([big], tmp_path)
+    assert after.digest != before.digest
+    assert before.changes(after)[0].startswith("big.txt: modified or replaced, same size")
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "big.txt").write_bytes(big.read_bytes())
+    os.utime(copy / "big.txt", ns=(info.st_atime_ns, after.files[0].stamp[0]))
+    assert fingerprint_files([copy / "big.txt"], copy).digest != after.digest  # another inode
+
+
+def test_the_budget_takes_the_smallest_files_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(fp, "HASH_BUDGET", 3000)
+    _tree(tmp_path, {"a.txt": b"a" * 2500, "b.txt": b"b" * 400, "c.txt": b"c" * 500})
+    entries = {e.name: e for e in _fingerprint(tmp_path).files}
+    assert [n for n, e in sorted(entries.items()) if e.stamp is None] == ["b.txt", "c.txt"]
+    assert entries["a.txt"].stamp is not None
+
+
+def test_an_older_record_reads_back_and_is_checked_by_its_own_rule(tmp_path):
+    """A record written before version 2 (no ``fingerprint_version``, a 64 KiB sample) is a
+    version 1 fingerprint: unchanged files pass its check, a change is named, and it cannot be
+    checked against a version 2 fingerprint alone."""
+    root = _tree(tmp_path / "d", {"a.txt": b"alpha\n" * 30000})
+    files = [root / "a.txt"]
+    old = fingerprint_files(files, root, version=1).to_dict()
+    del old["fingerprint_version"]
+    record = DataRecord.from_dict({"path": str(root), "kind": "text", **old, "split": {}})
+    assert record.fingerprint.version == 1
+    now = fingerprint_files(files, root)
+    record.check_unchanged(now, files=files, root=root)
+    with pytest.raises(ValueError, match="pass files and root"):
+        record.check_unchanged(now)
+    (root / "a.txt").write_bytes(b"alpha\n" * 30001)
+    with pytest.raises(DataChangedError, match=r"a.txt: 180000 -> 180006 bytes"):
+        record.check_unchanged(fingerprint_files(files, root), files=files, root=root)
 
 
 def test_many_files_keep_only_totals_and_still_see_a_change(tmp_path, monkeypatch):
@@ -221,3 +294,4 @@ def test_reopening_lets_a_change_and_other_errors_through_as_they_are(tmp_path):
             raise OSError("disk")
     with reopening(record):
         pass  # nothing raised, nothing changed
+

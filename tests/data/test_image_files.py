@@ -19,11 +19,13 @@ from addnorm.data.image_files import (
     checked_labels,
     common_mode,
     decode_file,
+    empty_class_folders,
     fit_image,
     image_suffixes,
     is_image_name,
     named_examples,
     read_header,
+    read_npz,
 )
 
 
@@ -75,3 +77,26 @@ def test_a_message_names_the_first_examples_and_counts_the_rest():
     names = [f"f{i}" for i in range(SHOWN + 2)]
     assert named_examples(names) == ", ".join(names[:SHOWN]) + " and 2 more"
     assert named_examples(names[:1]) == "f0"
+
+
+def test_empty_class_folders_are_the_folders_holding_none_of_the_images(tmp_path):
+    for name in ("ants", "bees", "wasps", ".git"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "outside")  # a link is named as a link
+    names = ["ants/1.png", "ants/2.png", "bees/x/1.png"]
+    assert empty_class_folders(tmp_path, names) == ["outside", "wasps"]
+    assert empty_class_folders(tmp_path / "missing", names) == []
+
+
+def test_an_npz_member_that_is_not_an_array_is_named(tmp_path):
+    """Issue 41: numpy hands back such a member as bytes; its ``.shape`` was an
+    AttributeError."""
+    import zipfile
+
+    path = tmp_path / "x.npz"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("images.npy", np.zeros((2, 4, 4), np.uint8).tobytes())
+    with pytest.raises(DataError, match=r"^data x.npz: its member images.npy is not a NumPy "
+                                        r"array \(it holds 32 bytes"):
+        read_npz(path, "data x.npz")

@@ -82,3 +82,19 @@ def test_a_cut_never_splits_a_character(tmp_path):
     assert len(pieces) > 1 and "".join(p.text for p in pieces) == text
     assert text_files._last_char_start("aé".encode()) == 1
     assert text_files._last_char_start(b"\x80\x80\x80\x80") == -1
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 7, 1024])
+def test_crlf_line_ends_are_read_as_lf_and_offsets_stay_the_files(tmp_path, block):
+    """Issue 41: CRLF text kept ``\\r`` as a character. The text is the LF text; ``data`` and
+    the offsets stay the file's bytes, and a piece's part is read the same way."""
+    lf = "one\ntwo ü\n\nthree"
+    path = tmp_path / "crlf.txt"
+    path.write_bytes(lf.replace("\n", "\r\n").encode())
+    pieces = list(read_text_pieces([path], block=block))
+    assert "".join(p.text for p in pieces) == lf
+    assert b"".join(p.data for p in pieces) == path.read_bytes()
+    assert b"".join(p.text_bytes for p in pieces) == lf.encode()
+    assert all(p.offset == sum(len(q.data) for q in pieces[:i]) for i, p in enumerate(pieces))
+    whole = next(iter(read_text_pieces([path], block=1024)))
+    assert whole.part(0, 5).text == "one\n" and whole.part(5, 13).text == "two ü\n"

@@ -47,14 +47,33 @@ def test_the_translate_config_checks_its_data_settings():
         TranslateTaskConfig(data="p.tsv", shared_vocab=1)
 
 
+
 @pytest.mark.parametrize(("settings", "message"), [
     ({"image_size": 16}, "image_size need data"),
     ({"val_fraction": 0.3, "image_size": 8}, "image_size and val_fraction need data"),
     ({"data": "pics", "image_size": 10**6}, r"image_size \(1000000\) must be <= "),
     ({"data": "pics", "val_fraction": 0.0}, "val_fraction must be > 0"),
     ({"data": ""}, "non-empty str"),
+    ({"follow_links": True}, "follow_links need data"),
 ])
 def test_image_settings_are_checked_when_the_config_is_built(settings, message):
     with pytest.raises((ValueError, TypeError), match=message):
         DiTTaskConfig(**settings)
     assert DiTTaskConfig(data="pics").data.startswith("/")  # made absolute
+
+
+def test_the_reading_settings_are_checked_and_need_data():
+    """``follow_links`` and ``header`` (issue 41) say how a user's files are read."""
+    with pytest.raises(ValueError, match="follow_links needs data"):
+        LMTaskConfig(follow_links=True)
+    with pytest.raises(ValueError, match="header needs data"):
+        TranslateTaskConfig(header="yes")
+    with pytest.raises(TypeError, match="follow_links"):
+        TranslateTaskConfig(data="p.tsv", follow_links="yes")
+    with pytest.raises(ValueError, match="header"):
+        TranslateTaskConfig(data="p.tsv", header="maybe")
+    cfg = TranslateTaskConfig(data="p.tsv", follow_links=True, header="no")
+    assert TranslateTaskConfig.from_dict(cfg.to_dict()) == cfg
+    saved = cfg.to_dict()
+    del saved["follow_links"], saved["header"]  # a run saved before the settings existed
+    assert TranslateTaskConfig.from_dict(saved).header == "auto"

@@ -7,7 +7,13 @@ run's events are compared with the records of the run it continues.
 
 from __future__ import annotations
 
+import errno
 import importlib.util
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -123,3 +129,100 @@ def test_a_resumed_run_appends_to_its_tensorboard_run_without_repeating_steps(tm
     ]
     (image,) = events.Images("samples")
     assert (image.step, image.width, image.height) == (12, 6, 4)
+
+
+@needs_tensorboard
+def test_a_folder_tensorboard_cannot_write_is_one_error_before_its_thread_starts():
+    """Issue 41: ``--report-to tensorboard`` into an unwritable folder printed the event
+    writer thread's traceback before the error; now the folder is refused on start."""
+    from unprivileged import as_a_reader, read_only, shared_folder
+
+    with shared_folder() as shared:
+        log_dir = shared / "tensorboard"
+        log_dir.mkdir()
+        read_only(log_dir)
+
+        def start() -> int:
+            threads = threading.active_count()
+            logger = TensorBoardLogger(log_dir)
+            try:
+                logger.start(0)
+            finally:
+                assert threading.active_count() == threads  # no writer thread was started
+            return 0
+
+        with pytest.raises(RuntimeError) as refused:
+            as_a_reader(start)
+    kind, message = refused.value.args
+    assert kind == "OSError"
+    assert message == (f"{log_dir}: TensorBoard's event files cannot be written there "
+                       "(Permission denied); choose another --out, or --report-to jsonl")
+
+
+@needs_tensorboard
+def test_a_writer_thread_failure_is_raised_by_the_next_call_and_not_printed(tmp_path,
+                                                                          monkeypatch):
+    """A failure inside TensorBoard's writer thread (a full disk) is kept from the thread's
+    traceback and raised once, naming the folder; other threads' errors still reach the hook
+    that was there."""
+    from tensorboard.summary.writer import record_writer
+
+    printed = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: printed.append(args.exc_value))
+    real, writes = record_writer.RecordWriter.write, []
+
+    def disk_full(self, data):
+        writes.append(1)
+        if len(writes) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, data)
+
+    monkeypatch.setattr(record_writer.RecordWriter, "write", disk_full)
+    logger = TensorBoardLogger(tmp_path / "tb")
+    logger.start(0)
+    with pytest.raises(OSError, match=r"tb: TensorBoard's event files cannot be written there "
+                                      r"\(No space left on device\)"):
+        for step in range(1, 200):
+            logger.log_scalars(step, {"loss": 1.0})
+            logger.flush()
+    assert printed == []  # the writer thread's traceback was not shown
+    logger.close()
+    assert threading.excepthook is not logger._writer_thread_hook
+    other = threading.Thread(target=lambda: 1 / 0)
+    other.start()
+    other.join()
+    assert len(printed) == 1 and isinstance(printed[0], ZeroDivisionError)
+
+
+_FULL_DISK = """
+import errno, sys
+from tensorboard.summary.writer import record_writer
+real, writes = record_writer.RecordWriter.write, []
+def disk_full(self, data):
+    writes.append(1)
+    if len(writes) > 2:
+        raise OSError(errno.ENOSPC, "No space left on device")
+    return real(self, data)
+record_writer.RecordWriter.write = disk_full
+from addnorm.cli.parser import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@needs_tensorboard
+def test_a_run_whose_tensorboard_writer_fails_says_one_line(tmp_path):
+    """The command's stderr: its announcement and the one error line, no thread traceback."""
+    from cli_runs import TINY_LM
+
+    src = str(Path(logger_module.__file__).resolve().parents[2])
+    done = subprocess.run(
+        [sys.executable, "-c", _FULL_DISK, "train", "lm", *TINY_LM, "--max-steps", "3",
+         "--report-to", "tensorboard", "--out", str(tmp_path / "run")],
+        env={**os.environ, "PYTHONPATH": src}, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 1
+    lines = done.stderr.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("training lm into"), lines
+    assert lines[1] == (f"addnorm train: error: {tmp_path / 'run' / 'tensorboard'}: TensorBoard's "
+                        "event files cannot be written there (No space left on device); choose "
+                        "another --out, or --report-to jsonl")

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from addnorm.data.digits import MAX_PIXEL
+from addnorm.utils.publish import save_figure
 
 __all__ = ["save_digit_grid", "save_image_grid"]
 
@@ -58,6 +59,4 @@ def save_image_grid(
             ax.set_title(f"class {classes[i]}", fontsize=8)
     if title:
         fig.suptitle(title, fontsize=10)
-    path = Path(path)
-    fig.savefig(path, dpi=100)
-    return path
+    return save_figure(fig, path, dpi=100)  # whole or not at all; a link replaced

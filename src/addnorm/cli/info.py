@@ -3,7 +3,9 @@ for a run trained with ``--watch``, also ``"watch"``: its file, the watched step
 summary in sentences (:func:`addnorm.inspection.summary.summarize`: where the gradients grow,
 which layers learn least, where the residual stream's scale grows); for a run on a user's
 files, also the record of its data (path, size, fingerprint, split, tokenizer:
-:class:`addnorm.data.fingerprint.DataRecord`)."""
+:class:`addnorm.data.fingerprint.DataRecord`). The report is the command's result: with
+stdout closed (``addnorm info RUN >&-``) it is refused before anything is read, one line and
+exit 1, as ``translate`` and ``generate`` refuse."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from addnorm.cli.exits import EXIT_OK
+from addnorm.cli.exits import EXIT_OK, require_stdout
 
 __all__ = ["add_parser", "run"]
 
@@ -27,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from addnorm.tasks.run import read_run_metrics
     from addnorm.training.checkpoint import load_checkpoint
 
+    require_stdout("the report")
     checkpoint = load_checkpoint(args.checkpoint)
     state = checkpoint.state
     run_info = state.get("run")

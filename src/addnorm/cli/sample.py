@@ -81,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
     from addnorm.cli.grid import save_image_grid
     from addnorm.tasks.dit import SampleSettings
+    from addnorm.utils.publish import publishing
 
     if not 1 <= args.n <= 10_000:
         raise UsageError(f"--n must be from 1 to 10000, got {args.n}")
@@ -137,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
         if array.ndim == 4:  # (N, C, S, S) -> the layout of image files
             array = array[:, 0] if array.shape[1] == 1 else array.transpose(0, 2, 3, 1)
         args.save_array.parent.mkdir(parents=True, exist_ok=True)
-        np.save(args.save_array, array)
+        with publishing(args.save_array) as staged:  # whole or not at all
+            np.save(staged, array)
         print(f"array: {args.save_array} {tuple(array.shape)} {array.dtype}, "
               f"0..{task.pixel_max:g} scale")
     return EXIT_OK

@@ -1,4 +1,4 @@
-"""What a run remembers of a user's data, and what bad data raises.
+"""What a run remembers of a user's data.
 
 A run trained on a user's files (``addnorm train lm --data PATH`` and the others) records
 them in a :class:`DataRecord`: the path, how many files and bytes, a fingerprint, the
@@ -6,32 +6,48 @@ held-out split and the tokenizer. It is saved with the task in every checkpoint 
 run's ``data.json``), shown by ``addnorm info``, and checked again before a run resumes: a
 resumed run whose files changed is refused, naming what changed (:class:`DataChangedError`).
 
-- :func:`resolve_data_files`: a path as a user gives it, a file, a folder (searched
-  recursively; names starting with "." skipped) or a glob, as a sorted list of regular files.
-- :func:`fingerprint_files`: a :class:`DataFingerprint` of those files: their names relative
-  to the path, their sizes and a hash of a sample of their content (evenly spaced blocks,
-  ``SAMPLE_BYTES`` in all however large the files: a 1 GB corpus is not read in full).
-  Modification times are not part of it: a copy of the same files has the same fingerprint.
+- :func:`fingerprint_files`: a :class:`DataFingerprint` of a data set's files (as
+  :func:`~addnorm.data.listing.resolve_data_files` lists them): their names relative to the
+  path, their sizes and a SHA-256 of each file's content, read whole: every byte, so any
+  edit changes it. Files are hashed whole, smallest first, while their bytes fit
+  ``HASH_BUDGET`` (1 GiB: a few seconds of hashing at most); a file past it is hashed from
+  ``SAMPLE_BLOCKS`` evenly spaced blocks and known besides by its modification time and its
+  inode (a ``stamp``), so that an edit of it in place is seen too. A copy of the same files
+  has the same fingerprint when they fit the budget (a large file's stamp differs in a copy).
 - :class:`DataFingerprint` ``.changes(other)``: what differs, in words, file by file.
 
-Errors (the CLI turns each into one line): :class:`DataError` (a ``ValueError``: the data
-cannot be used, the command's exit status 2), :class:`DataChangedError` (a ``DataError``: the
-files differ from a record) and :class:`DataReadError` (an ``OSError``: a file that fails or
-changes while it is read, exit status 1). Messages start with the path they are about.
+The fingerprint is versioned (``fingerprint_version`` in the JSON). Records written before
+version 2 (no such key) sampled at most 64 KiB of each file; they still read back, and a run
+resumed from one is checked by the rule it was made with (:meth:`DataRecord.check_unchanged`
+with the files: names, sizes and that sample), so an older run resumes as it did; its record
+is kept as it was.
+
+What bad data raises (:mod:`addnorm.data.data_errors`) and how a path is listed
+(:mod:`addnorm.data.listing`) are importable from here too, where every data module has long
+found them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import glob
 import hashlib
 import os
-import stat
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from addnorm.data.data_errors import DataChangedError, DataError, DataReadError, data_note
+from addnorm.data.listing import (
+    DataListing,
+    absolute_path,
+    is_glob,
+    note_skipped_links,
+    relative_name,
+    resolve_data_files,
+    resolve_data_listing,
+)
 
 __all__ = [
     "MAX_LISTED_FILES",
@@ -39,52 +55,65 @@ __all__ = [
     "DataChangedError",
     "DataError",
     "DataFingerprint",
+    "DataListing",
     "DataReadError",
     "DataRecord",
+    "FINGERPRINT_VERSION",
     "FileEntry",
+    "HASH_BUDGET",
     "absolute_path",
+    "data_note",
     "fingerprint_files",
     "is_glob",
+    "note_skipped_links",
     "reopening",
     "resolve_data_files",
+    "resolve_data_listing",
 ]
 
-# Bytes read to fingerprint a whole data set, spread over its files (each file gets at least
-# MIN_FILE_SAMPLE and at most MAX_FILE_SAMPLE of them; a file no larger is read whole).
+# The fingerprint's rule: 2 hashes files whole up to HASH_BUDGET; 1 (records without a
+# version) sampled at most MAX_FILE_SAMPLE of each file.
+FINGERPRINT_VERSION = 2
+# Bytes of a data set hashed whole (smallest files first); a file past it is sampled and
+# stamped (modification time and inode).
+HASH_BUDGET = 2**30
+# Version 1: bytes read to fingerprint a whole data set, spread over its files (each file gets
+# at least MIN_FILE_SAMPLE and at most MAX_FILE_SAMPLE; a file no larger is read whole).
+# Version 2 samples a file past the budget with MAX_FILE_SAMPLE bytes.
 SAMPLE_BYTES = 16 * 2**20
 MIN_FILE_SAMPLE = 1024
 MAX_FILE_SAMPLE = 64 * 2**10
 # Blocks a file's sample is cut into, spread evenly from its first byte to its last.
 SAMPLE_BLOCKS = 16
+_READ_BYTES = 2**20  # a whole file is hashed this much at a time
 # Files listed one by one in a record (so a change names the file); a larger data set keeps
 # only its totals and digest.
 MAX_LISTED_FILES = 1000
 # Changes named in a DataChangedError message (the rest are counted).
 _SHOWN_CHANGES = 3
-_GLOB_CHARS = frozenset("*?[")
-
-
-class DataError(ValueError):
-    """Data that cannot be used as given (missing, empty, not text, malformed, too small);
-    the message starts with the path and says what is wrong."""
-
-
-class DataChangedError(DataError):
-    """Files that differ from the record a run made of them; the message names the changes."""
-
-
-class DataReadError(OSError):
-    """A file that fails, or changes, while it is read; the message names the file."""
 
 
 @dataclass(frozen=True)
 class FileEntry:
     """One file of a data set: its name relative to the data's root (with "/"), its size in
-    bytes and the hash of its content sample (hex)."""
+    bytes, the hash (hex) of its content (whole, or its sample), and for a sampled file of
+    version 2 its ``stamp``: (modification time in ns, inode)."""
 
     name: str
     size: int
     sample: str
+    stamp: tuple[int, int] | None = None
+
+    def to_list(self) -> list:
+        return [self.name, self.size, self.sample, *(self.stamp or ())]
+
+    @classmethod
+    def from_list(cls, item: Sequence[Any]) -> FileEntry:
+        name, size, sample, *stamp = item
+        if stamp and len(stamp) != 2:
+            raise ValueError(f"a file's stamp is (mtime_ns, inode), got {stamp!r}")
+        return cls(str(name), int(size), str(sample),
+                   (int(stamp[0]), int(stamp[1])) if stamp else None)
 
 
 @dataclass(frozen=True)
@@ -94,14 +123,16 @@ class DataFingerprint:
     Attributes:
         n_files: how many files.
         size: their bytes in all.
-        digest: SHA-256 (hex) of every file's name, size and sample hash, in name order.
+        digest: SHA-256 (hex) of every file's name, size, hash and stamp, in name order.
         files: the files one by one (empty when there are more than ``MAX_LISTED_FILES``).
+        version: the rule it was made by (``FINGERPRINT_VERSION``; 1: sampled).
     """
 
     n_files: int
     size: int
     digest: str
     files: tuple[FileEntry, ...] = ()
+    version: int = FINGERPRINT_VERSION
 
     def changes(self, now: DataFingerprint) -> list[str]:
         """What differs from this fingerprint in ``now``, in words ("a.txt: 1200 -> 1300
@@ -124,23 +155,34 @@ class DataFingerprint:
                 out.append(f"{name}: {old.size} -> {new.size} bytes")
             elif old.sample != new.sample:
                 out.append(f"{name}: content changed, same size")
+            elif old.stamp != new.stamp:
+                out.append(f"{name}: modified or replaced, same size (a file past the "
+                           "hashing budget is known by its size, time and inode)")
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON: the totals, the digest and (when listed) each file's name, size and hash."""
+        """JSON: the version, the totals, the digest and (when listed) each file's name, size,
+        hash and stamp."""
         return {
+            "fingerprint_version": self.version,
             "n_files": self.n_files,
             "size": self.size,
             "digest": self.digest,
-            "files": [[f.name, f.size, f.sample] for f in self.files] or None,
+            "files": [f.to_list() for f in self.files] or None,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DataFingerprint:
-        """Read back ``to_dict``'s JSON; ValueError if it is not one."""
+        """Read back ``to_dict``'s JSON (a record without ``fingerprint_version`` is of
+        version 1); ValueError if it is not one."""
         try:
-            files = tuple(FileEntry(str(n), int(s), str(h)) for n, s, h in data["files"] or ())
-            return cls(int(data["n_files"]), int(data["size"]), str(data["digest"]), files)
+            files = tuple(FileEntry.from_list(item) for item in data["files"] or ())
+            version = int(data.get("fingerprint_version", 1))
+            if version not in (1, FINGERPRINT_VERSION):
+                raise ValueError(f"fingerprint_version {version} is not 1 or "
+                                 f"{FINGERPRINT_VERSION} (a newer addnorm's record?)")
+            return cls(int(data["n_files"]), int(data["size"]), str(data["digest"]), files,
+                       version)
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"not a data fingerprint: {err!r}") from None
 
@@ -165,9 +207,18 @@ class DataRecord:
     tokenizer: dict[str, Any] | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
-    def check_unchanged(self, now: DataFingerprint) -> None:
+    def check_unchanged(
+        self, now: DataFingerprint, *, files: Sequence[Path] = (), root: Path | None = None
+    ) -> None:
         """Raise :class:`DataChangedError` naming what differs if ``now`` (the same path
-        fingerprinted again) is not the recorded fingerprint."""
+        fingerprinted again) is not the recorded fingerprint. A record of another version
+        (an older run's) is compared with ``files`` below ``root`` fingerprinted by its own
+        rule (ValueError if they are not given)."""
+        if now.version != self.fingerprint.version:
+            if root is None:
+                raise ValueError(f"a version {self.fingerprint.version} fingerprint is "
+                                 "checked against the files themselves: pass files and root")
+            now = fingerprint_files(files, root, version=self.fingerprint.version)
         changes = self.fingerprint.changes(now)
         if not changes:
             return
@@ -213,115 +264,68 @@ class DataRecord:
         return dataclasses.replace(self, **changes)
 
 
-def absolute_path(path: str | os.PathLike) -> str:
-    """``path`` with ``~`` expanded, made absolute (not resolved: links and globs stay)."""
-    return os.path.abspath(os.path.expanduser(os.fspath(path)))
-
-
-def is_glob(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a glob pattern rather than a file or folder that exists."""
-    text = os.fspath(path)
-    return not os.path.lexists(text) and any(c in _GLOB_CHARS for c in text)
-
-
-def resolve_data_files(
-    path: str | os.PathLike,
-    *,
-    what: str = "data",
-    accept: Callable[[Path], bool] | None = None,
-    kinds: str = "files",
-) -> tuple[Path, list[Path]]:
-    """``(root, files)``: the regular files ``path`` names, sorted by their name relative to
-    ``root``. ``path`` is a file (its folder is the root), a folder (every file below it,
-    names starting with "." skipped at every level; the folder is the root) or a glob
-    (``**`` for any depth; its longest part without wildcards is the root).
-
-    ``accept``: keep only the files it accepts (a folder's or glob's; ``kinds`` names them in
-    messages, e.g. "image files"). Raises :class:`DataError` starting with ``what`` and the
-    path: it does not exist, matches nothing, is not a regular file, or holds no such files.
-    """
-    text = absolute_path(path)
-    where = f"{what} {os.fspath(path)}"
-    if is_glob(text):
-        root = Path(_glob_root(text))
-        matches = sorted(Path(p) for p in glob.glob(text, recursive=True))
-        files = [p for p in matches if _is_regular(p) and (accept is None or accept(p))]
-        if not files:
-            found = "matches nothing" if not matches else f"matches no {kinds}"
-            raise DataError(f"{where}: {found}")
-        return root, sorted(files, key=lambda p: _relative(p, root))
-    target = Path(text)
-    try:
-        info = target.stat()
-    except FileNotFoundError:
-        raise DataError(f"{where}: no such file or folder") from None
-    except OSError as err:
-        raise DataError(f"{where}: {err.strerror or err}") from None
-    if stat.S_ISDIR(info.st_mode):
-        files = []
-        for folder, dirs, names in os.walk(target):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            for name in sorted(names):
-                file = Path(folder) / name
-                if not name.startswith(".") and _is_regular(file) and (
-                    accept is None or accept(file)
-                ):
-                    files.append(file)
-        if not files:
-            raise DataError(f"{where}: the folder holds no {kinds}")
-        return target, sorted(files, key=lambda p: _relative(p, target))
-    if not stat.S_ISREG(info.st_mode):
-        raise DataError(f"{where}: not a regular file or folder")
-    return target.parent, [target]
-
-
-def _glob_root(pattern: str) -> str:
-    """The longest leading folder of ``pattern`` without wildcards."""
-    parts = Path(pattern).parts
-    fixed = []
-    for part in parts[:-1]:
-        if any(c in _GLOB_CHARS for c in part):
-            break
-        fixed.append(part)
-    return str(Path(*fixed)) if fixed else os.sep
-
-
-def _is_regular(path: Path) -> bool:
-    try:
-        return stat.S_ISREG(path.stat().st_mode)
-    except OSError:
-        return False
-
-
-def _relative(path: Path, root: Path) -> str:
-    try:
-        return path.relative_to(root).as_posix()
-    except ValueError:
-        return path.as_posix()
-
-
-def fingerprint_files(files: Sequence[Path], root: Path) -> DataFingerprint:
-    """The fingerprint of ``files`` (named relative to ``root``): sizes from ``stat``,
-    contents from a sample of at most ``SAMPLE_BYTES`` spread over the files. Raises
-    :class:`DataReadError` naming a file that cannot be read."""
-    budget = SAMPLE_BYTES // max(len(files), 1)
-    per_file = max(MIN_FILE_SAMPLE, min(MAX_FILE_SAMPLE, budget))
-    entries = []
+def fingerprint_files(
+    files: Sequence[Path], root: Path, *, version: int = FINGERPRINT_VERSION
+) -> DataFingerprint:
+    """The fingerprint of ``files`` (named relative to ``root``) by the rule of ``version``
+    (see the module docstring): sizes and stamps from ``fstat``, contents hashed whole up to
+    ``HASH_BUDGET`` (version 1: a sample of at most ``SAMPLE_BYTES`` spread over the files).
+    Raises :class:`DataReadError` naming a file that cannot be read."""
+    sizes = []
     for path in files:
-        name = _relative(path, root)
         try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                sample = _sample_hash(f, name, size, per_file)
+            sizes.append(path.stat().st_size)
         except OSError as err:
             raise DataReadError(f"{path}: cannot be read ({err.strerror or err})") from None
-        entries.append(FileEntry(name, size, sample))
+    whole = _hashed_whole(sizes) if version != 1 else set()
+    budget = SAMPLE_BYTES // max(len(files), 1)
+    per_file = max(MIN_FILE_SAMPLE, min(MAX_FILE_SAMPLE, budget)) if version == 1 else (
+        MAX_FILE_SAMPLE
+    )
+    entries = []
+    for i, path in enumerate(files):
+        name = relative_name(path, root)
+        try:
+            with open(path, "rb") as f:
+                info = os.fstat(f.fileno())
+                if i in whole:
+                    entry = FileEntry(name, info.st_size, _whole_hash(f, name, info.st_size))
+                else:
+                    sample = _sample_hash(f, name, info.st_size, per_file)
+                    stamp = None if version == 1 else (info.st_mtime_ns, info.st_ino)
+                    entry = FileEntry(name, info.st_size, sample, stamp)
+        except OSError as err:
+            raise DataReadError(f"{path}: cannot be read ({err.strerror or err})") from None
+        entries.append(entry)
     entries.sort(key=lambda e: e.name)
     digest = hashlib.sha256()
     for entry in entries:
-        digest.update(f"{entry.name}\0{entry.size}\0{entry.sample}\n".encode())
+        stamped = "" if entry.stamp is None else f"\0{entry.stamp[0]}\0{entry.stamp[1]}"
+        digest.update(f"{entry.name}\0{entry.size}\0{entry.sample}{stamped}\n".encode())
     listed = tuple(entries) if len(entries) <= MAX_LISTED_FILES else ()
-    return DataFingerprint(len(entries), sum(e.size for e in entries), digest.hexdigest(), listed)
+    return DataFingerprint(len(entries), sum(e.size for e in entries), digest.hexdigest(), listed,
+                           version)
+
+
+def _hashed_whole(sizes: Sequence[int]) -> set[int]:
+    """The files (by position) hashed whole: smallest first (then by position) while their
+    sizes fit ``HASH_BUDGET``."""
+    left, chosen = HASH_BUDGET, set()
+    for i in sorted(range(len(sizes)), key=lambda i: (sizes[i], i)):
+        if sizes[i] > left:
+            break
+        left -= sizes[i]
+        chosen.add(i)
+    return chosen
+
+
+def _whole_hash(f, name: str, size: int) -> str:
+    """SHA-256 (hex) of the file's name, size and every byte of it (as version 1 hashed a
+    file no larger than its sample)."""
+    h = hashlib.sha256(f"{name}\0{size}\0".encode())
+    while block := f.read(_READ_BYTES):
+        h.update(block)
+    return h.hexdigest()
 
 
 def _sample_hash(f, name: str, size: int, budget: int) -> str:

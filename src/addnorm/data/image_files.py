@@ -9,6 +9,7 @@ file's ``images`` and ``labels`` arrays checked. Each failure is one
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ __all__ = [
     "checked_labels",
     "common_mode",
     "decode_file",
+    "empty_class_folders",
     "fit_image",
     "image_suffixes",
     "is_image_name",
@@ -99,6 +101,19 @@ def read_header(file: Path) -> ImageHeader:
 def _reason(err: BaseException) -> str:
     text = " ".join(str(err).split())
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def empty_class_folders(root: Path, names: Sequence[str]) -> list[str]:
+    """The folders directly below ``root`` (names starting with "." and links skipped: a link
+    leading out is named as such) that hold none of the images ``names`` (their paths below
+    ``root``): class folders a data set leaves out."""
+    held = {n.split("/")[0] for n in names if "/" in n}
+    try:
+        folders = [e.name for e in os.scandir(root)
+                   if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+    return sorted(f for f in folders if f not in held)
 
 
 def _kind(mode: str) -> str | None:
@@ -182,8 +197,8 @@ def read_npz(file: Path, where: str) -> tuple[np.ndarray, np.ndarray | None]:
                     held = ", ".join(npz.files[:SHOWN]) or "nothing"
                     raise DataError(f"{where}: holds no 'images' array (it holds {held}); "
                                     "save one with numpy.savez(f, images=..., labels=...)")
-                images = npz["images"]
-                labels = npz["labels"] if "labels" in npz.files else None
+                images = _member(npz, "images", where)
+                labels = _member(npz, "labels", where) if "labels" in npz.files else None
     except DataError:
         raise
     except OSError as err:
@@ -193,6 +208,17 @@ def read_npz(file: Path, where: str) -> tuple[np.ndarray, np.ndarray | None]:
     except Exception as err:  # zipfile, zlib and numpy's format checks raise many kinds
         raise DataError(f"{where}: not an .npz file numpy can read ({_reason(err)})") from None
     return checked_images(images, where), checked_labels(labels, images.shape[0], where)
+
+
+def _member(npz, name: str, where: str) -> np.ndarray:
+    """The array ``name`` of an open npz; :class:`DataError` naming the member when it is
+    not one (numpy hands back a member that is not an .npy file as its raw bytes)."""
+    value = npz[name]
+    if not isinstance(value, np.ndarray):
+        raise DataError(f"{where}: its member {name}.npy is not a NumPy array (it holds "
+                        f"{len(value)} bytes of something else); save the arrays with "
+                        "numpy.savez(f, images=..., labels=...)")
+    return value
 
 
 def checked_images(images: np.ndarray, where: str) -> np.ndarray:

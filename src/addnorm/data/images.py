@@ -60,10 +60,13 @@ from addnorm.data.fingerprint import (
     DataReadError,
     DataRecord,
     absolute_path,
+    data_note,
     fingerprint_files,
     is_glob,
+    note_skipped_links,
     reopening,
     resolve_data_files,
+    resolve_data_listing,
 )
 from addnorm.data.image_files import (
     COLOUR_MODES,
@@ -73,6 +76,7 @@ from addnorm.data.image_files import (
     array_image,
     common_mode,
     decode_file,
+    empty_class_folders,
     fit_image,
     image_suffixes,
     is_image_name,
@@ -151,29 +155,34 @@ class ImageCorpus:
     @classmethod
     def build(
         cls, path: str | os.PathLike, *, val_fraction: float = DEFAULT_VAL_FRACTION,
-        what: str = "data",
+        what: str = "data", follow_links: bool = False,
     ) -> ImageCorpus:
         """The images at ``path``: a folder (or glob) of image files, or an ``.npz`` file
         (see the module docstring). Reads the headers only; the pixels come with
         :meth:`pixels`. Raises :class:`DataError` (messages start with ``what`` and the
         path) for data that cannot be used, :class:`DataReadError` for a file that cannot be
-        read."""
+        read. A folder's links leading outside it are read only with ``follow_links``."""
         _check_val_fraction(val_fraction)
-        root, files = _resolve(path, what)
+        root, files = _resolve(path, what, follow_links)
         fingerprint = fingerprint_files(files, root)
         if os.path.isfile(absolute_path(path)):  # _resolve takes no other file
-            return cls._from_npz(path, files[0], fingerprint, val_fraction, what)
-        return cls._from_folder(path, root, files, fingerprint, val_fraction, what)
+            corpus = cls._from_npz(path, files[0], fingerprint, val_fraction, what)
+        else:
+            corpus = cls._from_folder(path, root, files, fingerprint, val_fraction, what)
+        if follow_links:
+            corpus.record.details["follow_links"] = True
+        return corpus
 
     @classmethod
     def reopen(cls, record: DataRecord) -> ImageCorpus:
         """The images ``record`` describes (a run's). Raises :class:`DataChangedError` naming
         what changed if the files no longer fingerprint as recorded (or are gone)."""
+        follow = bool(record.details.get("follow_links", False))
         with reopening(record):
             fraction = float(record.split["val_fraction"])
-            root, files = _resolve(record.path, "data")
-        record.check_unchanged(fingerprint_files(files, root))
-        return cls.build(record.path, val_fraction=fraction)
+            root, files = _resolve(record.path, "data", follow)
+        record.check_unchanged(fingerprint_files(files, root), files=files, root=root)
+        return cls.build(record.path, val_fraction=fraction, follow_links=follow)
 
     @classmethod
     def _from_folder(
@@ -202,6 +211,12 @@ class ImageCorpus:
         mode = common_mode(where, names, headers)
         record = _record(path, fingerprint, "folder", classes, labels, mode, val_fraction,
                          ignored=_count_other_files(path, len(files)))
+        empty = empty_class_folders(root, names) if nested and not is_glob(
+            absolute_path(path)) else []
+        if empty:  # a class with no images is no class: said, and recorded
+            data_note(f"{where}: {len(empty)} class folder{'s' if len(empty) > 1 else ''} "
+                      f"without images left out: {named_examples(empty)}")
+            record.details["empty_class_folders"] = empty
         return cls(names=names, labels=labels, classes=classes, mode=mode, record=record,
                    val_fraction=val_fraction, files=files, root=root)
 
@@ -293,7 +308,8 @@ def _check_val_fraction(val_fraction: float) -> float:
                        max_value=0.5)
 
 
-def _resolve(path: str | os.PathLike, what: str) -> tuple[Path, list[Path]]:
+def _resolve(path: str | os.PathLike, what: str, follow_links: bool = False
+             ) -> tuple[Path, list[Path]]:
     """``(root, files)``: the image files of a folder or glob, or ``[file]`` for an npz."""
     where = f"{what} {os.fspath(path)}"
     text = absolute_path(path)
@@ -306,7 +322,10 @@ def _resolve(path: str | os.PathLike, what: str) -> tuple[Path, list[Path]]:
             raise DataError(f"{where}: is empty (0 bytes)")
         return root, files
     try:
-        return resolve_data_files(path, what=what, accept=is_image_name, kinds="image files")
+        listing = resolve_data_listing(path, what=what, accept=is_image_name,
+                                       kinds="image files", follow_links=follow_links)
+        note_skipped_links(where, listing.skipped_links)
+        return listing.root, listing.files
     except DataError as err:
         others = _other_files(text)
         if not others:

@@ -4,10 +4,12 @@ line, split into train and held-out pairs by a recorded rule, tokenized per side
 A pairs file is TSV, ``source<TAB>target`` a line, or JSON Lines, ``{"source": ...,
 "target": ...}`` a line (other keys ignored), told apart by the name: ``.jsonl``, ``.ndjson``
 and ``.json`` are JSON Lines, anything else TSV. Lines are read as bytes, one at a time, and
-an empty line is skipped; any other line that is not a pair is refused with one
-:class:`~addnorm.data.fingerprint.DataError` naming the file and line: not UTF-8 (and the
-byte), a NUL byte (a binary file), no tab or more than one, an empty side, a line that is not
-a JSON object, a missing or non-string ``source`` / ``target``.
+an empty line is skipped (a CRLF line end is read as LF); any other line that is not a pair is
+refused with one :class:`~addnorm.data.fingerprint.DataError` naming the file and line: not
+UTF-8 (and the byte), a NUL byte (a binary file), no tab or more than one, an empty side, a
+line that is not a JSON object, a missing or non-string ``source`` / ``target``, a lone
+surrogate (a JSON escape of half a UTF-16 pair), a side longer than ``MAX_SIDE_CHARS``. A TSV
+file's first line may be a header row (``header``, :mod:`addnorm.data.tsv_header`).
 
 :meth:`PairCorpus.build` reads a file (or a folder or glob of them) and an optional held-out
 file; without one, a pair is held out when the CRC-32 of its source falls in the first
@@ -38,9 +40,11 @@ from addnorm.data.fingerprint import (
     DataReadError,
     DataRecord,
     absolute_path,
+    data_note,
     fingerprint_files,
+    note_skipped_links,
     reopening,
-    resolve_data_files,
+    resolve_data_listing,
 )
 from addnorm.data.hf_tokenizer import (
     MAX_VOCAB_SIZE,
@@ -51,11 +55,13 @@ from addnorm.data.hf_tokenizer import (
 )
 from addnorm.data.sampler import SampledBatches, SeededSampler
 from addnorm.data.tokenizers import CharTokenizer
+from addnorm.data.tsv_header import HEADER_CHOICES, header_verdict
 from addnorm.utils.checks import check_choice, check_float, check_int
 from addnorm.utils.files import parse_json
 
 __all__ = [
     "JSONL_SUFFIXES",
+    "MAX_SIDE_CHARS",
     "Pair",
     "PairBatches",
     "PairCorpus",
@@ -65,6 +71,9 @@ __all__ = [
 ]
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
+# The longest side of a pair, in characters: a sentence or a few; a longer line is a file
+# that is not pairs, and its attention would need far more memory than any other pair's.
+MAX_SIDE_CHARS = 2**14
 DEFAULT_BPE_VOCAB_SIZE = 2048
 # The held-out rule: CRC-32 of the source (UTF-8) modulo _BUCKETS, below val_fraction of it.
 _BUCKETS = 1_000_000
@@ -108,17 +117,34 @@ def parse_pair_line(text: str, fmt: str) -> Pair:
     for side, part in (("source", source), ("target", target)):
         if not part.strip():
             raise ValueError(f"the {side} is empty")
+        _check_unicode(side, part)
     return Pair(source, target)
 
 
-def read_pairs(path: Path, *, what: str = "data", expected_size: int | None = None
-               ) -> list[Pair]:
+def _check_unicode(side: str, text: str) -> None:
+    """ValueError naming the first lone surrogate of ``text`` (a JSON escape such as
+    ``"\\ud800"`` of half a UTF-16 pair: no character, and no UTF-8 encodes it)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"the {side} holds a lone surrogate U+{ord(text[err.start]):04X} at character "
+            f"{err.start + 1} (a JSON escape of half a UTF-16 pair, which is no character); "
+            "write the character itself, or both halves of its pair"
+        ) from None
+
+
+def read_pairs(path: Path, *, what: str = "data", expected_size: int | None = None,
+               header: str = "auto") -> list[Pair]:
     """The pairs of one file, in file order (see the module docstring for the formats and
-    what is refused). Raises :class:`DataError` naming ``what``, the file and the line, and
+    what is refused; ``header``: what a TSV file's first line is, one of ``HEADER_CHOICES``).
+    Raises :class:`DataError` naming ``what``, the file and the line, and
     :class:`DataReadError` if the file fails or changes while it is read."""
+    check_choice("header", header, HEADER_CHOICES)
     fmt = "jsonl" if path.suffix.lower() in JSONL_SUFFIXES else "tsv"
     where = f"{what} {path}"
     pairs: list[Pair] = []
+    first = fmt == "tsv"  # the first non-empty line of a TSV file may be a header
     try:
         f = open(path, "rb")
     except OSError as err:
@@ -145,10 +171,22 @@ def read_pairs(path: Path, *, what: str = "data", expected_size: int | None = No
             except UnicodeDecodeError as err:
                 raise DataError(f"{where}: line {number}: not UTF-8 text ({err.reason} at byte "
                                 f"{start + err.start})") from None
+            if first:
+                first = False
+                if _is_header(text, header, f"{where}: line {number}"):
+                    continue
             try:
-                pairs.append(parse_pair_line(text, fmt))
+                pair = parse_pair_line(text, fmt)
             except ValueError as err:
                 raise DataError(f"{where}: line {number}: {err}") from None
+            for side, part in zip(("source", "target"), pair, strict=True):
+                if len(part) > MAX_SIDE_CHARS:
+                    raise DataError(
+                        f"{where}: line {number}: the {side} is {len(part)} characters long, "
+                        f"more than the {MAX_SIDE_CHARS} a side may have (a pair is a "
+                        "sentence or a few); split it or leave the line out"
+                    )
+            pairs.append(pair)
         after = os.fstat(f.fileno())
     if offset != before.st_size or (after.st_size, after.st_mtime_ns) != (
         before.st_size, before.st_mtime_ns
@@ -156,6 +194,23 @@ def read_pairs(path: Path, *, what: str = "data", expected_size: int | None = No
         raise DataReadError(f"{path}: changed while it was read ({before.st_size} bytes when "
                             f"opened, {offset} read, {after.st_size} now)")
     return pairs
+
+
+def _is_header(text: str, header: str, where: str) -> bool:
+    """Whether a TSV file's first line is a header row to skip (:mod:`tsv_header`);
+    :class:`DataError` with a hint when ``auto`` cannot tell."""
+    if header != "auto":
+        return header == "yes"
+    fields = text.split("\t")
+    verdict = header_verdict(fields)
+    if verdict == "header":
+        data_note(f"{where}: {fields[0]!r}, {fields[1]!r} is a header row, skipped "
+                  "(--header no trains on it as a pair)")
+        return True
+    if verdict == "unclear":
+        raise DataError(f"{where}: {fields[0]!r}, {fields[1]!r} may be a header row; say "
+                        "which: --header yes skips it, --header no trains on it as a pair")
+    return False
 
 
 def _lines(f, path: Path) -> Iterator[bytes]:
@@ -178,22 +233,26 @@ class _Files:
     files: list[Path]
     fingerprint: DataFingerprint
 
+    skipped_links: tuple[str, ...] = ()
+
     @classmethod
-    def of(cls, path: str | os.PathLike, what: str) -> _Files:
-        root, files = resolve_data_files(path, what=what)
-        fingerprint = fingerprint_files(files, root)
+    def of(cls, path: str | os.PathLike, what: str, follow_links: bool = False) -> _Files:
+        listing = resolve_data_listing(path, what=what, follow_links=follow_links)
+        note_skipped_links(f"{what} {os.fspath(path)}", listing.skipped_links)
+        fingerprint = fingerprint_files(listing.files, listing.root)
         if fingerprint.size == 0:
             raise DataError(f"{what} {os.fspath(path)}: is empty (0 bytes)")
-        return cls(absolute_path(path), root, files, fingerprint)
+        return cls(absolute_path(path), listing.root, listing.files, fingerprint,
+                   listing.skipped_links)
 
-    def read(self, what: str) -> list[Pair]:
+    def read(self, what: str, header: str = "auto") -> list[Pair]:
         """Every file's pairs, in name order; :class:`DataReadError` if a file changed since
         it was fingerprinted or while it was read."""
         sizes = {e.name: e.size for e in self.fingerprint.files}
         pairs: list[Pair] = []
         for path in self.files:
             expected = sizes.get(path.relative_to(self.root).as_posix())
-            pairs += read_pairs(path, what=what, expected_size=expected)
+            pairs += read_pairs(path, what=what, expected_size=expected, header=header)
         if not pairs:
             raise DataError(f"{what} {self.path}: holds no pairs (only empty lines)")
         after = fingerprint_files(self.files, self.root)
@@ -245,22 +304,27 @@ class PairCorpus:
         vocab_size: int | None = None,
         shared_vocab: bool = False,
         val_fraction: float = 0.1,
+        follow_links: bool = False,
+        header: str = "auto",
     ) -> PairCorpus:
         """The pairs of ``path`` (training) and ``valid`` (held out; None: the pairs of
         ``path`` the CRC-32 rule holds out at ``val_fraction``), tokenized by ``tokenizer``:
         ``"char"``, ``"bpe"`` (``vocab_size`` ids, default 2048) or a ``tokenizer.json``
-        path; one per side, or one for both with ``shared_vocab``. Raises :class:`DataError`
-        for pairs or settings that cannot be used (naming the file and line)."""
+        path; one per side, or one for both with ``shared_vocab``. ``follow_links``: read a
+        folder's links leading outside it; ``header``: what each TSV file's first line is
+        (:mod:`addnorm.data.tsv_header`). Raises :class:`DataError` for pairs or settings
+        that cannot be used (naming the file and line)."""
         check_float("val_fraction", val_fraction, min_value=0.0, min_inclusive=False,
                     max_value=0.5)
         if os.fspath(tokenizer) != "bpe" and vocab_size is not None:
             raise DataError(f"vocab_size ({vocab_size}) applies to the bpe tokenizer only")
-        data = _Files.of(path, "data")
-        held = None if valid is None else _Files.of(valid, "valid")
-        train, held_out, split = _split(data, held, val_fraction)
+        data = _Files.of(path, "data", follow_links)
+        held = None if valid is None else _Files.of(valid, "valid", follow_links)
+        train, held_out, split = _split(data, held, val_fraction, header)
         src_tok, tgt_tok = _tokenizers(train, tokenizer, vocab_size, shared_vocab)
-        return cls(train, held_out, src_tok, tgt_tok,
-                   _record(data, held, split, src_tok, tgt_tok, cls._format(data)))
+        record = _record(data, held, split, src_tok, tgt_tok, cls._format(data))
+        record.details.update(_reading(data, follow_links, header))
+        return cls(train, held_out, src_tok, tgt_tok, record)
 
     @classmethod
     def reopen(cls, record: DataRecord, src_tok: TextTokenizer, tgt_tok: TextTokenizer
@@ -269,14 +333,17 @@ class PairCorpus:
         :class:`DataChangedError` naming what changed if a file no longer fingerprints as
         recorded (or is gone)."""
         valid = record.details.get("valid")
+        follow, header = record.details.get("follow_links", False), record.details.get(
+            "header", "auto")
         with reopening(record):
-            data = _Files.of(record.path, "data")
-            held = None if valid is None else _Files.of(valid["path"], "valid")
-        record.check_unchanged(data.fingerprint)
+            data = _Files.of(record.path, "data", bool(follow))
+            held = None if valid is None else _Files.of(valid["path"], "valid", bool(follow))
+        record.check_unchanged(data.fingerprint, files=data.files, root=data.root)
         if held is not None and valid is not None:
-            DataRecord.from_dict(valid).check_unchanged(held.fingerprint)
+            DataRecord.from_dict(valid).check_unchanged(held.fingerprint, files=held.files,
+                                                         root=held.root)
         fraction = float(record.split.get("val_fraction") or 0.1)
-        train, held_out, _ = _split(data, held, fraction)
+        train, held_out, _ = _split(data, held, fraction, str(header))
         return cls(train, held_out, src_tok, tgt_tok, record)
 
     @staticmethod
@@ -309,11 +376,11 @@ def _longest(tokenizer: TextTokenizer, texts: list[str]) -> int:
     return max((len(t) for t in texts), default=0)
 
 
-def _split(data: _Files, held: _Files | None, val_fraction: float
+def _split(data: _Files, held: _Files | None, val_fraction: float, header: str = "auto"
            ) -> tuple[list[Pair], list[Pair], dict[str, Any]]:
-    pairs = data.read("data")
+    pairs = data.read("data", header)
     if held is not None:
-        given = held.read("valid")
+        given = held.read("valid", header)
         return pairs, given, {"held_out": "the valid file", "train_pairs": len(pairs),
                               "val_pairs": len(given)}
     bound = int(val_fraction * _BUCKETS)
@@ -364,6 +431,17 @@ def _tokenizers(
     if shared:
         return file_tok, file_tok
     return file_tok, HFTokenizer.from_json(file_tok.to_json(), source=file_tok.source)
+
+
+def _reading(data: _Files, follow_links: bool, header: str) -> dict[str, Any]:
+    """How the files were read, where it is not the default (a resumed run reads them the
+    same way), and the links left out."""
+    out: dict[str, Any] = {"follow_links": True} if follow_links else {}
+    if header != "auto":
+        out["header"] = header
+    if data.skipped_links:
+        out["links_skipped"] = list(data.skipped_links)
+    return out
 
 
 def _record(data: _Files, held: _Files | None, split: dict[str, Any], src_tok: TextTokenizer,

@@ -4,6 +4,8 @@
 its last line end (or, in a line longer than a block, before its last character) and yields
 the pieces with where they start. Every piece is checked on the way:
 
+- a CRLF line end is read as LF (``text``; ``data`` keeps the file's bytes, so offsets stay
+  the file's), as a pairs file's lines are: a file saved on Windows is the same text;
 - a NUL byte means a binary file, not text: :class:`DataError` naming the file and byte;
 - bytes that are not UTF-8: :class:`DataError` naming the file and the byte offset, as
   ``addnorm translate`` names a line's;
@@ -33,14 +35,24 @@ class TextPiece:
     Attributes:
         index: the file's position in the list read.
         offset: the byte offset of the piece's first byte in its file.
-        data: the piece's bytes.
-        text: the same, decoded.
+        data: the piece's bytes, as in the file.
+        text: the same, decoded, CRLF line ends read as LF.
     """
 
     index: int
     offset: int
     data: bytes
     text: str
+
+    @property
+    def text_bytes(self) -> bytes:
+        """``text``'s UTF-8 bytes: ``data`` with CRLF line ends as LF."""
+        return self.data.replace(b"\r\n", b"\n") if b"\r\n" in self.data else self.data
+
+    def part(self, start: int, stop: int) -> TextPiece:
+        """The piece of ``data[start:stop]`` (cut at character starts, not inside a CRLF)."""
+        data = self.data[start:stop]
+        return TextPiece(self.index, self.offset + start, data, _as_text(data.decode("utf-8")))
 
 
 def read_text_pieces(
@@ -126,8 +138,13 @@ def _decode(piece: bytes, path: Path, offset: int) -> str:
             f"{path}: a binary file, not text (a NUL byte at byte {offset + nul})"
         )
     try:
-        return piece.decode("utf-8")
+        return _as_text(piece.decode("utf-8"))
     except UnicodeDecodeError as err:
         raise DataError(
             f"{path}: not UTF-8 text ({err.reason} at byte {offset + err.start})"
         ) from None
+
+
+def _as_text(text: str) -> str:
+    """``text`` with its CRLF line ends as LF."""
+    return text.replace("\r\n", "\n") if "\r" in text else text

@@ -20,8 +20,11 @@ a ``tokenizer.json`` file, or a tokenizer object) and returns the corpus:
   folder keyed by the fingerprint, the tokenizer and the split (``cache_root``: ``cache_dir``,
   else ``$ADDNORM_CACHE``, else ``$XDG_CACHE_HOME/addnorm`` or ``~/.cache/addnorm``), beside
   ``meta.json``; both are written under temporary names and renamed, under a file lock, so a
-  second process (another rank of ``torchrun``) waits and then reuses them. A later build of
-  the same files with the same settings opens them without reading the text.
+  second process (another rank of ``torchrun``) waits and then reuses them
+  (:mod:`addnorm.data.token_cache`). A later build of the same files with the same settings
+  opens them without tokenizing the text again, after checking the entry (an entry that fails
+  is tokenized again, with one logged line saying why); a read-only cache holding the entry
+  is used as it is.
 
 :meth:`TokenCorpus.reopen` opens a recorded corpus again (a resumed run): the files must
 fingerprint as recorded (:class:`~addnorm.data.fingerprint.DataChangedError` names what
@@ -37,10 +40,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import math
 import os
 import random
 import sys
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,8 +62,9 @@ from addnorm.data.fingerprint import (
     DataRecord,
     absolute_path,
     fingerprint_files,
+    note_skipped_links,
     reopening,
-    resolve_data_files,
+    resolve_data_listing,
 )
 from addnorm.data.hf_tokenizer import (
     HFTokenizer,
@@ -68,9 +74,19 @@ from addnorm.data.hf_tokenizer import (
     tokenizer_from_dict,
 )
 from addnorm.data.text_files import TextPiece, read_text_pieces
+from addnorm.data.token_cache import (
+    FORMAT,
+    DamagedEntry,
+    cache_root,
+    clean_stale,
+    entry_key,
+    entry_lock,
+    id_dtype,
+    read_entry,
+)
 from addnorm.data.tokenizers import SPECIALS, CharTokenizer
 from addnorm.utils.checks import check_choice, check_float, check_int
-from addnorm.utils.files import parse_json, write_file_atomic
+from addnorm.utils.files import write_file_atomic
 
 __all__ = [
     "BPE_TRAIN_BYTES",
@@ -89,19 +105,8 @@ DEFAULT_BPE_VOCAB_SIZE = 2048
 BPE_TRAIN_BYTES = 256 * 2**20
 # The most distinct characters a character vocabulary holds (ids must fit uint16).
 MAX_CHARS = 2**16 - len(SPECIALS)
-_FORMAT = 1
 _SPLITS = ("train", "val")
-
-
-def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
-    """Where token files are kept: ``cache_dir``, else ``$ADDNORM_CACHE``, else
-    ``$XDG_CACHE_HOME/addnorm``, else ``~/.cache/addnorm``."""
-    if cache_dir:
-        return Path(absolute_path(cache_dir))
-    if os.environ.get("ADDNORM_CACHE"):
-        return Path(absolute_path(os.environ["ADDNORM_CACHE"]))
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(absolute_path(base)) / "addnorm"
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,16 @@ class _Source:
     files: list[Path]
     fingerprint: DataFingerprint
     val_fraction: float
+    follow_links: bool = False
+    skipped_links: tuple[str, ...] = ()
+
+    def reading(self) -> dict[str, Any]:
+        """How the files were listed, where it is not the default (a resumed run lists them
+        the same way), and the links left out: for the record's details."""
+        out: dict[str, Any] = {"follow_links": True} if self.follow_links else {}
+        if self.skipped_links:
+            out["links_skipped"] = list(self.skipped_links)
+        return out
 
     def name(self, index: int) -> str:
         """File ``index``'s name relative to the root (as the fingerprint names it)."""
@@ -168,15 +183,17 @@ class TokenCorpus:
         val_fraction: float = 0.05,
         cache_dir: str | os.PathLike | None = None,
         what: str = "data",
+        follow_links: bool = False,
     ) -> TokenCorpus:
         """Tokenize the text at ``path`` (a file, folder or glob) with ``tokenizer``
         (``"char"``, ``"bpe"`` with ``vocab_size`` ids (default ``DEFAULT_BPE_VOCAB_SIZE``),
         a ``tokenizer.json`` path, or a tokenizer object), holding out the last
-        ``val_fraction`` of it; or open the cached result of the same call. Raises
+        ``val_fraction`` of it; or open the cached result of the same call. A folder's
+        links leading outside it are read only with ``follow_links``. Raises
         :class:`DataError` for unusable text or settings (messages start with ``what`` and
         the path) and :class:`DataReadError` for a file that fails or changes while read."""
         check_val_fraction(val_fraction)
-        source = _source(path, val_fraction, what)
+        source = _source(path, val_fraction, what, follow_links)
         tok: TextTokenizer | None
         if isinstance(tokenizer, (str, os.PathLike)) and os.fspath(tokenizer) in TOKENIZER_KINDS:
             kind = os.fspath(tokenizer)
@@ -203,8 +220,9 @@ class TokenCorpus:
         Raises :class:`DataChangedError` naming what changed if the files no longer
         fingerprint as recorded (or are gone)."""
         with reopening(record):
-            source = _source(record.path, float(record.split["val_fraction"]), "data")
-        record.check_unchanged(source.fingerprint)
+            source = _source(record.path, float(record.split["val_fraction"]), "data",
+                             bool(record.details.get("follow_links", False)))
+        record.check_unchanged(source.fingerprint, files=source.files, root=source.root)
         corpus = cls._open_or_tokenize(source, tokenizer, cache_dir)
         if corpus.tokenizer.to_dict() != tokenizer.to_dict():
             raise DataChangedError(
@@ -219,42 +237,57 @@ class TokenCorpus:
         spec = "char" if isinstance(tokenizer, CharTokenizer) or tokenizer is None else (
             hashlib.sha256(json.dumps(tokenizer.to_dict(), sort_keys=True).encode()).hexdigest()
         )
-        key = _key({"tokens": _FORMAT, "digest": source.fingerprint.digest, "tokenizer": spec,
-                    "val_fraction": source.val_fraction})
+        key = entry_key({"tokens": FORMAT, "digest": source.fingerprint.digest,
+                         "tokenizer": spec, "val_fraction": source.val_fraction})
         folder = cache_root(cache_dir) / "tokens" / key
-        with _cache_lock(folder.with_name(f"{key}.lock")):
-            corpus = cls._open_cached(folder, source)
+        with entry_lock(folder.with_name(f"{key}.lock")) as unwritable:
+            if unwritable is None:
+                clean_stale(folder)
+            corpus = cls._open_cached(folder, source, rebuild=unwritable is None)
             if corpus is None:
+                if unwritable is not None:
+                    raise _unwritable(folder.parent, unwritable)
                 chars = tokenizer if isinstance(tokenizer, CharTokenizer) else None
                 _tokenize(source, None if chars is not None else tokenizer, chars, folder)
-                corpus = cls._open_cached(folder, source)
+                corpus = cls._open_cached(folder, source, rebuild=False)
         if corpus is None:  # pragma: no cover - written just above
             raise DataReadError(f"{folder}: the token file just written cannot be opened")
         return corpus
 
     @classmethod
-    def _open_cached(cls, folder: Path, source: _Source) -> TokenCorpus | None:
-        """The corpus cached in ``folder``, or None if it is missing or incomplete."""
-        meta_path, token_path = folder / "meta.json", folder / "tokens.bin"
+    def _open_cached(cls, folder: Path, source: _Source, *, rebuild: bool
+                     ) -> TokenCorpus | None:
+        """The corpus cached in ``folder``, checked (:func:`read_entry`); None if it is
+        missing, or damaged and ``rebuild`` (said in one logged line); a damaged entry that
+        cannot be rebuilt is a :class:`DataReadError` naming it."""
         try:
-            meta: Any = parse_json(meta_path.read_text(encoding="utf-8"))
-            dtype = np.dtype(meta["dtype"])
-            n_tokens, n_train = int(meta["n_tokens"]), int(meta["n_train"])
-            if token_path.stat().st_size != n_tokens * dtype.itemsize or meta["format"] != _FORMAT:
+            entry = read_entry(folder)
+            if entry is None:
                 return None
+            tokens, meta = entry
             tokenizer = tokenizer_from_dict(meta["tokenizer"])
-        except (OSError, ValueError, KeyError, TypeError):
+            if tokenizer.vocab_size != meta["vocab_size"]:
+                raise DamagedEntry(f"its tokenizer has {tokenizer.vocab_size} ids, not the "
+                                   f"{meta['vocab_size']} recorded")
+            record = DataRecord(
+                path=source.path,
+                kind="text",
+                fingerprint=source.fingerprint,
+                split=dict(meta["split"]),
+                tokenizer=describe_tokenizer(tokenizer),
+                details={**meta["details"], "token_file": str(folder / "tokens.bin"),
+                         **source.reading()},
+            )
+        except (DamagedEntry, DataError, KeyError, TypeError, ValueError) as err:
+            if not rebuild:
+                raise DataReadError(f"{folder}: the token cache entry is damaged ({err}) and "
+                                    "cannot be written again here; remove it, or choose "
+                                    "another folder with --cache-dir or $ADDNORM_CACHE"
+                                    ) from None
+            _log.warning("addnorm: the token cache entry %s failed its check (%s); "
+                         "tokenizing the text again", folder, err)
             return None
-        tokens = np.memmap(token_path, dtype=dtype, mode="r", shape=(n_tokens,))
-        record = DataRecord(
-            path=source.path,
-            kind="text",
-            fingerprint=source.fingerprint,
-            split=meta["split"],
-            tokenizer=describe_tokenizer(tokenizer),
-            details={**meta["details"], "token_file": str(token_path)},
-        )
-        return cls(tokens, n_train, tokenizer, record, token_path)
+        return cls(tokens, int(meta["n_train"]), tokenizer, record, folder / "tokens.bin")
 
     # ---------------------------------------------------------------- reading
 
@@ -361,13 +394,16 @@ def check_val_fraction(value: object) -> float:
     return value
 
 
-def _source(path: str | os.PathLike, val_fraction: float, what: str) -> _Source:
-    root, files = resolve_data_files(path, what=what)
-    fingerprint = fingerprint_files(files, root)
+def _source(path: str | os.PathLike, val_fraction: float, what: str,
+            follow_links: bool = False) -> _Source:
+    listing = resolve_data_listing(path, what=what, follow_links=follow_links)
     where = f"{what} {os.fspath(path)}"
+    note_skipped_links(where, listing.skipped_links)
+    fingerprint = fingerprint_files(listing.files, listing.root)
     if fingerprint.size == 0:
         raise DataError(f"{where}: is empty (0 bytes of text)")
-    source = _Source(absolute_path(path), root, files, fingerprint, val_fraction)
+    source = _Source(absolute_path(path), listing.root, listing.files, fingerprint,
+                     val_fraction, follow_links, listing.skipped_links)
     if source.val_start >= fingerprint.size:
         raise DataError(
             f"{where}: {fingerprint.size} bytes leave no held-out text at val_fraction "
@@ -376,33 +412,11 @@ def _source(path: str | os.PathLike, val_fraction: float, what: str) -> _Source:
     return source
 
 
-def _key(spec: dict) -> str:
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:32]
-
-
-@contextlib.contextmanager
-def _cache_lock(lock_file: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``lock_file`` (made with its folders), so of two processes
-    building the same cache entry one builds it and the other waits, then reuses it."""
-    try:
-        lock_file.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(lock_file, "a+b")
-    except OSError as err:
-        raise DataReadError(
-            f"{lock_file.parent}: the token cache cannot be written ({err.strerror or err}); "
-            "choose another folder with --cache-dir or $ADDNORM_CACHE"
-        ) from None
-    with handle:
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - not POSIX: no lock (each process writes)
-            yield
-            return
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+def _unwritable(folder: Path, err: OSError) -> DataReadError:
+    return DataReadError(
+        f"{folder}: the token cache cannot be written ({err.strerror or err}); choose another "
+        "folder with --cache-dir or $ADDNORM_CACHE"
+    )
 
 
 def _pieces(source: _Source, *, desc: str, stop_at_val: bool = False
@@ -431,12 +445,12 @@ def _pieces(source: _Source, *, desc: str, stop_at_val: bool = False
                 continue
             cut = _split_at(piece.data, val_start - begin)
             if cut > 0:
-                yield "train", _sub(piece, 0, cut)
+                yield "train", piece.part(0, cut)
             if stop_at_val:
                 return
             in_val = True
             if cut < len(piece.data):
-                yield "val", _sub(piece, cut, len(piece.data))
+                yield "val", piece.part(cut, len(piece.data))
 
 
 def _split_at(data: bytes, at: int) -> int:
@@ -452,11 +466,6 @@ def _split_at(data: bytes, at: int) -> int:
     return at
 
 
-def _sub(piece: TextPiece, start: int, stop: int) -> TextPiece:
-    data = piece.data[start:stop]
-    return TextPiece(piece.index, piece.offset + start, data, data.decode("utf-8"))
-
-
 def _bpe_for(source: _Source, vocab_size: int | None, cache_dir) -> HFTokenizer:
     """The byte-level BPE of ``vocab_size`` ids trained on ``source``'s train split (or the
     cached one from an earlier build of the same files)."""
@@ -470,13 +479,18 @@ def _bpe_for(source: _Source, vocab_size: int | None, cache_dir) -> HFTokenizer:
             f"{MAX_VOCAB_SIZE} ids (256 bytes and {MIN_BPE_VOCAB_SIZE - 256} special tokens "
             "at least)"
         )
-    key = _key({"bpe": _FORMAT, "digest": source.fingerprint.digest, "vocab_size": vocab_size,
-                "val_fraction": source.val_fraction, "train_bytes": BPE_TRAIN_BYTES})
+    key = entry_key({"bpe": FORMAT, "digest": source.fingerprint.digest,
+                     "vocab_size": vocab_size, "val_fraction": source.val_fraction,
+                     "train_bytes": BPE_TRAIN_BYTES})
     path = cache_root(cache_dir) / "bpe" / f"{key}.json"
-    with _cache_lock(path.with_suffix(".lock")):
+    with entry_lock(path.with_suffix(".lock")) as unwritable:
+        if unwritable is None:
+            clean_stale(path.parent, (f".{path.name}.tmp-",))
         if path.is_file():
             with contextlib.suppress(DataError, OSError):
                 return HFTokenizer.from_json(path.read_text(encoding="utf-8"), source="bpe")
+        if unwritable is not None:
+            raise _unwritable(path.parent, unwritable)
         train_bytes = source.val_start
         every = max(1, math.ceil(train_bytes / BPE_TRAIN_BYTES))
         texts = (
@@ -537,12 +551,11 @@ def _tokenize(
     """The one pass: encode ``source`` (with ``tokenizer``, or characters: ``chars``' fixed
     vocabulary or one built on the way) into ``folder``/tokens.bin and meta.json."""
     encoder = _CharEncoder(chars) if tokenizer is None else None
-    dtype = np.dtype(np.uint16) if tokenizer is None or tokenizer.vocab_size <= 2**16 else (
-        np.dtype(np.uint32)
-    )
+    dtype = id_dtype(2**16 if tokenizer is None else tokenizer.vocab_size)
+    crc = 0
     counts = {"train": 0, "val": 0}
     byte_counts = {s: np.zeros(256, dtype=np.int64) for s in _SPLITS}
-    val_chars, val_from = 0, None
+    val_chars, val_from, crlf = 0, None, 0
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".tokens.bin.tmp-{os.getpid()}"
     try:
@@ -555,10 +568,13 @@ def _tokenize(
                 else:
                     assert tokenizer is not None
                     ids = _encode_lines(tokenizer, piece.text, dtype)
-                out.write(ids.tobytes())
+                data = ids.tobytes()
+                out.write(data)
+                crc = zlib.crc32(data, crc)
                 counts[split] += len(ids)
-                byte_counts[split] += np.bincount(np.frombuffer(piece.data, dtype=np.uint8),
-                                                  minlength=256)
+                byte_counts[split] += np.bincount(  # the text's bytes: CRLF read as LF
+                    np.frombuffer(piece.text_bytes, dtype=np.uint8), minlength=256)
+                crlf += len(piece.data) - len(piece.text_bytes)
                 if split == "val":
                     val_chars += len(piece.text)
             out.flush()
@@ -587,15 +603,18 @@ def _tokenize(
             "val_chars": val_chars,
         }
         meta = {
-            "format": _FORMAT,
+            "format": FORMAT,
             "dtype": dtype.name,
             "n_tokens": counts["train"] + counts["val"],
             "n_train": counts["train"],
+            "vocab_size": final.vocab_size,
+            "crc32": crc,
             "split": split_info,
             "tokenizer": final.to_dict(),
             "details": {
                 "byte_entropy": _entropy(byte_counts["train"] + byte_counts["val"]),
                 "val_byte_entropy": _entropy(byte_counts["val"]),
+                **({"crlf_line_ends_read_as_lf": crlf} if crlf else {}),
             },
         }
         os.replace(tmp, folder / "tokens.bin")

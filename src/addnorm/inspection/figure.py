@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from addnorm.utils.publish import save_figure
+
 __all__ = ["layer_label", "plot_watch"]
 
 MAX_TICKS = 20
@@ -219,6 +221,4 @@ def plot_watch(
     _over_steps(axes[1, 2], records)
     fig.suptitle(f"{title + ': ' if title else ''}inside the model, {len(layers)} layers, "
                  f"steps {records[0]['step']}-{records[-1]['step']}")
-    png_path = Path(png_path)
-    fig.savefig(png_path, dpi=90)
-    return png_path
+    return save_figure(fig, png_path, dpi=90)  # whole or not at all; a link replaced

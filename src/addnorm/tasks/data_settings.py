@@ -1,9 +1,10 @@
 """The settings by which a task's config names a user's data, checked alike in every such task.
 A text task's (:func:`check_data_settings`): ``data`` (a path), ``tokenizer`` (``char``,
 ``bpe`` or a ``tokenizer.json`` path), ``vocab_size`` (the BPE's), ``val_fraction`` (what is
-held out), and where a task has them ``valid`` (a held-out file), ``shared_vocab`` and
-``cache_dir``. An image task's (:func:`check_image_settings`): ``data``, ``image_size`` and
-``val_fraction``.
+held out), and where a task has them ``valid`` (a held-out file), ``shared_vocab``,
+``cache_dir``, ``follow_links`` (a folder's links leading outside it read) and ``header`` (a
+TSV file's first line). An image task's (:func:`check_image_settings`): ``data``,
+``image_size``, ``val_fraction`` and ``follow_links``.
 
 Paths are made absolute when the config is built, so a run resumed from another folder names
 the same files (and a ``--data`` given again on resume compares equal).
@@ -17,7 +18,8 @@ from addnorm.data.fingerprint import absolute_path
 from addnorm.data.hf_tokenizer import MAX_VOCAB_SIZE, MIN_BPE_VOCAB_SIZE
 from addnorm.data.images import DEFAULT_VAL_FRACTION, MAX_IMAGE_SIZE
 from addnorm.data.token_corpus import TOKENIZER_KINDS
-from addnorm.utils.checks import check_bool, check_float, check_int
+from addnorm.data.tsv_header import HEADER_CHOICES
+from addnorm.utils.checks import check_bool, check_choice, check_float, check_int
 
 __all__ = ["check_data_settings", "check_image_settings"]
 
@@ -50,10 +52,15 @@ def check_data_settings(cfg: Any, *, max_val_fraction: float = 0.5) -> None:
             )
     check_float("val_fraction", cfg.val_fraction, min_value=0.0,
                 min_inclusive=False, max_value=max_val_fraction)
-    if hasattr(cfg, "shared_vocab"):
-        check_bool("shared_vocab", cfg.shared_vocab)
+    for flag in ("shared_vocab", "follow_links"):
+        if hasattr(cfg, flag):
+            check_bool(flag, getattr(cfg, flag))
+    if hasattr(cfg, "header"):
+        check_choice("header", cfg.header, HEADER_CHOICES)
     if data is None:
         needs = [n for n in ("valid", "cache_dir") if getattr(cfg, n, None) is not None]
+        needs += [n for n, default in (("follow_links", False), ("header", "auto"))
+                  if getattr(cfg, n, default) != default]
         if tokenizer != "char":
             needs.insert(0, f"tokenizer {tokenizer}")
         if getattr(cfg, "shared_vocab", False):
@@ -69,8 +76,8 @@ def check_data_settings(cfg: Any, *, max_val_fraction: float = 0.5) -> None:
 def check_image_settings(cfg: Any) -> None:
     """Check (and make absolute) the image data settings of the frozen config ``cfg``:
     ``data`` a non-empty path or None, ``val_fraction`` in (0, 0.5], ``image_size`` from 1
-    to ``MAX_IMAGE_SIZE`` or None; the last two only with data (the digits are 8x8 with a
-    fixed split). ValueError or TypeError naming the field."""
+    to ``MAX_IMAGE_SIZE`` or None, ``follow_links``; the last three only with data (the digits
+    are 8x8 with a fixed split). ValueError or TypeError naming the field."""
     if cfg.data is not None:
         if not isinstance(cfg.data, str) or not cfg.data:
             raise TypeError(f"data must be a non-empty str or None, got {cfg.data!r}")
@@ -83,7 +90,8 @@ def check_image_settings(cfg: Any) -> None:
             raise ValueError(f"image_size ({cfg.image_size}) must be <= {MAX_IMAGE_SIZE}")
     if cfg.data is None:
         given = [name for name, default in (("image_size", None),
-                                            ("val_fraction", DEFAULT_VAL_FRACTION))
+                                            ("val_fraction", DEFAULT_VAL_FRACTION),
+                                            ("follow_links", False))
                  if getattr(cfg, name) != default]
         if given:
             raise ValueError(f"{' and '.join(given)} need data (your images); the digits "

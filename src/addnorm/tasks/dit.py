@@ -48,7 +48,7 @@ from addnorm.tasks.task import Sizing, TaskConfig
 from addnorm.training.config import TrainConfig
 from addnorm.training.probes import Probe
 from addnorm.training.trainer import LossFn
-from addnorm.utils.checks import check_choice, check_float, check_int
+from addnorm.utils.checks import check_bool, check_choice, check_float, check_int
 
 if TYPE_CHECKING:
     from addnorm.tasks.image_quality import ImageJudge
@@ -105,6 +105,8 @@ class DiTTaskConfig(TaskConfig):
             epsilon, the noise (DiT's).
         min_snr_gamma: the loss's Min-SNR-gamma weighting (Hang et al.; 5 is their value),
             or none to weigh every step alike (DiT's loss).
+        follow_links: read the links in a data folder that lead outside it (without it they
+            are skipped, and named).
     """
 
     resumable: ClassVar[tuple[str, ...]] = ("eval_size",)
@@ -115,10 +117,12 @@ class DiTTaskConfig(TaskConfig):
     val_fraction: float = DEFAULT_VAL_FRACTION
     prediction: Literal["v", "epsilon"] = "v"
     min_snr_gamma: float | None = 5.0
+    follow_links: bool = False
 
     def __post_init__(self) -> None:
         check_int("eval_size", self.eval_size, min_value=1)
         check_choice("prediction", self.prediction, ("v", "epsilon"))
+        check_bool("follow_links", self.follow_links)
         if self.min_snr_gamma is not None:
             check_float("min_snr_gamma", self.min_snr_gamma, min_value=0.0, min_inclusive=False)
         check_image_settings(self)

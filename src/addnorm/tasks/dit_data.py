@@ -290,7 +290,8 @@ def image_data_for(task_cfg: Any) -> ImageData:
     files fingerprinted here; the pixels are decoded by ``check``)."""
     if task_cfg.data is None:
         return BundledDigits()
-    corpus = ImageCorpus.build(task_cfg.data, val_fraction=task_cfg.val_fraction)
+    corpus = ImageCorpus.build(task_cfg.data, val_fraction=task_cfg.val_fraction,
+                               follow_links=task_cfg.follow_links)
     return UserImages(corpus.record, corpus=corpus, image_size=task_cfg.image_size)
 
 

@@ -82,6 +82,8 @@ class LMTaskConfig(TaskConfig):
         val_fraction: the end of the data held out for scoring, in (0, 0.5].
         cache_dir: where the data's token file is kept (none = $ADDNORM_CACHE, else
             ~/.cache/addnorm).
+        follow_links: read the links in a data folder that lead outside it (without it they
+            are skipped, and named).
     """
 
     resumable: ClassVar[tuple[str, ...]] = ("eval_size", "cache_dir")
@@ -94,6 +96,7 @@ class LMTaskConfig(TaskConfig):
     vocab_size: int | None = None
     val_fraction: float = 0.05
     cache_dir: str | None = None
+    follow_links: bool = False
 
     def __post_init__(self) -> None:
         check_int("seq_len", self.seq_len, min_value=1)

@@ -213,6 +213,7 @@ def text_data_for(task_cfg: Any) -> TextData:
         vocab_size=task_cfg.vocab_size,
         val_fraction=task_cfg.val_fraction,
         cache_dir=task_cfg.cache_dir,
+        follow_links=task_cfg.follow_links,
     )
     return UserText(corpus.tokenizer, corpus.record, corpus=corpus)
 

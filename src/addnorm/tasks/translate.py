@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -81,6 +81,11 @@ class TranslateTaskConfig(TaskConfig):
         vocab_size: the BPE's vocabulary, 259 to 2**20 ids (with tokenizer bpe; none = 2048).
         shared_vocab: one tokenizer for both sides, and shared embeddings.
         val_fraction: the share of data held out when valid is none, in (0, 0.5].
+        follow_links: read the links in a data folder that lead outside it (without it they
+            are skipped, and named).
+        header: a TSV file's first line: auto (a header row when both fields are column
+            names such as source and target, or languages; asked when unclear), yes (always
+            a header, skipped) or no (always a pair).
     """
 
     resumable: ClassVar[tuple[str, ...]] = ("eval_size",)
@@ -93,6 +98,8 @@ class TranslateTaskConfig(TaskConfig):
     vocab_size: int | None = None
     shared_vocab: bool = False
     val_fraction: float = 0.1
+    follow_links: bool = False
+    header: Literal["auto", "yes", "no"] = "auto"
 
     def __post_init__(self) -> None:
         check_probability("label_smoothing", self.label_smoothing)

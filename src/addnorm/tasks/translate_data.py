@@ -358,6 +358,8 @@ def pair_data_for(task_cfg: Any) -> PairData:
         vocab_size=task_cfg.vocab_size,
         shared_vocab=task_cfg.shared_vocab,
         val_fraction=task_cfg.val_fraction,
+        follow_links=task_cfg.follow_links,
+        header=task_cfg.header,
     ))
 
 

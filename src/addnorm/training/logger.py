@@ -11,7 +11,10 @@ under ``train/<name>`` at the record's step.
 :class:`TensorBoardLogger` writes TensorBoard event files with ``torch.utils.tensorboard``
 (which needs the ``tensorboard`` package: ``pip install addnorm[tensorboard]``). A resumed
 run appends to the same folder: ``SummaryWriter(purge_step=step + 1)`` has TensorBoard hide
-whatever the run logged past the checkpoint it resumed from, so no step is shown twice.
+whatever the run logged past the checkpoint it resumed from, so no step is shown twice. A
+folder it cannot write is refused on ``start``, before TensorBoard's writer thread exists;
+what fails later in that thread (a full disk) is kept from the thread's own traceback and
+raised by the logger's next call, as one ``OSError`` naming the folder.
 
 A W&B logger, for example, is ``start``: ``wandb.init(resume="allow")``, ``log_scalars``:
 ``wandb.log(values, step=step)``, ``log_image``: ``wandb.log({tag: wandb.Image(image)},
@@ -20,7 +23,10 @@ step=step)``, ``flush``: nothing, ``close``: ``wandb.finish()``.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -88,7 +94,11 @@ def tensorboard_available() -> bool:
 
 class TensorBoardLogger:
     """A :class:`Logger` writing TensorBoard event files into ``log_dir`` (created on
-    ``start``); scalars with ``add_scalar``, images with ``add_image`` (HWC)."""
+    ``start``); scalars with ``add_scalar``, images with ``add_image`` (HWC).
+
+    Between ``start`` and ``close`` it is ``threading.excepthook``'s first reader: an
+    exception of TensorBoard's writer thread is kept for the logger's next call (TensorBoard
+    raises it there too), every other thread's goes to the hook that was set before."""
 
     def __init__(self, log_dir: str | os.PathLike) -> None:
         if not tensorboard_available():
@@ -98,35 +108,102 @@ class TensorBoardLogger:
             )
         self.log_dir = Path(log_dir)
         self._writer: Any = None
+        self._thread_error: BaseException | None = None
+        self._previous_hook: Any = None
+        self._failed = False  # an error was raised: close stays quiet
 
     def start(self, step: int) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         self.close()
-        self._writer = SummaryWriter(
-            str(self.log_dir), purge_step=step + 1 if step > 0 else None
-        )
+        self._check_writable()
+        self._thread_error, self._failed = None, False
+        self._previous_hook = threading.excepthook
+        threading.excepthook = self._writer_thread_hook
+        try:
+            with self._writing():
+                self._writer = SummaryWriter(
+                    str(self.log_dir), purge_step=step + 1 if step > 0 else None
+                )
+        except BaseException:
+            self.close()
+            raise
 
     def log_scalars(self, step: int, values: Mapping[str, float]) -> None:
-        for tag, value in values.items():
-            self._open().add_scalar(tag, value, global_step=step)
+        writer = self._open()
+        with self._writing():
+            for tag, value in values.items():
+                writer.add_scalar(tag, value, global_step=step)
 
     def log_image(self, step: int, tag: str, image: np.ndarray) -> None:
-        self._open().add_image(tag, image, global_step=step, dataformats="HWC")
+        writer = self._open()
+        with self._writing():
+            writer.add_image(tag, image, global_step=step, dataformats="HWC")
 
     def flush(self) -> None:
         if self._writer is not None:
-            self._writer.flush()
+            with self._writing():
+                self._writer.flush()
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        writer, self._writer = self._writer, None
+        try:
+            if writer is not None:
+                with self._writing():
+                    writer.close()
+        except OSError:
+            if not self._failed:  # a failure already raised is not raised again on close
+                raise
+        finally:
+            if threading.excepthook == self._writer_thread_hook:
+                threading.excepthook = self._previous_hook
 
     def _open(self):
         if self._writer is None:
             raise RuntimeError("TensorBoardLogger: call start(step) before logging")
         return self._writer
+
+    def _check_writable(self) -> None:
+        """Make the folder and a file in it, or raise the one ``OSError`` naming it."""
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=self.log_dir):
+                pass
+        except OSError as err:
+            raise self._error(err) from None
+
+    @contextlib.contextmanager
+    def _writing(self):
+        """Around a call into TensorBoard: an error of its writer thread (kept by
+        ``_writer_thread_hook``) or of the call itself becomes one ``OSError`` naming the
+        folder (the thread's once)."""
+        self._raise_thread_error()
+        try:
+            yield
+        except OSError as err:
+            raise self._error(err) from None
+        self._raise_thread_error()
+
+    def _raise_thread_error(self) -> None:
+        error, self._thread_error = self._thread_error, None
+        if error is not None:
+            raise self._error(error)
+
+    def _error(self, err: BaseException) -> OSError:
+        self._failed = True
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        return OSError(f"{self.log_dir}: TensorBoard's event files cannot be written there "
+                       f"({reason}); choose another --out, or --report-to jsonl")
+
+    def _writer_thread_hook(self, args: threading.ExceptHookArgs) -> None:
+        """``threading.excepthook`` while the logger is open: an exception of TensorBoard's
+        writer thread is kept for the logger's next call (instead of the thread's traceback
+        on stderr); any other thread's goes to the hook there was."""
+        if args.thread is not None and type(args.thread).__module__.startswith("tensorboard"):
+            if self._thread_error is None:
+                self._thread_error = args.exc_value
+            return
+        self._previous_hook(args)
 
 
 class LoggerCallback(Callback):

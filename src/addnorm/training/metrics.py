@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from addnorm.utils.files import write_file_atomic
+from addnorm.utils.publish import save_figure
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -156,9 +157,7 @@ def plot_loss_curve(
     ax.set_title(title or "training loss")
     lines = ax.get_lines() + lr_axis.get_lines()
     ax.legend(lines, [str(line.get_label()) for line in lines], loc="center right")
-    png_path = Path(png_path)
-    fig.savefig(png_path, dpi=100)
-    return png_path
+    return save_figure(fig, png_path, dpi=100)  # whole or not at all; a link replaced
 
 
 def plot_quality(
@@ -204,9 +203,7 @@ def plot_quality(
     ax.set_title(title or f"{metric.replace('_', ' ')} and loss against training time")
     lines = ax.get_lines() + loss_axis.get_lines()
     ax.legend(lines, [str(line.get_label()) for line in lines], loc="lower right")
-    png_path = Path(png_path)
-    fig.savefig(png_path, dpi=100)
-    return png_path
+    return save_figure(fig, png_path, dpi=100)  # whole or not at all; a link replaced
 
 
 def draw_samples(samples: list[dict], *, title: str = "") -> np.ndarray:
