@@ -58,7 +58,7 @@ Default data: the pydoc topics that ship with Python (``pydoc_data.topics``, joi
 ``addnorm.data.text.load_topics_text``: about 466 kB; the text differs between Python
 versions, so the header prints its size and SHA-256). ``--data`` takes any UTF-8 text (a
 file, a folder or a glob, as ``addnorm train lm --data``), e.g. nanoGPT's tiny Shakespeare.
-Not part of pytest (``tests/bench/test_nanogpt_side_by_side.py`` tests its own logic).
+Not part of pytest (``tests/benchmarks/test_nanogpt_side_by_side.py`` tests its own logic).
 """
 
 from __future__ import annotations
@@ -82,10 +82,16 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from addnorm.data.tokenizers import CharTokenizer
+
+if TYPE_CHECKING:
+    from addnorm.data import TokenCorpus
 
 NANOGPT_COMMIT = "3adf61e154c3fe3fca428ad6bc3818b27a3b8291"
 # The files the script runs, with their git blob ids at NANOGPT_COMMIT (git hash-object).
@@ -146,18 +152,28 @@ def check_nanogpt(path: str | os.PathLike) -> str:
 # ------------------------------------------------------------------------- the data
 
 
-def nanogpt_char_data(corpus) -> tuple[np.ndarray, np.ndarray, dict]:
-    """nanoGPT's character format of an addnorm char corpus (``TokenCorpus``): the train and
-    held-out ids (uint16) of its sorted characters, as ``data/shakespeare_char/prepare.py``
-    numbers them, and the meta dict it pickles (vocab_size, itos, stoi)."""
-    chars = corpus.tokenizer.chars
+def nanogpt_ids(corpus: TokenCorpus) -> tuple[np.ndarray, dict]:
+    """nanoGPT's numbering of an addnorm char corpus's characters: the table from addnorm's
+    ids to nanoGPT's (uint16; addnorm's special ids map to 0 and never occur in the text)
+    and the meta dict ``data/shakespeare_char/prepare.py`` pickles (vocab_size, itos, stoi:
+    the sorted distinct characters of the whole text)."""
+    tokenizer = corpus.tokenizer
+    if not isinstance(tokenizer, CharTokenizer):
+        raise TypeError(f"the corpus must be tokenized by character, got {tokenizer!r}")
+    chars = tokenizer.chars
     itos = dict(enumerate(sorted(chars)))
     stoi = {c: i for i, c in itos.items()}
-    specials = corpus.tokenizer.vocab_size - len(chars)
-    lookup = np.zeros(corpus.tokenizer.vocab_size, dtype=np.uint16)  # addnorm id -> nanoGPT id
-    lookup[specials:] = [stoi[c] for c in chars]
+    lookup = np.zeros(tokenizer.vocab_size, dtype=np.uint16)  # (V_addnorm,) addnorm id -> nanoGPT's
+    lookup[tokenizer.vocab_size - len(chars):] = [stoi[c] for c in chars]
+    return lookup, {"vocab_size": len(chars), "itos": itos, "stoi": stoi}
+
+
+def nanogpt_char_data(corpus: TokenCorpus) -> tuple[np.ndarray, np.ndarray, dict]:
+    """nanoGPT's character format of an addnorm char corpus: the train and held-out ids
+    (uint16) in its numbering, and its meta dict (:func:`nanogpt_ids`)."""
+    lookup, meta = nanogpt_ids(corpus)
     train, val = (lookup[np.asarray(corpus.ids(s))] for s in ("train", "val"))
-    return train, val, {"vocab_size": len(chars), "itos": itos, "stoi": stoi}
+    return train, val, meta
 
 
 def write_nanogpt_data(folder: Path, train: np.ndarray, val: np.ndarray, meta: dict) -> None:
@@ -323,10 +339,9 @@ class SideBySide:
         write_nanogpt_data(self.copy / "data" / DATASET, train, val, meta)
         self.corpus = corpus
         self.windows = corpus.eval_windows("val", CONTEXT)  # (N, 65) addnorm ids
-        lookup = np.zeros(corpus.tokenizer.vocab_size, dtype=np.int64)
-        lookup[corpus.tokenizer.vocab_size - len(meta["stoi"]):] = [
-            meta["stoi"][c] for c in corpus.tokenizer.chars]
+        lookup = nanogpt_ids(corpus)[0].astype(np.int64)
         self.nano_windows = torch.from_numpy(lookup[self.windows.numpy()])  # same characters
+        self.distinct = meta["vocab_size"]
         self.env = {**os.environ, "OMP_NUM_THREADS": str(threads),
                     "MKL_NUM_THREADS": str(threads)}
 
@@ -361,14 +376,14 @@ class SideBySide:
 
 def machine_lines(threads: int) -> list[str]:
     """The CPU (model, cores, AVX-512 flags), torch, Python and the threads each run gets."""
-    model, flags = platform.processor() or platform.machine(), []
     try:
         info = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-        model = re.search(r"^model name\s*:\s*(.+)$", info, re.M).group(1)  # type: ignore[union-attr]
-        flags = sorted({f for f in re.search(r"^flags\s*:(.*)$", info, re.M).group(1).split()  # type: ignore[union-attr]
-                        if f.startswith("avx512")})
-    except (OSError, AttributeError):
-        pass
+    except OSError:
+        info = ""
+    named = re.search(r"^model name\s*:\s*(.+)$", info, re.M)
+    listed = re.search(r"^flags\s*:(.*)$", info, re.M)
+    model = named.group(1) if named else platform.processor() or platform.machine()
+    flags = sorted({f for f in listed.group(1).split() if f.startswith("avx512")}) if listed else []
     return [
         f"machine: {model}, {os.cpu_count()} CPUs; avx512: {' '.join(flags) or 'none'}",
         f"torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}), "
@@ -438,7 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               + (f" ({len(text)} bytes, sha256 {hashlib.sha256(text).hexdigest()[:16]})"
                  if text else "")
               + f"; {split['train_tokens']} train / {split['val_tokens']} held-out characters, "
-              f"{len(bench.corpus.tokenizer.chars)} distinct; scored on "
+              f"{bench.distinct} distinct; scored on "
               f"{bench.windows.shape[0]} windows of {CONTEXT + 1}")
         iters = dict.fromkeys(SYSTEMS, args.iters or 2000)
         if args.minutes is not None:

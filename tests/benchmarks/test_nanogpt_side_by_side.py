@@ -172,6 +172,14 @@ def test_nanogpt_char_format_round_trips_to_addnorms_split(tmp_path, corpus):
     assert val_text == corpus.tokenizer.decode(corpus.ids("val").tolist())
 
 
+def test_nanogpt_ids_refuse_a_corpus_not_tokenized_by_character():
+    class Corpus:  # the one attribute nanogpt_ids reads
+        tokenizer = object()
+
+    with pytest.raises(TypeError, match="tokenized by character"):
+        side.nanogpt_ids(Corpus())
+
+
 # --------------------------------------------------------------------------- the scoring
 
 
