@@ -90,7 +90,12 @@ def test_translate_on_your_pairs_then_translate_streams_answers(tmp_path, pairs_
     out = tmp_path / "run"
     assert main(["train", "translate", "--data", str(pairs_file), *TINY_TRANSLATE,
                  "--max-steps", "2", "--out", str(out)]) == 0
-    assert "test_exact_match: " in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "test_exact_match: " in printed
+    metrics = json.loads((out / "metrics.json").read_text())
+    for name in ("sequence", "token", "char", "word"):  # printed as metrics.json has them
+        key = f"test_{name}_error_rate"
+        assert f"\n{key}: {metrics[key]:.4f} (" in printed
     task, model, _ = load_trained(out)
     expected = task.predict(model, ["nine nine", "one two"])
     assert main(["translate", "--checkpoint", str(out), "nine nine", "", "one two"]) == 0

@@ -1,11 +1,14 @@
 """``addnorm train dit --data`` end to end with a tiny DiT, in-process: a folder of classes
 trains, reports its quality figures, records its data, samples by class name and resumes
-with the same data spelt another way; each kind of bad data is one line and exit 2 before
+with the same data spelt another way; larger images train at the default size and the run
+says so in one line before training; each kind of bad data is one line and exit 2 before
 anything is written (exit 1 for a file that fails while it is read), never a traceback.
 
 Provenance: the printed figures are the ones metrics.json holds (the task's judge, computed
 once); the class names are the folders the test writes; every refusal is checked against the
-data the test damaged (its file named in the line).
+data the test damaged (its file named in the line); the size line is
+``dit_data.default_image_size``'s worked out by hand (32 is 16 patches of 2 a side, past the
+8 allowed: 16x16; 32 / 8 = 4 is the patch that keeps 32).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from data.test_images import write_folder
 from PIL import Image
 
 from addnorm.cli.parser import main
+from addnorm.tasks.run import load_trained
 
 TINY = ["--preset", "DiT-digits-tiny", "--batch-size", "4", "--eval-size", "6",
         "--max-steps", "2", "--quiet"]
@@ -96,6 +100,23 @@ def test_a_folder_of_classes_trains_reports_its_figures_and_samples_by_class_nam
         assert len(err) == 1 and "changed since the run recorded it (ants/img0.png: " in err[0]
     finally:
         changed.write_bytes(kept)
+
+
+def test_larger_images_train_smaller_by_default_and_the_run_says_so_first(tmp_path, capsys):
+    write_folder(tmp_path / "big", {"a": 3, "b": 3}, size=32)
+    code, _, err = _train(capsys, "--data", str(tmp_path / "big"), "--out",
+                          str(tmp_path / "run"), "--max-steps", "1", "--eval-size", "2")
+    assert code == 0
+    notes = [line for line in err if "not your images' 32x32" in line]
+    assert notes == [
+        "addnorm train dit: training at 16x16, not your images' 32x32: at --patch-size 2, "
+        "32x32 is 256 patches an image (16x16: 64), and a step's time grows faster than the "
+        "patches, too slow for the defaults on a CPU; --image-size 32 trains at their size, "
+        "with --patch-size 4 at 64 patches"]
+    before = err[err.index(notes[0]) - 1]
+    assert before.startswith("training dit into")  # said with the announcement, before training
+    _, model, _ = load_trained(tmp_path / "run")
+    assert model.cfg.input_size == 16
 
 
 def _damage(root, case: str):

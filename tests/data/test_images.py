@@ -89,7 +89,9 @@ def test_a_wider_image_is_center_cropped_and_a_larger_one_resized_as_pillow_does
     write.mkdir()
     Image.fromarray(wide).save(write / "a.png")
     Image.fromarray(big).save(write / "b.png")
-    pixels = ImageCorpus.build(tmp_path).pixels(8)
+    corpus = ImageCorpus.build(tmp_path)
+    assert corpus.sizes.tolist() == [[12, 8], [16, 16]]  # width, height, from the headers
+    pixels = corpus.pixels(8)
     np.testing.assert_array_equal(pixels[0].numpy(), wide[:, 2:10].transpose(2, 0, 1))
     reference = np.asarray(Image.fromarray(big).resize((8, 8), Image.Resampling.BICUBIC))
     np.testing.assert_array_equal(pixels[1].numpy(), reference.transpose(2, 0, 1))
@@ -122,6 +124,8 @@ def test_an_npz_reads_back_its_array_in_every_layout(tmp_path, layout):
     expected = array[:, None] if array.ndim == 3 else array.transpose(0, 3, 1, 2)
     np.testing.assert_array_equal(corpus.pixels(8).numpy(), expected)
     assert corpus.names[2] == "images[2]" and corpus.record.details["format"] == "npz"
+    np.savez(tmp_path / "wide.npz", images=_pixels(4, (2, 6, 10)))  # (N, H, W)
+    assert ImageCorpus.build(tmp_path / "wide.npz").sizes.tolist() == [[10, 6], [10, 6]]
 
 
 def test_npz_floats_and_wide_integers_take_the_0_255_scale_and_string_labels_name_classes(

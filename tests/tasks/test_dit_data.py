@@ -7,8 +7,10 @@ one data object (``addnorm.tasks.dit_data``), opened only when needed.
 Provenance: ``force_drop_ids`` equals the null class id in the labels (the DiT's definition
 of label dropout, an identity); a resumed run's final loss equals the uninterrupted run's,
 bit for bit (the same batches from the saved data order, the same arithmetic); the prepared
-sizes are the images' own (written by the test); the figures' keys are those
-``image_quality`` documents.
+sizes are the images' own (written by the test); the default size of a user's images and the
+line saying why it is not theirs follow ``default_image_size``'s documented rule (the
+images' side, at most ``MAX_DEFAULT_PATCHES`` patches a side, a multiple of the patch), worked
+out by hand for each case; the figures' keys are those ``image_quality`` documents.
 """
 
 from __future__ import annotations
@@ -27,7 +29,14 @@ from addnorm.data.fingerprint import DataChangedError, DataRecord
 from addnorm.data.images import ImageCorpus, to_pixels
 from addnorm.dit import DIT_PRESETS
 from addnorm.tasks.dit import DiTTask, DiTTaskConfig
-from addnorm.tasks.dit_data import SAMPLE_CHUNK, BundledDigits, UserImages, image_data
+from addnorm.tasks.dit_data import (
+    MAX_DEFAULT_PATCHES,
+    SAMPLE_CHUNK,
+    BundledDigits,
+    UserImages,
+    default_image_size,
+    image_data,
+)
 from addnorm.tasks.plan import plan_fresh_run, plan_resumed_run
 from addnorm.tasks.run import load_trained, train_run
 from addnorm.training.config import TrainConfig
@@ -59,10 +68,12 @@ def _train_cfg(**overrides) -> TrainConfig:
 def test_the_model_takes_the_images_size_channels_and_classes(folder):
     corpus = ImageCorpus.build(folder)
     task = DiTTask(data=corpus)
-    cfg = task.prepare(TINY)  # no image_size: the model's own input_size (8)
-    assert (cfg.input_size, cfg.in_channels, cfg.n_classes) == (8, 3, 3)
-    assert task.prepare(dataclasses.replace(TINY, input_size=12)).input_size == 12
+    cfg = task.prepare(TINY)  # no image_size: the images' own 12 (6 patches a side)
+    assert (cfg.input_size, cfg.in_channels, cfg.n_classes) == (12, 3, 3)
+    assert task.run_notes(TINY) == []  # their own size: nothing to say
     assert DiTTask(data=corpus, image_size=4).prepare(TINY).input_size == 4
+    trained = DiTTask(data=DataRecord.from_dict(corpus.record.to_dict()))  # a run read back
+    assert trained.prepare(TINY).input_size == 8 and trained.run_notes(TINY) == []
     assert task.class_names == ("ants", "bees", "wasps") and task.class_index("bees") == 1
     with pytest.raises(ValueError, match=r"image_size \(6\) must be divisible by patch_size "
                                          r"\(4\)"):
@@ -70,6 +81,68 @@ def test_the_model_takes_the_images_size_channels_and_classes(folder):
     with pytest.raises(ValueError, match=r"class must be one of the run's 3 classes \(ants, "
                                          r"bees, wasps\), got 'moths'"):
         task.class_index("moths")
+
+
+def _sizes(*pairs: tuple[int, int], each: int = 1) -> np.ndarray:
+    return np.array([p for p in pairs for _ in range(each)])
+
+
+@pytest.mark.parametrize(("sizes", "patch", "size"), [
+    (_sizes((12, 12), each=5), 2, 12),  # their own: 6 patches a side
+    (_sizes((16, 16)), 2, 16),  # 8 patches a side: the most by default
+    (_sizes((32, 32)), 4, 32),  # 8 patches of 4
+    (_sizes((8, 8)), 2, 8),  # the digits' size
+])
+def test_images_train_at_their_own_size_when_it_is_a_few_patches(sizes, patch, size):
+    assert default_image_size(sizes, patch) == (size, None)
+
+
+def test_larger_images_train_at_eight_patches_a_side_and_say_why():
+    size, note = default_image_size(_sizes((32, 32), each=3), 2)
+    assert size == 16 == MAX_DEFAULT_PATCHES * 2
+    assert note == (
+        "training at 16x16, not your images' 32x32: at patch_size 2, 32x32 is 256 patches an "
+        "image (16x16: 64), and a step's time grows faster than the patches, too slow for "
+        "the defaults on a CPU; image_size 32 trains at their size, with patch_size 4 at 64 "
+        "patches")
+    # 28 = 7 * 4: the smallest patch that keeps 28 within 8 patches a side
+    assert default_image_size(_sizes((28, 28)), 2)[1].endswith(
+        "image_size 28 trains at their size, with patch_size 4 at 49 patches")
+    assert default_image_size(_sizes((30, 30)), 2)[1].endswith("with patch_size 5 at 36 patches")
+
+
+def test_other_shapes_and_mixed_sizes_are_said_and_take_the_median_side():
+    # not square: center-cropped to the shorter side, said even at that size
+    assert default_image_size(_sizes((12, 10)), 2) == (
+        10, "your images are 12x10, each center-cropped to a square; training at 10x10")
+    # shorter sides 10, 12, 14: the median, 12; an even count takes the lower middle one
+    assert default_image_size(_sizes((10, 10), (12, 12), (20, 14)), 2) == (
+        12, "your images are of 3 sizes (shorter sides 10 to 14, median 12), each "
+            "center-cropped to a square; training at 12x12, their median")
+    assert default_image_size(_sizes((8, 8), (12, 12)), 2)[0] == 8
+    # a side no multiple of the patch: rounded down to one
+    assert default_image_size(_sizes((30, 30)), 4) == (
+        28, "training at 28x28, not your images' 30x30: the side must be a multiple of "
+            "patch_size 4")
+    assert default_image_size(_sizes((1, 1)), 2) == (
+        2, "training at 2x2, not your images' 1x1: one patch at least (patch_size 2)")
+    with pytest.raises(ValueError, match="no images"):
+        default_image_size(np.zeros((0, 2)), 2)
+
+
+def test_the_size_picked_is_the_one_prepared_and_noted(tmp_path):
+    write_folder(tmp_path / "big", {"a": 3, "b": 3}, size=32)
+    task = DiTTask.from_config(DiTTaskConfig(data=str(tmp_path / "big")))
+    assert task.prepare(TINY).input_size == 16
+    (note,) = task.run_notes(TINY)
+    assert note.startswith("training at 16x16, not your images' 32x32")
+    assert task.prepare(dataclasses.replace(TINY, patch_size=4)).input_size == 32
+    assert task.run_notes(dataclasses.replace(TINY, patch_size=4)) == []
+    asked = DiTTask.from_config(DiTTaskConfig(data=str(tmp_path / "big"), image_size=8))
+    assert asked.prepare(TINY).input_size == 8 and asked.run_notes(TINY) == []
+    digits = DiTTask()
+    assert digits.prepare(DiTTask.default_model_config()).input_size == 8
+    assert digits.run_notes(DiTTask.default_model_config()) == []
 
 
 def test_a_run_needs_a_batch_of_train_images_and_two_held_out(folder, tmp_path):
@@ -124,7 +197,7 @@ def test_a_tiny_run_scores_records_and_resumes_exactly(folder, tmp_path):
                 "nearest_train_distance_real"):
         assert np.isfinite(metrics[key]), key
     assert [s["class"] for s in metrics["samples"]] == ["ants", "bees", "wasps"]
-    assert np.array(metrics["samples"][0]["pixels"]).shape == (8, 8, 3)
+    assert np.array(metrics["samples"][0]["pixels"]).shape == (12, 12, 3)  # the images' own
     record = json.loads((tmp_path / "whole" / "data.json").read_text())
     assert record["kind"] == "images" and record["details"]["classes"] == ["ants", "bees",
                                                                           "wasps"]
@@ -149,7 +222,7 @@ def test_a_run_read_back_samples_by_class_name_without_the_files(folder, tmp_pat
     assert task.class_names == ("ants", "bees", "wasps") and task.channels == 3
     images = task.sample(model, torch.full((2,), task.class_index("wasps")),
                          generator=torch.Generator().manual_seed(0))
-    assert images.dtype == torch.uint8 and images.shape == (2, 3, 8, 8)
+    assert images.dtype == torch.uint8 and images.shape == (2, 3, 12, 12)  # as trained
     restored = DiTTask.from_dict(task.to_dict())
     assert restored.record == task.record and restored.class_names == task.class_names
 

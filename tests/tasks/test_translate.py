@@ -1,6 +1,7 @@
 """The translate task (``addnorm.tasks.translate``) on the bundled dates: its loss, label
 smoothing (in both text tasks' losses), vocabularies, held-out examples, the checks of a
-learned position table, and (slow) the default run's exact match.
+learned position table, the figures printed under the headline, and (slow) the default run's
+exact match.
 
 Provenance: F.cross_entropy restated by hand on the non-padding positions, and
 ``F.cross_entropy``'s own label smoothing, on a stand-in model with fixed logits.
@@ -73,6 +74,17 @@ def test_held_out_examples_are_fixed_and_from_their_split():
     assert first == again
     test_dates = {d.isoformat() for d in dates_in_split("test")}
     assert all(e.target in test_dates for e in first)
+
+
+def test_the_finished_run_prints_the_error_rates_it_has():
+    metrics = {"test_exact_match": 0.75, "test_sequence_error_rate": 0.25,
+               "test_token_error_rate": 0.0625, "val_token_error_rate": 0.5}
+    assert TranslateTask.figures_text(metrics) == (
+        "test_sequence_error_rate: 0.2500 (the share of answers not exactly right)\n"
+        "test_token_error_rate: 0.0625 (edits per answer token, in the target tokenizer's "
+        "tokens)\n"
+    )
+    assert TranslateTask.figures_text({"test_exact_match": 1.0}) == ""  # none: nothing
 
 
 @pytest.mark.slow

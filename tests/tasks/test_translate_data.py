@@ -1,11 +1,14 @@
-"""The translate task on a user's sentence pairs: planned, trained, scored (exact match, and
-chrF by sacrebleu), saved, loaded and resumed through the generic code.
+"""The translate task on a user's sentence pairs: planned, trained, scored (exact match, the
+error rates, and chrF by sacrebleu), saved, loaded and resumed through the generic code.
 
 Provenance: the exact match is recounted from the task's own ``predict`` on the held-out
 pairs; chrF is sacrebleu's ``CHRF`` on the same predictions (the reference implementation);
+the error rates are ``text_metrics.error_rate`` (held to the textbook table in its own
+tests) on the same predictions, in the target tokenizer's tokens, characters and words;
 the model config's sizes are the tokenizers' (an identity); a resumed run refuses pairs that
 changed, naming the file; the pairs as one data object (``addnorm.tasks.translate_data``),
-their evaluation sets of the stated sizes, and a share of exact matches counted by hand.
+their evaluation sets of the stated sizes, and a share of exact matches and of wrong
+characters counted by hand.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from addnorm.data.hf_tokenizer import HFTokenizer
 from addnorm.data.pairs import PairCorpus
 from addnorm.tasks.plan import plan_fresh_run, plan_resumed_run
 from addnorm.tasks.run import load_trained, train_run
+from addnorm.tasks.text_metrics import error_rate
 from addnorm.tasks.translate import TranslateTask
 from addnorm.tasks.translate_data import (
     BundledDates,
@@ -61,6 +65,16 @@ def test_exact_match_and_chrf_are_the_models_on_the_held_out_pairs(tmp_path):
     assert summary.metrics["n_test"] == len(held)
     chrf = sacrebleu.metrics.CHRF().corpus_score(predictions, [[h.target for h in held]]).score
     assert summary.metrics["test_chrf"] == chrf
+    answers = [h.target for h in held]
+    tokens = error_rate([task.tgt_tok.encode(p) for p in predictions],
+                        [task.tgt_tok.encode(a) for a in answers])
+    assert summary.metrics["test_token_error_rate"] == tokens
+    assert summary.metrics["test_char_error_rate"] == error_rate(predictions, answers)
+    assert summary.metrics["test_word_error_rate"] == error_rate(
+        [p.split() for p in predictions], [a.split() for a in answers])
+    assert summary.metrics["test_sequence_error_rate"] == 1 - hits / len(held)
+    on_disk = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert on_disk["test_token_error_rate"] == tokens
 
 
 def test_without_sacrebleu_the_run_says_chrf_is_left_out(tmp_path, monkeypatch, caplog):
@@ -143,12 +157,17 @@ def test_inputs_a_bpe_model_cannot_take_are_named(tmp_path):
 
 def test_the_task_is_given_one_pair_data_whichever_it_is(tmp_path):
     """``pair_data``: the dates, a corpus, its record (with the tokenizers) or a PairData
-    itself; each scores by exact match (a user's pairs with chrF where sacrebleu is)."""
+    itself; each scores by exact match and the error rates (a user's pairs with chrF where
+    sacrebleu is)."""
     dates = pair_data()
     assert isinstance(dates, BundledDates) and dates.max_new_tokens == 11
     assert [(split, len(examples)) for split, examples in dates.evaluation_sets(8)] == [
         ("val", 2), ("test", 8)]
-    assert dates.scores("val", ["a", "b"], ["a", "c"]) == {"val_exact_match": 0.5, "n_val": 2}
+    # One answer of two wrong, by 1 character of 10 in each's 10 (a char tokenizer's tokens).
+    assert dates.scores("val", ["2026-11-21", "2026-11-22"], ["2026-11-21", "2026-11-23"]) == {
+        "val_exact_match": 0.5, "n_val": 2, "val_sequence_error_rate": 0.5,
+        "val_token_error_rate": 1 / 20, "val_char_error_rate": 1 / 20,
+        "val_word_error_rate": 1 / 2}
     corpus = PairCorpus.build(_pairs_file(tmp_path / "pairs.tsv"))
     pairs = pair_data(data=corpus)
     assert isinstance(pairs, UserPairs) and pairs.corpus is corpus

@@ -201,6 +201,7 @@ def _train_here(args, device: str) -> int:
             if main:
                 _check_again_under_lock(args, plan.resume)
                 _announce(args, plan.train_cfg, device)
+                _notes(args.task, plan)
                 warn_if_bf16_on_cpu(plan.train_cfg.bf16, device,
                                     prefix=f"addnorm train {args.task}")
             summary = train_run(
@@ -296,6 +297,17 @@ def _check_again_under_lock(args, resume) -> None:
         )
 
 
+def _notes(task_name: str, plan: RunPlan) -> None:
+    """What the task says of the run before it starts (a DiT training your images at a size
+    other than theirs), one line each on stderr, the sizes it names written as their flags."""
+    from addnorm.tasks.task import NotesRun
+
+    if isinstance(plan.task, NotesRun):
+        for note in plan.task.run_notes(plan.model_cfg):
+            print(f"addnorm train {task_name}: {as_flags(note, ('image_size', 'patch_size'))}",
+                  file=sys.stderr)
+
+
 def _announce(args, train_cfg: TrainConfig, device: str) -> None:
     """One line on stderr saying what is about to happen (training can be long and quiet)."""
     from addnorm.tasks.run import has_run
@@ -345,7 +357,7 @@ def _report(task_cls, summary) -> None:
     watched = summary.run_dir / "watch.png"
     if watched.exists():
         print(f"inside the model: {watched} (addnorm info {summary.run_dir} summarises it)")
-    if isinstance(task_cls, ReportsFigures):  # quality in several figures (a dit on images)
+    if isinstance(task_cls, ReportsFigures):  # several figures (a dit on images, translate)
         print(task_cls.figures_text(summary.metrics), end="")
     print(task_cls.samples_text(summary.metrics["samples"]), end="")
 

@@ -125,6 +125,7 @@ class ImageCorpus:
         labels: (N,) int64 class ids, in the images' order (by name; an npz's own order).
         names: (N,) each image's name (its path below the folder, or ``images[i]``).
         mode: ``"L"`` (grayscale) or ``"RGB"``; ``channels`` is 1 or 3.
+        sizes: (N, 2) int64, each image's width and height as stored (from its header).
         train_index, val_index: the images of each split (sorted positions).
         record: the files, split and classes (:class:`DataRecord`).
     """
@@ -136,6 +137,7 @@ class ImageCorpus:
         labels: np.ndarray,
         classes: Sequence[str],
         mode: str,
+        sizes: Sequence[tuple[int, int]],
         record: DataRecord,
         val_fraction: float,
         files: Sequence[Path] = (),
@@ -146,6 +148,7 @@ class ImageCorpus:
         self.labels = np.asarray(labels, dtype=np.int64)
         self.mode, self.record = mode, record
         self.channels = 1 if mode == "L" else 3
+        self.sizes = np.asarray(sizes, dtype=np.int64).reshape(-1, 2)
         self._files, self._root, self._array = list(files), root, array
         self.train_index, self.val_index = _split(self.names, self.labels, val_fraction)
         self._pixels: dict[int, torch.Tensor] = {}
@@ -217,7 +220,8 @@ class ImageCorpus:
             data_note(f"{where}: {len(empty)} class folder{'s' if len(empty) > 1 else ''} "
                       f"without images left out: {named_examples(empty)}")
             record.details["empty_class_folders"] = empty
-        return cls(names=names, labels=labels, classes=classes, mode=mode, record=record,
+        return cls(names=names, labels=labels, classes=classes, mode=mode,
+                   sizes=[h.size for h in headers], record=record,
                    val_fraction=val_fraction, files=files, root=root)
 
     @classmethod
@@ -242,7 +246,8 @@ class ImageCorpus:
         _check_class_sizes(where, classes, labels, names)
         mode = "L" if images.shape[-1] == 1 else "RGB"
         record = _record(path, fingerprint, "npz", classes, labels, mode, val_fraction)
-        return cls(names=names, labels=labels, classes=classes, mode=mode, record=record,
+        return cls(names=names, labels=labels, classes=classes, mode=mode,
+                   sizes=[(images.shape[2], images.shape[1])] * n, record=record,
                    val_fraction=val_fraction, array=images)
 
     # ---------------------------------------------------------------- the images

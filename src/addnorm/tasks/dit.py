@@ -98,7 +98,8 @@ class DiTTaskConfig(TaskConfig):
             an .npz file with an images array and optional labels; none = scikit-learn's 8x8
             digits.
         image_size: the side your images are center-cropped and resized to (with data;
-            none = the model's input_size: 8 by default, or the preset's).
+            none = their own side, at most 8 patches of the model's patch_size: 16 at the
+            default patch_size 2; a run says when that is not their size, and why).
         val_fraction: the share of each class's images held out for scoring, in (0, 0.5]
             (with data).
         prediction: what the model learns to predict: v (the default, Salimans & Ho) or
@@ -143,8 +144,11 @@ class DiTTask:
             back from its checkpoint: the files are opened, and checked unchanged, when
             training or scoring needs them; sampling never does), or None: scikit-learn's
             digits.
-        image_size: the side a user's images are resized to; None: the model config's
-            ``input_size`` (``prepare``).
+        image_size: the side a user's images are resized to; None: for an
+            ``ImageCorpus``, the side :func:`~addnorm.tasks.dit_data.default_image_size`
+            picks (their own, at most ``MAX_DEFAULT_PATCHES`` patches a side), for a
+            ``DataRecord`` (a trained run's) the model config's ``input_size``
+            (``prepare``).
 
     Attributes:
         data: the images (:class:`~addnorm.tasks.dit_data.ImageData`).
@@ -258,8 +262,16 @@ class DiTTask:
 
     def prepare(self, cfg: DiTConfig) -> DiTConfig:
         """``cfg`` with the digits' image size, one channel and ten classes; or a user's
-        images' size (``image_size``, else ``cfg.input_size``), channels and classes."""
+        images' size (``image_size``; else the data's default, or a trained run's
+        ``cfg.input_size``), channels and classes."""
         return self.data.prepare(cfg)
+
+    def run_notes(self, cfg: DiTConfig) -> list[str]:
+        """How the size a user's images train at for ``cfg`` differs from their own, and
+        why, where the data picked it (:func:`~addnorm.tasks.dit_data.default_image_size`);
+        nothing for the digits, a size asked for, or a trained run's."""
+        note = self.data.size_note(cfg)
+        return [] if note is None else [note]
 
     def check(self, cfg: DiTConfig, train_cfg: TrainConfig, task_cfg: DiTTaskConfig) -> None:
         """Raise ValueError if the configs cannot train this task: guidance needs

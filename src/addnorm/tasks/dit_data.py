@@ -10,8 +10,9 @@ a task config names and :func:`image_data_from_dict` the images a checkpoint sav
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+import numpy as np
 import torch
 
 from addnorm.data.batches import DigitBatches
@@ -27,11 +28,13 @@ if TYPE_CHECKING:
     from addnorm.tasks.image_quality import ImageJudge
 
 __all__ = [
+    "MAX_DEFAULT_PATCHES",
     "SAMPLE_CHUNK",
     "BundledDigits",
     "ImageData",
     "Judge",
     "UserImages",
+    "default_image_size",
     "image_data",
     "image_data_for",
     "image_data_from_dict",
@@ -39,6 +42,10 @@ __all__ = [
 
 # Samples of a user's images drawn at once (the digits' evaluation draws all at once).
 SAMPLE_CHUNK = 100
+# The patches a side of the image size a user's images train at by default (at most 64 an
+# image, four times the digits'): a step's time grows faster than the patches
+# (docs/task-defaults.md measures it), and past this a CPU run of the defaults is too slow.
+MAX_DEFAULT_PATCHES = 8
 
 
 class Judge(Protocol):
@@ -70,6 +77,11 @@ class ImageData(DataSource, Protocol):
 
     def prepare(self, cfg: DiTConfig) -> DiTConfig:
         """``cfg`` with the images' size, channels and classes."""
+        ...
+
+    def size_note(self, cfg: DiTConfig) -> str | None:
+        """How the size the images train at for ``cfg`` differs from their own, and why, or
+        None."""
         ...
 
     def check(self, cfg: DiTConfig, batch_size: int) -> None:
@@ -120,6 +132,10 @@ class BundledDigits:
         return dataclasses.replace(cfg, input_size=IMAGE_SIZE, in_channels=1,
                                    n_classes=N_CLASSES)
 
+    def size_note(self, cfg: DiTConfig) -> None:
+        """None: the digits train at their 8x8."""
+        return None
+
     def check(self, cfg: DiTConfig, batch_size: int) -> None:
         """Nothing: the digits fill any batch."""
 
@@ -164,17 +180,20 @@ class UserImages:
         record: the record of the files (its classes and colour mode name the model's).
         corpus: the images, if already open; None opens ``record``'s files (checked
             unchanged) on first use.
-        image_size: the side the images are resized to; None: the model config's
-            ``input_size`` (``prepare``).
+        image_size: the side the images are resized to; ``"data"``: the side
+            :func:`default_image_size` picks from the images' own sizes and the model's
+            patch size (a new run's default); None: the model config's ``input_size`` (a
+            trained model's, ``prepare``).
     """
 
     pixel_max = 255.0
 
     def __init__(self, record: DataRecord, *, corpus: ImageCorpus | None = None,
-                 image_size: int | None = None) -> None:
+                 image_size: int | Literal["data"] | None = None) -> None:
         self.record, self._corpus = record, corpus
-        self.image_size = None if image_size is None else check_int(
-            "image_size", image_size, min_value=1)
+        self.image_size: int | Literal["data"] | None = (
+            image_size if image_size is None or image_size == "data"
+            else check_int("image_size", image_size, min_value=1))
         self.class_names, self.channels = _classes_of(record)
         self._judges: dict[int, ImageJudge] = {}
 
@@ -191,9 +210,13 @@ class UserImages:
         return len(self.corpus.train_index)
 
     def prepare(self, cfg: DiTConfig) -> DiTConfig:
-        """``cfg`` at ``image_size`` (else its ``input_size``), which ``patch_size`` must
-        divide, with the images' channels and classes."""
-        size = self.image_size or cfg.input_size
+        """``cfg`` at ``image_size`` (the data's default: :func:`default_image_size`; None:
+        its own ``input_size``), which ``patch_size`` must divide, with the images'
+        channels and classes."""
+        if self.image_size == "data":
+            size = default_image_size(self.corpus.sizes, cfg.patch_size)[0]
+        else:
+            size = self.image_size or cfg.input_size
         if size % cfg.patch_size:
             origin = "" if self.image_size else " (image_size is the model's input_size)"
             raise ValueError(
@@ -201,6 +224,14 @@ class UserImages:
             )
         return dataclasses.replace(cfg, input_size=size, in_channels=self.channels,
                                    n_classes=len(self.class_names))
+
+    def size_note(self, cfg: DiTConfig) -> str | None:
+        """How the size the images train at for ``cfg`` differs from their own, and why,
+        where the data picked it (:func:`default_image_size`); None where it is their size
+        or a size asked for."""
+        if self.image_size != "data":
+            return None
+        return default_image_size(self.corpus.sizes, cfg.patch_size)[1]
 
     def check(self, cfg: DiTConfig, batch_size: int) -> None:
         """The train split must fill a batch and the held-out split hold 2 images (a
@@ -269,13 +300,15 @@ class UserImages:
 def image_data(data: ImageData | ImageCorpus | DataRecord | None = None,
                image_size: int | None = None) -> ImageData:
     """The images ``DiTTask(data=data, image_size=image_size)`` trains on: ``data`` itself
-    (an :class:`ImageData`), an :class:`~addnorm.data.ImageCorpus`, the
-    :class:`~addnorm.data.fingerprint.DataRecord` of one, or None: the digits (which have
-    one size; ``image_size`` is for a user's images)."""
+    (an :class:`ImageData`), an :class:`~addnorm.data.ImageCorpus` (``image_size`` None:
+    the size :func:`default_image_size` picks), the
+    :class:`~addnorm.data.fingerprint.DataRecord` of one (a trained run's: None is the
+    model's ``input_size``), or None: the digits (which have one size; ``image_size`` is for
+    a user's images)."""
     if data is None:
         return BundledDigits()
     if isinstance(data, ImageCorpus):
-        return UserImages(data.record, corpus=data, image_size=image_size)
+        return UserImages(data.record, corpus=data, image_size=image_size or "data")
     if isinstance(data, DataRecord):
         return UserImages(data, image_size=image_size)
     if is_data_source(data):
@@ -292,13 +325,67 @@ def image_data_for(task_cfg: Any) -> ImageData:
         return BundledDigits()
     corpus = ImageCorpus.build(task_cfg.data, val_fraction=task_cfg.val_fraction,
                                follow_links=task_cfg.follow_links)
-    return UserImages(corpus.record, corpus=corpus, image_size=task_cfg.image_size)
+    return UserImages(corpus.record, corpus=corpus, image_size=task_cfg.image_size or "data")
 
 
 def image_data_from_dict(data: dict) -> ImageData:
     """The images a checkpoint's task data names (its ``"data"`` record, if any)."""
     record = data.get("data")
     return image_data(None if record is None else DataRecord.from_dict(record))
+
+
+def default_image_size(sizes: np.ndarray, patch_size: int) -> tuple[int, str | None]:
+    """The side a user's images train at when no ``image_size`` is asked for, and one line
+    saying how it differs from the images' own and why (None: it is their size).
+
+    Each image is center-cropped to a square of its shorter side; the data's side is that
+    side when the images share one, else the median (the lower one) of their shorter sides.
+    The size is the data's side, at most ``MAX_DEFAULT_PATCHES`` patches of ``patch_size``
+    (64 an image: 16x16 at patch size 2, the default), rounded down to a multiple of
+    ``patch_size`` (at least one patch). Bigger images cost a CPU run too much by default:
+    ``image_size`` (and a ``patch_size`` that keeps the patches few) trains at their size.
+
+    Args:
+        sizes: (N, 2) each image's width and height (``ImageCorpus.sizes``).
+        patch_size: the model's patch side.
+    """
+    check_int("patch_size", patch_size, min_value=1)
+    sizes = np.asarray(sizes).reshape(-1, 2)
+    if not len(sizes):
+        raise ValueError("no images to size")
+    sides = sizes.min(axis=1)
+    side = int(np.sort(sides)[(len(sides) - 1) // 2])
+    cap = MAX_DEFAULT_PATCHES * patch_size
+    size = max(min(side, cap) // patch_size * patch_size, patch_size)
+    width, height = (int(v) for v in sizes[0])
+    one_size = bool((sizes == sizes[0]).all())
+    if one_size and width == height and size == side:
+        return size, None
+    if one_size and width == height:
+        what = f"training at {size}x{size}, not your images' {side}x{side}"
+    elif one_size:
+        what = (f"your images are {width}x{height}, each center-cropped to a square; "
+                f"training at {size}x{size}")
+    else:
+        what = (f"your images are of {len(np.unique(sizes, axis=0))} sizes (shorter sides "
+                f"{int(sides.min())} to {int(sides.max())}, median {side}), each "
+                f"center-cropped to a square; training at {size}x{size}")
+    if size > side:
+        return size, f"{what}: one patch at least (patch_size {patch_size})"
+    if side > cap:
+        # The smallest patch that puts the data's side within MAX_DEFAULT_PATCHES a side.
+        patch = next(p for p in range(-(-side // MAX_DEFAULT_PATCHES), side + 1)
+                     if side % p == 0)
+        return size, (
+            f"{what}: at patch_size {patch_size}, {side}x{side} is "
+            f"{(side // patch_size) ** 2} patches an image ({size}x{size}: "
+            f"{(size // patch_size) ** 2}), and a step's time grows faster than the patches, "
+            f"too slow for the defaults on a CPU; image_size {side} trains at their size, "
+            f"with patch_size {patch} at {(side // patch) ** 2} patches"
+        )
+    if size < side:
+        return size, f"{what}: the side must be a multiple of patch_size {patch_size}"
+    return size, f"{what}, their median" if not one_size else what
 
 
 def _classes_of(record: DataRecord) -> tuple[tuple[str, ...], int]:

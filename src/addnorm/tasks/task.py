@@ -23,7 +23,9 @@ no branch there:
 A task trained on a user's files may also write files of its own into the run folder, such as
 the record of its data (``data.json``) and its tokenizer (``tokenizer.json``): it meets
 :class:`WritesRunFiles` as well (an optional hook; the run writes what ``run_files`` returns
-when it starts, and a resumed run's ``check`` refuses data that changed since).
+when it starts, and a resumed run's ``check`` refuses data that changed since). A task that
+does with a user's data what the user did not ask for (the DiT resizing their images) meets
+:class:`NotesRun` too, and ``addnorm train`` prints its ``run_notes`` before training.
 
 The settings of a run are three frozen configs: the model's (the family's config), the
 trainer's (:class:`~addnorm.training.config.TrainConfig`) and the task's own (a
@@ -53,6 +55,7 @@ __all__ = [
     "Sizing",
     "Task",
     "TaskConfig",
+    "NotesRun",
     "ReportsFigures",
     "WritesRunFiles",
     "split_train_settings",
@@ -240,10 +243,21 @@ class WritesRunFiles(Protocol):
 
 
 @runtime_checkable
+class NotesRun(Protocol):
+    """A task whose run does with a user's data what the user did not ask for, and says so
+    before training (``addnorm train`` prints each line on stderr): the DiT training a user's
+    images at a size other than theirs."""
+
+    def run_notes(self, cfg: Any) -> list[str]:
+        """Lines (no newline) about a run of the model config ``cfg``; [] for none."""
+        ...
+
+
+@runtime_checkable
 class ReportsFigures(Protocol):
     """A task (class) whose finished run reports more held-out figures than its headline
     (``addnorm train`` prints ``figures_text`` after the headline): the DiT on a user's
-    images, whose quality is several figures."""
+    images, whose quality is several figures; the translator's error rates."""
 
     @staticmethod
     def figures_text(metrics: Mapping[str, Any]) -> str:

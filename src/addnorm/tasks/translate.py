@@ -3,8 +3,9 @@
 ``TranslateTaskConfig.data``).
 
 Training teaches with ``<bos>`` + answer in and answer + ``<eos>`` out; evaluation decodes
-greedily with the model's ``generate`` and counts exact matches on held-out pairs (with chrF
-on a user's). Why the defaults are what they are: ``docs/task-defaults.md``.
+greedily with the model's ``generate`` and scores the held-out pairs: exact match, the error
+rates of :mod:`addnorm.tasks.text_metrics` (token, character, word and sequence), and chrF on a
+user's. Why the defaults are what they are: ``docs/task-defaults.md``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,14 @@ __all__ = [
 
 # Held-out predictions stored in metrics.json.
 _N_SAMPLES = 8
+# The held-out figures ``addnorm train`` prints under the headline: name, format, meaning.
+_FIGURES = (
+    ("sequence_error_rate", ".4f", "the share of answers not exactly right"),
+    ("token_error_rate", ".4f", "edits per answer token, in the target tokenizer's tokens"),
+    ("char_error_rate", ".4f", "edits per answer character"),
+    ("word_error_rate", ".4f", "edits per answer word, words split at whitespace"),
+    ("chrf", ".2f", "sacrebleu's chrF, 0-100"),
+)
 
 
 def seq2seq_loss(
@@ -278,9 +287,10 @@ class TranslateTask:
         return out
 
     def evaluate(self, model: Transformer, *, n: int = 2000) -> dict[str, float]:
-        """Exact-match accuracy on ``n`` held-out test examples (and on a quarter as many
-        validation dates); for a user's pairs, on at most ``n`` held-out pairs, with their
-        chrF when sacrebleu is installed."""
+        """Exact-match accuracy and the error rates (token, character, word, sequence:
+        :func:`~addnorm.tasks.text_metrics.sequence_error_rates`) on ``n`` held-out test
+        examples (and on a quarter as many validation dates); for a user's pairs, on at most
+        ``n`` held-out pairs, with their chrF when sacrebleu is installed."""
         metrics: dict[str, float] = {}
         for split, examples in self.data.evaluation_sets(n):
             predictions = self.predict(model, [e.source for e in examples])
@@ -309,6 +319,14 @@ class TranslateTask:
     def samples_text(samples: list[dict[str, Any]]) -> str:
         """Nothing: ``addnorm translate`` shows the model at work."""
         return ""
+
+    @staticmethod
+    def figures_text(metrics: Mapping[str, Any]) -> str:
+        """The test split's error rates (and chrF, where scored) under the headline exact
+        match; nothing for figures a run lacks."""
+        lines = [f"test_{key}: {metrics[f'test_{key}']:{form}} ({what})"
+                 for key, form, what in _FIGURES if f"test_{key}" in metrics]
+        return "".join(line + "\n" for line in lines)
 
     def source_alphabet(self) -> frozenset[str] | None:
         """The characters an input may hold (a character tokenizer's), or None: any text

@@ -33,6 +33,7 @@ from addnorm.data.sampler import SampledBatches
 from addnorm.data.tokenizers import date_source_tokenizer, date_target_tokenizer
 from addnorm.tasks.data_source import DataSource, is_data_source, record_files
 from addnorm.tasks.task import Sizing
+from addnorm.tasks.text_metrics import sequence_error_rates
 from addnorm.training.sizes import RunSizeError
 from addnorm.transformer.config import TransformerConfig
 
@@ -118,6 +119,16 @@ def exact_match(split: str, predictions: list[str], answers: list[str]) -> dict[
     return {f"{split}_exact_match": hits / len(answers), f"n_{split}": len(answers)}
 
 
+def answer_scores(split: str, predictions: list[str], answers: list[str],
+                  tgt_tok: TextTokenizer) -> dict[str, float]:
+    """Exact match and the error rates of :func:`~addnorm.tasks.text_metrics.
+    sequence_error_rates`, the token error rate in ``tgt_tok``'s tokens (both texts encoded
+    by it, without specials: a prediction as its canonical tokens, not the ids it was
+    generated as)."""
+    return {**exact_match(split, predictions, answers),
+            **sequence_error_rates(split, predictions, answers, tgt_tok.encode)}
+
+
 class BundledDates:
     """Date normalization: the source is a date as people write it, character by character
     (:func:`~addnorm.data.tokenizers.date_source_tokenizer`), the target its ISO 8601 form
@@ -192,8 +203,9 @@ class BundledDates:
 
     def scores(self, split: str, predictions: list[str], answers: list[str]
                ) -> dict[str, float]:
-        """Exact match."""
-        return exact_match(split, predictions, answers)
+        """Exact match and the error rates (:func:`answer_scores`; the tokens are
+        characters)."""
+        return answer_scores(split, predictions, answers, self.tgt_tok)
 
     def answer_problem(self, answer: str) -> str | None:
         """Not a real date from ``FIRST_YEAR`` to ``LAST_YEAR``; None if it is one."""
@@ -284,9 +296,9 @@ class UserPairs:
 
     def scores(self, split: str, predictions: list[str], answers: list[str]
                ) -> dict[str, float]:
-        """Exact match, and sacrebleu's chrF (0-100) when sacrebleu is installed (the
-        ``text`` extra)."""
-        metrics = exact_match(split, predictions, answers)
+        """Exact match and the error rates (:func:`answer_scores`), and sacrebleu's chrF
+        (0-100) when sacrebleu is installed (the ``text`` extra)."""
+        metrics = answer_scores(split, predictions, answers, self.tgt_tok)
         try:
             from sacrebleu.metrics import CHRF
         except ImportError:
