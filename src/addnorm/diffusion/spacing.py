@@ -2,8 +2,8 @@
 
 For ``n_steps`` training steps and ``steps`` sampling steps, every spacing returns ``steps``
 strictly increasing step numbers in ``[0, n_steps - 1]``; the sampler walks them from last to
-first. Two come from facebookresearch/DiT's ``respace.py`` (and improved-diffusion), three from
-diffusers' ``timestep_spacing`` (Table 2 of Lin et al., 2023, "Common diffusion noise schedules
+first. Two come from facebookresearch/DiT's ``respace.py`` (and improved-diffusion), the others
+from diffusers' ``timestep_spacing`` (Table 2 of Lin et al., 2023, "Common diffusion noise schedules
 and sample steps are flawed"):
 
 | spacing      | steps visited (n = n_steps, K = steps)              | n=1000, K=50       |
@@ -17,6 +17,17 @@ and sample steps are flawed"):
 | ``leading``  | ``i * (n // K)`` (diffusers, ``steps_offset=0``)    | 0, 20, ..., 980    |
 | ``trailing`` | ``round(n - i * n / K) - 1``                        | 19, 39, ..., 999   |
 | ``linspace`` | ``round(linspace(0, n - 1, K))``                    | 0, 20, 41, ..., 999|
+| ``dpm-``     | ``round(linspace(0, n - 1, K + 1))`` without its 0  | 20, 40, 60, ...,   |
+| ``linspace`` | (diffusers' ``DPMSolverMultistepScheduler``,        | 979, 999           |
+|              | ``"linspace"``, its default)                        |                    |
+| ``dpm-``     | ``i * (n // (K + 1))``, i = 1 .. K (the same        | 19, 38, ..., 950   |
+| ``leading``  | scheduler's ``"leading"``, ``steps_offset=0``)      |                    |
+
+The two ``dpm-`` spacings are what diffusers' DPM-Solver scheduler visits: K of the K + 1
+points of its ``linspace`` or ``leading`` rule, leaving out the lowest (0), because its last
+step goes from the lowest visited step to the data (its ``final_sigmas_type="zero"``), as every
+sampler here does. Its ``"trailing"`` is ``trailing`` above. For ``K = n`` there are not K + 1
+distinct steps (diffusers then visits some twice); both visit every step, ``0 .. n - 1``.
 
 Every ``K`` in ``1 .. n`` works with every spacing. DiT's ``"ddimK"`` (``space_timesteps``
 in ``respace.py``, improved-diffusion's too) raises "cannot create exactly K steps with an
@@ -86,7 +97,9 @@ from addnorm.utils.checks import check_choice, check_int
 
 __all__ = ["SPACINGS", "sampling_timesteps", "spaced_timesteps"]
 
-SPACINGS = ("strided", "sections", "leading", "trailing", "linspace")
+SPACINGS = (
+    "strided", "sections", "leading", "trailing", "linspace", "dpm-linspace", "dpm-leading",
+)
 
 
 def sampling_timesteps(n_steps: int, steps: int, spacing: str) -> list[int]:
@@ -110,7 +123,13 @@ def spaced_timesteps(n: int, k: int, spacing: str) -> list[int]:
         return [i * (n // k) for i in range(k)]
     if spacing == "trailing":
         return sorted(round(n - i * (n / k)) - 1 for i in range(k))
-    return [int(s) for s in np.linspace(0, n - 1, k).round()]
+    if spacing == "linspace":
+        return [int(s) for s in np.linspace(0, n - 1, k).round()]
+    if k == n:  # the dpm- spacings need K + 1 distinct steps: every step instead
+        return list(range(n))
+    if spacing == "dpm-linspace":
+        return [int(s) for s in np.linspace(0, n - 1, k + 1).round()[1:]]
+    return [i * (n // (k + 1)) for i in range(1, k + 1)]  # dpm-leading
 
 
 def _strided(n: int, k: int) -> list[int]:
