@@ -96,6 +96,17 @@ def test_its_own_scheduler_is_the_default_sampler_and_the_defaults_are_diffusers
     torch.testing.assert_close(images, expected, **FLOAT32_MODEL)
 
 
+def test_labels_may_be_named(folder):
+    pipe = from_diffusers_pipeline(folder)
+    named = pipe.sample_latents(["goldfish", "207"], steps=2,
+                                generator=torch.Generator().manual_seed(4))
+    by_id = pipe.sample_latents(torch.tensor([1, 207]), steps=2,
+                                generator=torch.Generator().manual_seed(4))
+    assert torch.equal(named, by_id)
+    with pytest.raises(ValueError, match=r"class 'goldfsh' is not one of the 9 class names"):
+        pipe.sample(["goldfsh"], steps=2)
+
+
 def test_given_noise_is_the_generators_draw(folder):
     pipe = from_diffusers_pipeline(folder)
     noise = torch.randn(2, 4, 8, 8, generator=torch.Generator().manual_seed(5))

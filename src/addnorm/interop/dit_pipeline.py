@@ -89,7 +89,7 @@ class DiTPipeline(nn.Module):
     @torch.no_grad()
     def sample(
         self,
-        labels: Tensor | Sequence[int],
+        labels: Tensor | Sequence[int | str],
         *,
         steps: int = DEFAULT_STEPS,
         method: str | None = None,
@@ -101,10 +101,13 @@ class DiTPipeline(nn.Module):
         """Images of the classes ``labels``, on [0, 1] (diffusers' ``output_type="pt"``).
 
         Args:
-            labels: (B,) class ids (:meth:`ClassNames.index` turns names into them).
+            labels: (B,) class ids, or names of them (``"goldfish"``: any synonym of
+                ``class_names``, or an id as a string).
             steps: sampling steps (``num_inference_steps``), 1 .. the schedule's steps.
             method: ``"ddim"`` or ``"dpm-solver++"``; default: the pipeline's scheduler's.
-            guidance: the classifier-free guidance scale, finite (1: none).
+            guidance: the classifier-free guidance scale, finite (1: the conditional model
+                alone; diffusers' pipeline also runs that for any scale below 1, which here
+                guides, as the formula says).
             generator: draws the starting latents (when ``noise`` is not given).
             noise: the starting latents (B, C, S, S); default: drawn.
             progress: a tqdm bar on stderr.
@@ -118,7 +121,7 @@ class DiTPipeline(nn.Module):
     @torch.no_grad()
     def sample_latents(
         self,
-        labels: Tensor | Sequence[int],
+        labels: Tensor | Sequence[int | str],
         *,
         steps: int = DEFAULT_STEPS,
         method: str | None = None,
@@ -153,8 +156,10 @@ class DiTPipeline(nn.Module):
         images = self.vae.decode(latents.to(vae_dtype))  # about [-1, 1]
         return (images / 2 + 0.5).clamp(0, 1)
 
-    def _labels(self, labels: Tensor | Sequence[int]) -> Tensor:
+    def _labels(self, labels: Tensor | Sequence[int | str]) -> Tensor:
         device = next(self.transformer.parameters()).device
+        if not isinstance(labels, Tensor):
+            labels = [self.class_names.index(c) if isinstance(c, str) else c for c in labels]
         y = torch.as_tensor(labels, device=device)
         if y.ndim != 1 or y.is_floating_point() or y.dtype == torch.bool or len(y) == 0:
             raise ValueError(f"labels must be a non-empty 1-D sequence of class ids, got "
