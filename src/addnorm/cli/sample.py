@@ -36,7 +36,8 @@ def add_parser(subparsers) -> None:
         help="draw images from a trained DiT",
         description="Generate images with a trained dit run: a PNG grid for people and, with "
         "--save-array, an array for programs: the digits as (N, 8, 8) on their own 0..16 "
-        "scale, your images as uint8 (N, S, S) or (N, S, S, 3).",
+        "scale, your images as uint8 (N, S, S) or (N, S, S, 3); or with a diffusers DiT "
+        "pipeline folder: decoded RGB images, uint8 (N, H, W, 3).",
     )
     sample.add_argument(
         "--checkpoint", type=Path, default=Path("runs/dit"),
