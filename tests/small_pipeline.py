@@ -32,6 +32,16 @@ LATENT_SIDE = 8
 IMAGE_SIDE = 16  # two VAE blocks: one downsampling
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run many times slower when the suite's threads oversubscribe the cores;
+    a test module that imports this fixture runs on one thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def autoencoder(latent_channels: int = 4, **config: Any):
     """A small diffusers AutoencoderKL: 16x16 RGB images, 8x8 latents."""
     diffusers = pytest.importorskip("diffusers")

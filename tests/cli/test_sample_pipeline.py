@@ -16,21 +16,19 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from small_pipeline import autoencoder, diffusers_pipeline, transformer, write_pipeline
+from small_pipeline import (
+    autoencoder,
+    diffusers_pipeline,
+    one_thread,  # noqa: F401  (autouse: one thread)
+    transformer,
+    write_pipeline,
+)
 
 from addnorm.cli.parser import main
 from addnorm.cli.sample_pipeline import PIPELINE_CHUNK
 
 diffusers = pytest.importorskip("diffusers")
 CPU = ["--device", "cpu", "--quiet"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from small_pipeline import autoencoder
+from small_pipeline import autoencoder, write_pipeline
 from tolerances import FLOAT32_MODEL
 
 from addnorm.interop.diffusers_vae import LatentVAE, PipelinePartError, load_vae
@@ -49,6 +49,11 @@ def test_the_sizes_are_read_off_the_config(vae_folder):
     assert (vae.latent_channels, vae.image_channels, vae.downsample) == (4, 3, 2)
     assert vae.scaling_factor == 0.18215 and not vae.training
     assert next(vae.parameters()).dtype == torch.float64
+
+
+def test_a_pipeline_folder_gives_its_vae(tmp_path):
+    vae = load_vae(write_pipeline(tmp_path))
+    assert vae.latent_channels == 4 and vae.downsample == 2
 
 
 def test_a_folder_of_another_class_is_refused_before_diffusers_reads_it(tmp_path):

@@ -15,7 +15,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from small_pipeline import diffusers_pipeline, transformer, write_pipeline
+from small_pipeline import (
+    diffusers_pipeline,
+    one_thread,  # noqa: F401  (autouse: one thread)
+    transformer,
+    write_pipeline,
+)
 from tolerances import FLOAT32_MODEL
 
 from addnorm.dit import DiT
@@ -25,15 +30,6 @@ from addnorm.interop.dit_pipeline import DEFAULT_GUIDANCE, DEFAULT_STEPS, DiTPip
 diffusers = pytest.importorskip("diffusers")
 
 LABELS = [0, 1, 207, 999]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run many times slower when the suite's threads oversubscribe the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["learned-sigma", "fixed-sigma"])

@@ -9,9 +9,9 @@ by ``1 / scaling_factor``). :class:`LatentVAE` is that pair of maps around diffu
 module, which does the work: addnorm does not reimplement the VAE, so diffusers is needed
 (``pip install 'addnorm[interop]'``) and its absence is said when a VAE is loaded.
 
-:func:`load_vae` opens a folder of diffusers' ``save_pretrained`` (a pipeline's ``vae/``, or a
-VAE's own folder such as ``stabilityai/sd-vae-ft-ema``), checking first, without diffusers,
-that its ``config.json`` names an ``AutoencoderKL``.
+:func:`load_vae` opens a folder of diffusers' ``save_pretrained`` (a VAE's own folder such as
+``stabilityai/sd-vae-ft-ema``, or a pipeline folder, whose ``vae/`` it takes), checking first,
+without diffusers, that its ``config.json`` names an ``AutoencoderKL``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from addnorm.interop.diffusers_folder import PIPELINE_INDEX
 from addnorm.pretrained.files import CONFIG_FILE, read_config_json
 from addnorm.pretrained.mixin import check_device, check_dtype, check_path
 from addnorm.utils.files import CheckpointError
@@ -120,8 +121,9 @@ def load_vae(
     device: torch.device | str | None = None,
 ) -> LatentVAE:
     """The ``AutoencoderKL`` of a diffusers folder (``config.json`` and
-    ``diffusion_pytorch_model.safetensors``) as a :class:`LatentVAE`, in eval mode; ``dtype``
-    and ``device`` as in :func:`addnorm.load` (default: float32, the CPU).
+    ``diffusion_pytorch_model.safetensors``), or of a pipeline folder's ``vae/``, as a
+    :class:`LatentVAE`, in eval mode; ``dtype`` and ``device`` as in :func:`addnorm.load`
+    (default: float32, the CPU).
 
     Raises:
         PipelinePartError: ``config.json`` names another class (checked before diffusers is
@@ -132,6 +134,8 @@ def load_vae(
     """
     directory = check_path(path)
     dtype, device = check_dtype(dtype), check_device(device)
+    if (directory / PIPELINE_INDEX).is_file() and not (directory / CONFIG_FILE).exists():
+        directory = directory / "vae"  # a pipeline folder: its VAE
     check_vae_config(read_config_json(directory), directory)
     cls = _autoencoder_class()
     try:
