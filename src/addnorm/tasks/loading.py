@@ -114,8 +114,10 @@ def load(
 
     Raises:
         CheckpointError: ``path`` holds none of these, what it holds is missing or damaged,
-            or it holds a model that is not a ``cls``.
+            or it holds a model that is not a ``cls`` (a pipeline folder whose parts do not
+            fit: its subclass ``PipelinePartError``).
         TypeError: ``cls`` is not an ``nn.Module`` class.
+        ImportError: a pipeline folder, and diffusers (for its VAE) is not installed.
     """
     if cls is not None and not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise TypeError(f"cls must be an nn.Module class or None, got {cls!r}")
