@@ -5,6 +5,7 @@ documentation cannot drift."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -298,3 +299,41 @@ def test_the_readmes_watch_numbers_are_the_recorded_runs():
     deepest = last["blocks.layers.1.ff_add_norm.norm"]["batch_noise"]
     assert f"{deepest:.0%} in the last layer" in text
     assert f"{last['blocks.norm']['batch_noise']:.0%} at the final norm" in text
+
+
+def test_the_readmes_sampler_steps_table_is_the_recorded_benchmark():
+    # docs/dit-sampler-steps.json: benchmarks/dit_sampler_steps.py's record (every seed's
+    # scores); the README's table is its min-max over seeds, as the script prints it.
+    record = json.loads((ROOT / "docs" / "dit-sampler-steps.json").read_text(encoding="utf-8"))
+    results = record["results"]
+    samplers, steps = ("ddim", "dpm-solver++"), sorted({r["steps"] for r in results})
+    assert steps == [10, 25, 50, 250] and {r["sampler"] for r in results} == set(samplers)
+    rows = _table_rows(README.read_text(encoding="utf-8"), "steps")
+    assert [int(row[0]) for row in rows] == steps
+
+    def cell(sampler: str, k: int, score: str, digits: int) -> str:
+        return _range([r[score] for r in results if (r["sampler"], r["steps"]) == (sampler, k)],
+                      digits)
+
+    for k, *cells in rows:
+        expected = [cell(s, int(k), "class_agreement", 3) for s in samplers]
+        expected += [cell(s, int(k), "frechet_distance", 2) for s in samplers]
+        assert cells == expected, k
+    text = _flat(README.read_text(encoding="utf-8"))
+    assert "benchmarks/dit_sampler_steps.py" in text
+
+    # The seed-by-seed comparisons the text draws (paired: each seed's noise is shared).
+    fd = {(r["sampler"], r["steps"], r["seed"]): r["frechet_distance"] for r in results}
+    seeds = sorted({r["seed"] for r in results})
+
+    def pairs(dpm_steps: int, ddim_steps: int) -> str:
+        return ", ".join(f"{fd['dpm-solver++', dpm_steps, s]:.3f} against "
+                         f"{fd['ddim', ddim_steps, s]:.3f}" for s in seeds)
+
+    near = max(abs(fd["dpm-solver++", 10, s] - fd["ddim", 50, s]) for s in seeds)
+    below = [fd["ddim", 250, s] - fd["dpm-solver++", 25, s] for s in seeds]
+    agree = max(abs(fd["dpm-solver++", 250, s] - fd["ddim", 250, s]) for s in seeds)
+    assert (f"10 DPM-Solver++ steps come within {math.ceil(near * 1000) / 1000:.3f} of 50 DDIM "
+            f"steps on every seed ({pairs(10, 50)}), and 25 of them score "
+            f"{round(min(below), 2):.2f} below 250 DDIM steps ({pairs(25, 250)}); at 250 "
+            f"steps the two samplers agree to {math.ceil(agree * 1000) / 1000:.3f}") in text

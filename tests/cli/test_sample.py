@@ -14,6 +14,8 @@ import pytest
 import torch
 
 from addnorm.cli.parser import main
+from addnorm.data.digits import to_pixel_scale
+from addnorm.diffusion import guided_eps_fn
 from addnorm.tasks.dit import SampleSettings
 from addnorm.tasks.run import load_trained
 
@@ -61,6 +63,30 @@ def test_sample_writes_the_grid_and_the_array_the_task_draws(dit_run, tmp_path, 
     assert str(grid) in capsys.readouterr().out
 
 
+def test_sample_with_dpm_solver_is_the_task_recipe_with_that_sampler(dit_run, tmp_path):
+    # The task's recipe restated (DiTTask.sample for the digits): the starting noise from the
+    # seed, guidance towards the class, the sampler, the digits' pixel scale; only the sampler
+    # is DPM-Solver++. --method, the flag's former name, still names it.
+    array = tmp_path / "s.npy"
+    assert main(["sample", "--checkpoint", str(dit_run), "--class", "7", "--n", "4",
+                 "--steps", "6", "--guidance", "2", "--seed", "1", "--method", "dpm-solver++",
+                 "--out", str(tmp_path / "g.png"), "--save-array", str(array), "--quiet",
+                 "--device", "cpu"]) == 0
+    task, model, _ = load_trained(dit_run)
+    model.eval()
+    generator = torch.Generator().manual_seed(1)
+    cfg = model.cfg
+    noise = torch.randn((4, cfg.in_channels, cfg.input_size, cfg.input_size), generator=generator)
+    eps_fn = guided_eps_fn(model, torch.full((4,), 7), guidance_scale=2.0,
+                           null_class=cfg.n_classes)
+    x = task.diffusion.sample(eps_fn, noise, steps=6, method="dpm-solver++")
+    expected = to_pixel_scale(x[:, 0].float())
+    np.testing.assert_allclose(np.load(array), expected.numpy(), rtol=0, atol=0)  # same ops
+    ddim = task.sample(model, torch.full((4,), 7), SampleSettings(6, "ddim", 2.0),
+                       generator=torch.Generator().manual_seed(1))
+    assert not np.allclose(np.load(array), ddim.numpy())  # another sampler indeed
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
@@ -73,6 +99,7 @@ def test_sample_writes_the_grid_and_the_array_the_task_draws(dit_run, tmp_path, 
         (["--steps", "2000"], "--steps must be <= the diffusion's 1000 steps, got 2000"),
         (["--guidance", "-1"], "--guidance must be >= 0.0"),
         (["--method", "euler"], "invalid choice: 'euler'"),
+        (["--sampler", "euler"], "invalid choice: 'euler'"),
     ],
 )
 def test_bad_sample_arguments_exit_2_with_one_line(dit_run, tmp_path, capsys, flags, message):

@@ -123,7 +123,7 @@ def test_a_guidance_scale_whose_samples_overflow_exits_1_and_writes_nothing(
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1
     assert err[0] == (
-        "addnorm sample: error: --guidance 1e+30 (--method ddim, --steps 5) gave non-finite "
+        "addnorm sample: error: --guidance 1e+30 (--sampler ddim, --steps 5) gave non-finite "
         "samples, nothing written: the model's guided predictions overflowed or were not "
         "finite; use a smaller --guidance (DiT uses 1.5 to 4)"
     )

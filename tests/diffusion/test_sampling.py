@@ -33,7 +33,7 @@ def start(batch=4, channels=3, seed=0):
     return torch.randn(batch, channels, generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("method", ["ddpm", "ddim"])
+@pytest.mark.parametrize("method", ["ddpm", "ddim", "dpm-solver++"])
 def test_v_model_samples_as_the_eps_model_it_implies(method):
     # v = (eps - sqrt(1 - abar) x_t) / sqrt(abar), so eps = sqrt(abar) v + sqrt(1 - abar) x_t.
     def v_fn(x, t):
@@ -116,7 +116,7 @@ def test_progress_bar_only_when_asked(capsys):
             (eps_fn, start()),
             dict(method="euler"),
             ValueError,
-            "method must be one of 'ddpm', 'ddim'; got 'euler'",
+            "method must be one of 'ddpm', 'ddim', 'dpm-solver\\+\\+'; got 'euler'",
         ),
         (
             (eps_fn, start()),
@@ -127,6 +127,12 @@ def test_progress_bar_only_when_asked(capsys):
         ((eps_fn, start()), dict(steps=0), ValueError, "steps must be >= 1, got 0"),
         ((eps_fn, start()), dict(spacing="uniform"), ValueError, "spacing must be one of"),
         ((eps_fn, start()), dict(eta=0.5), ValueError, "eta applies to method='ddim' only"),
+        (
+            (eps_fn, start()),
+            dict(eta=0.5, method="dpm-solver++"),
+            ValueError,
+            r"eta applies to method='ddim' only, got eta=0.5 with 'dpm-solver\+\+'",
+        ),
         ((eps_fn, start()), dict(eta=-1.0, method="ddim"), ValueError, "eta must be >= 0.0"),
         (
             (eps_fn, start()),
@@ -179,7 +185,7 @@ def dit_sampling_reads(conditioning: str, method: str, steps: int, checked: bool
 
 
 @pytest.mark.parametrize("conditioning", ["shared", "per_block"])
-@pytest.mark.parametrize("method", ["ddim", "ddpm"])
+@pytest.mark.parametrize("method", ["ddim", "ddpm", "dpm-solver++"])
 def test_sampling_a_dit_reads_nothing_back_per_step(conditioning, method):
     # A sample call reads a fixed number of values (the noise's and the result's finiteness,
     # the schedule's CPU tables), whatever the number of steps; guided_eps_fn had the labels

@@ -1,7 +1,8 @@
 """The sampler's step spacings: which of the chain's steps a K-step sampler visits.
 
 Oracles: DiT's ``respace.py`` (``space_timesteps``, sections and "ddimK") restated in plain
-Python, and diffusers' ``DDIMScheduler.set_timesteps`` for the three diffusers spacings.
+Python, diffusers' ``DDIMScheduler.set_timesteps`` for the three diffusers spacings, and its
+``DPMSolverMultistepScheduler.set_timesteps`` for the two ``dpm-`` spacings (and ``trailing``).
 """
 
 from __future__ import annotations
@@ -66,6 +67,30 @@ def test_diffusers_spacings_match_ddim_scheduler(spacing, steps):
     assert sampling_timesteps(1000, steps, spacing) == sorted(scheduler.timesteps.tolist())
 
 
+@pytest.mark.parametrize(("theirs", "ours"), [("linspace", "dpm-linspace"),
+                                             ("leading", "dpm-leading"),
+                                             ("trailing", "trailing")])
+@pytest.mark.parametrize("steps", [c for c in COUNTS if c < 1000])
+def test_dpm_spacings_match_dpm_solver_scheduler(theirs, ours, steps):
+    from diffusers import DPMSolverMultistepScheduler
+
+    scheduler = DPMSolverMultistepScheduler(num_train_timesteps=1000, timestep_spacing=theirs)
+    scheduler.set_timesteps(steps)
+    assert sampling_timesteps(1000, steps, ours) == sorted(scheduler.timesteps.tolist())
+
+
+def test_dpm_spacings_visit_every_step_where_diffusers_would_repeat_some():
+    # 1000 of 1000: the rules' K + 1 points repeat steps (diffusers visits 0 twice with
+    # "leading": ratio 1000 // 1001 = 0); addnorm visits each step once (spacing.py).
+    from diffusers import DPMSolverMultistepScheduler
+
+    scheduler = DPMSolverMultistepScheduler(num_train_timesteps=1000)
+    scheduler.set_timesteps(1000)
+    assert len(set(scheduler.timesteps.tolist())) < 1000
+    for spacing in ("dpm-linspace", "dpm-leading"):
+        assert sampling_timesteps(1000, 1000, spacing) == list(range(1000))
+
+
 def test_spacings_at_50_of_1000_steps():
     # The module's table, from the formulas: stride 20; (n - 1) / (K - 1) = 20.39; n / K = 20.
     assert sampling_timesteps(1000, 50, "strided") == list(range(0, 1000, 20))
@@ -73,6 +98,10 @@ def test_spacings_at_50_of_1000_steps():
     assert sampling_timesteps(1000, 50, "trailing") == list(range(19, 1000, 20))
     assert sampling_timesteps(1000, 50, "sections")[:4] == [0, 20, 41, 61]
     assert sampling_timesteps(1000, 50, "sections")[-1] == 999
+    # linspace(0, 999, 51) = 0, 19.98, 39.96, ...: 0 left out; 1000 // 51 = 19
+    assert sampling_timesteps(1000, 50, "dpm-linspace")[:3] == [20, 40, 60]
+    assert sampling_timesteps(1000, 50, "dpm-linspace")[-2:] == [979, 999]
+    assert sampling_timesteps(1000, 50, "dpm-leading") == list(range(19, 951, 19))
 
 
 @pytest.mark.parametrize(

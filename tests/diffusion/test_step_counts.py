@@ -1,7 +1,8 @@
-"""Every step count 1 .. n_steps works with every spacing and both samplers.
+"""Every step count 1 .. n_steps works with every spacing and every sampler.
 
 Provenance: each spacing is compared with its reference's formula restated here from the
-source (DiT's ``respace.space_timesteps``, diffusers' ``DDIMScheduler.set_timesteps``), and
+source (DiT's ``respace.space_timesteps``, diffusers' ``DDIMScheduler.set_timesteps`` and
+``DPMSolverMultistepScheduler.set_timesteps``), and
 checked for the properties the module promises (K strictly increasing steps in [0, n - 1],
 where each convention starts and ends). Samples: a fresh DiT outputs exactly zero
 (adaLN-Zero), and with eps = 0 every DDIM step scales x by sqrt(abar' / abar), so the
@@ -58,7 +59,22 @@ def diffusers_steps(n: int, k: int, spacing: str) -> list[int]:
     return sorted(int(s) for s in steps)
 
 
+def diffusers_dpm_steps(n: int, k: int, spacing: str) -> list[int]:
+    """DPMSolverMultistepScheduler.set_timesteps (steps_offset=0, no lambda clipping): its
+    "linspace" and "leading" rules over k + 1 points with the lowest (0) left out, increasing;
+    for k = n, where those points repeat steps, every step (spacing.py)."""
+    if k == n:
+        return list(range(n))
+    if spacing == "dpm-linspace":
+        steps = np.linspace(0, n - 1, k + 1).round()[1:]
+    else:
+        steps = np.arange(1, k + 1) * (n // (k + 1))
+    return sorted(int(s) for s in steps)
+
+
 def reference(n: int, k: int, spacing: str) -> list[int]:
+    if spacing.startswith("dpm-"):
+        return diffusers_dpm_steps(n, k, spacing)
     if spacing == "strided":
         dit = dit_ddim_steps(n, k)
         return dit if dit is not None else diffusers_steps(n, k, "leading")
@@ -77,6 +93,8 @@ def check_promises(n: int, k: int, spacing: str, steps: list[int]) -> None:
         assert steps[0] == 0
     if spacing in ("sections", "linspace") and k > 1 or spacing == "trailing":
         assert steps[-1] == n - 1
+    if spacing == "dpm-linspace":
+        assert steps[-1] == n - 1 and (steps[0] > 0 or k == n)
     if spacing == "trailing":
         assert steps[0] == round(n / k) - 1
     if spacing in ("strided", "leading") and k > 1:
@@ -132,7 +150,7 @@ def bounded_eps(x, t):
 @examples(20)
 @given(
     steps=st.integers(1, 1000),
-    method=st.sampled_from(["ddim", "ddpm"]),
+    method=st.sampled_from(["ddim", "ddpm", "dpm-solver++"]),
     spacing=st.sampled_from([None, *SPACINGS]),
 )
 @example(steps=37, method="ddim", spacing=None)  # the CLI's crash: DDIM's default, strided
@@ -211,7 +229,7 @@ def test_ddim_of_a_fresh_dit_scales_the_noise_by_its_first_steps_abar(
 @given(
     n_steps=N_STEPS,
     fraction=st.floats(0, 1),
-    method=st.sampled_from(["ddim", "ddpm"]),
+    method=st.sampled_from(["ddim", "ddpm", "dpm-solver++"]),
     spacing=st.sampled_from([None, *SPACINGS]),
 )
 @example(n_steps=1000, fraction=0.0, method="ddim", spacing=None)  # 1 step: crashed before

@@ -2,19 +2,29 @@
 people and, with ``--save-array``, an array for programs: the digits as (N, 8, 8) on their own
 0..16 scale; a run on your images as uint8 0..255, (N, S, S) grayscale or (N, S, S, 3) colour
 (the layout ``--data FILE.npz`` takes). ``--class NAME`` names a class as the run does: a digit
-0-9, or your class folder's name (``addnorm info RUN`` lists them).
+0-9, or your class folder's name (``addnorm info RUN`` lists them). ``--checkpoint`` may also
+be a diffusers DiT pipeline folder (:mod:`addnorm.cli.sample_pipeline`: decoded RGB images).
+
+``--sampler`` (``--method`` before it, still accepted) is ``ddim``, ``ddpm`` or
+``dpm-solver++``. The dit task's ``SampleSettings`` (``tasks/dit.py``) takes the first two
+only; DPM-Solver++ reaches its sampler through :func:`_sampling_with`.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
+import math
 import sys
 from pathlib import Path
+from typing import Any
 
 from addnorm.cli.checks import UsageError, check_out_file, seed
 from addnorm.cli.exits import EXIT_OK
+from addnorm.cli.sample_pipeline import is_pipeline_folder, sample_pipeline
 from addnorm.cli.shared_flags import add_inference_flags, load_task_model
+from addnorm.diffusion.sampling import METHODS
 
 __all__ = ["add_parser", "run"]
 
@@ -26,19 +36,23 @@ def add_parser(subparsers) -> None:
         help="draw images from a trained DiT",
         description="Generate images with a trained dit run: a PNG grid for people and, with "
         "--save-array, an array for programs: the digits as (N, 8, 8) on their own 0..16 "
-        "scale, your images as uint8 (N, S, S) or (N, S, S, 3).",
+        "scale, your images as uint8 (N, S, S) or (N, S, S, 3); or with a diffusers DiT "
+        "pipeline folder: decoded RGB images, uint8 (N, H, W, 3).",
     )
     sample.add_argument(
         "--checkpoint", type=Path, default=Path("runs/dit"),
         help="a dit run folder (its newest checkpoint), one checkpoint folder, "
-        "or a folder addnorm.load opens (save_pretrained's, transformers' or diffusers') "
-        "whose model the dit task trains; a folder holds no diffusion: it is sampled with "
-        "the dit task's own settings (1000 linear steps, v-prediction)",
+        "a folder addnorm.load opens (save_pretrained's, transformers' or diffusers') "
+        "whose model the dit task trains (a folder holds no diffusion: it is sampled with "
+        "the dit task's own settings, 1000 linear steps, v-prediction), or a diffusers DiT "
+        "pipeline folder (model_index.json, transformer/, vae/, scheduler/: decoded RGB "
+        "images; its VAE needs diffusers, pip install 'addnorm[interop]')",
     )
     sample.add_argument(
         "--class", dest="class_name", metavar="NAME", default=None,
         help="the class to draw, by the run's name for it: a digit 0-9, or your class "
-        "folder's name (default: every class in turn)",
+        "folder's name; for a pipeline folder, an id or any name of its id2label ('goldfish', "
+        "'Carassius auratus') (default: every class in turn)",
     )
     sample.add_argument("--n", type=int, default=20, help="how many samples (default 20)")
     sample.add_argument(
@@ -46,14 +60,18 @@ def add_parser(subparsers) -> None:
         help="sampling steps, 1 to the run's diffusion steps (default 50)",
     )
     sample.add_argument(
-        "--method", choices=("ddim", "ddpm"), default="ddim",
+        "--sampler", "--method", dest="method", choices=METHODS, default=None,
         help="ddim (deterministic, eta 0, on DiT's strided steps: 0, 20, ..., 980 for 50 of "
-        "1000) or ddpm (ancestral, on DiT's evenly divided steps: 0, 20, 41, ..., 999)",
+        "1000), ddpm (ancestral, on DiT's evenly divided steps: 0, 20, 41, ..., 999) or "
+        "dpm-solver++ (DPM-Solver++(2M), deterministic, on diffusers' steps: 20, 40, ..., "
+        "999 for 50 of 1000; on the digits DiT its 10 steps score as DDIM's 50); default "
+        "ddim, or a pipeline folder's own scheduler (DDIM or DPM-Solver++)",
     )
     sample.add_argument(
         "--guidance", type=float, default=None,
         help="classifier-free guidance scale, finite and >= 0; 1 = none (default 3.0; 1 for "
-        "a run on one class, which has no other to tell apart)",
+        "a run on one class, which has no other to tell apart; 4.0 for a pipeline folder, "
+        "as diffusers' DiTPipeline)",
     )
     sample.add_argument("--seed", type=seed, default=0,
                         help="seeds the starting noise (and ddpm's), 0 to 2**64 - 1")
@@ -71,11 +89,12 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Draw images from a dit run: a PNG grid, and the raw array with --save-array.
 
-    Accepted: ``--steps`` 1 .. the run's diffusion steps with either method (every count has
+    Accepted: ``--steps`` 1 .. the run's diffusion steps with any sampler (every count has
     its steps, :mod:`addnorm.diffusion.spacing`), ``--guidance`` finite and >= 0, ``--class``
     one of the run's class names; anything else exits 2 before the checkpoint is read (the
     steps' upper bound and the class: once it is). Samples that come out non-finite (a
-    guidance scale far past any useful one) exit 1 with one line and nothing written."""
+    guidance scale far past any useful one) exit 1 with one line and nothing written. A
+    pipeline folder is sampled by :func:`~addnorm.cli.sample_pipeline.sample_pipeline`."""
     import numpy as np
     import torch
 
@@ -83,20 +102,14 @@ def run(args: argparse.Namespace) -> int:
     from addnorm.tasks.dit import SampleSettings
     from addnorm.utils.publish import publishing
 
-    if not 1 <= args.n <= 10_000:
-        raise UsageError(f"--n must be from 1 to 10000, got {args.n}")
-    if args.out.suffix.lower() != ".png":
-        raise UsageError(f"--out must name a .png file, got {args.out}")
-    if args.save_array is not None and args.save_array.suffix.lower() != ".npy":
-        raise UsageError(f"--save-array must name a .npy file, got {args.save_array}")
-    check_out_file(args.out, "--out", make_parents=True)
-    if args.save_array is not None:
-        check_out_file(args.save_array, "--save-array", make_parents=True)
-    if args.steps < 1:  # its upper bound, the run's diffusion steps, once the run is loaded
-        raise UsageError(f"--steps must be >= 1, got {args.steps}")
+    check_sample_flags(args)
+    if is_pipeline_folder(args.checkpoint):
+        return sample_pipeline(args)
+    method = args.method or "ddim"
     try:
         guidance = {} if args.guidance is None else {"guidance": args.guidance}
-        settings = SampleSettings(steps=args.steps, method=args.method, **guidance)
+        settings = SampleSettings(steps=args.steps, method=_TASK_METHOD.get(method, method),
+                                  **guidance)
     except (ValueError, TypeError) as err:
         raise UsageError(f"--{str(err).replace('_', '-')}") from None
     task, model = load_task_model(args, "dit")
@@ -117,18 +130,18 @@ def run(args: argparse.Namespace) -> int:
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(args.seed)
     try:
-        pixels = task.sample(
+        pixels = _sampling_with(task, method).sample(
             model, labels, settings, generator=generator,
             progress=not args.quiet and sys.stderr.isatty(),
         )  # digits (N, 8, 8) on 0..16; your images uint8 (N, C, S, S)
     except FloatingPointError:  # the parser's main: one line, exit 1
         raise FloatingPointError(
-            f"--guidance {settings.guidance:g} (--method {settings.method}, --steps "
+            f"--guidance {settings.guidance:g} (--sampler {method}, --steps "
             f"{settings.steps}) gave non-finite samples, nothing written: the model's guided "
             "predictions overflowed or were not finite; use a smaller --guidance (DiT uses "
             "1.5 to 4)"
         ) from None
-    title = f"{settings.method} {settings.steps} steps, guidance {settings.guidance:g}"
+    title = f"{method} {settings.steps} steps, guidance {settings.guidance:g}"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     names = [task.class_names[int(c)] for c in labels]
     grid = save_image_grid(pixels, names, args.out, vmax=task.pixel_max, title=title)
@@ -143,3 +156,49 @@ def run(args: argparse.Namespace) -> int:
         print(f"array: {args.save_array} {tuple(array.shape)} {array.dtype}, "
               f"0..{task.pixel_max:g} scale")
     return EXIT_OK
+
+
+def check_sample_flags(args: argparse.Namespace) -> None:
+    """The checks of ``sample``'s flags that need no checkpoint (UsageError, exit 2)."""
+    if not 1 <= args.n <= 10_000:
+        raise UsageError(f"--n must be from 1 to 10000, got {args.n}")
+    if args.out.suffix.lower() != ".png":
+        raise UsageError(f"--out must name a .png file, got {args.out}")
+    if args.save_array is not None and args.save_array.suffix.lower() != ".npy":
+        raise UsageError(f"--save-array must name a .npy file, got {args.save_array}")
+    check_out_file(args.out, "--out", make_parents=True)
+    if args.save_array is not None:
+        check_out_file(args.save_array, "--save-array", make_parents=True)
+    if args.steps < 1:  # its upper bound, the diffusion's steps, once the model is loaded
+        raise UsageError(f"--steps must be >= 1, got {args.steps}")
+    if args.guidance is not None and not math.isfinite(args.guidance):
+        raise UsageError(f"--guidance must be finite, got {args.guidance}")
+    if args.guidance is not None and args.guidance < 0:
+        raise UsageError(f"--guidance must be >= 0.0, got {args.guidance}")
+
+
+# What the dit task's SampleSettings is handed for a sampler it does not name (it checks the
+# method against ddim and ddpm); _sampling_with then puts the real one in.
+_TASK_METHOD = {"dpm-solver++": "ddim"}
+
+
+class _SamplerWith:
+    """A task's Diffusion that samples with ``method`` whatever it is asked for."""
+
+    def __init__(self, diffusion: Any, method: str) -> None:
+        self.diffusion, self.method = diffusion, method
+
+    def sample(self, eps_fn: Any, noise: Any, /, **kwargs: Any) -> Any:
+        return self.diffusion.sample(eps_fn, noise, **{**kwargs, "method": self.method})
+
+
+def _sampling_with(task: Any, method: str) -> Any:
+    """``task`` itself for the samplers its SampleSettings names; for DPM-Solver++ a shallow
+    copy whose diffusion samples with it (the same noise, guidance, chunks and pixels as
+    ``task.sample``, only the update differs). The hook goes once SampleSettings takes every
+    sampler of ``addnorm.diffusion``."""
+    if method not in _TASK_METHOD:
+        return task
+    with_method = copy.copy(task)
+    with_method.diffusion = _SamplerWith(task.diffusion, method)
+    return with_method

@@ -1,5 +1,5 @@
-"""Gaussian diffusion: schedules, the forward process, the loss, DDPM and DDIM sampling,
-classifier-free guidance.
+"""Gaussian diffusion: schedules, the forward process, the loss, DDPM, DDIM and DPM-Solver++
+sampling, classifier-free guidance.
 
 The conventions are facebookresearch/DiT's (``diffusion/``); see :mod:`.gaussian`.
 """

@@ -1,5 +1,5 @@
-"""Gaussian diffusion (Ho et al. 2020, with Nichol & Dhariwal's learned variance and Song et
-al.'s DDIM): the forward process, the training loss, and sampling.
+"""Gaussian diffusion (Ho et al. 2020, with Nichol & Dhariwal's learned variance, Song et al.'s
+DDIM and Lu et al.'s DPM-Solver++): the forward process, the training loss, and sampling.
 
 Conventions are facebookresearch/DiT's (``diffusion/gaussian_diffusion.py`` and
 ``respace.py``, from improved-diffusion), and the tests hold this module to them: steps
@@ -33,6 +33,7 @@ import math
 import torch
 from torch import Tensor
 
+from addnorm.diffusion.dpm_solver import run_dpm_solver
 from addnorm.diffusion.likelihood import discretized_gaussian_log_likelihood, normal_kl
 from addnorm.diffusion.reverse import (
     PREDICTIONS,
@@ -41,7 +42,7 @@ from addnorm.diffusion.reverse import (
     predicted_x0,
     split_output,
 )
-from addnorm.diffusion.sampling import METHODS, EpsFn, run_sampler
+from addnorm.diffusion.sampling import DEFAULT_SPACINGS, METHODS, EpsFn, run_sampler
 from addnorm.diffusion.schedules import NoiseSchedule, beta_schedule, gather
 from addnorm.diffusion.spacing import SPACINGS, spaced_timesteps
 from addnorm.utils.checks import check_bool, check_choice, check_float, check_int, check_tensor
@@ -212,19 +213,22 @@ class Diffusion:
         Args:
             eps_fn: ``eps_fn(x_t, t)`` returns the predicted noise (B, C, ...) (v, for
                 ``prediction="v"``), or (B, 2C, ...) followed by learned-variance channels
-                (DDPM steps use them; DDIM reads the first C only). ``t`` is a (B,) long
-                tensor of original step numbers (0 .. n_steps - 1) whatever ``steps``. Any
+                (DDPM steps use them; DDIM and DPM-Solver++ read the first C only). ``t``
+                is a (B,) long tensor of original step numbers (0 .. n_steps - 1) whatever
+                ``steps``. Any
                 callable works: a model in a lambda, :func:`.guided_eps_fn`, an analytic
                 denoiser. Nothing here reads a value back per step; what ``eps_fn`` reads is
                 its own (a DiT's checked labels: none).
             noise: the starting x_T (B, C, ...), finite; it fixes the output's shape, dtype,
                 device.
             steps: number of steps, any of 1 .. n_steps with any spacing (default: all).
-            method: ``"ddpm"`` (ancestral sampling) or ``"ddim"``.
+            method: ``"ddpm"`` (ancestral sampling), ``"ddim"`` or ``"dpm-solver++"``
+                (DPM-Solver++(2M), deterministic, :mod:`.dpm_solver`).
             eta: DDIM's noise scale in [0, 1] (0: deterministic; 1: DDPM's posterior
                 variance). DDIM only.
             spacing: which steps a shorter sampler visits (:mod:`.spacing`); default
-                ``"strided"`` for DDIM, ``"sections"`` for DDPM, as the reference.
+                ``"strided"`` for DDIM, ``"sections"`` for DDPM, as DiT;
+                ``"dpm-linspace"`` for DPM-Solver++, as diffusers' scheduler.
             clip_denoised: clamp each predicted x_0 to [-1, 1] (pixel-space data).
             generator: the source of DDPM's (and DDIM's eta > 0) noise.
             progress: show a tqdm bar (stderr); nothing is printed otherwise.
@@ -250,26 +254,27 @@ class Diffusion:
         if steps > self.n_steps:
             raise ValueError(f"steps ({steps}) must be <= n_steps ({self.n_steps})")
         eta = check_float("eta", eta, min_value=0.0, max_value=1.0)  # > 1: sqrt of < 0
-        if method == "ddpm" and eta != 0.0:
-            raise ValueError(f"eta applies to method='ddim' only, got eta={eta} with 'ddpm'")
+        if method != "ddim" and eta != 0.0:
+            raise ValueError(
+                f"eta applies to method='ddim' only, got eta={eta} with {method!r}"
+            )
         if spacing is None:
-            spacing = "strided" if method == "ddim" else "sections"
+            spacing = DEFAULT_SPACINGS[method]
         check_choice("spacing", spacing, SPACINGS)
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
         _check_finite_noise(noise)
         timesteps = spaced_timesteps(self.n_steps, steps, spacing)  # checked above
-        sample = run_sampler(
-            self.noise_schedule.respaced(timesteps),
-            eps_fn,
-            noise,
-            method=method,
-            prediction=self.prediction,
-            eta=eta,
-            generator=generator,
-            clip_denoised=check_bool("clip_denoised", clip_denoised),
-            progress=check_bool("progress", progress),
-        )
+        chain = self.noise_schedule.respaced(timesteps)
+        clip_denoised = check_bool("clip_denoised", clip_denoised)
+        progress = check_bool("progress", progress)
+        if method == "dpm-solver++":
+            sample = run_dpm_solver(chain, eps_fn, noise, prediction=self.prediction,
+                                    clip_denoised=clip_denoised, progress=progress)
+        else:
+            sample = run_sampler(chain, eps_fn, noise, method=method, prediction=self.prediction,
+                                 eta=eta, generator=generator, clip_denoised=clip_denoised,
+                                 progress=progress)
         _check_finite_sample(sample, f"{method}, {steps} of {self.n_steps} steps, {spacing}")
         return sample
 

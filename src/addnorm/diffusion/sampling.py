@@ -1,4 +1,5 @@
-"""The sampling loops: ancestral DDPM and DDIM over a (possibly respaced) chain.
+"""The sampling loops: ancestral DDPM and DDIM over a (possibly respaced) chain (DPM-Solver++'s
+is :mod:`.dpm_solver`).
 
 Called through :meth:`addnorm.diffusion.Diffusion.sample`, which checks the arguments; this
 module trusts them. Shapes legend: B batch, C channels, ``...`` further data dims.
@@ -20,9 +21,12 @@ from addnorm.diffusion.reverse import (
 )
 from addnorm.diffusion.schedules import NoiseSchedule
 
-__all__ = ["METHODS", "EpsFn", "run_sampler"]
+__all__ = ["DEFAULT_SPACINGS", "METHODS", "EpsFn", "run_sampler"]
 
-METHODS = ("ddpm", "ddim")
+METHODS = ("ddpm", "ddim", "dpm-solver++")
+# Each method's spacing when none is given: DiT's for DDPM ("K") and DDIM ("ddimK"), diffusers'
+# DPMSolverMultistepScheduler's default for DPM-Solver++ (its timestep_spacing="linspace").
+DEFAULT_SPACINGS = {"ddpm": "sections", "ddim": "strided", "dpm-solver++": "dpm-linspace"}
 
 EpsFn = Callable[[Tensor, Tensor], Tensor]
 """``eps_fn(x_t (B, C, ...), t (B,) long) -> (B, C, ...)``: the predicted noise (or v, for a

@@ -1,7 +1,8 @@
-"""Which original steps a sampler with fewer steps visits: the five spacings of the two
-references, facebookresearch/DiT's ``respace.py`` (``strided``, ``sections``) and diffusers'
-``timestep_spacing`` (``leading``, ``trailing``, ``linspace``), for any step count. How each
-maps to the references' samplers, and where they differ: ``docs/measurements.md``.
+"""Which original steps a sampler with fewer steps visits: the spacings of the references,
+facebookresearch/DiT's ``respace.py`` (``strided``, ``sections``), diffusers'
+``timestep_spacing`` (``leading``, ``trailing``, ``linspace``) and its DPM-Solver scheduler's
+(``dpm-linspace``, ``dpm-leading``), for any step count. How each maps to the references'
+samplers, and where they differ: ``docs/measurements.md``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from addnorm.utils.checks import check_choice, check_int
 
 __all__ = ["SPACINGS", "sampling_timesteps", "spaced_timesteps"]
 
-SPACINGS = ("strided", "sections", "leading", "trailing", "linspace")
+SPACINGS = (
+    "strided", "sections", "leading", "trailing", "linspace", "dpm-linspace", "dpm-leading",
+)
 
 
 def sampling_timesteps(n_steps: int, steps: int, spacing: str) -> list[int]:
@@ -30,6 +33,13 @@ def sampling_timesteps(n_steps: int, steps: int, spacing: str) -> list[int]:
     | ``leading``  | ``i * (n // K)`` (diffusers, ``steps_offset=0``)    | 0, 20, ..., 980    |
     | ``trailing`` | ``round(n - i * n / K) - 1``, ``i = 0 .. K - 1``    | 19, 39, ..., 999   |
     | ``linspace`` | ``round(linspace(0, n - 1, K))``                    | 0, 20, 41, ..., 999|
+    | ``dpm-``     | ``round(linspace(0, n - 1, K + 1))`` without its 0  | 20, 40, 60, ...,   |
+    | ``linspace`` | (diffusers' DPM-Solver scheduler's default)         | 979, 999           |
+    | ``dpm-``     | ``i * (n // (K + 1))``, i = 1 .. K (its             | 19, 38, ..., 950   |
+    | ``leading``  | ``"leading"``, ``steps_offset=0``)                  |                    |
+
+    The ``dpm-`` spacings leave out the lowest of K + 1 points because that scheduler's last
+    step goes from the lowest visited step to the data; for ``K = n`` they visit every step.
     """
     n = check_int("n_steps", n_steps, min_value=1)
     k = check_int("steps", steps, min_value=1)
@@ -50,7 +60,13 @@ def spaced_timesteps(n: int, k: int, spacing: str) -> list[int]:
         return [i * (n // k) for i in range(k)]
     if spacing == "trailing":
         return sorted(round(n - i * (n / k)) - 1 for i in range(k))
-    return [int(s) for s in np.linspace(0, n - 1, k).round()]
+    if spacing == "linspace":
+        return [int(s) for s in np.linspace(0, n - 1, k).round()]
+    if k == n:  # the dpm- spacings need K + 1 distinct steps: every step instead
+        return list(range(n))
+    if spacing == "dpm-linspace":
+        return [int(s) for s in np.linspace(0, n - 1, k + 1).round()[1:]]
+    return [i * (n // (k + 1)) for i in range(1, k + 1)]  # dpm-leading
 
 
 def _strided(n: int, k: int) -> list[int]:

@@ -1,13 +1,15 @@
 """``addnorm.load``: a model saved any way addnorm reads, ready for inference.
 
-A folder holds a model in one of four layouts: a pretrained directory (``config.json`` +
+A folder holds a model in one of five layouts: a pretrained directory (``config.json`` +
 ``model.safetensors``, written by ``save_pretrained``; :mod:`addnorm.pretrained.mixin`), a folder
 that Hugging Face transformers' ``save_pretrained`` wrote (BERT or GPT-2, converted:
 :func:`~addnorm.interop.hf_folder.from_transformers_folder`), one that diffusers'
 ``save_pretrained`` wrote (a ``DiTTransformer2DModel``, converted:
-:func:`~addnorm.interop.diffusers_folder.from_diffusers_folder`), or a run written
+:func:`~addnorm.interop.diffusers_folder.from_diffusers_folder`), a diffusers DiT pipeline
+(``model_index.json``: DiT, VAE, scheduler, class names;
+:func:`~addnorm.interop.diffusers_pipeline.from_diffusers_pipeline`), or a run written
 by ``addnorm train`` (its checkpoints; :func:`addnorm.tasks.run.load_trained` rebuilds the
-model through its task). Knowing all four, this function sits above the tasks;
+model through its task). Knowing all five, this function sits above the tasks;
 ``addnorm/__init__.py`` exports it without importing the tasks until it is first called.
 
 Types: which class a folder holds is known only when it is read, so ``load(path)`` is typed
@@ -32,6 +34,8 @@ from addnorm.interop.diffusers_folder import (
     from_diffusers_folder,
     is_diffusers_config,
 )
+from addnorm.interop.diffusers_pipeline import from_diffusers_pipeline
+from addnorm.interop.dit_pipeline import DiTPipeline
 from addnorm.interop.hf_folder import (
     from_transformers_folder,
     transformers_class_of,
@@ -93,8 +97,10 @@ def load(
     :class:`~addnorm.transformer.lm.TransformerLM`), a folder of diffusers'
     ``save_pretrained`` whose ``config.json`` names the ``_class_name``
     "DiTTransformer2DModel" (a :class:`~addnorm.dit.model.DiT`, as
-    :func:`~addnorm.interop.diffusers.from_diffusers` converts it; a pipeline folder is
-    refused naming its ``transformer`` folder), or a run directory or one of its
+    :func:`~addnorm.interop.diffusers.from_diffusers` converts it), a diffusers DiT pipeline
+    folder (``model_index.json``; a :class:`~addnorm.interop.dit_pipeline.DiTPipeline`:
+    ``load(path).sample(labels)`` draws decoded images; its VAE needs diffusers), or a run
+    directory or one of its
     checkpoints written by ``addnorm train``. From a run, ``weights="ema"`` (the default) loads
     the exponential moving average of the weights when the run kept one (what a finished run
     was scored with) and the trained weights otherwise; ``"raw"`` always loads the trained
@@ -108,8 +114,10 @@ def load(
 
     Raises:
         CheckpointError: ``path`` holds none of these, what it holds is missing or damaged,
-            or it holds a model that is not a ``cls``.
+            or it holds a model that is not a ``cls`` (a pipeline folder whose parts do not
+            fit: its subclass ``PipelinePartError``).
         TypeError: ``cls`` is not an ``nn.Module`` class.
+        ImportError: a pipeline folder, and diffusers (for its VAE) is not installed.
     """
     if cls is not None and not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise TypeError(f"cls must be an nn.Module class or None, got {cls!r}")
@@ -122,8 +130,13 @@ def load(
         raise CheckpointError(f"cannot load {directory}: it {what}")
     if os.path.lexists(directory / CONFIG_FILE):  # a dangling symlink is named, not skipped
         model = _load_pretrained(directory, cls, dtype=dtype, device=device)
-    elif (directory / PIPELINE_INDEX).is_file():  # refused, naming its transformer folder
-        model = from_diffusers_folder(directory)
+    elif (directory / PIPELINE_INDEX).is_file():
+        if cls is not None and not issubclass(DiTPipeline, cls):
+            raise CheckpointError(
+                f"{directory} is a diffusers pipeline, which loads as a DiTPipeline, not "
+                f"{cls.__name__}; its DiT alone is {directory / 'transformer'}"
+            )
+        model = from_diffusers_pipeline(directory, dtype=dtype, device=device)
     elif not (directory / MANIFEST).exists() and not list_checkpoints(directory):
         raise CheckpointError(
             f"{directory} holds no addnorm model: expected {CONFIG_FILE} and {WEIGHTS_FILE} "
