@@ -47,16 +47,15 @@ from addnorm.data.fingerprint import (
     resolve_data_listing,
 )
 from addnorm.data.hf_tokenizer import (
-    MAX_VOCAB_SIZE,
-    MIN_BPE_VOCAB_SIZE,
     HFTokenizer,
     TextTokenizer,
+    check_bpe_vocab_size,
     describe_tokenizer,
 )
 from addnorm.data.sampler import SampledBatches, SeededSampler
 from addnorm.data.tokenizers import CharTokenizer
 from addnorm.data.tsv_header import HEADER_CHOICES, header_verdict
-from addnorm.utils.checks import check_choice, check_float, check_int
+from addnorm.utils.checks import check_choice, check_float
 from addnorm.utils.files import parse_json
 
 __all__ = [
@@ -74,7 +73,6 @@ JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 # The longest side of a pair, in characters: a sentence or a few; a longer line is a file
 # that is not pairs, and its attention would need far more memory than any other pair's.
 MAX_SIDE_CHARS = 2**14
-DEFAULT_BPE_VOCAB_SIZE = 2048
 # The held-out rule: CRC-32 of the source (UTF-8) modulo _BUCKETS, below val_fraction of it.
 _BUCKETS = 1_000_000
 _SPLITS = ("train", "val")
@@ -417,11 +415,7 @@ def _tokenizers(
         return (CharTokenizer(sorted(set("".join(sources)))),
                 CharTokenizer(sorted(set("".join(targets)))))
     if kind == "bpe":
-        size = DEFAULT_BPE_VOCAB_SIZE if vocab_size is None else vocab_size
-        check_int("vocab_size", size, min_value=1)
-        if not MIN_BPE_VOCAB_SIZE <= size <= MAX_VOCAB_SIZE:
-            raise DataError(f"vocab_size {size}: a byte-level BPE needs {MIN_BPE_VOCAB_SIZE} to "
-                            f"{MAX_VOCAB_SIZE} ids")
+        size = check_bpe_vocab_size(vocab_size)
         if shared:
             tok = HFTokenizer.train_bpe(iter([*sources, *targets]), size)
             return tok, tok

@@ -44,6 +44,7 @@ from addnorm.data.fingerprint import (
     reopening,
 )
 from addnorm.data.hf_tokenizer import (
+    DEFAULT_BPE_VOCAB_SIZE,
     HFTokenizer,
     TextTokenizer,
     describe_tokenizer,
@@ -61,7 +62,6 @@ from addnorm.data.token_cache import (
 )
 from addnorm.data.tokenize_pass import (
     BPE_TRAIN_BYTES,
-    DEFAULT_BPE_VOCAB_SIZE,
     TextSource,
     bpe_for,
     text_source,

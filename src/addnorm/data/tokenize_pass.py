@@ -44,10 +44,10 @@ from addnorm.data.fingerprint import (
     resolve_data_listing,
 )
 from addnorm.data.hf_tokenizer import (
-    MAX_VOCAB_SIZE,
-    MIN_BPE_VOCAB_SIZE,
+    DEFAULT_BPE_VOCAB_SIZE,
     HFTokenizer,
     TextTokenizer,
+    check_bpe_vocab_size,
 )
 from addnorm.data.text_files import TextPiece, read_text_pieces
 from addnorm.data.token_cache import (
@@ -59,7 +59,6 @@ from addnorm.data.token_cache import (
     id_dtype,
 )
 from addnorm.data.tokenizers import SPECIALS, CharTokenizer
-from addnorm.utils.checks import check_int
 from addnorm.utils.files import write_file_atomic
 
 __all__ = [
@@ -73,7 +72,6 @@ __all__ = [
     "unwritable_cache",
 ]
 
-DEFAULT_BPE_VOCAB_SIZE = 2048
 # The most text a BPE is trained on: a larger train split gives evenly spaced blocks of it.
 BPE_TRAIN_BYTES = 256 * 2**20
 # The most distinct characters a character vocabulary holds (ids must fit uint16).
@@ -190,14 +188,7 @@ def _split_at(data: bytes, at: int) -> int:
 def bpe_for(source: TextSource, vocab_size: int | None, cache_dir) -> HFTokenizer:
     """The byte-level BPE of ``vocab_size`` ids trained on ``source``'s train split (or the
     cached one from an earlier build of the same files)."""
-    vocab_size = DEFAULT_BPE_VOCAB_SIZE if vocab_size is None else vocab_size
-    check_int("vocab_size", vocab_size, min_value=1)
-    if not MIN_BPE_VOCAB_SIZE <= vocab_size <= MAX_VOCAB_SIZE:
-        raise DataError(
-            f"vocab_size {vocab_size}: a byte-level BPE needs {MIN_BPE_VOCAB_SIZE} to "
-            f"{MAX_VOCAB_SIZE} ids (256 bytes and {MIN_BPE_VOCAB_SIZE - 256} special tokens "
-            "at least)"
-        )
+    vocab_size = check_bpe_vocab_size(vocab_size)
     key = entry_key({"bpe": FORMAT, "digest": source.fingerprint.digest,
                      "vocab_size": vocab_size, "val_fraction": source.val_fraction,
                      "train_bytes": BPE_TRAIN_BYTES})
