@@ -31,6 +31,7 @@ from addnorm.data.fingerprint import (
     note_skipped_links,
     resolve_data_listing,
 )
+from addnorm.data.text_files import check_read_whole, opened_unchanged
 from addnorm.data.tsv_header import HEADER_CHOICES, header_verdict
 from addnorm.utils.checks import check_choice
 from addnorm.utils.files import parse_json
@@ -121,15 +122,7 @@ def read_pairs(path: Path, *, what: str = "data", expected_size: int | None = No
     where = f"{what} {path}"
     pairs: list[Pair] = []
     first = fmt == "tsv"  # the first non-empty line of a TSV file may be a header
-    try:
-        f = open(path, "rb")
-    except OSError as err:
-        raise DataReadError(f"{path}: cannot be read ({err.strerror or err})") from None
-    with f:
-        before = os.fstat(f.fileno())
-        if expected_size is not None and before.st_size != expected_size:
-            raise DataReadError(f"{path}: changed while it was read ({expected_size} bytes when "
-                                f"first looked at, {before.st_size} now)")
+    with opened_unchanged(path, expected_size) as (f, before):
         offset = 0
         for number, raw in enumerate(_lines(f, path), 1):
             start, offset = offset, offset + len(raw)
@@ -163,12 +156,7 @@ def read_pairs(path: Path, *, what: str = "data", expected_size: int | None = No
                         "sentence or a few); split it or leave the line out"
                     )
             pairs.append(pair)
-        after = os.fstat(f.fileno())
-    if offset != before.st_size or (after.st_size, after.st_mtime_ns) != (
-        before.st_size, before.st_mtime_ns
-    ):
-        raise DataReadError(f"{path}: changed while it was read ({before.st_size} bytes when "
-                            f"opened, {offset} read, {after.st_size} now)")
+        check_read_whole(path, f, before, offset)
     return pairs
 
 
