@@ -103,7 +103,7 @@ def _finish(target: nn.Module, source: nn.Module, pairs: Pairs) -> nn.Module:
 
 def _lookup(module: nn.Module, name: str) -> torch.Tensor | None:
     """The parameter at dotted ``name``, or None where the module has it switched off."""
-    return functools.reduce(getattr, name.split("."), module)
+    return cast("torch.Tensor | None", functools.reduce(getattr, name.split("."), module))
 
 
 def _check_all_mapped(module: nn.Module, names: list[str]) -> None:
