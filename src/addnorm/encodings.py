@@ -216,10 +216,10 @@ class SinusoidalPositionalEncoding(nn.Module):
     position (rows past the table, and explicit ``positions``, which would have to be read
     back to know whether the table holds them) is computed for that call with the same
     formula, on x's device, so the result does not depend on ``max_len``.
-    :meth:`reserve` enlarges the table ahead of time. Moving or
-    casting the module (``.to()``, ``.double()``, ``.cuda()``, ``to_empty()``) recomputes the
-    table from the formula in the new dtype and device (a ``meta`` table stays ``meta``), so a
-    float64 module's table is exact to float64 rather than upcast float32 values.
+    :meth:`reserve` enlarges the table ahead of time. Moving or casting the module (``.to()``,
+    ``.double()``, ``to_empty()``) recomputes the table from the formula in the new dtype and
+    device (a ``meta`` table stays ``meta``): a float64 module's table is exact to float64,
+    not upcast float32 values, and ``to_empty`` leaves none to convert.
     """
 
     table: torch.Tensor
@@ -249,21 +249,14 @@ class SinusoidalPositionalEncoding(nn.Module):
         return self.table.shape[0]
 
     def _formula(self, rows: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """PE rows ``0 .. rows-1`` from the formula, in ``dtype`` on ``device``, on the
-        module's checked settings (the caller has checked ``rows`` with
-        :func:`check_table_size`).
-
-        Shapes:
-            returns: (P, D), P = rows
-        """
+        """PE rows ``0 .. rows-1``, (P, D), from the formula in ``dtype`` on ``device`` (the
+        caller has checked ``rows`` with :func:`check_table_size`)."""
         positions = torch.arange(rows, device=device)  # (P,)
         return _sinusoids(positions, self.d_model, self.base, self.layout).to(dtype)
 
     def reserve(self, length: int) -> None:
-        """Enlarge the table to at least ``length`` rows (``max_len`` grows with it).
-
-        The explicit way to hold more rows; forward never does it.
-        """
+        """Enlarge the table to at least ``length`` rows (``max_len`` grows with it): the
+        explicit way to hold more rows; forward never does it."""
         length = check_int("length", length, min_value=0)
         if length > self.table.shape[0]:
             check_table_size("length", length, self.d_model, self.table.device)
@@ -272,11 +265,7 @@ class SinusoidalPositionalEncoding(nn.Module):
     def _apply(
         self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True
     ) -> SinusoidalPositionalEncoding:
-        """After ``.to()`` / ``.double()`` / ``to_empty()``..., recompute the moved table.
-
-        Rows rounded to the old dtype and then converted would be less exact than the formula
-        in the new dtype, and ``to_empty`` leaves no values at all. A ``meta`` table stays so.
-        """
+        """``nn.Module._apply``, then the moved table recomputed (see the class docstring)."""
         before = self.table
         super()._apply(fn, recurse)
         table = self.table

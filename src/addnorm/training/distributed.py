@@ -25,12 +25,9 @@ Conventions a user can reason about:
   after the same step; collectives time out (``DEFAULT_TIMEOUT_S``) instead of hanging when a
   rank dies.
 
-``prepare_model`` applies the trainer's switches to a model in place, in this order:
-activation checkpointing of every layer (the classes the model names in its
-``layer_classes``, :class:`addnorm.family.ModelFamily`: ``EncoderLayer``, ``DecoderLayer``,
-``DiTBlock``), FSDP2 sharding (``fully_shard`` per layer, then the root), and returns the
-callable that runs the forward (the model itself, or a ``DistributedDataParallel`` wrapper
-around it).
+``prepare_model`` applies the trainer's switches to a model in place: activation
+checkpointing of every layer (the classes its families name, ``layer_classes``), then FSDP2
+sharding per layer and the root, or a ``DistributedDataParallel`` wrapper.
 """
 
 from __future__ import annotations
