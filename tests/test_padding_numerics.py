@@ -218,7 +218,7 @@ def test_padded_stacks_input_gradients_ignore_what_padding_holds(padding, poison
     1e30: the real outputs and the real inputs' gradients, the memory's included (the
     decoder's padding queries also attend to it), are the clean run's, bitwise."""
     if norm == "batch" and int((~padding).sum()) < 2:
-        return  # BatchNorm refuses fewer than 2 real tokens in training (tests/test_norms.py)
+        return  # BatchNorm refuses fewer than 2 real tokens in training (test_masked_norms.py)
     real = ~padding
     x = tensors((*padding.shape, D), seed).double()
     runs = clean_and_poisoned_runs(
@@ -320,7 +320,7 @@ def encoder(norm: str, unpad: bool) -> Encoder:
 def test_padded_encoder_real_outputs_ignore_what_padding_holds(padding, poison, norm, seed):
     """The padded path (no packing) in training mode: attention, Add & Norm, FFN."""
     if norm == "batch" and int((~padding).sum()) < 2:
-        return  # BatchNorm refuses fewer than 2 real tokens in training (tests/test_norms.py)
+        return  # BatchNorm refuses fewer than 2 real tokens in training (test_masked_norms.py)
     x = tensors((*padding.shape, D), seed).double()
     torch.manual_seed(seed)
     stack = encoder(norm, unpad=False)
@@ -370,7 +370,7 @@ def norm_runs(make, padding, poison, seed, *, train=True):
        seed=st.integers(0, 2**16))
 def test_batchnorm_outputs_and_gradients_ignore_what_padding_holds(padding, poison, train, seed):
     if train and int((~padding).sum()) < 2:
-        return  # refused in training: fewer than 2 real values per feature (test_norms.py)
+        return  # refused in training: fewer than 2 real values per feature (test_masked_norms.py)
     runs = norm_runs(lambda: BatchNorm(D), padding, poison, seed, train=train)
     (m1, x1, y1), (m2, x2, y2) = runs
     real = ~padding

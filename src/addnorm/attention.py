@@ -12,35 +12,17 @@ Masks (``padding_mask`` True = padding key, ``attend_mask`` True = may attend, `
 combined by :mod:`addnorm.attention_mask`, which this module re-exports. A query row that can
 see no key at all (every key padding, say) gets zero attention weights and a zero output,
 never NaN, on every path: SDPA's handling of such rows differs between backends, so they are
-opened before the kernel and zeroed after it.
-
-Keys that no query may attend (padding keys among them) are zeroed before the kernel with
-``torch.where``: a kernel multiplies masked weights by their values (``0 * NaN = NaN``) and adds
-the mask to their scores (``-inf + NaN = NaN``), so NaN or inf held by padding would otherwise
-reach every real query. Cross-attention zeroes the memory's padding rows before projecting
-them, so no gradient (inputs' or weights') sees those values either; self-attention zeroes the
-projected keys and values only, since padding queries keep their own outputs (as torch.nn's).
-
-Padding *queries* (``mask.query_padding``) are kept out of the backward pass, which runs every
-query row against every key: their output rows are held constant (detached, values unchanged),
-so a gradient arriving there, NaN included, stops before the kernel; and their non-finite
-query entries are set to 0 for the kernel (finite ones are used as they are), whose backward
-would otherwise multiply NaN weights of those rows into the real keys' gradients. Both apply
-only where gradients are recorded (under ``torch.no_grad()`` the kernel runs as before). So
-NaN or inf at padding positions reaches neither the real outputs nor the real inputs'
-gradients; like every position-wise Linear, the projections' weight gradients still sum over
-padding rows (``0 * NaN``), as LayerNorm's do (see :mod:`addnorm.norms`).
+opened before the kernel and zeroed after it. NaN or inf held by padding reaches no real
+output and no real input's gradient (:mod:`addnorm.attention_padding`).
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from addnorm.attention_kernel import EXPLICIT_DTYPE, scaled_dot_product
+from addnorm.attention_kernel import EXPLICIT_DTYPE, product_with_weights, scaled_dot_product
 from addnorm.attention_mask import (
     AttentionMask,
     build_attention_mask,
@@ -48,6 +30,7 @@ from addnorm.attention_mask import (
     cross_attention_mask,
     self_attention_mask,
 )
+from addnorm.attention_padding import finite_padding_queries, held_padding_rows, hidden_keys
 from addnorm.cache import KVCache
 from addnorm.rotary import RotaryEmbedding
 from addnorm.utils.checks import (
@@ -80,13 +63,10 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
 
 def _writes_at_slots(cache: KVCache | None) -> bool:
-    """Whether x's keys go to a compiled static cache's slots rather than after the last key.
-
-    There the mask does not say which of its columns are x's, so they are not zeroed: a
-    model's compiled decoding step writes no padding (its new tokens are real, see
-    ``DecodingCache.extend(None, n)``), and the slots not yet written hold the zeros the
-    cache starts with. Every other write stores zeroed padding keys.
-    """
+    """Whether x's keys go to a compiled static cache's slots rather than after the last key:
+    there the mask does not say which columns are x's, so they are not zeroed (a compiled
+    decoding step writes no padding, ``DecodingCache.extend(None, n)``, and unwritten slots
+    hold the cache's initial zeros). Every other write stores zeroed padding keys."""
     return cache is not None and cache.static and torch.compiler.is_compiling()
 
 
@@ -110,48 +90,6 @@ def check_rotary(rotary: object, d_head: int) -> RotaryEmbedding | None:
     if rotary is not None and rotary.d_head != d_head:
         raise ValueError(f"rotary.d_head ({rotary.d_head}) must equal d_model / n_heads ({d_head})")
     return rotary
-
-
-def hidden_keys(mask: AttentionMask) -> torch.Tensor | None:
-    """True where a key is visible to no query of its row (padding keys among them); None
-    when every key is visible. Rows that see no key (opened for the kernel) do not count.
-
-    Shapes:
-        returns: (B|1, H|1, S, 1) bool
-    """
-    if mask.allowed is None:
-        return None
-    live = mask.allowed if mask.dead is None else mask.allowed & ~mask.dead  # (B|1, H|1, L|1, S)
-    return ~live.any(dim=-2).unsqueeze(-1)  # (B|1, H|1, S, 1)
-
-
-def finite_padding_queries(q: torch.Tensor, query_padding: torch.Tensor) -> torch.Tensor:
-    """``q`` with the padding queries' NaN and inf entries replaced by 0 (``torch.where``).
-
-    Real queries, and finite padding queries, are returned as they are (bit for bit), so every
-    finite result is unchanged; a padding row holding NaN would make its attention weights NaN,
-    and the kernel's backward multiplies them (times a zero gradient) into every key's. Only
-    where a backward pass will run (the caller decides: gradients enabled).
-
-    Shapes:
-        q: (B, H, L, Dh); query_padding: (B, L) bool, True = padding
-        returns: (B, H, L, Dh)
-    """
-    finite = q.detach().nan_to_num(0.0, posinf=0.0, neginf=0.0)  # padding rows get no gradient
-    return torch.where(query_padding[:, None, :, None], finite, q)  # (B, H, L, Dh)
-
-
-def held_padding_rows(heads: torch.Tensor, query_padding: torch.Tensor) -> torch.Tensor:
-    """The kernel's output with the padding queries' rows detached: the same values, but a
-    gradient arriving at those rows (NaN from padding downstream, say) stops there instead of
-    reaching the keys and values of real tokens through the kernel's backward. Only where a
-    backward pass will run (the caller decides: gradients enabled).
-
-    Shapes:
-        heads: (B, H, L, Dh); query_padding: (B, L) bool, True = padding
-        returns: (B, H, L, Dh)
-    """
-    return torch.where(query_padding[:, None, :, None], heads.detach(), heads)  # (B, H, L, Dh)
 
 
 class MultiHeadAttention(nn.Module):
@@ -194,12 +132,9 @@ class MultiHeadAttention(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Xavier-uniform (Glorot & Bengio, 2010) on W_q, W_k, W_v, W_o, each (D, D); zero biases.
-
-        Each of the three blocks of ``in_proj`` is its own D x D matrix with bound
-        sqrt(6 / (D + D)); torch.nn initialises the stacked (3D, D) matrix as one, with the
-        smaller bound sqrt(6 / (4D)).
-        """
+        """Xavier-uniform (Glorot & Bengio, 2010) on W_q, W_k, W_v, W_o, each its own (D, D)
+        matrix with bound sqrt(6 / 2D) (torch.nn draws the stacked (3D, D) as one, bound
+        sqrt(6 / 4D)); zero biases."""
         for block in self.in_proj.weight.detach().chunk(3, dim=0):
             nn.init.xavier_uniform_(block)
         nn.init.xavier_uniform_(self.out_proj.weight)
@@ -280,9 +215,8 @@ class MultiHeadAttention(nn.Module):
 
         Takes :meth:`forward`'s arguments, a prebuilt ``mask`` included (trusted as there:
         :mod:`addnorm.inspection` recomputes a watched layer's weights from the arguments its
-        forward received). The weights are ``softmax(Q K^T / sqrt(Dh))`` over the visible
-        keys, before dropout; each row sums to 1, or is all zeros when the row sees no key.
-        Called directly (not through ``__call__``), so this module's hooks do not fire.
+        forward received). The weights (:func:`product_with_weights`) sum to 1 per row, or are
+        zeros where a row sees no key. Called directly (not through ``__call__``): no hooks.
 
         Shapes:
             returns: output (B, L, D), weights (B, H, L, S); with a packed ``mask``, output
@@ -301,7 +235,14 @@ class MultiHeadAttention(nn.Module):
         guarded = mask.query_padding if torch.is_grad_enabled() else None  # as in forward
         if guarded is not None:
             q = finite_padding_queries(q, guarded)
-        return self._attend_with_weights(q, k, v, mask, guarded)
+        allowed = mask.allowed
+        if mask.is_causal:
+            allowed = causal_attend_mask(q.shape[2], k.shape[2], q.device)  # (L, S)
+        heads, weights = product_with_weights(
+            q, k, v, allowed=allowed, dead=mask.dead,
+            dropout_p=self.dropout if self.training else 0.0, training=self.training,
+        )
+        return self._output(heads, mask, guarded), weights
 
     def _checked_mask(
         self,
@@ -353,7 +294,7 @@ class MultiHeadAttention(nn.Module):
         memory, keeping the k, v columns (not once a cross-attention cache holds them). With
         ``mask.packing``, x is packed (1, N, D): its projections stay packed, (N, H, Dh) each,
         for variable-length attention (``mask.variable_length``), or are unpacked for the
-        padded kernel. Keys no query may attend come back as zeros (see the module docstring).
+        padded kernel. Keys no query may attend come back as zeros (:mod:`.attention_padding`).
 
         Shapes:
             x: (B, L, D); memory: (B, S, D); positions: (L,) or (B, L)
@@ -391,12 +332,10 @@ class MultiHeadAttention(nn.Module):
         return q, k, v
 
     def _cross_projection(self, x: torch.Tensor, part: str) -> torch.Tensor:
-        """``in_proj``'s q columns (``part="q"``) or k, v columns (``"kv"``) of x.
-
-        Called through ``in_proj.__call__`` (so hooks fire and an adapter or wrapper put in
-        its place applies) and sliced; only where that call would run ``nn.Linear.forward``
-        and nothing else (:func:`_plain_linear`) are the rows of W multiplied directly, which
-        skips the 2 / 3 of the work the slice would drop (q) or 1 / 3 (kv).
+        """``in_proj``'s q columns (``part="q"``) or k, v columns (``"kv"``) of x, through
+        ``in_proj.__call__`` (so hooks and an adapter in its place apply) and sliced; where
+        that call would run ``nn.Linear.forward`` alone (:func:`_plain_linear`), only the
+        rows of W needed are multiplied.
 
         Shapes:
             x: (B, L, D); returns: (B, L, D) for "q", (B, L, 2D) for "kv"
@@ -411,8 +350,7 @@ class MultiHeadAttention(nn.Module):
         self, qkv: torch.Tensor, mask: AttentionMask, positions: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per-head q, k, v of packed projections: packed for variable-length attention, else
-        in the padded layout; rotary positions are applied to the packed rows, so padding is
-        not rotated either.
+        in the padded layout; rotary applies to the packed rows (padding is not rotated).
 
         Shapes:
             qkv: (1, N, 3D); positions: (L,) or (B, L)
@@ -435,38 +373,6 @@ class MultiHeadAttention(nn.Module):
             return q, k, v[0].view(tokens, self.n_heads, self.d_head)  # (N, H, Dh) each
         q, k = split_heads(packing.unpack(qk), 2 * self.n_heads).split(self.n_heads, dim=1)
         return q, k, split_heads(packing.unpack(v), self.n_heads)  # (B, H, L, Dh) each
-
-    def _attend_with_weights(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        mask: AttentionMask,
-        guarded: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The explicit ``softmax(Q K^T / sqrt(Dh)) V``, returning the weights as well.
-
-        Computed in float32 (or wider) and rounded once to the inputs' dtype, as SDPA's CPU
-        and flash kernels accumulate: float16 scores overflow where the kernel's do not.
-
-        Shapes:
-            q: (B, H, L, Dh); k, v: (B, H, S, Dh)
-            returns: output (B, L, D), weights (B, H, L, S)
-        """
-        wide = torch.promote_types(q.dtype, torch.float32)  # float16 scores overflow at 65504
-        q, k = q.to(wide) / math.sqrt(self.d_head), k.to(wide)
-        scores = q @ k.transpose(-2, -1)  # (B, H, L, S)
-        allowed = mask.allowed
-        if mask.is_causal:
-            allowed = causal_attend_mask(q.shape[2], k.shape[2], q.device)
-        if allowed is not None:
-            scores = scores.masked_fill(~allowed, float("-inf"))
-        weights = scores.softmax(dim=-1)
-        if mask.dead is not None:
-            weights = weights.masked_fill(mask.dead, 0.0)
-        p = self.dropout if self.training else 0.0
-        heads = F.dropout(weights, p=p, training=self.training) @ v.to(wide)  # (B, H, L, Dh)
-        return self._output(heads.to(v.dtype), mask, guarded), weights.to(v.dtype)
 
     def _output(
         self, heads: torch.Tensor, mask: AttentionMask, guarded: torch.Tensor | None

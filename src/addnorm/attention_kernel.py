@@ -11,6 +11,9 @@ Not for float16 (its scores overflow at 65504 where a float32 accumulator does n
 with gradients (the product keeps a (B, H, L, S) tensor for the backward where SDPA keeps
 none), and not past ``EXPLICIT_MAX_SCORES`` scores (their memory grows as L S).
 
+:func:`product_with_weights` is the explicit product that also returns the attention weights,
+in float32 or wider, for ``MultiHeadAttention.forward_with_weights`` (inspection).
+
 Shapes legend: B batch, H heads, L queries, S keys, Dh head dim.
 """
 
@@ -21,7 +24,13 @@ import math
 import torch
 import torch.nn.functional as F
 
-__all__ = ["EXPLICIT_DTYPE", "EXPLICIT_MAX_SCORES", "explicit_product_pays", "scaled_dot_product"]
+__all__ = [
+    "EXPLICIT_DTYPE",
+    "EXPLICIT_MAX_SCORES",
+    "explicit_product_pays",
+    "product_with_weights",
+    "scaled_dot_product",
+]
 
 EXPLICIT_MAX_SCORES = 2**24  # 32 MiB of bfloat16 scores
 EXPLICIT_DTYPE = torch.bfloat16  # the one dtype the explicit product may take
@@ -68,3 +77,34 @@ def scaled_dot_product(
     if allowed is not None:
         scores = scores.masked_fill_(~allowed, float("-inf"))
     return scores.softmax(dim=-1) @ v  # (B, H, L, Dh)
+
+
+def product_with_weights(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    allowed: torch.Tensor | None,
+    dead: torch.Tensor | None,
+    dropout_p: float,
+    training: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The explicit ``softmax(Q K^T / sqrt(Dh)) V`` and its weights (before dropout; rows in
+    ``dead``, which see no key, are zeros). Computed in float32 (or wider) and rounded once to
+    v's dtype, as SDPA's CPU and flash kernels accumulate: float16 scores overflow where the
+    kernel's do not.
+
+    Shapes:
+        q: (B, H, L, Dh); k, v: (B, H, S, Dh); allowed, dead: broadcasting against (B, H, L, S)
+        returns: heads (B, H, L, Dh), weights (B, H, L, S)
+    """
+    wide = torch.promote_types(q.dtype, torch.float32)  # float16 scores overflow at 65504
+    q, k = q.to(wide) / math.sqrt(q.shape[-1]), k.to(wide)
+    scores = q @ k.transpose(-2, -1)  # (B, H, L, S)
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    if dead is not None:
+        weights = weights.masked_fill(dead, 0.0)
+    heads = F.dropout(weights, p=dropout_p, training=training) @ v.to(wide)  # (B, H, L, Dh)
+    return heads.to(v.dtype), weights.to(v.dtype)

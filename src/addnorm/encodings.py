@@ -1,4 +1,5 @@
-"""Absolute position codes: the sinusoidal encoding (SPEC section 1) and a learned table.
+"""Absolute position codes: the sinusoidal encoding (SPEC section 1); the learned table,
+:class:`~addnorm.learned_positions.LearnedPositionalEmbedding`, is re-exported here.
 
 Shapes legend: B batch, L sequence length, D d_model, P number of positions.
 
@@ -36,8 +37,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from addnorm.learned_positions import LearnedPositionalEmbedding
 from addnorm.utils.checks import (
-    assert_in_graph,
     check_choice,
     check_dtype,
     check_float,
@@ -206,10 +207,6 @@ def relative_shift_matrix(
     return shift.to(dtype or torch.float32)
 
 
-def _check_input(x: object, d_model: int) -> torch.Tensor:
-    return check_tensor("x", x, ndim=3, last_dim=d_model, floating=True)
-
-
 class SinusoidalPositionalEncoding(nn.Module):
     """``dropout(x + PE)`` with the parameter-free sinusoidal table (SPEC section 1).
 
@@ -219,10 +216,10 @@ class SinusoidalPositionalEncoding(nn.Module):
     position (rows past the table, and explicit ``positions``, which would have to be read
     back to know whether the table holds them) is computed for that call with the same
     formula, on x's device, so the result does not depend on ``max_len``.
-    :meth:`reserve` enlarges the table ahead of time. Moving or
-    casting the module (``.to()``, ``.double()``, ``.cuda()``, ``to_empty()``) recomputes the
-    table from the formula in the new dtype and device (a ``meta`` table stays ``meta``), so a
-    float64 module's table is exact to float64 rather than upcast float32 values.
+    :meth:`reserve` enlarges the table ahead of time. Moving or casting the module (``.to()``,
+    ``.double()``, ``to_empty()``) recomputes the table from the formula in the new dtype and
+    device (a ``meta`` table stays ``meta``): a float64 module's table is exact to float64,
+    not upcast float32 values, and ``to_empty`` leaves none to convert.
     """
 
     table: torch.Tensor
@@ -252,21 +249,14 @@ class SinusoidalPositionalEncoding(nn.Module):
         return self.table.shape[0]
 
     def _formula(self, rows: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """PE rows ``0 .. rows-1`` from the formula, in ``dtype`` on ``device``, on the
-        module's checked settings (the caller has checked ``rows`` with
-        :func:`check_table_size`).
-
-        Shapes:
-            returns: (P, D), P = rows
-        """
+        """PE rows ``0 .. rows-1``, (P, D), from the formula in ``dtype`` on ``device`` (the
+        caller has checked ``rows`` with :func:`check_table_size`)."""
         positions = torch.arange(rows, device=device)  # (P,)
         return _sinusoids(positions, self.d_model, self.base, self.layout).to(dtype)
 
     def reserve(self, length: int) -> None:
-        """Enlarge the table to at least ``length`` rows (``max_len`` grows with it).
-
-        The explicit way to hold more rows; forward never does it.
-        """
+        """Enlarge the table to at least ``length`` rows (``max_len`` grows with it): the
+        explicit way to hold more rows; forward never does it."""
         length = check_int("length", length, min_value=0)
         if length > self.table.shape[0]:
             check_table_size("length", length, self.d_model, self.table.device)
@@ -275,11 +265,7 @@ class SinusoidalPositionalEncoding(nn.Module):
     def _apply(
         self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True
     ) -> SinusoidalPositionalEncoding:
-        """After ``.to()`` / ``.double()`` / ``to_empty()``..., recompute the moved table.
-
-        Rows rounded to the old dtype and then converted would be less exact than the formula
-        in the new dtype, and ``to_empty`` leaves no values at all. A ``meta`` table stays so.
-        """
+        """``nn.Module._apply``, then the moved table recomputed (see the class docstring)."""
         before = self.table
         super()._apply(fn, recurse)
         table = self.table
@@ -329,105 +315,10 @@ class SinusoidalPositionalEncoding(nn.Module):
             positions: (L,) or (B, L)
             returns: (B, L, D)
         """
-        x = _check_input(x, self.d_model)
+        x = check_tensor("x", x, ndim=3, last_dim=self.d_model, floating=True)
         offset = check_int("offset", offset, min_value=0)
         batch, length, _ = x.shape
         if positions is not None:
             positions = check_positions(positions, batch, length).to(x.device)
         pe = self.encoding(length, offset=offset, positions=positions)
         return self.dropout(x + pe.to(x.dtype))
-
-
-def _whole_positions(positions: torch.Tensor) -> torch.Tensor:
-    """Float positions as long indices, refusing fractional ones and, before the conversion (a
-    float such as 1e20 would wrap around in it), negative ones and ones beyond int64."""
-    fractional = positions != positions.round()
-    if bool(fractional.any()):
-        bad = positions[fractional][0].item()
-        raise ValueError(f"positions must be whole numbers for a learned table, got {bad}")
-    if positions.numel():
-        low, high = (v.item() for v in torch.aminmax(positions))
-        if low < 0:
-            raise ValueError(f"positions must be >= 0, got {low}")
-        if high >= 2**62:
-            raise ValueError(
-                f"position {high} is out of range for a learned table; it has no row for it"
-            )
-    return positions.long()
-
-
-class LearnedPositionalEmbedding(nn.Module):
-    """``dropout(x + E[pos])`` with a learned table ``E`` of ``max_len`` rows (GPT-style).
-
-    Unlike the sinusoidal code it cannot represent a position ``>= max_len`` (SPEC claim 8):
-    asking for one raises a ``ValueError`` naming the position and ``max_len``.
-    """
-
-    def __init__(self, max_len: int, d_model: int, *, dropout: float = 0.0) -> None:
-        super().__init__()
-        self.max_len = check_int("max_len", max_len, min_value=1)
-        self.d_model = check_int("d_model", d_model, min_value=1)
-        self.embedding = nn.Embedding(self.max_len, self.d_model)
-        self.dropout = nn.Dropout(check_probability("dropout", dropout))
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        """GPT-2 / nanoGPT rule: table entries drawn from N(0, 0.02^2)."""
-        nn.init.normal_(self.embedding.weight, mean=0.0, std=0.02)
-
-    def _rows(self, positions: torch.Tensor) -> torch.Tensor:
-        """``E[positions]``: integer positions in ``[0, max_len)``, or a ValueError naming the
-        culprit.
-
-        The range is the embedding kernel's own check, so nothing is read back while the
-        positions are fine (a model's positions always are: a host sync per decoding step
-        would stall an accelerator). On the CPU its IndexError becomes the ValueError below;
-        on CUDA it is a device-side assert. While a graph is captured, an in-graph assert.
-        """
-        if torch.compiler.is_compiling():
-            fine = (positions >= 0) & (positions < self.max_len)
-            assert_in_graph(fine.all(), f"positions must be in [0, max_len ({self.max_len}))")
-            return self.embedding(positions)
-        try:
-            return self.embedding(positions)  # (L, D) or (B, L, D)
-        except IndexError:
-            low, high = (v.item() for v in torch.aminmax(positions))
-            if low < 0:
-                raise ValueError(f"positions must be >= 0, got {low}") from None
-            raise ValueError(
-                f"position {high} is out of range for max_len ({self.max_len}); a learned "
-                "table has no row for it"
-            ) from None
-
-    def forward(
-        self, x: torch.Tensor, *, offset: int = 0, positions: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """Add the learned embedding of each token's position to ``x``, then apply dropout.
-
-        Args:
-            x: token embeddings.
-            offset: position of the first token; ``offset + L`` must not exceed ``max_len``.
-            positions: explicit whole-number positions, (L,) or (B, L); overrides ``offset``.
-                They are moved to x's device if they live elsewhere.
-
-        Shapes:
-            x: (B, L, D)
-            positions: (L,) or (B, L)
-            returns: (B, L, D)
-        """
-        x = _check_input(x, self.d_model)
-        offset = check_int("offset", offset, min_value=0)
-        batch, length, _ = x.shape
-        if positions is None:
-            if offset + length > self.max_len:
-                raise ValueError(
-                    f"offset ({offset}) + sequence length ({length}) = {offset + length} "
-                    f"exceeds max_len ({self.max_len})"
-                )
-            rows = self.embedding(torch.arange(offset, offset + length, device=x.device))  # (L, D)
-        else:
-            positions = check_positions(positions, batch, length)
-            if positions.is_floating_point():  # a caller's own (models pass integers)
-                positions = _whole_positions(positions)
-            rows = self._rows(positions.to(x.device))  # (L, D) or (B, L, D)
-        return self.dropout(x + rows.to(x.dtype))

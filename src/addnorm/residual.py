@@ -16,16 +16,8 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _NormBase
 
-from addnorm.norms import (
-    BatchNorm,
-    GroupNorm,
-    LayerNorm,
-    NoNorm,
-    RMSNorm,
-    _check_norm_input,
-    make_norm,
-)
-from addnorm.utils.checks import check_choice, check_int, check_probability
+from addnorm.norms import BatchNorm, GroupNorm, LayerNorm, NoNorm, RMSNorm, make_norm
+from addnorm.utils.checks import check_choice, check_int, check_norm_input, check_probability
 
 __all__ = ["NORM_POSITIONS", "AddNorm"]
 
@@ -34,7 +26,7 @@ NORM_POSITIONS = ("post", "pre")
 # torch's own last-dim norms (and the identity), whose forward takes no padding_mask.
 _MASKLESS_TORCH_NORMS = (nn.LayerNorm, nn.RMSNorm, nn.Identity)
 
-# addnorm's norms whose forward begins with ``_check_norm_input(x, padding_mask, d_model)``,
+# addnorm's norms whose forward begins with ``check_norm_input(x, padding_mask, d_model)``,
 # the check AddNorm makes of its own input (exact types: a subclass may override forward).
 _CHECKING_NORMS = (LayerNorm, RMSNorm, BatchNorm, GroupNorm)
 
@@ -108,7 +100,7 @@ class AddNorm(nn.Module):
             raise TypeError(f"sublayer must be callable, got {type(sublayer).__name__}")
         norm: Sublayer = self.norm
         if self.norm_position == "post" or type(norm) not in _CHECKING_NORMS:
-            x, padding_mask = _check_norm_input(x, padding_mask, self.d_model)
+            x, padding_mask = check_norm_input(x, padding_mask, self.d_model)
         # else the norm, given x first, checks x and padding_mask as the line above would
         if padding_mask is not None and self._norm_takes_padding_mask:
             norm = partial(self.norm, padding_mask=padding_mask)

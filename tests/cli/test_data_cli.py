@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from addnorm.cli.parser import main
-from addnorm.data import token_corpus
+from addnorm.data import tokenize_pass
 from addnorm.tasks.run import load_trained
 
 TINY_LM = ["--d-model", "32", "--n-heads", "2", "--d-ff", "64", "--n-layers", "1",
@@ -199,7 +199,7 @@ def test_resume_refuses_changed_data_naming_the_change_and_keeps_the_run(
 def test_a_corpus_that_changes_while_tokenized_exits_1_and_caches_nothing(
     tmp_path, text_file, capsys, monkeypatch
 ):
-    real = token_corpus.read_text_pieces
+    real = tokenize_pass.read_text_pieces
 
     def changing(files, **kwargs):
         for i, piece in enumerate(real(files, **kwargs)):
@@ -208,7 +208,7 @@ def test_a_corpus_that_changes_while_tokenized_exits_1_and_caches_nothing(
                     f.write("written meanwhile\n")
             yield piece
 
-    monkeypatch.setattr(token_corpus, "read_text_pieces", changing)
+    monkeypatch.setattr(tokenize_pass, "read_text_pieces", changing)
     assert main(["train", "lm", "--data", str(text_file), *TINY_LM, "--out",
                  str(tmp_path / "run")]) == 1
     line = one_error_line(capsys)

@@ -83,27 +83,6 @@ def test_a_file_without_specials_gets_them_added_and_keeps_its_own(tmp_path):
         tok.pad_id, tok.bos_id, tok.eos_id)
 
 
-@pytest.mark.parametrize(
-    ("content", "message"),
-    [
-        (b'{"not": "a tokenizer"}', "does not parse as a tokenizer.json"),
-        (b"{broken", "does not parse as a tokenizer.json"),
-        (b"\xff\xfe", "not UTF-8 text"),
-    ],
-)
-def test_a_tokenizer_file_that_does_not_parse_is_one_data_error(tmp_path, content, message):
-    path = tmp_path / "tokenizer.json"
-    path.write_bytes(content)
-    with pytest.raises(DataError, match=message) as info:
-        HFTokenizer.from_file(path)
-    assert str(info.value).startswith(f"tokenizer {path}:")
-
-
-def test_a_missing_tokenizer_file_names_the_choices(tmp_path):
-    with pytest.raises(DataError, match="no such file .name char, bpe or a tokenizer.json"):
-        HFTokenizer.from_file(tmp_path / "nope.json")
-
-
 def test_a_vocabulary_larger_than_a_model_takes_is_refused(bpe, monkeypatch):
     import addnorm.data.hf_tokenizer as module
 

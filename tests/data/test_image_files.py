@@ -2,7 +2,7 @@
 set shares, decoding with the center crop and resize, and an npz's arrays checked; every
 failure one DataError naming the file. Provenance: Pillow itself (the images are written by
 it and read back), and the module's documented rules. (Whole folders and npz files through
-ImageCorpus: tests/data/test_images.py.)"""
+ImageCorpus: tests/data/test_images.py; a path without images is refused here, through it.)"""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from addnorm.data.image_files import (
     read_header,
     read_npz,
 )
+from addnorm.data.images import ImageCorpus
 
 
 def test_image_names_are_those_of_formats_pillow_opens_in_any_case():
@@ -100,3 +101,21 @@ def test_an_npz_member_that_is_not_an_array_is_named(tmp_path):
     with pytest.raises(DataError, match=r"^data x.npz: its member images.npy is not a NumPy "
                                         r"array \(it holds 32 bytes"):
         read_npz(path, "data x.npz")
+
+
+def test_a_missing_or_empty_path_or_a_folder_without_images_is_refused(tmp_path):
+    with pytest.raises(DataError, match="no such file or folder"):
+        ImageCorpus.build(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="holds no image files"):
+        ImageCorpus.build(tmp_path / "empty")
+    (tmp_path / "text").mkdir()
+    (tmp_path / "text" / "a.txt").write_text("words")
+    with pytest.raises(DataError, match=r"holds no image files \(1 other file: a.txt"):
+        ImageCorpus.build(tmp_path / "text")
+    (tmp_path / "zero.npz").write_bytes(b"")
+    with pytest.raises(DataError, match="is empty"):
+        ImageCorpus.build(tmp_path / "zero.npz")
+    (tmp_path / "one.png").write_bytes(b"x")
+    with pytest.raises(DataError, match="not a folder of images or an .npz file"):
+        ImageCorpus.build(tmp_path / "one.png")

@@ -212,24 +212,6 @@ def _one_line(error: pytest.ExceptionInfo) -> str:
     return message
 
 
-def test_a_missing_or_empty_path_or_a_folder_without_images_is_refused(tmp_path):
-    with pytest.raises(DataError, match="no such file or folder"):
-        ImageCorpus.build(tmp_path / "nowhere")
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(DataError, match="holds no image files"):
-        ImageCorpus.build(tmp_path / "empty")
-    (tmp_path / "text").mkdir()
-    (tmp_path / "text" / "a.txt").write_text("words")
-    with pytest.raises(DataError, match=r"holds no image files \(1 other file: a.txt"):
-        ImageCorpus.build(tmp_path / "text")
-    (tmp_path / "zero.npz").write_bytes(b"")
-    with pytest.raises(DataError, match="is empty"):
-        ImageCorpus.build(tmp_path / "zero.npz")
-    (tmp_path / "one.png").write_bytes(b"x")
-    with pytest.raises(DataError, match="not a folder of images or an .npz file"):
-        ImageCorpus.build(tmp_path / "one.png")
-
-
 def test_a_corrupt_image_is_refused_naming_it(tmp_path):
     write_folder(tmp_path, {"a": 3})
     bad = tmp_path / "a" / "img1.png"

@@ -43,12 +43,6 @@ def text(tmp_path):
     return path
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("ADDNORM_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
 def _entry(corpus: TokenCorpus) -> Path:
     assert corpus.token_file is not None
     return corpus.token_file.parent
@@ -131,14 +125,14 @@ def test_a_dead_process_temporary_files_are_removed_under_the_lock(text, cache):
 
 _KILLED_MID_PASS = textwrap.dedent("""
     import os, signal, sys
-    from addnorm.data import token_corpus
-    real = token_corpus.read_text_pieces
+    from addnorm.data import token_corpus, tokenize_pass
+    real = tokenize_pass.read_text_pieces
     def dying(files, **kwargs):
         for i, piece in enumerate(real(files, **kwargs)):
             if i == 1:
                 os.kill(os.getpid(), signal.SIGKILL)
             yield piece
-    token_corpus.read_text_pieces = dying
+    tokenize_pass.read_text_pieces = dying
     token_corpus.TokenCorpus.build(sys.argv[1])
 """)
 
@@ -166,8 +160,8 @@ def test_a_second_builder_waits_for_the_lock_then_reuses_the_entry(text, cache, 
     folder = _entry(first)
     shutil.rmtree(folder)
     passes = []
-    real = token_corpus._tokenize
-    monkeypatch.setattr(token_corpus, "_tokenize", lambda *a: passes.append(1) or real(*a))
+    real = token_corpus.tokenize_text
+    monkeypatch.setattr(token_corpus, "tokenize_text", lambda *a: passes.append(1) or real(*a))
     built = []
     with FileLock(folder.with_name(folder.name + ".lock")):
         thread = threading.Thread(target=lambda: built.append(TokenCorpus.build(text)))

@@ -1,26 +1,16 @@
 """Tokenizers run by Hugging Face's ``tokenizers`` library, and what the language-model and
-translation tasks need of a tokenizer.
+translation tasks need of a tokenizer (:class:`~addnorm.data.tokenizers.TextTokenizer`, the
+interface :class:`~addnorm.data.tokenizers.CharTokenizer` and :class:`HFTokenizer` both meet,
+is importable from here too).
 
-- :class:`~addnorm.data.tokenizers.TextTokenizer` (importable from here too): the interface
-  that :class:`~addnorm.data.tokenizers.CharTokenizer` and :class:`HFTokenizer` both meet.
-- :class:`HFTokenizer`: a ``tokenizers.Tokenizer`` (a ``tokenizer.json``) with the special ids
-  and padded batches, built one of two ways:
-
-  - for a user's text: a byte-level BPE trained here (:meth:`HFTokenizer.train_bpe`, on an
-    iterator of texts: the corpus is streamed, never held whole) or a user's file
-    (:meth:`HFTokenizer.from_file`). Its ``<pad>``, ``<bos>`` and ``<eos>`` ids are the file's
-    own special tokens where it has them by a common name, else tokens added for them; it
-    saves itself whole in a checkpoint;
-  - a pretrained model's own (:meth:`HFTokenizer.from_pretrained`), as saved: nothing is added
-    to it, and :meth:`HFTokenizer.encode_for_model` frames texts as its file says (BERT's
-    ``[CLS] ... [SEP]``) and pads them with a ``padding_mask``, as the models take them.
-
-  Batches are padded by ``tokenizers`` itself (``Tokenizer.enable_padding``).
-- :func:`tokenizer_from_dict`: either kind of task tokenizer back from its ``to_dict``.
-- :func:`token_byte_lengths`: the UTF-8 bytes each id stands for (for bits per byte).
-
-``tokenizers`` is a dependency of addnorm (a compiled wheel for every platform), imported
-when a tokenizer of this kind is built or read.
+:class:`HFTokenizer` is a ``tokenizers.Tokenizer`` (a ``tokenizer.json``) with the special ids
+and padded batches (padded by ``tokenizers`` itself), built one of two ways: for a user's
+text, a byte-level BPE trained here on a stream of texts or a user's file, with ``<pad>``,
+``<bos>`` and ``<eos>`` ids added where the file has none by a common name (saved whole in a
+checkpoint); or a pretrained model's own, as saved, which frames texts as its file says
+(BERT's ``[CLS] ... [SEP]``) with a ``padding_mask`` (:meth:`HFTokenizer.encode_for_model`).
+Its files are read by :mod:`addnorm.data.tokenizer_files`; ``tokenizers`` is imported when a
+tokenizer of this kind is built or read.
 
 Shapes legend: B batch, L the longest encoding in the batch.
 """
@@ -37,20 +27,22 @@ import numpy as np
 import torch
 
 from addnorm.data.fingerprint import DataError
+from addnorm.data.tokenizer_files import read_pretrained_tokenizer, read_tokenizer_json
 from addnorm.data.tokenizers import SPECIALS, CharTokenizer, TextTokenizer
 from addnorm.utils.checks import check_int
-from addnorm.utils.files import MAX_JSON_BYTES, UnsafeFileError, read_text
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
 __all__ = [
+    "DEFAULT_BPE_VOCAB_SIZE",
     "MAX_VOCAB_SIZE",
     "MIN_BPE_VOCAB_SIZE",
     "SPECIAL_TOKENS",
     "EncodedBatch",
     "HFTokenizer",
     "TextTokenizer",
+    "check_bpe_vocab_size",
     "describe_tokenizer",
     "token_byte_lengths",
     "tokenizer_from_dict",
@@ -63,8 +55,7 @@ MIN_BPE_VOCAB_SIZE = 256 + len(SPECIAL_TOKENS)
 # The largest vocabulary the tasks take: above every published tokenizer (Gemma 3's has
 # 262,144 tokens), and at d_model 512 its embedding alone is 2 GiB of float32 weights.
 MAX_VOCAB_SIZE = 2**20
-# A user's tokenizer.json is read if it is a regular file of at most this size.
-MAX_TOKENIZER_BYTES = MAX_JSON_BYTES
+DEFAULT_BPE_VOCAB_SIZE = 2048  # a BPE trained for a user's text when no size is given
 # Names a tokenizer.json may give its padding, start and end tokens (first found wins).
 _NAMES = {
     "pad": ("<pad>", "[PAD]", "<|pad|>", "<|padding|>"),
@@ -143,9 +134,7 @@ class HFTokenizer:
         Fewer ids result when the texts hold fewer merges."""
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-        check_int("vocab_size", vocab_size, min_value=MIN_BPE_VOCAB_SIZE)
-        if vocab_size > MAX_VOCAB_SIZE:
-            raise ValueError(f"vocab_size ({vocab_size}) must be <= {MAX_VOCAB_SIZE}")
+        check_bpe_vocab_size(vocab_size)
         tokenizer = Tokenizer(models.BPE())
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tokenizer.decoder = decoders.ByteLevel()
@@ -163,20 +152,9 @@ class HFTokenizer:
         """A user's ``tokenizer.json``. Raises :class:`DataError` starting with ``what`` and
         the path if it is missing, not a regular file, not a tokenizer ``tokenizers`` reads,
         or holds more than ``MAX_VOCAB_SIZE`` ids."""
-        where = f"{what} {os.fspath(path)}"
-        try:
-            text = read_text(path, max_bytes=MAX_TOKENIZER_BYTES, what=what)
-        except FileNotFoundError:
-            raise DataError(
-                f"{where}: no such file (name char, bpe or a tokenizer.json file)"
-            ) from None
-        except UnsafeFileError as err:
-            raise DataError(str(err)) from None
-        except UnicodeDecodeError as err:
-            raise DataError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start})") from None
-        except OSError as err:
-            raise DataError(f"{where}: {err.strerror or err}") from None
-        return cls.from_json(text, source=str(Path(path).absolute()), what=where)
+        text = read_tokenizer_json(path, what)
+        return cls.from_json(text, source=str(Path(path).absolute()),
+                             what=f"{what} {os.fspath(path)}")
 
     @classmethod
     def from_json(cls, text: str, *, source: str = "tokenizer.json", what: str = "tokenizer"
@@ -192,10 +170,8 @@ class HFTokenizer:
             raise DataError(f"{what}: does not parse as a tokenizer.json ({reason})") from None
         size = tokenizer.get_vocab_size(with_added_tokens=True)
         if size + len(SPECIAL_TOKENS) > MAX_VOCAB_SIZE:
-            raise DataError(
-                f"{what}: a vocabulary of {size} tokens, more than the {MAX_VOCAB_SIZE} a "
-                "model here takes"
-            )
+            raise DataError(f"{what}: a vocabulary of {size} tokens, more than the "
+                            f"{MAX_VOCAB_SIZE} a model here takes")
         return cls(tokenizer, source=source)
 
     @classmethod
@@ -204,31 +180,15 @@ class HFTokenizer:
     ) -> HFTokenizer:
         """A pretrained model's own tokenizer, its vocabulary as saved (nothing added).
 
-        ``path`` is the model's folder (its ``tokenizer.json``; the padding token of its
-        ``special_tokens_map.json``, Hugging Face's layout) or the ``tokenizer.json`` itself.
-        ``pad_token`` names the padding token (default: the folder's, else the file's padding
-        setting's); without one, :meth:`encode_for_model` pads with id 0, which its mask marks
-        as padding (GPT-2's case).
-
-        Raises:
-            FileNotFoundError: there is no ``tokenizer.json``.
-            ValueError: ``tokenizers`` cannot read it, or ``pad_token`` is not in it.
+        ``path`` is the model's folder or its ``tokenizer.json``; ``pad_token`` names the
+        padding token (default: the folder's, else the file's padding setting's,
+        :func:`~addnorm.data.tokenizer_files.read_pretrained_tokenizer`); without one,
+        :meth:`encode_for_model` pads with id 0, which its mask marks as padding (GPT-2's).
+        FileNotFoundError without a ``tokenizer.json``; ValueError if ``tokenizers`` cannot
+        read it or ``pad_token`` is not in it.
         """
-        from tokenizers import Tokenizer
-
-        path = Path(path)
-        if path.is_dir():
-            pad_token = pad_token or _pad_token_of(path / "special_tokens_map.json")
-            path = path / "tokenizer.json"
-        if not path.is_file():
-            raise FileNotFoundError(f"tokenizer file not found: {path}")
-        try:
-            tokenizer = Tokenizer.from_file(str(path))
-        except Exception as err:  # tokenizers raises a bare Exception for a malformed file
-            raise ValueError(f"cannot read {path} as a tokenizer.json: {err}") from None
-        if pad_token is None and tokenizer.padding is not None:
-            pad_token = tokenizer.padding.get("pad_token")
-        return cls(tokenizer, source=str(path), add_missing=False, pad_token=pad_token,
+        tokenizer, file, pad_token = read_pretrained_tokenizer(path, pad_token)
+        return cls(tokenizer, source=str(file), add_missing=False, pad_token=pad_token,
                    max_len=max_len)
 
     @property
@@ -278,14 +238,10 @@ class HFTokenizer:
     def decode(self, ids: Iterable[int], *, until_eos: bool = True) -> str:
         """The text of ``ids`` (up to the first ``eos_id`` unless ``until_eos`` is False),
         special tokens and ids outside the vocabulary left out."""
-        stop = self._ids["eos"] if until_eos else None
-        kept = []
-        for i in ids:
-            i = int(i)
-            if i == stop:
-                break
-            if 0 <= i < self.vocab_size:
-                kept.append(i)
+        values, size = [int(i) for i in ids], self.vocab_size
+        if until_eos and self._ids["eos"] in values:
+            values = values[: values.index(self._ids["eos"])]
+        kept = [i for i in values if 0 <= i < size]
         return str(self.tokenizer.decode(kept, skip_special_tokens=True))
 
     def encode_batch(
@@ -336,13 +292,11 @@ class HFTokenizer:
         finally:
             self.tokenizer.no_padding()
         shape = (len(encodings), len(encodings[0].ids))
-
-        def tensor(rows: list[list[int]], dtype: torch.dtype) -> torch.Tensor:
-            return torch.tensor(rows, dtype=dtype).reshape(shape)  # (B, L)
-
-        return (tensor([e.ids for e in encodings], torch.long),
-                tensor([e.attention_mask for e in encodings], torch.bool),
-                tensor([e.type_ids for e in encodings], torch.long))
+        fields = (("ids", torch.long), ("attention_mask", torch.bool), ("type_ids", torch.long))
+        ids, real, types = (  # (B, L) each
+            torch.tensor([getattr(e, name) for e in encodings], dtype=dtype).reshape(shape)
+            for name, dtype in fields)
+        return ids, real, types
 
     def is_byte_level(self) -> bool:
         """Whether its decoder is byte-level (each token's characters are bytes)."""
@@ -388,16 +342,17 @@ class HFTokenizer:
         return f"HFTokenizer(vocab_size={self.vocab_size}, source={self.source!r})"
 
 
-def _pad_token_of(specials: Path) -> str | None:
-    """The padding token's text in a ``special_tokens_map.json`` (a str or
-    ``{"content": ...}``), None without the file or the entry."""
-    if not specials.is_file():
-        return None
-    names = json.loads(specials.read_text(encoding="utf-8"))
-    entry = names.get("pad_token") if isinstance(names, dict) else None
-    if isinstance(entry, dict):
-        entry = entry.get("content")
-    return entry if isinstance(entry, str) else None
+def check_bpe_vocab_size(vocab_size: object) -> int:
+    """``vocab_size`` as the ids of a byte-level BPE (``DEFAULT_BPE_VOCAB_SIZE`` for None); a
+    :class:`DataError` outside ``MIN_BPE_VOCAB_SIZE`` .. ``MAX_VOCAB_SIZE``."""
+    if vocab_size is None:
+        return DEFAULT_BPE_VOCAB_SIZE
+    size = check_int("vocab_size", vocab_size, min_value=1)
+    if not MIN_BPE_VOCAB_SIZE <= size <= MAX_VOCAB_SIZE:
+        raise DataError(f"vocab_size {size}: a byte-level BPE needs {MIN_BPE_VOCAB_SIZE} to "
+                        f"{MAX_VOCAB_SIZE} ids (256 bytes and {MIN_BPE_VOCAB_SIZE - 256} "
+                        "special tokens at least)")
+    return size
 
 
 def _first_id(tokenizer: Tokenizer, names: tuple[str, ...]) -> int | None:
@@ -418,13 +373,11 @@ def tokenizer_from_dict(data: dict) -> CharTokenizer | HFTokenizer:
 def describe_tokenizer(tokenizer: TextTokenizer) -> dict[str, Any]:
     """A short JSON description for a data record: the kind, the size and where it came
     from (no vocabulary)."""
-    if isinstance(tokenizer, HFTokenizer):
-        kind = "bpe" if tokenizer.source == "bpe" else "tokenizer.json"
-        out: dict[str, Any] = {"kind": kind, "vocab_size": tokenizer.vocab_size}
-        if kind != "bpe":
-            out["file"] = tokenizer.source
-        return out
-    return {"kind": "char", "vocab_size": tokenizer.vocab_size}
+    if not isinstance(tokenizer, HFTokenizer):
+        return {"kind": "char", "vocab_size": tokenizer.vocab_size}
+    if tokenizer.source == "bpe":
+        return {"kind": "bpe", "vocab_size": tokenizer.vocab_size}
+    return {"kind": "tokenizer.json", "vocab_size": tokenizer.vocab_size, "file": tokenizer.source}
 
 
 def token_byte_lengths(tokenizer: TextTokenizer) -> np.ndarray:
@@ -440,11 +393,8 @@ def token_byte_lengths(tokenizer: TextTokenizer) -> np.ndarray:
     byte_level = tokenizer.is_byte_level()
     out = np.zeros(tokenizer.vocab_size, dtype=np.int64)
     for i in range(tokenizer.vocab_size):
-        if i in specials:
-            continue
-        piece = tok.id_to_token(i)
-        if piece is None:
-            continue
-        out[i] = len(piece) if byte_level else len(tok.decode([i]).encode("utf-8"))
+        piece = None if i in specials else tok.id_to_token(i)
+        if piece is not None:
+            out[i] = len(piece) if byte_level else len(tok.decode([i]).encode("utf-8"))
     return out
 

@@ -1,8 +1,11 @@
 """A user's image files read for :mod:`addnorm.data.images`: which files are images (the
-suffixes Pillow opens), their headers (mode and size, without decoding), the one colour kind
-a data set must share, each image decoded, center-cropped and resized (``PIL.ImageOps.fit``,
-bicubic; a large JPEG first decoded at a reduced scale, Pillow's draft mode), and an ``.npz``
-file's ``images`` and ``labels`` arrays checked. Each failure is one
+suffixes Pillow opens; a path's image files, :func:`image_paths`), their headers (mode and
+size, without decoding), the one colour kind a data set must share (``GRAY_MODES``: Pillow's
+``1``, ``L``, ``LA``; ``COLOUR_MODES``: ``RGB``, ``RGBA``, ``RGBX``, ``P``, ``PA``, ``CMYK``,
+``YCbCr``, transparency dropped; 16-bit and floating-point modes refused), each image
+decoded, center-cropped and resized (``PIL.ImageOps.fit``, bicubic, which anti-aliases when
+it shrinks; a large JPEG first decoded at a reduced scale, Pillow's draft mode), and an
+``.npz`` file's ``images`` and ``labels`` arrays checked. Each failure is one
 :class:`~addnorm.data.fingerprint.DataError` naming the file (a file that cannot be read:
 :class:`~addnorm.data.fingerprint.DataReadError`).
 """
@@ -18,7 +21,15 @@ from pathlib import Path
 
 import numpy as np
 
-from addnorm.data.fingerprint import DataError, DataReadError
+from addnorm.data.fingerprint import (
+    DataError,
+    DataReadError,
+    absolute_path,
+    is_glob,
+    note_skipped_links,
+    resolve_data_files,
+    resolve_data_listing,
+)
 
 __all__ = [
     "COLOUR_MODES",
@@ -30,9 +41,11 @@ __all__ = [
     "checked_images",
     "checked_labels",
     "common_mode",
+    "count_other_files",
     "decode_file",
     "empty_class_folders",
     "fit_image",
+    "image_paths",
     "image_suffixes",
     "is_image_name",
     "named_examples",
@@ -64,6 +77,51 @@ def image_suffixes() -> frozenset[str]:
 def is_image_name(path: Path) -> bool:
     """Whether ``path``'s suffix is one of a format Pillow opens (any case)."""
     return path.suffix.lower() in image_suffixes()
+
+
+def image_paths(path: str | os.PathLike, what: str, follow_links: bool = False
+                ) -> tuple[Path, list[Path]]:
+    """``(root, files)``: the image files of a folder or glob, or ``[file]`` for an npz; a
+    :class:`DataError` for a single other file, an empty npz, or a folder without images
+    (naming the other files it holds)."""
+    where = f"{what} {os.fspath(path)}"
+    text = absolute_path(path)
+    if not is_glob(text) and os.path.isfile(text):
+        if Path(text).suffix.lower() != ".npz":
+            raise DataError(f"{where}: not a folder of images or an .npz file (a single "
+                            "image is one example; a class needs at least 2)")
+        root, files = resolve_data_files(path, what=what)
+        if files[0].stat().st_size == 0:
+            raise DataError(f"{where}: is empty (0 bytes)")
+        return root, files
+    try:
+        listing = resolve_data_listing(path, what=what, accept=is_image_name,
+                                       kinds="image files", follow_links=follow_links)
+        note_skipped_links(where, listing.skipped_links)
+        return listing.root, listing.files
+    except DataError as err:
+        others = _other_files(text)
+        if not others:
+            raise
+        shown = ", ".join(o.name for o in others[:SHOWN])
+        raise DataError(
+            f"{err} ({len(others)} other file{'s' if len(others) > 1 else ''}: {shown}"
+            f"{', ...' if len(others) > SHOWN else ''}; images are files Pillow opens: "
+            ".png, .jpg, .gif, .bmp, .webp, .tif, ...)"
+        ) from None
+
+
+def _other_files(text: str) -> list[Path]:
+    """The files (not images) a folder or glob holds, for a message; [] if none."""
+    try:
+        return resolve_data_files(text)[1]
+    except DataError:
+        return []
+
+
+def count_other_files(path: str | os.PathLike, n_images: int) -> int:
+    """How many files at ``path`` are not images (left out, and counted in the record)."""
+    return max(len(_other_files(absolute_path(path))) - n_images, 0)
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,10 @@
   rounded to 0..255), and an optional ``labels`` array (N,) of integers or strings: the
   classes are its distinct values, sorted, named by their text.
 
-Images are kept as found, grayscale (one channel) or colour (RGB, three): Pillow's modes
-``1``, ``L`` and ``LA`` are grayscale; ``RGB``, ``RGBA``, ``RGBX``, ``P`` (palette), ``PA``,
-``CMYK`` and ``YCbCr`` are colour; transparency is dropped. A data set of both kinds is
-refused (``images of mixed modes``), and so are 16-bit and floating-point images (modes
-``I``, ``I;16``, ``F``). Each image is center-cropped to a square and resized to the image
-size (``PIL.ImageOps.fit``, bicubic, which anti-aliases when it shrinks; a large JPEG is
-first decoded at a reduced scale no smaller than the image size, Pillow's draft mode).
+Images are kept as found, grayscale (one channel) or colour (RGB, three; transparency
+dropped); a data set of both kinds is refused, and so are 16-bit and floating-point images.
+Each image is center-cropped to a square and resized to the image size
+(:mod:`addnorm.data.image_files` reads, checks and decodes the files).
 
 :meth:`ImageCorpus.build` reads the names, classes, modes and sizes (the images' headers
 only) and fingerprints the files (:mod:`addnorm.data.fingerprint`); the pixels are decoded
@@ -29,12 +26,9 @@ smallest (a folder's: the file's path below the folder; an npz's: ``images[i]``)
 in every process and run, so each class needs at least 2 images.
 
 Bad data raises one :class:`~addnorm.data.fingerprint.DataError` naming the path, and the
-file where one is to blame: a missing or empty path, a folder with no images, images of
-mixed or unsupported modes, an image Pillow cannot decode (damaged, truncated or not an
-image at all: found from its header when the data is read, or when it is decoded), a class
-with one image, an npz without ``images`` or with labels that do not match them. A file
-that cannot be read, or changes while it is read, raises
-:class:`~addnorm.data.fingerprint.DataReadError` (an ``OSError``).
+file where one is to blame (an image Pillow cannot decode is found from its header when the
+data is read, or when it is decoded); a file that cannot be read, or changes while it is
+read, raises :class:`~addnorm.data.fingerprint.DataReadError` (an ``OSError``).
 
 :class:`ImageDataset` is a ``torch.utils.data.Dataset`` of one split at one size, for a
 ``DataLoader``; :class:`ImageBatches` is the trainer's batch source for the DiT: such a
@@ -63,10 +57,7 @@ from addnorm.data.fingerprint import (
     data_note,
     fingerprint_files,
     is_glob,
-    note_skipped_links,
     reopening,
-    resolve_data_files,
-    resolve_data_listing,
 )
 from addnorm.data.image_files import (
     COLOUR_MODES,
@@ -75,11 +66,12 @@ from addnorm.data.image_files import (
     SHOWN,
     array_image,
     common_mode,
+    count_other_files,
     decode_file,
     empty_class_folders,
     fit_image,
+    image_paths,
     image_suffixes,
-    is_image_name,
     named_examples,
     read_header,
     read_npz,
@@ -165,10 +157,11 @@ class ImageCorpus:
         :meth:`pixels`. Raises :class:`DataError` (messages start with ``what`` and the
         path) for data that cannot be used, :class:`DataReadError` for a file that cannot be
         read. A folder's links leading outside it are read only with ``follow_links``."""
-        _check_val_fraction(val_fraction)
-        root, files = _resolve(path, what, follow_links)
+        check_float("val_fraction", val_fraction, min_value=0.0, min_inclusive=False,
+                    max_value=0.5)
+        root, files = image_paths(path, what, follow_links)
         fingerprint = fingerprint_files(files, root)
-        if os.path.isfile(absolute_path(path)):  # _resolve takes no other file
+        if os.path.isfile(absolute_path(path)):  # image_paths takes no other file
             corpus = cls._from_npz(path, files[0], fingerprint, val_fraction, what)
         else:
             corpus = cls._from_folder(path, root, files, fingerprint, val_fraction, what)
@@ -183,7 +176,7 @@ class ImageCorpus:
         follow = bool(record.details.get("follow_links", False))
         with reopening(record):
             fraction = float(record.split["val_fraction"])
-            root, files = _resolve(record.path, "data", follow)
+            root, files = image_paths(record.path, "data", follow)
         record.check_unchanged(fingerprint_files(files, root), files=files, root=root)
         return cls.build(record.path, val_fraction=fraction, follow_links=follow)
 
@@ -213,7 +206,7 @@ class ImageCorpus:
         headers = [read_header(f) for f in files]
         mode = common_mode(where, names, headers)
         record = _record(path, fingerprint, "folder", classes, labels, mode, val_fraction,
-                         ignored=_count_other_files(path, len(files)))
+                         ignored=count_other_files(path, len(files)))
         empty = empty_class_folders(root, names) if nested and not is_glob(
             absolute_path(path)) else []
         if empty:  # a class with no images is no class: said, and recorded
@@ -305,54 +298,6 @@ class ImageCorpus:
         return (f"ImageCorpus({self.record.path!r}, {len(self)} {self.mode} images, "
                 f"classes={list(self.classes)[:SHOWN]}{'...' if self.n_classes > SHOWN else ''}"
                 f", train={len(self.train_index)}, held_out={len(self.val_index)})")
-
-
-def _check_val_fraction(val_fraction: float) -> float:
-    """``val_fraction`` checked: in (0, 0.5]."""
-    return check_float("val_fraction", val_fraction, min_value=0.0, min_inclusive=False,
-                       max_value=0.5)
-
-
-def _resolve(path: str | os.PathLike, what: str, follow_links: bool = False
-             ) -> tuple[Path, list[Path]]:
-    """``(root, files)``: the image files of a folder or glob, or ``[file]`` for an npz."""
-    where = f"{what} {os.fspath(path)}"
-    text = absolute_path(path)
-    if not is_glob(text) and os.path.isfile(text):
-        if Path(text).suffix.lower() != ".npz":
-            raise DataError(f"{where}: not a folder of images or an .npz file (a single "
-                            "image is one example; a class needs at least 2)")
-        root, files = resolve_data_files(path, what=what)
-        if files[0].stat().st_size == 0:
-            raise DataError(f"{where}: is empty (0 bytes)")
-        return root, files
-    try:
-        listing = resolve_data_listing(path, what=what, accept=is_image_name,
-                                       kinds="image files", follow_links=follow_links)
-        note_skipped_links(where, listing.skipped_links)
-        return listing.root, listing.files
-    except DataError as err:
-        others = _other_files(text)
-        if not others:
-            raise
-        shown = ", ".join(o.name for o in others[:SHOWN])
-        raise DataError(
-            f"{err} ({len(others)} other file{'s' if len(others) > 1 else ''}: {shown}"
-            f"{', ...' if len(others) > SHOWN else ''}; images are files Pillow opens: "
-            ".png, .jpg, .gif, .bmp, .webp, .tif, ...)"
-        ) from None
-
-
-def _other_files(text: str) -> list[Path]:
-    """The files (not images) a folder or glob holds, for a message; [] if none."""
-    try:
-        return resolve_data_files(text)[1]
-    except DataError:
-        return []
-
-
-def _count_other_files(path: str | os.PathLike, n_images: int) -> int:
-    return max(len(_other_files(absolute_path(path))) - n_images, 0)
 
 
 def _check_class_sizes(where: str, classes: Sequence[str], labels: np.ndarray,

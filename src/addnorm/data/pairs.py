@@ -1,15 +1,6 @@
 """Sentence pairs from a user's files, for the translation task: read and checked line by
-line, split into train and held-out pairs by a recorded rule, tokenized per side or shared.
-
-A pairs file is TSV, ``source<TAB>target`` a line, or JSON Lines, ``{"source": ...,
-"target": ...}`` a line (other keys ignored), told apart by the name: ``.jsonl``, ``.ndjson``
-and ``.json`` are JSON Lines, anything else TSV. Lines are read as bytes, one at a time, and
-an empty line is skipped (a CRLF line end is read as LF); any other line that is not a pair is
-refused with one :class:`~addnorm.data.fingerprint.DataError` naming the file and line: not
-UTF-8 (and the byte), a NUL byte (a binary file), no tab or more than one, an empty side, a
-line that is not a JSON object, a missing or non-string ``source`` / ``target``, a lone
-surrogate (a JSON escape of half a UTF-16 pair), a side longer than ``MAX_SIDE_CHARS``. A TSV
-file's first line may be a header row (``header``, :mod:`addnorm.data.tsv_header`).
+line (:mod:`addnorm.data.pair_files`, the formats and what is refused), split into train and
+held-out pairs by a recorded rule, tokenized per side or shared.
 
 :meth:`PairCorpus.build` reads a file (or a folder or glob of them) and an optional held-out
 file; without one, a pair is held out when the CRC-32 of its source falls in the first
@@ -26,38 +17,31 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from addnorm.data.batches import encode_date_pairs
-from addnorm.data.fingerprint import (
-    DataError,
-    DataFingerprint,
-    DataReadError,
-    DataRecord,
-    absolute_path,
-    data_note,
-    fingerprint_files,
-    note_skipped_links,
-    reopening,
-    resolve_data_listing,
-)
+from addnorm.data.fingerprint import DataError, DataRecord, reopening
 from addnorm.data.hf_tokenizer import (
-    MAX_VOCAB_SIZE,
-    MIN_BPE_VOCAB_SIZE,
     HFTokenizer,
     TextTokenizer,
+    check_bpe_vocab_size,
     describe_tokenizer,
+)
+from addnorm.data.pair_files import (
+    JSONL_SUFFIXES,
+    MAX_SIDE_CHARS,
+    Pair,
+    PairFiles,
+    pair_format,
+    parse_pair_line,
+    read_pairs,
 )
 from addnorm.data.sampler import SampledBatches, SeededSampler
 from addnorm.data.tokenizers import CharTokenizer
-from addnorm.data.tsv_header import HEADER_CHOICES, header_verdict
-from addnorm.utils.checks import check_choice, check_float, check_int
-from addnorm.utils.files import parse_json
+from addnorm.utils.checks import check_choice, check_float
 
 __all__ = [
     "JSONL_SUFFIXES",
@@ -70,196 +54,9 @@ __all__ = [
     "read_pairs",
 ]
 
-JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
-# The longest side of a pair, in characters: a sentence or a few; a longer line is a file
-# that is not pairs, and its attention would need far more memory than any other pair's.
-MAX_SIDE_CHARS = 2**14
-DEFAULT_BPE_VOCAB_SIZE = 2048
 # The held-out rule: CRC-32 of the source (UTF-8) modulo _BUCKETS, below val_fraction of it.
 _BUCKETS = 1_000_000
 _SPLITS = ("train", "val")
-
-
-class Pair(NamedTuple):
-    """A source text and its target text."""
-
-    source: str
-    target: str
-
-
-def parse_pair_line(text: str, fmt: str) -> Pair:
-    """One line (without its line end) of a ``"tsv"`` or ``"jsonl"`` file as a pair; a
-    ValueError saying what is wrong otherwise (the caller adds the file and line)."""
-    if fmt == "tsv":
-        fields = text.split("\t")
-        if len(fields) == 1:
-            raise ValueError("no tab between source and target")
-        if len(fields) > 2:
-            raise ValueError(
-                f"{len(fields) - 1} tabs; a line is source<TAB>target (a text holding a tab "
-                "needs JSON Lines)"
-            )
-        source, target = fields
-    else:
-        try:
-            value = parse_json(text)
-        except ValueError as err:  # JSONDecodeError, or nested too deeply
-            raise ValueError(f"not JSON ({err})") from None
-        if not isinstance(value, dict):
-            raise ValueError(f'a JSON object {{"source": ..., "target": ...}} is expected, got '
-                             f"{type(value).__name__}")
-        for key in ("source", "target"):
-            if key not in value:
-                raise ValueError(f"no {key!r} key")
-            if not isinstance(value[key], str):
-                raise ValueError(f"{key!r} must be a string, got {type(value[key]).__name__}")
-        source, target = value["source"], value["target"]
-    for side, part in (("source", source), ("target", target)):
-        if not part.strip():
-            raise ValueError(f"the {side} is empty")
-        _check_unicode(side, part)
-    return Pair(source, target)
-
-
-def _check_unicode(side: str, text: str) -> None:
-    """ValueError naming the first lone surrogate of ``text`` (a JSON escape such as
-    ``"\\ud800"`` of half a UTF-16 pair: no character, and no UTF-8 encodes it)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise ValueError(
-            f"the {side} holds a lone surrogate U+{ord(text[err.start]):04X} at character "
-            f"{err.start + 1} (a JSON escape of half a UTF-16 pair, which is no character); "
-            "write the character itself, or both halves of its pair"
-        ) from None
-
-
-def read_pairs(path: Path, *, what: str = "data", expected_size: int | None = None,
-               header: str = "auto") -> list[Pair]:
-    """The pairs of one file, in file order (see the module docstring for the formats and
-    what is refused; ``header``: what a TSV file's first line is, one of ``HEADER_CHOICES``).
-    Raises :class:`DataError` naming ``what``, the file and the line, and
-    :class:`DataReadError` if the file fails or changes while it is read."""
-    check_choice("header", header, HEADER_CHOICES)
-    fmt = "jsonl" if path.suffix.lower() in JSONL_SUFFIXES else "tsv"
-    where = f"{what} {path}"
-    pairs: list[Pair] = []
-    first = fmt == "tsv"  # the first non-empty line of a TSV file may be a header
-    try:
-        f = open(path, "rb")
-    except OSError as err:
-        raise DataReadError(f"{path}: cannot be read ({err.strerror or err})") from None
-    with f:
-        before = os.fstat(f.fileno())
-        if expected_size is not None and before.st_size != expected_size:
-            raise DataReadError(f"{path}: changed while it was read ({expected_size} bytes when "
-                                f"first looked at, {before.st_size} now)")
-        offset = 0
-        for number, raw in enumerate(_lines(f, path), 1):
-            start, offset = offset, offset + len(raw)
-            line = raw.rstrip(b"\n").rstrip(b"\r")
-            if number == 1 and line.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark
-                line, start = line[3:], start + 3
-            if not line:
-                continue
-            nul = line.find(b"\x00")
-            if nul >= 0:
-                raise DataError(f"{where}: line {number}: a NUL byte at byte {start + nul}; a "
-                                "binary file, not text")
-            try:
-                text = line.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise DataError(f"{where}: line {number}: not UTF-8 text ({err.reason} at byte "
-                                f"{start + err.start})") from None
-            if first:
-                first = False
-                if _is_header(text, header, f"{where}: line {number}"):
-                    continue
-            try:
-                pair = parse_pair_line(text, fmt)
-            except ValueError as err:
-                raise DataError(f"{where}: line {number}: {err}") from None
-            for side, part in zip(("source", "target"), pair, strict=True):
-                if len(part) > MAX_SIDE_CHARS:
-                    raise DataError(
-                        f"{where}: line {number}: the {side} is {len(part)} characters long, "
-                        f"more than the {MAX_SIDE_CHARS} a side may have (a pair is a "
-                        "sentence or a few); split it or leave the line out"
-                    )
-            pairs.append(pair)
-        after = os.fstat(f.fileno())
-    if offset != before.st_size or (after.st_size, after.st_mtime_ns) != (
-        before.st_size, before.st_mtime_ns
-    ):
-        raise DataReadError(f"{path}: changed while it was read ({before.st_size} bytes when "
-                            f"opened, {offset} read, {after.st_size} now)")
-    return pairs
-
-
-def _is_header(text: str, header: str, where: str) -> bool:
-    """Whether a TSV file's first line is a header row to skip (:mod:`tsv_header`);
-    :class:`DataError` with a hint when ``auto`` cannot tell."""
-    if header != "auto":
-        return header == "yes"
-    fields = text.split("\t")
-    verdict = header_verdict(fields)
-    if verdict == "header":
-        data_note(f"{where}: {fields[0]!r}, {fields[1]!r} is a header row, skipped "
-                  "(--header no trains on it as a pair)")
-        return True
-    if verdict == "unclear":
-        raise DataError(f"{where}: {fields[0]!r}, {fields[1]!r} may be a header row; say "
-                        "which: --header yes skips it, --header no trains on it as a pair")
-    return False
-
-
-def _lines(f, path: Path) -> Iterator[bytes]:
-    while True:
-        try:
-            line = f.readline()
-        except OSError as err:
-            raise DataReadError(f"{path}: reading failed ({err.strerror or err})") from None
-        if not line:
-            return
-        yield line
-
-
-@dataclass(frozen=True)
-class _Files:
-    """One path's files (a pairs file, or a folder or glob of them) and their fingerprint."""
-
-    path: str
-    root: Path
-    files: list[Path]
-    fingerprint: DataFingerprint
-
-    skipped_links: tuple[str, ...] = ()
-
-    @classmethod
-    def of(cls, path: str | os.PathLike, what: str, follow_links: bool = False) -> _Files:
-        listing = resolve_data_listing(path, what=what, follow_links=follow_links)
-        note_skipped_links(f"{what} {os.fspath(path)}", listing.skipped_links)
-        fingerprint = fingerprint_files(listing.files, listing.root)
-        if fingerprint.size == 0:
-            raise DataError(f"{what} {os.fspath(path)}: is empty (0 bytes)")
-        return cls(absolute_path(path), listing.root, listing.files, fingerprint,
-                   listing.skipped_links)
-
-    def read(self, what: str, header: str = "auto") -> list[Pair]:
-        """Every file's pairs, in name order; :class:`DataReadError` if a file changed since
-        it was fingerprinted or while it was read."""
-        sizes = {e.name: e.size for e in self.fingerprint.files}
-        pairs: list[Pair] = []
-        for path in self.files:
-            expected = sizes.get(path.relative_to(self.root).as_posix())
-            pairs += read_pairs(path, what=what, expected_size=expected, header=header)
-        if not pairs:
-            raise DataError(f"{what} {self.path}: holds no pairs (only empty lines)")
-        after = fingerprint_files(self.files, self.root)
-        if after.digest != self.fingerprint.digest:
-            changed = "; ".join(self.fingerprint.changes(after)[:3])
-            raise DataReadError(f"{self.path}: changed while it was read ({changed})")
-        return pairs
 
 
 class PairCorpus:
@@ -318,8 +115,8 @@ class PairCorpus:
                     max_value=0.5)
         if os.fspath(tokenizer) != "bpe" and vocab_size is not None:
             raise DataError(f"vocab_size ({vocab_size}) applies to the bpe tokenizer only")
-        data = _Files.of(path, "data", follow_links)
-        held = None if valid is None else _Files.of(valid, "valid", follow_links)
+        data = PairFiles.of(path, "data", follow_links)
+        held = None if valid is None else PairFiles.of(valid, "valid", follow_links)
         train, held_out, split = _split(data, held, val_fraction, header)
         src_tok, tgt_tok = _tokenizers(train, tokenizer, vocab_size, shared_vocab)
         record = _record(data, held, split, src_tok, tgt_tok, cls._format(data))
@@ -336,8 +133,8 @@ class PairCorpus:
         follow, header = record.details.get("follow_links", False), record.details.get(
             "header", "auto")
         with reopening(record):
-            data = _Files.of(record.path, "data", bool(follow))
-            held = None if valid is None else _Files.of(valid["path"], "valid", bool(follow))
+            data = PairFiles.of(record.path, "data", bool(follow))
+            held = None if valid is None else PairFiles.of(valid["path"], "valid", bool(follow))
         record.check_unchanged(data.fingerprint, files=data.files, root=data.root)
         if held is not None and valid is not None:
             DataRecord.from_dict(valid).check_unchanged(held.fingerprint, files=held.files,
@@ -347,9 +144,8 @@ class PairCorpus:
         return cls(train, held_out, src_tok, tgt_tok, record)
 
     @staticmethod
-    def _format(files: _Files) -> str:
-        kinds = {"jsonl" if p.suffix.lower() in JSONL_SUFFIXES else "tsv" for p in files.files}
-        return "+".join(sorted(kinds))
+    def _format(files: PairFiles) -> str:
+        return "+".join(sorted({pair_format(p) for p in files.files}))
 
     def pairs(self, split: str) -> list[Pair]:
         """The "train" or "val" (held-out) pairs, in file order."""
@@ -376,7 +172,7 @@ def _longest(tokenizer: TextTokenizer, texts: list[str]) -> int:
     return max((len(t) for t in texts), default=0)
 
 
-def _split(data: _Files, held: _Files | None, val_fraction: float, header: str = "auto"
+def _split(data: PairFiles, held: PairFiles | None, val_fraction: float, header: str = "auto"
            ) -> tuple[list[Pair], list[Pair], dict[str, Any]]:
     pairs = data.read("data", header)
     if held is not None:
@@ -417,11 +213,7 @@ def _tokenizers(
         return (CharTokenizer(sorted(set("".join(sources)))),
                 CharTokenizer(sorted(set("".join(targets)))))
     if kind == "bpe":
-        size = DEFAULT_BPE_VOCAB_SIZE if vocab_size is None else vocab_size
-        check_int("vocab_size", size, min_value=1)
-        if not MIN_BPE_VOCAB_SIZE <= size <= MAX_VOCAB_SIZE:
-            raise DataError(f"vocab_size {size}: a byte-level BPE needs {MIN_BPE_VOCAB_SIZE} to "
-                            f"{MAX_VOCAB_SIZE} ids")
+        size = check_bpe_vocab_size(vocab_size)
         if shared:
             tok = HFTokenizer.train_bpe(iter([*sources, *targets]), size)
             return tok, tok
@@ -433,7 +225,7 @@ def _tokenizers(
     return file_tok, HFTokenizer.from_json(file_tok.to_json(), source=file_tok.source)
 
 
-def _reading(data: _Files, follow_links: bool, header: str) -> dict[str, Any]:
+def _reading(data: PairFiles, follow_links: bool, header: str) -> dict[str, Any]:
     """How the files were read, where it is not the default (a resumed run reads them the
     same way), and the links left out."""
     out: dict[str, Any] = {"follow_links": True} if follow_links else {}
@@ -444,7 +236,7 @@ def _reading(data: _Files, follow_links: bool, header: str) -> dict[str, Any]:
     return out
 
 
-def _record(data: _Files, held: _Files | None, split: dict[str, Any], src_tok: TextTokenizer,
+def _record(data: PairFiles, held: PairFiles | None, split: dict[str, Any], src_tok: TextTokenizer,
             tgt_tok: TextTokenizer, fmt: str) -> DataRecord:
     shared = src_tok is tgt_tok
     tokenizer = {"shared": describe_tokenizer(src_tok)} if shared else {

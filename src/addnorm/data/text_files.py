@@ -10,19 +10,28 @@ the pieces with where they start. Every piece is checked on the way:
 - bytes that are not UTF-8: :class:`DataError` naming the file and the byte offset, as
   ``addnorm translate`` names a line's;
 - a file that fails while it is read, or whose size or modification time changes while it
-  is read (or differs from the size it was fingerprinted with): :class:`DataReadError`.
+  is read (or differs from the size it was fingerprinted with): :class:`DataReadError`
+  (:func:`opened_unchanged` and :func:`check_read_whole`, which a pairs file's reading shares).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from addnorm.data.fingerprint import DataError, DataReadError
 
-__all__ = ["BLOCK_BYTES", "TextPiece", "read_text_pieces"]
+__all__ = [
+    "BLOCK_BYTES",
+    "TextPiece",
+    "check_read_whole",
+    "opened_unchanged",
+    "read_text_pieces",
+]
 
 # Bytes read at a time (a piece is at most this plus the rest of a line cut at a block's end).
 BLOCK_BYTES = 2**20
@@ -65,8 +74,11 @@ def read_text_pieces(
         yield from _file_pieces(index, path, expected, block)
 
 
-def _file_pieces(index: int, path: Path, expected: int | None, block: int
-                 ) -> Iterator[TextPiece]:
+@contextmanager
+def opened_unchanged(path: Path, expected: int | None
+                     ) -> Iterator[tuple[BinaryIO, os.stat_result]]:
+    """``path`` open for reading bytes, and its stat when opened; :class:`DataReadError` if
+    it cannot be opened or its size is not ``expected`` (the size it was fingerprinted with)."""
     try:
         f = open(path, "rb")
     except OSError as err:
@@ -78,6 +90,25 @@ def _file_pieces(index: int, path: Path, expected: int | None, block: int
                 f"{path}: changed while it was read ({expected} bytes when first looked at, "
                 f"{before.st_size} now)"
             )
+        yield f, before
+
+
+def check_read_whole(path: Path, f: BinaryIO, before: os.stat_result, read: int) -> None:
+    """:class:`DataReadError` unless the ``read`` bytes were the whole file and its size and
+    modification time are still those it was opened with."""
+    after = os.fstat(f.fileno())
+    if read != before.st_size or (after.st_size, after.st_mtime_ns) != (
+        before.st_size, before.st_mtime_ns
+    ):
+        raise DataReadError(
+            f"{path}: changed while it was read ({before.st_size} bytes when opened, "
+            f"{read} read, {after.st_size} now)"
+        )
+
+
+def _file_pieces(index: int, path: Path, expected: int | None, block: int
+                 ) -> Iterator[TextPiece]:
+    with opened_unchanged(path, expected) as (f, before):
         offset, carry = 0, b""
         while True:
             try:
@@ -98,14 +129,7 @@ def _file_pieces(index: int, path: Path, expected: int | None, block: int
                 offset += len(piece)
             if not chunk:
                 break
-        after = os.fstat(f.fileno())
-    if offset != before.st_size or (after.st_size, after.st_mtime_ns) != (
-        before.st_size, before.st_mtime_ns
-    ):
-        raise DataReadError(
-            f"{path}: changed while it was read ({before.st_size} bytes when opened, "
-            f"{offset} read, {after.st_size} now)"
-        )
+        check_read_whole(path, f, before, offset)
 
 
 def _cut(data: bytes) -> int:

@@ -13,11 +13,10 @@ Shapes legend: B batch, C input channels, C_out output channels (2C with learned
 H = W = input_size, p patch size, g = H / p patches per side, N = g * g tokens, D d_model.
 
 Values are checked once, at this boundary (class ids in range, finite timesteps: one host
-sync; in-graph asserts instead while ``torch.compile`` or ``torch.export`` captures a graph);
-the parts check only the structure of what they receive. Labels checked beforehand
-(:meth:`DiT.checked_labels`, what a sampler passes at every step) are not read again, so a
-call with them and integer timesteps reads nothing back. The forward compiles with
-``fullgraph=True`` and exports with a dynamic batch (:mod:`addnorm.export`).
+sync; in-graph asserts while a graph is captured); the parts check only structure. Labels
+checked beforehand (:meth:`DiT.checked_labels`, what a sampler passes at every step) are not
+read again, so a call with them and integer timesteps reads nothing back. The forward
+compiles with ``fullgraph=True`` and exports with a dynamic batch (:mod:`addnorm.export`).
 """
 
 from __future__ import annotations
@@ -216,14 +215,12 @@ class DiT(PretrainedMixin, nn.Module):
         """Classifier-free guidance on every noise channel, in DiT's calling convention.
 
         The batch has 2B rows: y's first half holds the classes, its second half the null id
-        ``n_classes``. Only x's first half is used (it is repeated for the null half, as in
-        DiT); t is used as given. The C noise channels are guided,
-        ``uncond + s * (cond - uncond)`` (:func:`~addnorm.diffusion.classifier_free_guidance`),
-        and returned in both halves; with ``learn_sigma`` the C variance channels are not
-        guided but returned as each half computed them (DiT's "standard approach", left
-        commented out in its code). DiT's own ``forward_with_cfg`` guides channels 0..2
-        only, "for exact reproducibility": ``classifier_free_guidance(out, s, n_guided=3)``
-        on this model's output of the doubled batch reproduces it.
+        ``n_classes``; x's first half is used for both halves (as in DiT), t as given. The C
+        noise channels are guided, ``uncond + s * (cond - uncond)``
+        (:func:`~addnorm.diffusion.classifier_free_guidance`), and returned in both halves;
+        with ``learn_sigma`` the C variance channels are returned unguided, as each half
+        computed them (DiT's "standard approach"). DiT's own ``forward_with_cfg`` guides
+        channels 0..2 only: ``classifier_free_guidance(out, s, n_guided=3)`` reproduces it.
 
         Shapes:
             x: (2B, C, H, W); t: (2B,); y: (2B,), y[B:] == n_classes

@@ -19,9 +19,9 @@ Conventions (see ``docs/design.md``):
   ``memory_key_padding_mask``; ``EncoderDecoder`` uses the source padding for it, so outputs
   agree when the two masks are the same (the usual call).
 - ``nn.TransformerEncoder``'s optional ``norm`` is ``Encoder(final_norm=True)`` (likewise for
-  the decoder). ``nn.Transformer`` always has both final norms, also post-LN, so its
-  conversion has ``final_norm=True``; ``to_torch`` of an ``EncoderDecoder`` passes its stacks
-  as ``custom_encoder`` / ``custom_decoder``, so a stack without final norm stays without.
+  the decoder); ``nn.Transformer`` always has both, so its conversion has them; ``to_torch``
+  of an ``EncoderDecoder`` passes its stacks as ``custom_encoder`` / ``custom_decoder``, so a
+  stack without final norm stays without.
 - One dropout probability per module, as in torch.nn; it carries over. Parameters keep their
   dtype and device; the new module has the source's train/eval mode.
 - ``to_torch`` builds ``nn.TransformerEncoder(..., enable_nested_tensor=False)``: torch's
@@ -37,6 +37,7 @@ GroupNorm), and the ``swiglu`` / ``gelu_tanh`` activations.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import TypeVar, cast
 
@@ -61,11 +62,8 @@ _T = TypeVar("_T")
 
 
 def from_torch(module: nn.Module) -> nn.Module:
-    """The addnorm counterpart of a torch.nn Transformer module, with its weights.
-
-    See the module docstring for the table of types and what cannot be converted. The result
-    is batch-first, on the source's device and dtype, in the source's train/eval mode.
-    """
+    """The addnorm counterpart of a torch.nn Transformer module, with its weights (the types,
+    conventions and what cannot be converted: the module docstring)."""
     for torch_type, convert in _FROM_TORCH:
         if isinstance(module, torch_type):
             converted, pairs = convert(module)
@@ -75,10 +73,8 @@ def from_torch(module: nn.Module) -> nn.Module:
 
 
 def to_torch(module: nn.Module) -> nn.Module:
-    """The torch.nn counterpart (``batch_first=True``) of an addnorm module, with its weights.
-
-    See the module docstring for the table of types and what cannot be converted.
-    """
+    """The torch.nn counterpart (``batch_first=True``) of an addnorm module, with its weights
+    (the types, conventions and what cannot be converted: the module docstring)."""
     for addnorm_type, convert in _TO_TORCH:
         if isinstance(module, addnorm_type):
             converted, pairs = convert(module)
@@ -100,19 +96,14 @@ def _finish(target: nn.Module, source: nn.Module, pairs: Pairs) -> nn.Module:
     with torch.no_grad():
         for target_name, source_name in pairs:
             dst, src = _lookup(target, target_name), _lookup(source, source_name)
-            if (dst is None) != (src is None):
-                raise RuntimeError(f"internal: {target_name} and {source_name} disagree on bias")
-            if dst is not None and src is not None:  # both or neither, checked above
+            if dst is not None and src is not None:  # both or neither: one spec, one bias
                 dst.copy_(src)
     return target
 
 
 def _lookup(module: nn.Module, name: str) -> torch.Tensor | None:
     """The parameter at dotted ``name``, or None where the module has it switched off."""
-    *path, leaf = name.split(".")
-    for part in path:
-        module = getattr(module, part)
-    return getattr(module, leaf)
+    return cast("torch.Tensor | None", functools.reduce(getattr, name.split("."), module))
 
 
 def _check_all_mapped(module: nn.Module, names: list[str]) -> None:
@@ -123,13 +114,12 @@ def _check_all_mapped(module: nn.Module, names: list[str]) -> None:
         )
 
 
-def _mha_pairs() -> Pairs:
-    return [
-        ("in_proj.weight", "in_proj_weight"),
-        ("in_proj.bias", "in_proj_bias"),
-        ("out_proj.weight", "out_proj.weight"),
-        ("out_proj.bias", "out_proj.bias"),
-    ]
+_MHA_PAIRS: Pairs = [
+    ("in_proj.weight", "in_proj_weight"),
+    ("in_proj.bias", "in_proj_bias"),
+    ("out_proj.weight", "out_proj.weight"),
+    ("out_proj.bias", "out_proj.bias"),
+]
 
 
 def _prefixed(ours: str, theirs: str, pairs: Pairs) -> Pairs:
@@ -142,11 +132,11 @@ def _affine(ours: str, theirs: str) -> Pairs:
 
 def _layer_pairs(decoder: bool) -> Pairs:
     """addnorm layer names against ``nn.Transformer{Encoder,Decoder}Layer`` names."""
-    pairs = _prefixed("self_attn.", "self_attn.", _mha_pairs())
+    pairs = _prefixed("self_attn.", "self_attn.", _MHA_PAIRS)
     pairs += _affine("ff.w1", "linear1") + _affine("ff.w2", "linear2")
     if not decoder:
         return pairs + _affine("attn_add_norm.norm", "norm1") + _affine("ff_add_norm.norm", "norm2")
-    pairs += _prefixed("cross_attn.", "multihead_attn.", _mha_pairs())
+    pairs += _prefixed("cross_attn.", "multihead_attn.", _MHA_PAIRS)
     pairs += _affine("self_attn_add_norm.norm", "norm1")
     pairs += _affine("cross_attn_add_norm.norm", "norm2")
     return pairs + _affine("ff_add_norm.norm", "norm3")
@@ -212,8 +202,7 @@ def _norm_spec(name: str, norm: object) -> tuple[float, bool]:
 def _torch_layer_spec(layer: TorchLayer, decoder: bool) -> LayerConfig:
     """The spec of an ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer``."""
     attn_names = ("self_attn", "multihead_attn") if decoder else ("self_attn",)
-    attns = {name: getattr(layer, name) for name in attn_names}
-    mha = {name: _torch_mha(m, name) for name, m in attns.items()}
+    mha = {name: _torch_mha(getattr(layer, name), name) for name in attn_names}
     d_model, n_heads = _same("(d_model, n_heads)", {n: s[:2] for n, s in mha.items()})
     norm_names = ("norm1", "norm2", "norm3") if decoder else ("norm1", "norm2")
     norms = {name: _norm_spec(name, getattr(layer, name)) for name in norm_names}
@@ -235,17 +224,23 @@ def _torch_layer_spec(layer: TorchLayer, decoder: bool) -> LayerConfig:
     )
 
 
+def _stack_spec(specs: dict[str, LayerConfig], norm: object, norm_name: str, eps_name: str
+                ) -> tuple[LayerConfig, bool]:
+    """(layer spec shared by every layer, has a final norm) of a stack of either library,
+    given its layers' specs and its final norm (None: none)."""
+    spec = _same("layer configuration", specs)
+    if norm is not None:
+        eps, bias = _norm_spec(norm_name, norm)
+        _same(eps_name, {"layers": spec.norm_eps, "norm.eps": eps})
+        _same("bias", {"layers": spec.bias, "norm.bias": bias})
+    return spec, norm is not None
+
+
 def _torch_stack_spec(stack: TorchStack, decoder: bool) -> tuple[LayerConfig, bool]:
-    """(layer spec shared by every layer, has a final norm) of a torch.nn stack."""
     # torch.nn stacks hold clones of the Transformer{Encoder,Decoder}Layer they were given
     specs = {f"layers[{i}]": _torch_layer_spec(cast(TorchLayer, layer), decoder) for i, layer in
              enumerate(stack.layers)}
-    spec = _same("layer configuration", specs)
-    if stack.norm is not None:
-        eps, bias = _norm_spec("norm", stack.norm)
-        _same("layer_norm_eps", {"layers": spec.norm_eps, "norm.eps": eps})
-        _same("bias", {"layers": spec.bias, "norm.bias": bias})
-    return spec, stack.norm is not None
+    return _stack_spec(specs, stack.norm, "norm", "layer_norm_eps")
 
 
 # ---------------------------------------------------------------- reading addnorm modules
@@ -261,13 +256,10 @@ def _addnorm_mha(mha: MultiHeadAttention, name: str) -> tuple[int, int, float, b
 
 def _addnorm_layer_spec(layer: AddnormLayer, decoder: bool) -> LayerConfig:
     """The spec of an addnorm ``EncoderLayer`` / ``DecoderLayer``, or why torch.nn lacks it."""
-    attn_names = ["self_attn"]
-    add_norm_names = ["attn_add_norm", "ff_add_norm"]
-    if decoder:
-        attn_names = ["self_attn", "cross_attn"]
-        add_norm_names = ["self_attn_add_norm", "cross_attn_add_norm", "ff_add_norm"]
-    attns = {name: getattr(layer, name) for name in attn_names}
-    mha = {name: _addnorm_mha(m, name) for name, m in attns.items()}
+    attn_names = ("self_attn", "cross_attn") if decoder else ("self_attn",)
+    add_norm_names = (("self_attn_add_norm", "cross_attn_add_norm", "ff_add_norm") if decoder
+                      else ("attn_add_norm", "ff_add_norm"))
+    mha = {name: _addnorm_mha(getattr(layer, name), name) for name in attn_names}
     add_norms = {name: getattr(layer, name) for name in add_norm_names}
     norms = {n: _norm_spec(f"{n}.norm ({type(a.norm).__name__})", a.norm)
              for n, a in add_norms.items()}
@@ -296,13 +288,8 @@ def _addnorm_stack_spec(stack: AddnormStack, decoder: bool) -> tuple[LayerConfig
     # Encoder / Decoder build their layers from EncoderLayer / DecoderLayer only
     specs = {f"layers[{i}]": _addnorm_layer_spec(cast(AddnormLayer, layer), decoder)
              for i, layer in enumerate(stack.layers)}
-    spec = _same("layer configuration", specs)
-    final_norm = not isinstance(stack.norm, nn.Identity)
-    if final_norm:
-        eps, bias = _norm_spec(f"norm ({type(stack.norm).__name__})", stack.norm)
-        _same("norm eps", {"layers": spec.norm_eps, "norm.eps": eps})
-        _same("bias", {"layers": spec.bias, "norm.bias": bias})
-    return spec, final_norm
+    norm = None if isinstance(stack.norm, nn.Identity) else stack.norm
+    return _stack_spec(specs, norm, f"norm ({type(stack.norm).__name__})", "norm eps")
 
 
 # --------------------------------------------------------------------------- conversions
@@ -310,24 +297,18 @@ def _addnorm_stack_spec(stack: AddnormStack, decoder: bool) -> tuple[LayerConfig
 
 def _mha_from_torch(m: nn.MultiheadAttention) -> tuple[nn.Module, Pairs]:
     d_model, n_heads, dropout, bias = _torch_mha(m, "MultiheadAttention")
-    return MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias), _mha_pairs()
+    return MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias), _MHA_PAIRS
 
 
 def _mha_to_torch(m: MultiHeadAttention) -> tuple[nn.Module, Pairs]:
     d_model, n_heads, dropout, bias = _addnorm_mha(m, "MultiHeadAttention")
     converted = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, bias=bias,
                                       batch_first=True)
-    return converted, _mha_pairs()
-
-
-def _addnorm_layer(spec: LayerConfig, decoder: bool) -> nn.Module:
-    layer_type = DecoderLayer if decoder else EncoderLayer
-    return layer_type(spec)
+    return converted, _MHA_PAIRS
 
 
 def _torch_layer(spec: LayerConfig, decoder: bool) -> TorchLayer:
-    layer_type = nn.TransformerDecoderLayer if decoder else nn.TransformerEncoderLayer
-    return layer_type(
+    return (nn.TransformerDecoderLayer if decoder else nn.TransformerEncoderLayer)(
         spec.d_model, spec.n_heads, dim_feedforward=spec.d_ff, dropout=spec.dropout,
         activation=spec.activation, layer_norm_eps=spec.norm_eps, batch_first=True,
         norm_first=spec.norm_position == "pre", bias=spec.bias,
@@ -335,8 +316,7 @@ def _torch_layer(spec: LayerConfig, decoder: bool) -> TorchLayer:
 
 
 def _addnorm_stack(spec: LayerConfig, n_layers: int, final_norm: bool, decoder: bool):
-    stack_type = Decoder if decoder else Encoder
-    return stack_type(spec, n_layers, final_norm=final_norm)
+    return (Decoder if decoder else Encoder)(spec, n_layers, final_norm=final_norm)
 
 
 def _torch_stack(spec: LayerConfig, n_layers: int, final_norm: bool, decoder: bool):
@@ -348,11 +328,10 @@ def _torch_stack(spec: LayerConfig, n_layers: int, final_norm: bool, decoder: bo
 
 
 def _layer_converter(decoder: bool, into_addnorm: bool) -> Callable:
-    # from_torch / to_torch call ``convert`` only on instances of the types it is listed with
     def convert(layer: TorchLayer | AddnormLayer) -> tuple[nn.Module, Pairs]:
         if into_addnorm:
             spec = _torch_layer_spec(cast(TorchLayer, layer), decoder)
-            return _addnorm_layer(spec, decoder), _layer_pairs(decoder)
+            return (DecoderLayer if decoder else EncoderLayer)(spec), _layer_pairs(decoder)
         spec = _addnorm_layer_spec(cast(AddnormLayer, layer), decoder)
         return _torch_layer(spec, decoder), _layer_pairs(decoder)
 
@@ -360,7 +339,6 @@ def _layer_converter(decoder: bool, into_addnorm: bool) -> Callable:
 
 
 def _stack_converter(decoder: bool, into_addnorm: bool) -> Callable:
-    # from_torch / to_torch call ``convert`` only on instances of the types it is listed with
     def convert(stack: TorchStack | AddnormStack) -> tuple[nn.Module, Pairs]:
         if into_addnorm:
             spec, final_norm = _torch_stack_spec(cast(TorchStack, stack), decoder)
@@ -401,6 +379,7 @@ def _transformer_to_torch(model: EncoderDecoder) -> tuple[nn.Module, Pairs]:
     return converted, pairs + _prefixed("decoder.", "decoder.", decoder_pairs)
 
 
+# from_torch / to_torch call a converter only on instances of the type it is listed with.
 _FROM_TORCH: list[tuple[type, Callable]] = [
     (nn.MultiheadAttention, _mha_from_torch),
     (nn.TransformerEncoderLayer, _layer_converter(decoder=False, into_addnorm=True)),

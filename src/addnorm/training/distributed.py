@@ -25,12 +25,9 @@ Conventions a user can reason about:
   after the same step; collectives time out (``DEFAULT_TIMEOUT_S``) instead of hanging when a
   rank dies.
 
-``prepare_model`` applies the trainer's switches to a model in place, in this order:
-activation checkpointing of every layer (the classes the model names in its
-``layer_classes``, :class:`addnorm.family.ModelFamily`: ``EncoderLayer``, ``DecoderLayer``,
-``DiTBlock``), FSDP2 sharding (``fully_shard`` per layer, then the root), and returns the
-callable that runs the forward (the model itself, or a ``DistributedDataParallel`` wrapper
-around it).
+``prepare_model`` applies the trainer's switches to a model in place: activation
+checkpointing of every layer (the classes its families name, ``layer_classes``), then FSDP2
+sharding per layer and the root, or a ``DistributedDataParallel`` wrapper.
 """
 
 from __future__ import annotations
@@ -40,7 +37,7 @@ import functools
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -133,18 +130,14 @@ def init_distributed(
         backend = "nccl"
     else:
         backend = "gloo"
-    dist.init_process_group(
-        backend,
-        rank=world.rank,
-        world_size=world.size,
-        timeout=datetime.timedelta(seconds=timeout_s),
-    )
+    dist.init_process_group(backend, rank=world.rank, world_size=world.size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
     return device
 
 
 def shutdown() -> None:
     """Leave the process group, if there is one."""
-    if dist.is_available() and dist.is_initialized():
+    if in_process_group():
         dist.destroy_process_group()
 
 
@@ -155,17 +148,17 @@ def in_process_group() -> bool:
 
 def is_distributed() -> bool:
     """Whether this process is one of several training processes."""
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    return in_process_group() and dist.get_world_size() > 1
 
 
 def rank() -> int:
     """This process's rank (0 without a process group)."""
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    return dist.get_rank() if in_process_group() else 0
 
 
 def world_size() -> int:
     """How many processes train together (1 without a process group)."""
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    return dist.get_world_size() if in_process_group() else 1
 
 
 def is_main() -> bool:
@@ -246,13 +239,9 @@ def checkpoint_layers(model: nn.Module) -> nn.Module:
     backward pass instead of stored (non-reentrant ``torch.utils.checkpoint``). The wrapper
     strips its own prefix from state dict keys, so checkpoints keep the plain keys."""
     classes = layer_classes(model)
-    apply_activation_checkpointing(
-        model,
-        checkpoint_wrapper_fn=functools.partial(
-            checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT
-        ),
-        check_fn=lambda module: isinstance(module, classes),
-    )
+    wrap = functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+    apply_activation_checkpointing(model, checkpoint_wrapper_fn=wrap,
+                                   check_fn=lambda module: isinstance(module, classes))
     return model
 
 
@@ -326,8 +315,8 @@ def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
         return model.state_dict()
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-    state: dict[str, Any] = get_model_state_dict(model, options=_options(cpu_offload=True))
-    return state
+    return cast(dict[str, torch.Tensor],
+                get_model_state_dict(model, options=_options(cpu_offload=True)))
 
 
 def model_state(model: nn.Module, *, whole: bool) -> dict[str, torch.Tensor]:
@@ -338,8 +327,7 @@ def model_state(model: nn.Module, *, whole: bool) -> dict[str, torch.Tensor]:
         return full_model_state(model) if whole else model.state_dict()
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-    state: dict[str, Any] = get_model_state_dict(model)
-    return state
+    return cast(dict[str, torch.Tensor], get_model_state_dict(model))
 
 
 def load_full_model_state(model: nn.Module, state: Mapping[str, torch.Tensor]) -> None:

@@ -1,18 +1,14 @@
 """Frozen, validated configurations of the two models, and the named presets.
 
 Variants come from ``dataclasses.replace(cfg, ...)`` (validated again); checkpoints store a
-config as JSON through ``to_dict()`` / ``from_dict()``. The named configurations, one typed
-dict per model: ``TRANSFORMER_PRESETS`` (the paper's base model and small CPU-sized ones) and
-``LM_PRESETS``; ``PRESETS`` holds both by name, each entry typed as its own config (a
-``TypedDict``, ``Presets``); a task names its family's dict (``Task.presets``).
+config as JSON through ``to_dict()`` / ``from_dict()``. The presets, one typed dict per model:
+``TRANSFORMER_PRESETS`` (the paper's base model and small CPU-sized ones) and ``LM_PRESETS``;
+``PRESETS`` holds both by name, each entry typed as its own config (a ``TypedDict``).
 
-Each model config tells its model's size without building it: ``count_parameters()`` (within
-2% of the built model's: every bias and norm vector is counted whether the config has it or
-not, and a gated feed-forward's second bias is left out, at most one number per weight either
-way), ``count_buffers()`` (the position tables, exactly) and ``activation_shape()`` (the
-layers and widths activations scale with; :class:`addnorm.family.FamilyConfig`). Loading
-(``addnorm.pretrained.mixin``) and the estimates made before training (``addnorm.training.sizes``)
-ask them.
+Each model config tells its model's size without building it (:class:`addnorm.family.FamilyConfig`,
+for loading and the estimates before training): ``count_parameters()`` (within 2%: every bias
+and norm vector is counted whether the config has it or not, a gated feed-forward's second
+bias is not), ``count_buffers()`` (the position tables, exactly) and ``activation_shape()``.
 """
 
 from __future__ import annotations
@@ -26,12 +22,7 @@ from addnorm.feedforward import ACTIVATIONS, GATED_ACTIVATIONS
 from addnorm.norms import NORM_KINDS
 from addnorm.packing import check_unpad
 from addnorm.residual import NORM_POSITIONS
-from addnorm.utils.checks import (
-    check_choice,
-    check_float,
-    check_int,
-    check_probability,
-)
+from addnorm.utils.checks import check_bool, check_choice, check_float, check_int, check_probability
 
 __all__ = [
     "EMBED_SCALES",
@@ -50,6 +41,7 @@ POSITION_ENCODINGS = ("sinusoidal", "learned", "rotary", "none")
 # BERT: their tables are trained at the scale of the position table).
 EMBED_SCALES = ("sqrt_d_model", "none")
 EmbedScale = Literal["sqrt_d_model", "none"]
+
 
 @dataclass(frozen=True)
 class LayerConfig(ConfigBase):
@@ -100,8 +92,7 @@ def _check_layer(cfg: LayerConfig | _ModelConfig) -> None:
     check_choice("norm", cfg.norm, NORM_KINDS)
     check_choice("norm_position", cfg.norm_position, NORM_POSITIONS)
     check_float("norm_eps", cfg.norm_eps, min_value=0.0)
-    if not isinstance(cfg.bias, bool):
-        raise TypeError(f"bias must be a bool, got {cfg.bias!r}")
+    check_bool("bias", cfg.bias)
 
 
 class _ModelConfig(ConfigBase):
@@ -162,8 +153,7 @@ def _check_generating_config(cfg: TransformerConfig | LMConfig) -> None:
             "addnorm.norms.GroupNorm stays available for non-causal stacks)"
         )
     _check_model_edges(cfg)
-    if not isinstance(cfg.tie_output, bool):
-        raise TypeError(f"tie_output must be a bool, got {cfg.tie_output!r}")
+    check_bool("tie_output", cfg.tie_output)
 
 
 def _check_model_edges(cfg: Any) -> None:
@@ -212,20 +202,13 @@ class TransformerConfig(_ModelConfig):
 
     Attributes:
         src_vocab_size, tgt_vocab_size: V of the source and target vocabularies.
-        d_model, n_heads, d_ff: widths D, H, F.
         n_encoder_layers, n_decoder_layers: N of each stack.
-        dropout: P_drop (embeddings + positions, attention weights, sublayers, FFN).
-        activation: FFN activation (``"relu"``, ``"gelu"``, ``"gelu_tanh"``, ``"swiglu"``).
-        norm: norm kind (``"layer"``, ``"batch"``, ``"rms"``). ``"group"`` is refused:
-            GroupNorm's statistics span positions, so the causal decoder would see the future
-            (one field serves both stacks, so the encoder cannot have it either).
-            ``"batch"`` in train mode also mixes positions: its batch statistics cover every
-            real token of the batch, later ones included, so a token's training output
-            depends (weakly) on the future; eval mode uses running statistics and is causal.
-            It is allowed for the seed's BatchNorm-vs-LayerNorm experiments.
-        norm_position: ``"post"`` (the paper) or ``"pre"``.
-        norm_eps: epsilon of the norms.
-        bias: biases of the linear layers and LayerNorms.
+        d_model, n_heads, d_ff, dropout, activation, norm_position, norm_eps, bias: as in
+            :class:`LayerConfig` (dropout also on the embeddings + positions).
+        norm: as in :class:`LayerConfig`, but ``"group"`` is refused: GroupNorm's statistics
+            span positions, so the causal decoder would see the future (one field serves both
+            stacks). ``"batch"`` in train mode mixes positions too (its batch statistics cover
+            later tokens; eval mode is causal): allowed for the seed's BatchNorm experiments.
         final_norm: norm after each stack; None = only for pre-LN.
         position_encoding: ``"sinusoidal"`` (the paper), ``"learned"``, ``"rotary"`` or
             ``"none"``. (Not to be confused with ``norm_position``, post or pre.)
@@ -238,9 +221,9 @@ class TransformerConfig(_ModelConfig):
         pad_id, bos_id, eos_id: special token ids; ``pad_id`` in both vocabularies,
             ``bos_id``/``eos_id`` in the target one. All three must differ: padding is
             masked out, and generation never emits ``pad_id`` or ``bos_id``.
-        unpad: the encoder runs on the real source tokens only (see
-            :class:`~addnorm.transformer.stacks.Encoder`); its output is zero at padding, which
-            the decoder never reads. The date translator turns it on.
+        unpad: the encoder runs on the real source tokens only
+            (:class:`~addnorm.transformer.stacks.Encoder`); its output is zero at padding,
+            which the decoder never reads.
     """
 
     src_vocab_size: int = 37000
@@ -275,8 +258,7 @@ class TransformerConfig(_ModelConfig):
         check_int("tgt_vocab_size", self.tgt_vocab_size, min_value=1)
         check_int("n_encoder_layers", self.n_encoder_layers, min_value=1)
         check_int("n_decoder_layers", self.n_decoder_layers, min_value=1)
-        if not isinstance(self.share_embeddings, bool):
-            raise TypeError(f"share_embeddings must be a bool, got {self.share_embeddings!r}")
+        check_bool("share_embeddings", self.share_embeddings)
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 f"share_embeddings needs equal vocab sizes, got src_vocab_size "
@@ -290,8 +272,7 @@ class TransformerConfig(_ModelConfig):
         )
 
     def count_parameters(self) -> int:
-        """The parameters of ``Transformer(self)``, without building it (see the module
-        docstring for the margin)."""
+        """The parameters of ``Transformer(self)``, without building it (within 2%)."""
         attention, feedforward, norm = self._sublayer_parameters()
         encoder = self.n_encoder_layers * (attention + feedforward + 2 * norm) + norm
         decoder = self.n_decoder_layers * (2 * attention + feedforward + 3 * norm) + norm
@@ -301,8 +282,7 @@ class TransformerConfig(_ModelConfig):
         return tables + 2 * self._learned_positions() + encoder + decoder + output
 
     def count_buffers(self) -> int:
-        """The numbers of ``Transformer(self)``'s computed position tables (one sinusoid per
-        stack's embedder)."""
+        """The numbers of its computed position tables (a sinusoid per stack's embedder)."""
         return self._position_buffers(n_embedders=2)
 
     def activation_shape(self) -> ActivationShape:
@@ -317,12 +297,11 @@ class TransformerConfig(_ModelConfig):
 class LMConfig(_ModelConfig):
     """A decoder-only language model: causal self-attention + FFN blocks, pre-LN by default.
 
-    Attributes as in :class:`TransformerConfig`, with one ``vocab_size`` and ``n_layers``;
-    ``tie_output`` ties the output projection to the token embedding. ``norm="group"`` is
-    refused and ``norm="batch"`` mixes positions in train mode (see
-    :class:`TransformerConfig`). ``pad_id`` must differ from ``bos_id`` and ``eos_id``;
-    ``bos_id == eos_id`` is allowed here (GPT-2's one ``<|endoftext|>`` separator both starts
-    and ends documents; generation only refuses to emit ``pad_id``).
+    Attributes as in :class:`TransformerConfig` (its ``norm`` rules included), with one
+    vocabulary of ``vocab_size`` ids and ``n_layers`` decoder blocks; ``tie_output`` ties the
+    output projection to the token embedding. ``pad_id`` must differ from ``bos_id`` and
+    ``eos_id``; ``bos_id == eos_id`` is allowed (GPT-2's one ``<|endoftext|>`` both starts and
+    ends documents; generation only refuses to emit ``pad_id``).
 
     ``pad_id=None`` declares that the vocabulary has no padding token (GPT-2): every id is a
     real token, and padding is given only through ``padding_mask``. ``bos_id=None`` /
@@ -330,10 +309,6 @@ class LMConfig(_ModelConfig):
     ids lie outside its vocabulary, which transformers runs): generation then stops only at
     ``max_new_tokens`` or a ``stop_fn``. ``embed_scale="none"`` with
     ``position_encoding="learned"`` is GPT-2's input layer, ``E[ids] + P[positions]``.
-
-    Attributes:
-        vocab_size: V, the one vocabulary.
-        n_layers: N, the decoder blocks.
     """
 
     vocab_size: int = 256
@@ -367,8 +342,7 @@ class LMConfig(_ModelConfig):
         _check_distinct_ids(self, [("pad_id", "bos_id"), ("pad_id", "eos_id")])
 
     def count_parameters(self) -> int:
-        """The parameters of ``TransformerLM(self)``, without building it (see the module
-        docstring for the margin)."""
+        """The parameters of ``TransformerLM(self)``, without building it (within 2%)."""
         attention, feedforward, norm = self._sublayer_parameters()
         body = self.n_layers * (attention + feedforward + 2 * norm) + norm
         output = 0 if self.tie_output else self.vocab_size * (self.d_model + 1)
@@ -407,9 +381,8 @@ LM_PRESETS: dict[str, LMConfig] = {
     "lm-small": LMConfig(vocab_size=256, d_model=128, n_heads=4, n_layers=4, d_ff=512),
 }
 # Both families' presets by name (the names are distinct), each typed as its own config, so
-# ``addnorm.PRESETS["tiny"]`` is a TransformerConfig and ``addnorm.PRESETS["lm-tiny"]`` an
-# LMConfig to a type checker, without an ``isinstance``. A name held in a variable is looked
-# up in its family's dict (``LM_PRESETS[name]``), which a type checker types as well.
+# ``addnorm.PRESETS["tiny"]`` is a TransformerConfig to a type checker, without an
+# ``isinstance``; a name in a variable is looked up in its family's dict (``LM_PRESETS[name]``).
 # tests/test_presets.py holds PRESETS to the two dicts (a preset added there belongs here).
 Presets = TypedDict("Presets", {
     "base": TransformerConfig, "tiny": TransformerConfig, "small": TransformerConfig,

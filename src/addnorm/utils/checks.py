@@ -42,6 +42,7 @@ __all__ = [
     "check_float",
     "check_int",
     "check_known_fields",
+    "check_norm_input",
     "check_positions",
     "check_probability",
     "check_tensor",
@@ -215,6 +216,25 @@ def check_bool_mask(
             f"({name.split(' ')[0]}.to({str(device)!r}))"
         )
     return mask
+
+
+def check_norm_input(
+    x: object, padding_mask: object, d_model: int
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A norm's ``norm(x, padding_mask)``: x (B, L, D) or (B, D) floating, the mask bool (B, L)
+    on x's device, and only for (B, L, D) input."""
+    x = check_tensor("x", x, ndim=(2, 3), last_dim=d_model, floating=True)
+    if padding_mask is None:
+        return x, None
+    if x.ndim == 2:
+        raise ValueError(
+            "padding_mask is only meaningful for (B, L, D) input; "
+            f"got x of shape {tuple(x.shape)} (B, D)"
+        )
+    padding_mask = check_bool_mask(
+        "padding_mask (True = padding)", padding_mask, x.shape[:2], x.device
+    )
+    return x, padding_mask
 
 
 def check_positions(positions: object, batch: int, length: int) -> torch.Tensor:
