@@ -504,8 +504,7 @@ class DecodingCache:
             kv.values[:, :, :n] = new.values[:, :, :n]
             kv._count.set(n)
         self.padding_mask[:, :n] = fresh.padding_mask[:, :n]
-        if self.static:  # the slots not written are padding
-            self.padding_mask[:, n:] = True
+        self.padding_mask[:, n:] = self.static  # the slots not written, as allocate left them
         if fresh._padded:
             self.n_tokens.copy_(fresh.n_tokens)
         else:  # every row holds n real tokens

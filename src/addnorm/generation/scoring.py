@@ -38,7 +38,8 @@ def decode_log_probs(
 
     Shapes:
         ids: (B, L), L >= 2
-        returns: (B, L - 1) float32; column i scores ``ids[:, i + 1]``
+        returns: (B, L - 1), float32 or the logits' wider dtype; column i scores
+        ``ids[:, i + 1]``
     """
     ids = check_tensor("ids", ids, ndim=2)
     if ids.dtype != torch.long or ids.shape[1] < 2:
@@ -61,5 +62,6 @@ def decode_log_probs(
     scores = [logits]
     for i in range(1, new):
         scores.append(step(ids[:, i : i + 1], cache))  # (B, V)
-    log_probs = torch.stack(scores, dim=1).float().log_softmax(dim=-1)  # (B, L - 1, V)
+    logits = torch.stack(scores, dim=1)  # (B, L - 1, V)
+    log_probs = logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(dim=-1)
     return log_probs.gather(-1, ids[:, 1:, None]).squeeze(-1)
