@@ -12,9 +12,10 @@ those of what ``generate`` computes at each position:
 - ``stride S``: the window of C characters slides by S (``GenerationConfig.window_stride``).
 
 Then tokens per second of greedy generation of ``--new`` characters at batch 1 (eager), per
-stride, and, for each setting, how samples of 4C characters (temperature 1) look past the
-context: their longest run of one character and the distinct characters in their last C,
-beside the held-out text's own. Not part of pytest.
+setting, the fastest of ``--repeats`` rounds, and how samples of 4C characters (temperature 1)
+look past the context: how often a letter repeats the character before it (within the
+context and past it) and their longest run of one letter past it, beside the held-out
+text's own. Not part of pytest.
 
     .venv/bin/python benchmarks/generation_window.py runs/lm64 [--windows 32] [--threads 1]
 """
@@ -39,8 +40,17 @@ def _blocks(bits: torch.Tensor, context: int) -> list[float]:
     return [bits[:, i : i + context].mean().item() for i in range(0, bits.shape[1], context)]
 
 
-def _longest_run(text: str) -> int:
-    return max(len(list(group)) for _, group in itertools.groupby(text))
+def _longest_letter_run(text: str) -> int:
+    """The longest run of one letter (runs of spaces and rules of "*" are the text's own)."""
+    return max([len(list(group)) for key, group in itertools.groupby(text) if key.isalpha()]
+               or [0])
+
+
+def _letter_repeats(texts: list[str]) -> float:
+    """How often a letter repeats the character before it."""
+    pairs = [a == b for text in texts for a, b in zip(text[:-1], text[1:], strict=True)
+             if b.isalpha()]
+    return sum(pairs) / max(len(pairs), 1)
 
 
 def main() -> None:
@@ -49,7 +59,7 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=32, help="held-out windows scored")
     parser.add_argument("--strides", default="1,q,h", help="strides: numbers, q (C/4), h (C/2)")
     parser.add_argument("--new", type=int, default=512, help="characters generated for speed")
-    parser.add_argument("--samples", type=int, default=8, help="samples for the run lengths")
+    parser.add_argument("--samples", type=int, default=64, help="samples for the run lengths")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (the fastest counts)")
     parser.add_argument("--skip-scores", action="store_true", help="time and sample only")
     parser.add_argument("--threads", type=int, default=1)
@@ -68,11 +78,10 @@ def main() -> None:
     print(f"run {args.run}: context {context}, max_len {model.cfg.max_len}, "
           f"{model.cfg.position_encoding} positions; {n} held-out windows of {length + 1}")
     text = task.tokenizer.decode(val.tolist())
-    runs = [_longest_run(text[i : i + length - context]) for i in range(0, len(text), length)]
-    distinct = [len(set(text[i : i + context])) for i in range(0, len(text) - context, length)]
-    print(f"held-out text, per {length - context} characters: longest run of one character "
-          f"median {statistics.median(runs)} (max {max(runs)}); distinct characters per "
-          f"{context}: median {statistics.median(distinct)}")
+    runs = [_longest_letter_run(text[i : i + length]) for i in range(0, len(text), length)]
+    print(f"held-out text: letters repeating the character before {_letter_repeats([text]):.3f};"
+          f" longest run of one letter per {length} characters: median "
+          f"{statistics.median(runs)}, max {max(runs)}")
     settings = [("no window", {"window": max(length, model.cfg.max_len)})] + [
         (f"stride {s}", {"window_stride": s}) for s in strides]
     header = "setting        within C  past C   " + "  ".join(
@@ -104,16 +113,14 @@ def main() -> None:
         sampling = dataclasses.replace(greedy[name], strategy="sample", temperature=1.0,
                                        max_new_tokens=length - prompt.shape[1])
         generator = torch.Generator().manual_seed(0)
-        runs, distinct = [], []
-        for _ in range(args.samples):
-            ids = model.generate(prompt, sampling, generator=generator)[0].tolist()
-            sample = task.tokenizer.decode(prompt[0].tolist() + ids)
-            runs.append(_longest_run(sample[context:]))
-            distinct.append(len(set(sample[-context:])))
-        print(f"{name:<14} {new / seconds[name]:7.0f} tokens/s ({new} tokens); past the context: "
-              f"longest run of one character median {statistics.median(runs)} (max "
-              f"{max(runs)}), distinct characters in the last {context}: median "
-              f"{statistics.median(distinct)}")
+        rows = model.generate(prompt.expand(args.samples, -1), sampling, generator=generator)
+        samples = [task.tokenizer.decode(prompt[0].tolist() + row) for row in rows.tolist()]
+        runs = [_longest_letter_run(sample[context:]) for sample in samples]
+        within = _letter_repeats([sample[:context] for sample in samples])
+        past = _letter_repeats([sample[context - 1 :] for sample in samples])
+        print(f"{name:<14} {new / seconds[name]:7.0f} tokens/s ({new} tokens); samples: letters "
+              f"repeated {within:.3f} within the context, {past:.3f} past it; longest run of "
+              f"one letter past it: median {statistics.median(runs)}, max {max(runs)}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Generating past a model's context: its window slides, recomputed.
 
 A decoder-only model trained on windows of ``context`` tokens has never seen a position past
-``context - 1``: run there, it scores worse than letter frequencies (docs/generation.md has the
+``context - 1``: run there, it scores worse than letter frequencies (docs/measurements.md has the
 measurement). So generation sees at most ``window`` tokens at once (the model's
 ``GenerationSpec.context`` unless ``GenerationConfig.window`` says otherwise), as nanoGPT's
 ``generate`` crops its input to ``block_size``: a longer prompt is run from its last
@@ -58,7 +58,7 @@ class Window:
 def default_stride(window: int) -> int:
     """The stride of a window of ``window`` tokens when the config names none: a quarter of
     it (at least 1), so every token is predicted from at least three quarters of a window,
-    for a recomputation every ``window / 4`` tokens (docs/generation.md measures the choice
+    for a recomputation every ``window / 4`` tokens (docs/measurements.md measures the choice
     against stride 1 and 1/2)."""
     return max(window // 4, 1)
 
