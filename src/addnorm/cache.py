@@ -429,7 +429,7 @@ class DecodingCache:
         end = start + new
         if end > self.max_len:
             raise ValueError(_overflow(start, new, self.max_len))
-        if self.ids is not None:
+        if self.ids is not None and ids is not None:  # both or neither (checked above)
             self.ids[:, start:end] = ids
         if padding_mask is not None:  # a dynamic cache's slots not written stay False
             self.padding_mask[:, start:end] = padding_mask
@@ -449,7 +449,7 @@ class DecodingCache:
         """A compiled static extend: the new token's padding (and id) written at slot
         ``written``."""
         slots = self._count.claim_slots(new, self.max_len)  # (L,)
-        if self.ids is not None:
+        if self.ids is not None and ids is not None:  # both or neither (checked by extend)
             self.ids.index_copy_(1, slots, ids)  # (B, max_len)
         new_padding = padding_mask
         if new_padding is None:  # no new token is padding

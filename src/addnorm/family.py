@@ -11,7 +11,8 @@ through this protocol, so a new family plugs in by implementing it, with no edit
   counted without building it;
 - :class:`GenerativeModel`, implemented by the models that generate tokens (``Transformer``,
   ``TransformerLM``): ``start``, ``step`` and a :class:`GenerationSpec`, all that the one
-  :func:`~addnorm.generation.generate.generate` drives.
+  :func:`~addnorm.generation.generate.generate` drives; :class:`WindowedModel`, a
+  decoder-only one (``TransformerLM``) that slides its window past its trained context.
 
 :func:`padded_tokens` builds the token batches the token models' example inputs share.
 This module imports no family: the families import it.

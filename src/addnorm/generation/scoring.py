@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from addnorm.generation.config import GenerationConfig
+from addnorm.generation.step import StepFn
 from addnorm.generation.window import sliding_step, window_of
 from addnorm.utils.checks import check_tensor
 
@@ -51,6 +52,7 @@ def decode_log_probs(
     frame = window_of(spec, GenerationConfig(window=window, window_stride=window_stride))
     new = ids.shape[1] - 1
     padding = torch.zeros_like(ids[:, :1], dtype=torch.bool)  # (B, 1): no padding
+    step: StepFn
     if frame is None:
         cache, logits = model.start(ids[:, :1], padding, max_new_tokens=new)
         step = model.step
