@@ -227,3 +227,74 @@ def test_the_memory_mask_follows_a_reorder_as_if_built_from_the_reordered_paddin
     for got, want in zip(_effective(cache.memory_mask, rows, 4), _effective(expected, rows, 4),
                          strict=True):
         assert torch.equal(got, want)
+
+
+# ------------------------------------------------------------------ ids, for sliding windows
+
+
+def _with_ids(static: bool, max_len: int = 6) -> DecodingCache:
+    return DecodingCache.allocate(
+        n_layers=2, batch_size=2, n_heads=1, d_head=2, max_len=max_len, dtype=torch.float32,
+        device=torch.device("cpu"), static=static, keep_ids=True,
+    )
+
+
+def _fill(cache: DecodingCache, ids: torch.Tensor, padding: torch.Tensor | None) -> None:
+    """Record ``ids`` as a model's run does: extend, then every layer's keys and values
+    (each position's value: its id, so what is kept can be read back)."""
+    cache.extend(padding, ids.shape[1], ids=ids)
+    kv = ids[:, None, :, None].float().expand(-1, 1, -1, 2)  # (B, H, L, Dh)
+    for layer in cache.layers:
+        layer.self_attn.append(kv, kv)
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_a_full_cache_gives_its_last_positions_and_restarts_from_a_fresh_one(static):
+    cache = _with_ids(static)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10], [0, 0, 7, 8, 9, 11]])
+    padding = ids == 0
+    _fill(cache, ids, padding)
+    kept, kept_padding = cache.last_positions(3)
+    assert torch.equal(kept, ids[:, 3:]) and torch.equal(kept_padding, padding[:, 3:])
+    fresh = _with_ids(False, max_len=4)
+    window = torch.cat([kept, torch.tensor([[12], [13]])], dim=1)  # (2, 4)
+    _fill(fresh, window, torch.zeros(2, 4, dtype=torch.bool))
+    addresses = [t.data_ptr() for t in (cache.padding_mask, cache.ids, cache.n_tokens)]
+    cache.restart_from(fresh)
+    assert cache.length == 4 and torch.equal(cache.ids[:, :4], window)
+    assert torch.equal(cache.n_tokens, torch.tensor([4, 4]))  # every row: 4 real tokens
+    assert not cache.padding_mask[:, :4].any()
+    assert bool((cache.padding_mask[:, 4:] == static).all())  # as allocate leaves them
+    for layer in cache.layers:
+        assert layer.self_attn.length == 4
+        assert torch.equal(layer.self_attn.keys[:, 0, :4, 0], window.float())
+    if static:  # in place: a compiled step's buffers keep their addresses
+        assert addresses == [t.data_ptr() for t in (cache.padding_mask, cache.ids,
+                                                    cache.n_tokens)]
+    # the next step continues at position 4 of every row
+    _, positions = cache.extend(None, 1, ids=torch.tensor([[1], [2]]))
+    assert positions is None or torch.equal(positions, torch.tensor([[4], [4]]))
+
+
+def test_a_dynamic_cache_slides_only_once_full_and_only_with_ids():
+    cache = _with_ids(False)
+    _fill(cache, torch.tensor([[5, 6], [7, 8]]), None)
+    with pytest.raises(ValueError, match="holds 2 of its 6 positions"):
+        cache.last_positions(2)
+    with pytest.raises(ValueError, match="keep \\(7\\) exceeds"):
+        cache.last_positions(7)
+    with pytest.raises(ValueError, match="ids exactly when the cache keeps ids"):
+        cache.extend(None, 1)
+    plain = allocate(False)
+    with pytest.raises(ValueError, match="keeps no ids"):
+        plain.last_positions(1)
+    with pytest.raises(ValueError, match="ids exactly when the cache keeps ids"):
+        plain.extend(None, 1, ids=torch.tensor([[1], [2]]))
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_a_reorder_moves_the_ids_with_their_rows(static):
+    cache = _with_ids(static)
+    _fill(cache, torch.tensor([[5, 6], [7, 8]]), None)
+    cache.reorder(torch.tensor([1, 1]))
+    assert torch.equal(cache.ids[:, :2], torch.tensor([[7, 8], [7, 8]]))

@@ -214,3 +214,43 @@ def test_the_cross_attention_mask_is_built_once_per_generate(position_encoding, 
 
     (one, _), (many, steps) = run(1), run(9)
     assert steps > 1 and many.cpu_only == one.cpu_only
+
+
+@examples(12)
+@given(position_encoding=POSITIONS, strategy=st.sampled_from(STRATEGIES), eos=st.booleans(),
+       stride=st.integers(1, 4), batch=st.integers(1, 3), length=st.integers(1, 7),
+       data=st.data())
+def test_a_sliding_window_reads_nothing_more(position_encoding, strategy, eos, stride, batch,
+                                             length, data):
+    # A window of 4: a prompt of up to 7 and 13 tokens slide several times (the model's
+    # slide recomputes the window); the tokens fed by a slide read no more than steps do.
+    pads = data.draw(st.lists(st.integers(0, length - 1), min_size=batch, max_size=batch))
+    ids = _prompts(batch, length, pads)
+    lm = _lm(position_encoding)
+    config = dataclasses.replace(
+        lm.generation_config, strategy=strategy, num_beams=2, window=4, window_stride=stride,
+        eos_id=lm.generation_config.eos_id if eos else None,
+        num_return_sequences=2 if strategy == "sample" else 1,
+    )
+    calls = 0
+    slide = lm.slide
+
+    def counted_slide(tokens, cache, keep):
+        nonlocal calls
+        calls += 1
+        return slide(tokens, cache, keep)
+
+    lm.slide = counted_slide
+
+    def run(n: int):
+        generator = torch.Generator().manual_seed(0)
+        counter, steps = _count(lm, lambda: lm.generate(
+            ids, dataclasses.replace(config, max_new_tokens=n), generator=generator))
+        return counter, steps + calls
+
+    one, one_fed = run(1)
+    calls = 0
+    many, many_fed = run(13)
+    per_step = 1 if strategy == "beam" or eos else 0  # the stop check
+    assert many.total - one.total == per_step * (many_fed - one_fed)
+    assert calls > 0 or many_fed < 13 - 1  # it slid, unless the rows stopped early

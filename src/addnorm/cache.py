@@ -11,7 +11,10 @@ written in place (no ``torch.cat`` per step); attention reads the valid prefix a
 - :class:`LayerCache`: one layer's self-attention cache and (decoder) cross-attention cache.
 - :class:`DecodingCache`: a whole model's: one ``LayerCache`` per layer, the key padding mask
   of every cached position, each row's count of real tokens (its next position), and the
-  encoder memory for encoder-decoder models, with its cross-attention mask, built once.
+  encoder memory for encoder-decoder models, with its cross-attention mask, built once; on
+  request (``keep_ids``) the token ids of the cached positions, which a decoder-only model
+  that slides its window recomputes from (:meth:`DecodingCache.last_positions`,
+  :meth:`DecodingCache.restart_from`).
 
 Checks beside them: :func:`check_cache_fits` (a cache larger than the device's memory is
 refused before it is allocated), :func:`check_cache_room` (a ``max_new_tokens`` no cache of
@@ -227,6 +230,13 @@ class _Count:
         else:
             self._int += new
 
+    def set(self, value: int) -> None:
+        """Set the count (in place for a static one: no read, the same address)."""
+        if self.static:
+            self.tensor.fill_(value)
+        else:
+            self._int = value
+
     def claim_slots(self, new: int, max_len: int) -> torch.Tensor:
         """The slots of a compiled static write, ``count + arange(new)``, and the count
         advanced past them, after refusing L > 1 (while tracing, L is static) and asserting
@@ -282,6 +292,11 @@ class DecodingCache:
         memory_mask: the cross-attention mask of every step (:func:`memory_attention_mask`
             of ``memory_padding_mask``), built here once: the source cannot change while
             decoding. None without ``memory``.
+        ids: (B, max_len) long, the token ids of the cached positions (valid up to
+            ``length``; :meth:`extend` records them), or None when the cache keeps none.
+        prompt_padding_mask: (B, L0) bool, the whole prompt's padding as a decoder-only
+            model's ``start`` read it (its window may hold the prompt's end only), or None;
+            read once, before any :meth:`reorder` (which leaves it as it is).
     """
 
     def __init__(
@@ -292,6 +307,7 @@ class DecodingCache:
         memory: torch.Tensor | None = None,
         memory_padding_mask: torch.Tensor | None = None,
         static: bool = False,
+        ids: torch.Tensor | None = None,
     ) -> None:
         self.layers = layers
         self.padding_mask = check_bool_mask("padding_mask", padding_mask)  # (B, max_len)
@@ -307,6 +323,13 @@ class DecodingCache:
             raise ValueError("a static DecodingCache needs static self-attention caches")
         self._count = _Count(self.static, device)
         self._padded = False  # whether any recorded token was padding (eager: None key padding)
+        if ids is not None and (ids.dtype != torch.long or ids.shape != padding_mask.shape):
+            raise ValueError(
+                f"ids must be a long tensor shaped like padding_mask {tuple(padding_mask.shape)}"
+                f", got {ids.dtype} {tuple(ids.shape)}"
+            )
+        self.ids = ids  # (B, max_len) long or None
+        self.prompt_padding_mask: torch.Tensor | None = None  # (B, L0), a decoder's start's
 
     @classmethod
     def allocate(
@@ -322,10 +345,13 @@ class DecodingCache:
         memory: torch.Tensor | None = None,
         memory_padding_mask: torch.Tensor | None = None,
         static: bool = False,
+        keep_ids: bool = False,
     ) -> DecodingCache:
         """Empty caches for ``max_len`` positions; cross-attention ones when ``memory`` given.
 
         ``static``: the static layout (module docstring), for compiled decoding.
+        ``keep_ids``: keep the token ids of the cached positions too (:attr:`ids`), which a
+        model that slides its window recomputes from.
 
         Shapes:
             memory: (B, S, D); memory_padding_mask: (B, S)
@@ -342,9 +368,11 @@ class DecodingCache:
             for _ in range(check_int("n_layers", n_layers, min_value=1))
         ]
         padding = torch.full((batch_size, max_len), static, dtype=torch.bool, device=device)
+        ids = torch.zeros_like(padding, dtype=torch.long) if check_bool(
+            "keep_ids", keep_ids) else None
         return cls(
             layers, padding, memory=memory, memory_padding_mask=memory_padding_mask,
-            static=static,
+            static=static, ids=ids,
         )
 
     @property
@@ -358,9 +386,11 @@ class DecodingCache:
         return self._count.value
 
     def extend(
-        self, padding_mask: torch.Tensor | None, new: int | None = None
+        self, padding_mask: torch.Tensor | None, new: int | None = None, *,
+        ids: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """Record the padding of L new tokens; return the key padding and their positions.
+        """Record the padding of L new tokens (and their ``ids``, which a cache that keeps
+        ids needs); return the key padding and their positions.
 
         A row's positions count its real tokens only (``cumsum(~padding) - 1`` continued from
         the cached ones, padding clamped to 0), so a left-padded row gets the positions it would
@@ -372,11 +402,14 @@ class DecodingCache:
         records one token per row (L = 1) in place and returns its whole padding buffer.
 
         Shapes:
-            padding_mask: (B, L) bool, True = padding, or None
+            padding_mask: (B, L) bool, True = padding, or None; ids: (B, L) long
             returns: key padding (B, length + L), (B, max_len) for a static cache being
             compiled, or None; positions (B, L) long, or None
         """
         batch = self.padding_mask.shape[0]
+        if (ids is None) != (self.ids is None):
+            raise ValueError("give the new tokens' ids exactly when the cache keeps ids "
+                             "(allocate(keep_ids=True))")
         if padding_mask is not None:
             check_bool_mask("padding_mask (True = padding)", padding_mask)
             if padding_mask.ndim != 2 or padding_mask.shape[0] != batch:
@@ -391,11 +424,13 @@ class DecodingCache:
             new = padding_mask.shape[1]
             self._padded = True
         if _in_graph(self.static):
-            return self._extend_in_graph(padding_mask, new)
+            return self._extend_in_graph(padding_mask, new, ids)
         start = self.length  # a static cache's count read back: a host sync
         end = start + new
         if end > self.max_len:
             raise ValueError(_overflow(start, new, self.max_len))
+        if self.ids is not None and ids is not None:  # both or neither (checked above)
+            self.ids[:, start:end] = ids
         if padding_mask is not None:  # a dynamic cache's slots not written stay False
             self.padding_mask[:, start:end] = padding_mask
         elif self.static:  # a static cache's slots not written are True (padding)
@@ -409,10 +444,13 @@ class DecodingCache:
         return self.padding_mask[:, :end], positions
 
     def _extend_in_graph(
-        self, padding_mask: torch.Tensor | None, new: int
+        self, padding_mask: torch.Tensor | None, new: int, ids: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """A compiled static extend: the new token's padding written at slot ``written``."""
+        """A compiled static extend: the new token's padding (and id) written at slot
+        ``written``."""
         slots = self._count.claim_slots(new, self.max_len)  # (L,)
+        if self.ids is not None and ids is not None:  # both or neither (checked by extend)
+            self.ids.index_copy_(1, slots, ids)  # (B, max_len)
         new_padding = padding_mask
         if new_padding is None:  # no new token is padding
             new_padding = self.padding_mask.new_zeros(self.padding_mask.shape[0], new)  # (B, L)
@@ -431,6 +469,51 @@ class DecodingCache:
         self.n_tokens.add_(real.sum(dim=1))
         return positions
 
+    def last_positions(self, keep: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The ids and padding of a full cache's last ``keep`` positions: what a model that
+        slides its window recomputes (:meth:`restart_from`). Reads nothing back: the cache must
+        be full (``length == max_len``), which a dynamic one checks and a static one is trusted
+        with (its count would have to be read).
+
+        Shapes:
+            returns: ids (B, keep) long; padding (B, keep) bool, or None when the cache has
+            never held padding
+        """
+        if self.ids is None:
+            raise ValueError("the cache keeps no ids (allocate(keep_ids=True)) to recompute from")
+        if check_int("keep", keep, min_value=0) > self.max_len:
+            raise ValueError(f"keep ({keep}) exceeds the cache's max_len ({self.max_len})")
+        if not self.static and self.length != self.max_len:
+            raise ValueError(f"the cache holds {self.length} of its {self.max_len} positions; "
+                             "a window slides once it is full")
+        start = self.max_len - keep
+        padding = self.padding_mask[:, start:] if self._padded else None
+        return self.ids[:, start:], padding
+
+    def restart_from(self, fresh: DecodingCache) -> None:
+        """Hold what ``fresh`` holds (a dynamic cache of the same rows, layers and widths,
+        and no more positions, into which the window's positions were recomputed): copied in
+        place, so a static cache's tensors keep their addresses (CUDA graphs replay against
+        them), its counts set without a read."""
+        n = fresh.length  # a dynamic cache's count: a Python int
+        if fresh.static or len(fresh.layers) != len(self.layers) or n > self.max_len:
+            raise ValueError("restart_from takes a dynamic cache of the same layers that fits")
+        for mine, theirs in zip(self.layers, fresh.layers, strict=True):
+            kv, new = mine.self_attn, theirs.self_attn
+            kv.keys[:, :, :n] = new.keys[:, :, :n]
+            kv.values[:, :, :n] = new.values[:, :, :n]
+            kv._count.set(n)
+        self.padding_mask[:, :n] = fresh.padding_mask[:, :n]
+        self.padding_mask[:, n:] = self.static  # the slots not written, as allocate left them
+        if fresh._padded:
+            self.n_tokens.copy_(fresh.n_tokens)
+        else:  # every row holds n real tokens
+            self.n_tokens.fill_(n)
+        if self.ids is not None and fresh.ids is not None:
+            self.ids[:, :n] = fresh.ids[:, :n]
+        self._padded = fresh._padded
+        self._count.set(n)
+
     def step_state(self) -> list[tuple[object, str]]:
         """Where the tensors a compiled step writes in place live, as (holder, attribute)
         pairs: each self-attention cache's keys, values and count, the key padding, the rows'
@@ -441,7 +524,8 @@ class DecodingCache:
         for layer in self.layers:
             kv = layer.self_attn
             state += [(kv, "keys"), (kv, "values"), (kv._count, "tensor")]
-        return [*state, (self, "padding_mask"), (self, "n_tokens"), (self._count, "tensor")]
+        ids = [(self, "ids")] if self.ids is not None else []
+        return [*state, (self, "padding_mask"), (self, "n_tokens"), (self._count, "tensor"), *ids]
 
     def reorder(self, index: torch.Tensor) -> None:
         """Replace the batch dimension of every stored tensor by ``index_select(0, index)``."""
@@ -450,6 +534,8 @@ class DecodingCache:
             layer.reorder(index)
         self.padding_mask = _rows(self.padding_mask, index, in_place=self.static)
         self.n_tokens = _rows(self.n_tokens, index, in_place=self.static)
+        if self.ids is not None:
+            self.ids = _rows(self.ids, index, in_place=self.static)
         if self.memory is not None:
             self.memory = self.memory.index_select(0, index)
         if self.memory_padding_mask is not None:

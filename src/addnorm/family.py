@@ -11,7 +11,8 @@ through this protocol, so a new family plugs in by implementing it, with no edit
   counted without building it;
 - :class:`GenerativeModel`, implemented by the models that generate tokens (``Transformer``,
   ``TransformerLM``): ``start``, ``step`` and a :class:`GenerationSpec`, all that the one
-  :func:`~addnorm.generation.generate.generate` drives.
+  :func:`~addnorm.generation.generate.generate` drives; :class:`WindowedModel`, a
+  decoder-only one (``TransformerLM``) that slides its window past its trained context.
 
 :func:`padded_tokens` builds the token batches the token models' example inputs share.
 This module imports no family: the families import it.
@@ -37,6 +38,7 @@ __all__ = [
     "GenerationSpec",
     "GenerativeModel",
     "ModelFamily",
+    "WindowedModel",
     "padded_tokens",
 ]
 
@@ -138,6 +140,9 @@ class GenerationSpec:
             holds.
         d_model: D, the width of each cached key and value.
         device: where the weights are (a sampling generator must be there too).
+        context: the positions a decoder-only model was trained on (its run's window):
+            generation slides its window within them by default, and the model is a
+            :class:`WindowedModel`; None: no window (an encoder-decoder).
     """
 
     vocab_size: int
@@ -148,6 +153,7 @@ class GenerationSpec:
     cached_layers: int
     d_model: int
     device: torch.device
+    context: int | None = None
 
 
 class GenerativeModel(Protocol):
@@ -185,6 +191,36 @@ class GenerativeModel(Protocol):
 
     def step(self, tokens: torch.Tensor, cache: DecodingCache) -> torch.Tensor:
         """Feed one token per row; the cache grows by one position. Reads nothing back.
+
+        Shapes:
+            tokens: (B, 1); returns: logits (B, V) for the next token
+        """
+        ...
+
+
+class WindowedModel(GenerativeModel, Protocol):
+    """A decoder-only :class:`GenerativeModel` that generates past its context by sliding its
+    window (:mod:`addnorm.generation.window`): its ``start`` keeps at most ``window``
+    positions (a longer prompt's last ones), and ``slide`` recomputes the window's end."""
+
+    def start(
+        self,
+        inputs: torch.Tensor,
+        padding_mask: torch.Tensor | None,
+        /,
+        *,
+        max_new_tokens: int,
+        static: bool = False,
+        window: int | None = None,
+    ) -> tuple[DecodingCache, torch.Tensor]:
+        """:meth:`GenerativeModel.start`, with a cache of at most ``window`` positions that
+        keeps its ids, holding the prompt's last ``window`` positions (None: no window)."""
+        ...
+
+    def slide(self, tokens: torch.Tensor, cache: DecodingCache, keep: int) -> torch.Tensor:
+        """Feed one token per row to a full cache: recompute the cache's last ``keep``
+        positions and the new token from position 0, as the cache's only positions; reads
+        nothing back.
 
         Shapes:
             tokens: (B, 1); returns: logits (B, V) for the next token

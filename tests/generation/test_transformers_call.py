@@ -18,10 +18,10 @@ from addnorm.generation.transformers_call import (
 )
 
 
-def spec(*, pad_id=None, eos_id=2, max_positions=None) -> GenerationSpec:
+def spec(*, pad_id=None, eos_id=2, max_positions=None, context=None) -> GenerationSpec:
     return GenerationSpec(vocab_size=10, eos_id=eos_id, pad_id=pad_id, start_id=None,
                           max_positions=max_positions, cached_layers=1, d_model=4,
-                          device=torch.device("cpu"))
+                          device=torch.device("cpu"), context=context)
 
 
 def call(inputs, *, config=None, model=None, **names):
@@ -88,6 +88,9 @@ def test_a_hugging_face_call_takes_its_defaults_and_returns_the_prompt():
     assert read.config.eos_id == 2  # the model's eos id, under the call's names
     capped = call(IDS, do_sample=False, model=spec(max_positions=10))
     assert capped.config.max_new_tokens == 10 - IDS.shape[1]  # the position table's room
+    # a model that slides its window within the table keeps every position in it: no cap
+    windowed = call(IDS, do_sample=False, model=spec(max_positions=10, context=10))
+    assert windowed.config.max_new_tokens == TRANSFORMERS_DEFAULT_NEW_TOKENS
 
 
 def test_output_scores_without_return_dict_in_generate_warn_and_are_ignored():

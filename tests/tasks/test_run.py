@@ -16,6 +16,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+import addnorm
 from addnorm.data.dates import dates_in_split
 from addnorm.tasks.lm import SAMPLE_PROMPTS, LMTask, LMTaskConfig
 from addnorm.tasks.run import load_trained, resume_configs, train_run
@@ -69,6 +70,8 @@ def test_an_lm_run_stores_samples_that_continue_their_prompts(tmp_path):
     assert samples == summary.metrics["samples"]
     assert [s["prompt"] for s in samples] == list(SAMPLE_PROMPTS)
     task, model, _ = load_trained(tmp_path)
+    # the run's samples and the loaded model's: within the run's windows of 16 characters
+    assert model.context == 16 and addnorm.load(tmp_path).context == 16
     assert [(s["prompt"], s["text"]) for s in samples] == task.samples(model)
 
 

@@ -84,3 +84,41 @@ def test_an_unpadded_lm_batch_takes_sdpa_is_causal_path_with_the_same_logits(mon
         got = model(ids)
     assert seen and all(seen_entry == (True, True) for seen_entry in seen)
     torch.testing.assert_close(got, expected, **FLOAT64_EXACT)
+
+
+def test_the_context_is_max_len_until_a_run_sets_it():
+    model = language_model("learned")  # max_len 16
+    assert model.context == 16 and model.generation_spec.context == 16
+    model.context = 5
+    assert model.context == 5 and model.generation_spec.context == 5
+    model.context = None
+    assert model.context == 16
+    with pytest.raises(ValueError, match=r"context \(17\) exceeds max_len \(16\)"):
+        model.context = 17
+    with pytest.raises(ValueError, match="context must be >= 1"):
+        model.context = 0
+    computed = language_model("rotary")
+    computed.context = 40  # positions computed for any length: a run's longer windows
+    assert computed.context == 40
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
+@torch.no_grad()
+def test_a_prompt_longer_than_the_window_is_run_from_its_end(positions):
+    # Oracle: the forward of the prompt's last `window` tokens (positions from 0), also when
+    # the prompt is longer than a learned table (which the window lets it be).
+    model = language_model(positions)
+    prompt = ids(2, 20)
+    prompt[1, :3] = PAD  # padding the window drops
+    cache, logits = model.start(prompt, max_new_tokens=4, window=6)
+    torch.testing.assert_close(logits, model(prompt[:, -6:])[:, -1], **FLOAT64_EXACT)
+    assert cache.max_len == 6 and cache.length == 6 and torch.equal(cache.ids, prompt[:, -6:])
+    assert torch.equal(cache.prompt_padding_mask, prompt == PAD)  # all of it, for the rules
+    short, _ = model.start(prompt[:, -3:], max_new_tokens=2, window=6)
+    assert short.max_len == 5  # a window bounds the cache; it never grows it
+
+
+def test_a_window_past_a_learned_table_is_refused():
+    model = language_model("learned")
+    with pytest.raises(ValueError, match=r"window \(17\) exceeds max_len \(16\)"):
+        model.start(PROMPT, max_new_tokens=2, window=17)

@@ -1,9 +1,12 @@
 """``addnorm generate --prompt TEXT``: a trained lm run continues the prompt (with the run's own
 tokenizer: characters, or the BPE or tokenizer.json it trained with).
 
-Decoding flags are checked before the checkpoint is read (exit 2 naming the flag);
-``--compile`` runs the decode step compiled and says on stderr how long compiling and
-generating took.
+The model sees at most the windows its run trained on (``--window``, default the run's
+``seq_len``; a folder that records no run: the model's ``max_len``), sliding past them, so
+``--max-new-tokens`` are all generated; a prompt longer than the window is continued from
+its end, which stderr says in one line. Decoding flags are checked before the checkpoint is
+read (exit 2 naming the flag); ``--compile`` runs the decode step compiled and says on
+stderr how long compiling and generating took.
 """
 
 from __future__ import annotations
@@ -28,8 +31,14 @@ def add_parser(subparsers) -> None:
                           "its vocabulary to <unk>)")
     generate.add_argument(
         "--max-new-tokens", type=int, default=200,
-        help="tokens (characters, for a character run) to generate, >= 1 (the prompt and the "
-        "new tokens are cut to the model's max_len, the prompt to its last max_len - 1 tokens)",
+        help="tokens (characters, for a character run) to generate, >= 1, all of them: past "
+        "the --window the model sees the last --window tokens (its window slides)",
+    )
+    generate.add_argument(
+        "--window", type=int, default=None,
+        help="the most tokens the model sees at once, >= 1 (default: the length of the "
+        "windows its run trained on, --seq-len; a folder without a run: the model's "
+        "max_len); more asks for positions it never trained on, where it does worse",
     )
     generate.add_argument("--temperature", type=float, default=0.8,
                           help="sampling temperature, finite and >= 0; 0 = greedy")
@@ -75,8 +84,9 @@ def run(args: argparse.Namespace) -> int:
     device = next(model.parameters()).device
     start = time.perf_counter()
     try:
-        _say_if_cut(len(task.tokenizer.encode(args.prompt)), args.max_new_tokens,
-                    model.cfg.max_len)  # an unknown character: a ValueError, as in sample
+        window = model.context if args.window is None else args.window
+        _say_if_cut(len(task.tokenizer.encode(args.prompt)), window,
+                    args.window is None)  # an unknown character: a ValueError, as in sample
         text = task.sample(
             model,
             args.prompt,
@@ -87,9 +97,10 @@ def run(args: argparse.Namespace) -> int:
             generator=torch.Generator(device=device).manual_seed(args.seed),
             stop=tuple(args.stop),
             compile=args.compile,
+            window=args.window,
         )
     except (ValueError, TypeError) as err:
-        raise UsageError(str(err)) from None
+        raise UsageError(as_flags(str(err), ("window",) if args.window else ())) from None
     if args.compile:
         seconds = time.perf_counter() - start
         print(f"compiling the decode step and generating took {seconds:.1f} s", file=sys.stderr)
@@ -97,24 +108,22 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _say_if_cut(prompt_length: int, max_new_tokens: int, max_len: int) -> None:
-    """One line on stderr when the prompt is longer than the model's context: it is continued
-    from its last characters (``LMTask.sample``; the output still starts with all of it)."""
-    from addnorm.tasks.lm import prompt_room
-
-    kept, new = prompt_room(prompt_length, max_new_tokens, max_len)
-    if kept < prompt_length:
+def _say_if_cut(prompt_length: int, window: int, trained: bool) -> None:
+    """One line on stderr when the prompt is longer than the window: it is continued from its
+    last ``window`` tokens (``LMTask.sample``; the output still starts with all of it).
+    ``trained``: the window is the model's context (not ``--window``'s)."""
+    if prompt_length > window:
+        what = "the model's context" if trained else "--window"
         print(
-            f"note: the prompt has {prompt_length} characters, more than the model's context "
-            f"(max_len {max_len}): continuing its last {kept} with {new} new character"
-            f"{'s' if new != 1 else ''}",
+            f"note: the prompt has {prompt_length} tokens, more than {what} ({window}): "
+            f"continuing from its last {window}",
             file=sys.stderr,
         )
 
 
 def _check_sampling_flags(args) -> None:
-    """``generate``'s decoding flags, before the checkpoint is read: ``--max-new-tokens`` >= 1
-    (more than the model's ``max_len`` is cut to it), ``--temperature`` finite, >= 0 and
+    """``generate``'s decoding flags, before the checkpoint is read: ``--max-new-tokens`` and
+    ``--window`` >= 1, ``--temperature`` finite, >= 0 and
     representable in float32 (the logits' dtype: a larger one becomes inf there and turns the
     masked logits into NaN), ``--top-k`` >= 1, ``--top-p`` in (0, 1]."""
     import torch
@@ -123,6 +132,8 @@ def _check_sampling_flags(args) -> None:
 
     try:
         check_int("max_new_tokens", args.max_new_tokens, min_value=1)
+        if args.window is not None:
+            check_int("window", args.window, min_value=1)
         check_float("temperature", args.temperature, min_value=0.0,
                     max_value=torch.finfo(torch.float32).max)
         if args.top_k is not None:
@@ -130,5 +141,5 @@ def _check_sampling_flags(args) -> None:
         if args.top_p is not None:
             check_float("top_p", args.top_p, min_value=0.0, min_inclusive=False, max_value=1.0)
     except (ValueError, TypeError) as err:
-        names = ("max_new_tokens", "temperature", "top_k", "top_p")
+        names = ("max_new_tokens", "window", "temperature", "top_k", "top_p")
         raise UsageError(as_flags(str(err), names)) from None

@@ -172,6 +172,17 @@ class GenerationConfig:
             every row ends after its current token (Hugging Face's ``max_time``). The clock
             is read on the host after each step's stop check, so it adds no device read
             (:func:`addnorm.generation.loop.decode`). None: no limit.
+        window: a decoder-only model sees at most this many tokens at once; past them its
+            window slides (:mod:`addnorm.generation.window`). None: the model's trained
+            context (``TransformerLM.context``). More than that asks for positions the model
+            never trained on. Hugging Face's ``generate`` has no such setting (its models
+            refuse or extrapolate past their positions); Mistral's ``sliding_window`` is the
+            model's attention span, not this.
+        window_stride: how many tokens the window moves by: once it is full, the next token
+            recomputes the last ``window - window_stride`` tokens with it, so each token is
+            predicted from ``window - window_stride + 1`` to ``window`` tokens; 1 recomputes
+            the whole window per token (nanoGPT's ``generate``). None: a quarter of the
+            window (:func:`~addnorm.generation.window.default_stride`).
     """
 
     max_new_tokens: int = 64
@@ -194,6 +205,8 @@ class GenerationConfig:
     suppress_tokens: tuple[int, ...] = ()
     forced_eos_id: int | tuple[int, ...] | None = None
     max_time: float | None = None
+    window: int | None = None
+    window_stride: int | None = None
 
     def __post_init__(self) -> None:
         check_int("max_new_tokens", self.max_new_tokens, min_value=1)
@@ -231,6 +244,13 @@ class GenerationConfig:
         object.__setattr__(self, "suppress_tokens", _ids("suppress_tokens", self.suppress_tokens))
         if self.max_time is not None:
             check_float("max_time", self.max_time, min_value=0.0, min_inclusive=False)
+        for name in ("window", "window_stride"):
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), min_value=1)
+        if self.window is not None and self.window_stride is not None and (
+                self.window_stride > self.window):
+            raise ValueError(f"window_stride ({self.window_stride}) must be <= window "
+                             f"({self.window})")
         if self.forced_ids and set(self.forced_ids) <= set(self.suppress_tokens):
             raise ValueError(
                 f"every id of forced_eos_id {self.forced_eos_id!r} is also in suppress_tokens: "

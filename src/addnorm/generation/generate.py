@@ -22,12 +22,17 @@ check_rows_fit`, given the bytes of each row's cache).
 A decoder-only model continues its prompt: the prompt counts as seen for the repetition rules
 (its padding excluded), Hugging Face's ``max_length`` counts it, and the output may start with
 it. An encoder-decoder's decoder starts from its start token alone, which plays those parts.
+
+A decoder-only model with a ``context`` (``GenerationSpec.context``) sees at most a window
+of tokens (its context, or ``GenerationConfig.window``), sliding past it
+(:mod:`addnorm.generation.window`): any ``max_new_tokens`` is produced within the positions
+the model was trained on, and its cache holds at most the window.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor
@@ -46,11 +51,12 @@ from addnorm.generation.output import GenerateOutput, Recorder
 from addnorm.generation.step import compiled_step, held_buffers
 from addnorm.generation.stop_strings import StopFn
 from addnorm.generation.transformers_call import transformers_call
+from addnorm.generation.window import Window, sliding_step, window_of
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from addnorm.family import GenerationSpec, GenerativeModel
+    from addnorm.family import GenerationSpec, GenerativeModel, WindowedModel
 
 __all__ = [
     "banned_ids", "cache_bytes_per_row", "check_generation_config", "default_config", "generate",
@@ -97,18 +103,27 @@ def generate(
         inputs_by_name=inputs_by_name,
     )
     checked = check_generation_config(spec, call.config)
+    window = window_of(spec, checked)
     deadline = Deadline(checked.max_time)  # max_time counts from the call, as transformers'
     check_decoding_options(checked, generator, stop_fn, spec.device)
-    cache, logits = model.start(
-        inputs, call.padding_mask, max_new_tokens=checked.max_new_tokens, static=checked.compile
-    )  # the inputs' values checked (one host read)
+    if window is None:
+        cache, logits = model.start(inputs, call.padding_mask,
+                                    max_new_tokens=checked.max_new_tokens, static=checked.compile)
+    else:
+        cache, logits = cast("WindowedModel", model).start(
+            inputs, call.padding_mask, max_new_tokens=checked.max_new_tokens,
+            static=checked.compile, window=window.size,
+        )  # the inputs' values checked (one host read)
     check_rows_fit(checked, inputs.shape[0], spec.vocab_size,
-                   cache_bytes_per_row(spec, checked, inputs.shape[1], logits.dtype),
+                   cache_bytes_per_row(spec, checked, inputs.shape[1], logits.dtype, window),
                    logits.device)
     seen = prompt_history(None, None, logits)
     if continues_prompt and checked.reshapes_logits:  # the prompt counts as seen
-        seen = (inputs, cache.padding_mask[:, : inputs.shape[1]])  # its padding, as start had it
+        seen = (inputs, _prompt_padding(cache, inputs.shape[1]))
     step = compiled_step(model.step) if checked.compile else model.step
+    if window is not None:  # the cache holds min(L0, window) positions after start
+        step = sliding_step(step, cast("WindowedModel", model), window,
+                            min(inputs.shape[1], window.size))
     record = Recorder(scores=call.output_scores, logits=call.output_logits) if (
         call.return_dict) else None
     held = held_buffers(model, cache) if checked.compile else contextlib.nullcontext()
@@ -120,6 +135,14 @@ def generate(
         prompt = inputs if spec.start_id is None else torch.full_like(inputs[:, :1], spec.start_id)
         new = with_prompt(prompt, new)
     return new if record is None else record.output(new)
+
+
+def _prompt_padding(cache: Any, length: int) -> Tensor:
+    """The whole prompt's padding (B, L0), as the model's ``start`` read it: recorded apart
+    by a model whose window may hold the prompt's end only, else the cache's first
+    positions."""
+    recorded = getattr(cache, "prompt_padding_mask", None)
+    return recorded if recorded is not None else cache.padding_mask[:, :length]
 
 
 def inputs_of(name: str, inputs: Tensor | None, input_ids: Tensor | None) -> tuple[Tensor, bool]:
@@ -137,14 +160,19 @@ def inputs_of(name: str, inputs: Tensor | None, input_ids: Tensor | None) -> tup
 
 
 def cache_bytes_per_row(
-    spec: GenerationSpec, config: GenerationConfig, input_length: int, dtype: torch.dtype
+    spec: GenerationSpec, config: GenerationConfig, input_length: int, dtype: torch.dtype,
+    window: Window | None = None,
 ) -> int:
     """The bytes of one row of a model's decoding cache: keys and values of the cached layers
-    for the prompt and ``max_new_tokens`` (a decoder-only model), or for ``max_new_tokens``
-    and, once per layer, the source, beside the encoder's output (an encoder-decoder)."""
+    for the prompt and ``max_new_tokens`` (a decoder-only model; at most the ``window``'s
+    size), or for ``max_new_tokens`` and, once per layer, the source, beside the encoder's
+    output (an encoder-decoder)."""
     width = spec.d_model * dtype.itemsize  # bytes of one position of one tensor
     if spec.start_id is None:
-        return 2 * spec.cached_layers * (input_length + config.max_new_tokens) * width
+        positions = input_length + config.max_new_tokens
+        if window is not None:
+            positions = min(positions, window.size)
+        return 2 * spec.cached_layers * positions * width
     cross = (2 * spec.cached_layers + 1) * input_length * width  # cross keys, values, memory
     return 2 * spec.cached_layers * config.max_new_tokens * width + cross
 
@@ -165,7 +193,8 @@ def check_generation_config(spec: GenerationSpec, config: object) -> GenerationC
     rows that stopped, as Hugging Face's ``pad_token_id``). A stop token may not be one that
     generation never emits (it could never stop a row), nor may ``forced_eos_id`` (it could
     never be forced). ``max_new_tokens`` must fit a learned position table, and a cache of
-    the model in some memory of this machine (:func:`~addnorm.cache.check_cache_room`).
+    the model in some memory of this machine (:func:`~addnorm.cache.check_cache_room`),
+    unless the model slides a window (``spec.context``), whose cache holds the window.
     """
     if config is None:
         return default_config(spec)
@@ -180,6 +209,8 @@ def check_generation_config(spec: GenerationSpec, config: object) -> GenerationC
                     f"{field} {getattr(config, field)!r} includes {name} ({token}), which "
                     f"generation never emits, so {why}"
                 )
+    if spec.context is not None:
+        return config  # a window: any number of new tokens, a cache of the window
     if spec.max_positions is not None and config.max_new_tokens > spec.max_positions:
         raise ValueError(
             f"max_new_tokens ({config.max_new_tokens}) exceeds max_len ({spec.max_positions}) "

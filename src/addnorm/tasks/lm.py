@@ -39,7 +39,7 @@ from addnorm.transformer import TransformerLM
 from addnorm.transformer.config import LM_PRESETS, LMConfig
 from addnorm.utils.checks import check_int, check_probability
 
-__all__ = ["SAMPLE_PROMPTS", "LMTask", "LMTaskConfig", "lm_loss", "prompt_room"]
+__all__ = ["SAMPLE_PROMPTS", "LMTask", "LMTaskConfig", "lm_loss"]
 
 
 def lm_loss(
@@ -52,15 +52,6 @@ def lm_loss(
         logits.flatten(0, 1).float(), targets.flatten(), label_smoothing=label_smoothing
     )
     return loss, targets.numel()
-
-
-def prompt_room(prompt_length: int, max_new_tokens: int, max_len: int) -> tuple[int, int]:
-    """How many of a prompt's last tokens a sample keeps, and how many it generates, so that
-    both fit the model's context of ``max_len`` positions: the prompt's last ``max_len - 1``
-    at most (one new token must fit; a longer prompt's prefill would cost its length
-    squared), then ``max_new_tokens`` cut to the positions left, at least one."""
-    kept = max(min(prompt_length, max_len - 1), 1)
-    return kept, max(min(max_new_tokens, max_len - kept), 1)
 
 
 @dataclass(frozen=True)
@@ -317,12 +308,14 @@ class LMTask:
         generator: torch.Generator | None = None,
         stop: Sequence[str] = (),
         compile: bool = False,
+        window: int | None = None,
     ) -> str:
         """``prompt`` continued by sampling (greedy when ``temperature`` is 0, which ignores
-        ``top_k`` and ``top_p``); at most ``cfg.max_len`` characters in all, the model's
-        context: a longer prompt is continued from its last ``max_len - 1`` characters, and
-        ``max_new_tokens`` is cut to what is left (:func:`prompt_room`). The text returned
-        starts with the whole prompt.
+        ``top_k`` and ``top_p``) with ``max_new_tokens`` characters. The model sees at most
+        ``window`` characters at once (None: its ``context``, the windows its run trained
+        on), sliding past them (:mod:`addnorm.generation.window`): a longer prompt is
+        continued from its last ``window`` characters. The text returned starts with the
+        whole prompt.
 
         ``compile``: the compiled decode step (``GenerationConfig.compile``).
 
@@ -334,10 +327,9 @@ class LMTask:
         encoded = self.tokenizer.encode(prompt)
         if not encoded:
             raise ValueError("prompt must not be empty")
-        kept, max_new_tokens = prompt_room(len(encoded), max_new_tokens, model.cfg.max_len)
-        ids = torch.tensor([encoded[len(encoded) - kept :]], device=device)  # (1, L0)
+        ids = torch.tensor([encoded], device=device)  # (1, L0)
         config = dataclasses.replace(model.generation_config, max_new_tokens=max_new_tokens,
-                                     eos_id=None, compile=compile)
+                                     eos_id=None, compile=compile, window=window)
         if temperature != 0:  # 0 is greedy decoding, which ignores top_k and top_p
             config = dataclasses.replace(
                 config, strategy="sample", temperature=temperature, top_k=top_k, top_p=top_p

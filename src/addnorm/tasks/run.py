@@ -28,7 +28,9 @@ rank trains and only rank 0 takes the lock, writes the marker, the loss curve an
 
 ``load_trained`` rebuilds a model from a checkpoint with its EMA weights when the checkpoint
 has them (``weights="ema"``, the default, the weights a finished run was scored with) or its
-raw trained weights (``weights="raw"``).
+raw trained weights (``weights="raw"``). A language model, loaded or scored at the end of its
+run, knows the windows it trained on (its ``context``, the run's ``seq_len``), within which it
+generates.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from addnorm.training.state import seed_everything
 from addnorm.training.stopping import STOP_SIGNALS
 from addnorm.training.trainer import Trainer, TrainResult
 from addnorm.training.watch import WATCH_FIGURE, WATCH_FILE, keep_records, read_watch
+from addnorm.transformer.lm import TransformerLM
 from addnorm.utils.checks import check_known_fields
 from addnorm.utils.files import CheckpointError, parse_json, write_file_atomic
 
@@ -315,7 +318,7 @@ def train_run(
                     run_dir, result.checkpoint, result.step, result.stopped_by,
                     result.elapsed_s, {}, None,
                 )
-            model = task.build_model(model_cfg).to(device)
+            model = _with_context(task.build_model(model_cfg), task_cfg).to(device)
             model.load_state_dict(weights)
             summary = _finish(task, model, trainer, result, task_cfg, run_dir)
             for logger in loggers:
@@ -437,7 +440,11 @@ def load_trained(
         raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
     checkpoint = load_checkpoint(path)
     task, cfg = task_of_checkpoint(checkpoint)
-    model: nn.Module = task.build_model(cfg)
+    try:
+        task_cfg: TaskConfig | None = saved_train_configs(type(task), checkpoint, task)[1]
+    except CheckpointError:  # no record of the run's settings: the model's own (max_len)
+        task_cfg = None
+    model: nn.Module = _with_context(task.build_model(cfg), task_cfg)
     stem = "ema" if weights == "ema" and "ema" in checkpoint.tensors else "model"
     try:
         model.load_state_dict(checkpoint.tensors[stem])
@@ -447,6 +454,15 @@ def load_trained(
             f"{str(err).splitlines()[0]}"
         ) from None
     return task, model.to(device).eval(), checkpoint
+
+
+def _with_context(model: nn.Module, task_cfg: TaskConfig | None) -> nn.Module:
+    """``model``, a language model told the length of the windows its run trained on (the
+    task's ``seq_len``): it generates within them (``TransformerLM.context``)."""
+    seq_len = getattr(task_cfg, "seq_len", None)
+    if isinstance(model, TransformerLM) and isinstance(seq_len, int):
+        model.context = seq_len
+    return model
 
 
 def read_run_metrics(checkpoint: LoadedCheckpoint) -> dict | None:
