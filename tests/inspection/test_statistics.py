@@ -131,9 +131,9 @@ def test_train_eval_gap_is_the_relative_distance_over_real_tokens():
 
 @pytest.mark.parametrize("shape", ["sequences", "vectors"])
 def test_batch_effect_is_the_half_batches_output_difference_scaled_to_one_batch(shape):
-    """The reference: each half's real tokens picked out by boolean indexing, its mean and
-    biased variance from torch.var_mean in float64, every real token normalized with each,
-    and k^2 = n_A n_B / (n_A + n_B)^2 written out."""
+    """The reference: each half's and the whole batch's real tokens picked out by boolean
+    indexing, their means and biased variances from torch.var_mean in float64, the first-order
+    move of every real token's output written out, and k^2 = n_A n_B / (n_A + n_B)^2."""
     if shape == "sequences":
         x, padding = _padded(batch=5, width=8)  # halves: samples 0-1 and 2-4
         real = ~padding
@@ -148,13 +148,17 @@ def test_batch_effect_is_the_half_batches_output_difference_scaled_to_one_batch(
     first = torch.arange(x.shape[0]) < x.shape[0] // 2
     halves = [(real & side.reshape(-1, *([1] * (real.ndim - 1)))) for side in (first, ~first)]
     tokens = x.double()[real]  # (N, D): every real token
-    outputs, counts = [], []
+    var, mean = torch.var_mean(tokens, dim=0, correction=0)
+    sd = torch.sqrt(var + 1e-5)
+    moments, counts = [], []
     for half in halves:
-        var, mean = torch.var_mean(x.double()[half], dim=0, correction=0)
-        outputs.append((tokens - mean) / torch.sqrt(var + 1e-5) * weight.double())
+        var_h, mean_h = torch.var_mean(x.double()[half], dim=0, correction=0)
+        moments.append((mean_h, torch.sqrt(var_h + 1e-5)))
         counts.append(half.sum().item())
+    (mean_a, sd_a), (mean_b, sd_b) = moments
+    move = weight.double() * ((mean_a - mean_b) + (tokens - mean) * (sd_a - sd_b) / sd) / sd
     k_sq = counts[0] * counts[1] / (counts[0] + counts[1]) ** 2
-    expected = k_sq * (outputs[0] - outputs[1]).square().sum()
+    expected = k_sq * move.square().sum()
     torch.testing.assert_close(sums["effect_sq"], expected, **FLOAT32_MODEL)
     assert sums["split_gap_sq"].item() == 3.0 and sums["split_signal_sq"].item() == 5.0
 
