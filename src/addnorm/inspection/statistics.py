@@ -205,7 +205,8 @@ def batch_effect_sums(
     The estimate assumes the batch's samples independent. A BatchNorm after another one sees
     samples the earlier one has coupled (it centres the whole batch, so the halves' deviations
     oppose each other), and there the estimate reads high against statistics pooled over many
-    batches (docs/watch-lm.json's check: 1.0x at the lm's first norm, about 1.2x at its last).
+    batches (``batch_effect_check`` in docs/watch-lm.json, the README's numbers), and the lag
+    taken as the rest reads low.
 
     ``train_eval`` (:func:`train_eval_sums` of the same call) is passed on as ``split_gap_sq``
     and ``split_signal_sq``, so that the running statistics' lag, ``split_gap_sq - effect_sq``
