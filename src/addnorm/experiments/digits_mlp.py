@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -29,6 +30,7 @@ NORMS: dict[str, NormFactory] = {
     "BatchNorm": BatchNorm,
     "LayerNorm": LayerNorm,
 }
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
 # Called after each step's backward pass, before the optimizer moves (the loss-landscape probe).
 StepProbe = Callable[[int, nn.Module, torch.Tensor, torch.Tensor], None]
 
@@ -61,7 +63,7 @@ def make_mlp(norm: NormFactory, seed: int, *, noise: bool = False,
     return nudged(model, nudge) if nudge else model
 
 
-def nudged(model: nn.Module, draw: int) -> nn.Module:
+def nudged(model: ModuleT, draw: int) -> ModuleT:
     """``model`` with each parameter moved by one ulp toward +inf or -inf, chosen per entry by
     a generator seeded by ``draw``; returns the model."""
     gen = torch.Generator().manual_seed(draw)
