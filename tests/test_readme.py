@@ -270,35 +270,118 @@ def test_the_readmes_train_lines_after_the_demo_do_not_reuse_the_demos_folders()
         assert args.resume or args.overwrite or args.out not in taken, line
 
 
-def test_the_readmes_watch_numbers_are_the_recorded_runs():
-    # docs/watch-lm.json: the trimmed watch.jsonl of the runs "Looking inside a run" names;
-    # the table's ratios are summary.depth_profile of them (what `addnorm info` prints), the
-    # BatchNorm sentence their norms' statistics, each to the digits the README shows.
+# The README's watch section ("Looking inside a run"), against the records of the runs it
+# names: docs/watch-lm.json (benchmarks/watch_seeds.py: each seed's trimmed watch.jsonl, and
+# the check of BatchNorm's half-batch estimate) and docs/watch-init.json
+# (benchmarks/xiong_init.py: the 12-layer model at initialization, 8 seeds). The ratios are
+# summary.depth_profile of the records (what `addnorm info` prints), each to the digits the
+# README shows; every range is min-max over the seeds.
+
+def _watch_record(name: str) -> dict:
+    return json.loads((ROOT / "docs" / name).read_text(encoding="utf-8"))
+
+
+def _span(values, digits: int) -> str:
+    return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+
+
+def _gspan(values) -> str:
+    return f"{min(values):.3g}-{max(values):.3g}"
+
+
+def _ratios(runs: dict, position: str, steps) -> list[float]:
     from addnorm.inspection.summary import depth_profile
 
-    runs = json.loads((ROOT / "docs" / "watch-lm.json").read_text(encoding="utf-8"))["runs"]
-    text = _flat(README.read_text(encoding="utf-8"))
+    return [depth_profile(r)[1] for records in runs[position].values() for r in records
+            if r["step"] in steps]
+
+
+def test_the_readmes_watch_table_is_every_seeds_recorded_run():
+    from addnorm.inspection.summary import depth_profile
+
+    runs = _watch_record("watch-lm.json")["runs"]
+    lines = [line.strip() for line in README.read_text(encoding="utf-8").splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("| step | 1 | 10 |")
+                 and lines[i + 2].startswith("| post-LN"))
+    steps = [int(cell) for cell in lines[start].strip("|").split("|")[1:]]
+    shown = {}
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        label, *cells = [cell.strip() for cell in line.strip("|").split("|")]
+        shown[label] = cells
+    expected = {}
     for position in ("post", "pre"):
-        by_step = {r["step"]: r for r in runs[position]}
-        row = re.search(rf"\| {position}-LN \| ([^\n]*?) \|(?: \||$)", text)
-        assert row, f"the README's {position}-LN row is missing"
-        shown = [cell.strip().rstrip("x") for cell in row.group(1).split("|")[:4]]
-        for step, value in zip((1, 10, 20, 30), shown, strict=True):
-            ratio = depth_profile(by_step[step])[1]
-            decimals = len(value.partition(".")[2])
-            assert f"{ratio:.{decimals}f}" == value, (position, step, ratio, value)
-    steps = {r["step"]: r["norms"] for r in runs["batch"]}
-    first_gap = [n["mean_gap"] for n in steps[1].values()]
-    first_noise = [n["batch_noise"] for n in steps[1].values()]
-    last_gap = [n["mean_gap"] for n in steps[30].values()]
-    assert f"sits {min(first_gap):.2f}-{max(first_gap):.2f} running standard deviations" in text
-    assert f"puts {min(first_noise):.0%}-{max(first_noise):.0%}".replace("%", "") in text
-    assert f"the gap is {min(last_gap):.2f}-{max(last_gap):.2f}" in text
-    last = steps[30]
-    assert f"the noise {last['blocks.layers.0.attn_add_norm.norm']['batch_noise']:.0%}" in text
-    deepest = last["blocks.layers.1.ff_add_norm.norm"]["batch_noise"]
-    assert f"{deepest:.0%} in the last layer" in text
-    assert f"{last['blocks.norm']['batch_noise']:.0%} at the final norm" in text
+        assert len(runs[position]) >= 3, position  # three seeds at least
+        for seed, records in sorted(runs[position].items()):
+            by_step = {r["step"]: r for r in records}
+            expected[f"{position}-LN, seed {seed}"] = [
+                f"{depth_profile(by_step[s])[1]:.3g}x" if s in by_step else "" for s in steps]
+    assert shown == expected
+
+
+def test_the_readmes_watch_sentences_are_the_recorded_runs_ranges():
+    text = _flat(README.read_text(encoding="utf-8"))
+    runs = _watch_record("watch-lm.json")["runs"]
+    for position, steps, shown in (
+            ("post", (1,), "post-LN's then grows only weakly and not on every seed"),
+            ("post", (10,), "on every seed"), ("post", (20,), "at step 20"),
+            ("post", (30,), "at step 30"), ("post", (40, 50, 60), "over steps 40-60"),
+            ("pre", (1,), "pre-LN's falls"), ("pre", (10, 20, 30), "from step 10 on")):
+        found = f"{_gspan(_ratios(runs, position, steps))}x"
+        assert found in text, (position, steps, found, shown)
+    pre = [r for records in runs["pre"].values() for r in records if r["step"] == 30]
+    leaving = _span([r["residual"][r["layers"][-1]]["out"] for r in pre], 1)
+    entering = _span([r["residual"][r["layers"][0]]["in"] for r in pre], 1)
+    entering = entering.split("-")[0] if len(set(entering.split("-"))) == 1 else entering
+    assert f"(RMS {entering} entering the first layer, {leaving} leaving the last at step 30)" \
+        in text
+
+
+def test_the_readmes_xiong_comparison_is_the_recorded_initialization():
+    import statistics
+
+    runs = _watch_record("watch-init.json")["runs"]
+    post = [r["ratio"] for r in runs["post"]]
+    w2 = [a["last_w2"] / b["last_w2"] for a, b in zip(runs["post"], runs["pre"], strict=True)]
+    text = _flat(README.read_text(encoding="utf-8"))
+    below = sum(r < 1 for r in post)
+    assert (f"{statistics.fmean(post):.3g}x on average over {len(post)} seeds, "
+            f"{_gspan(post)}x with {below} below 1") in text
+    assert f"here {statistics.fmean(w2):.3g}x on average over the {len(w2)} seeds " \
+           f"({_gspan(w2)}x)" in text
+
+
+def test_the_readmes_batchnorm_figures_are_the_recorded_runs():
+    record = _watch_record("watch-lm.json")
+    batch = record["runs"]["batch"]
+    assert len(batch) >= 3
+    text = _flat(README.read_text(encoding="utf-8"))
+
+    def entries(step: int, path: str | None = None) -> list[dict]:
+        return [e for records in batch.values() for r in records if r["step"] == step
+                for name, e in r["norms"].items() if path in (None, name)]
+
+    def shown(step: int, stat: str, path: str | None = None) -> str:
+        return _span([e[stat] for e in entries(step, path)], 2)
+
+    assert f"sits {shown(1, 'mean_gap')} running standard deviations" in text
+    assert (f"the train/eval gap ({shown(1, 'train_eval_gap')}) is nearly all lag "
+            f"({shown(1, 'running_lag')}) rather than the batch's own effect "
+            f"({shown(1, 'batch_effect')})") in text
+    assert f"by step 30 the gap is {shown(30, 'train_eval_gap')}" in text
+    first, last = "blocks.layers.0.attn_add_norm.norm", "blocks.norm"
+    assert (f"{shown(30, 'batch_effect', first)} at the first norm, "
+            f"{shown(30, 'batch_effect', last)} at the final one") in text
+    assert f"the lag {shown(30, 'running_lag')}" in text
+    checks = record["batch_effect_check"]
+    assert len(checks) == len(batch)
+
+    def ratio(path: str) -> str:
+        return _span([c[path]["estimate"] / c[path]["pooled"] for c in checks.values()], 2)
+
+    assert f"it reads {ratio(first)}x at the first norm and {ratio(last)}x at the final one" \
+        in text
 
 
 def test_the_readmes_sampler_steps_table_is_the_recorded_benchmark():

@@ -72,3 +72,20 @@ def test_a_nan_loss_ends_the_run_and_marks_it_diverged():
     assert run.diverged and len(run.losses) < 50
     assert steps_to(Run(accuracies=[(10, 0.5), (20, 0.9)]), 0.8) == 20
     assert steps_to(Run(accuracies=[(10, 0.5)]), 0.8) is None
+
+
+def test_a_nudge_moves_every_initial_weight_by_exactly_one_ulp_either_way():
+    # Reference: torch.nextafter toward +inf and -inf of the un-nudged weights, entry by entry;
+    # the draw decides the direction (both occur), the same draw the same directions.
+    plain = make_mlp(NORMS["LayerNorm"], seed=3)
+    nudged = make_mlp(NORMS["LayerNorm"], seed=3, nudge=1)
+    again = make_mlp(NORMS["LayerNorm"], seed=3, nudge=1)
+    ups = downs = 0
+    for p, q, r in zip(plain.parameters(), nudged.parameters(), again.parameters(), strict=True):
+        up = torch.nextafter(p, torch.full_like(p, torch.inf))
+        down = torch.nextafter(p, torch.full_like(p, -torch.inf))
+        assert torch.all((q == up) | (q == down))
+        assert torch.equal(q, r)
+        ups += int((q == up).sum())
+        downs += int((q == down).sum())
+    assert ups > 0 and downs > 0

@@ -119,14 +119,69 @@ def test_batchnorm_padding_is_left_out():
         torch.testing.assert_close(masked[key], alone[key], **FLOAT32_MODEL)
 
 
-def test_batch_noise_is_the_relative_distance_over_real_tokens():
+def test_train_eval_gap_is_the_relative_distance_over_real_tokens():
     x, padding = _padded()
     y_eval = torch.where(torch.isnan(x), torch.zeros_like(x), x * 0.9)
-    sums = stats.batch_noise_sums(x, y_eval, stats.real_tokens(x, padding))
+    sums = stats.train_eval_sums(x, y_eval, stats.real_tokens(x, padding))
     real, real_eval = x[~padding].double(), y_eval[~padding].double()
-    torch.testing.assert_close(sums["noise_sq"], (real - real_eval).square().sum(),
+    torch.testing.assert_close(sums["gap_sq"], (real - real_eval).square().sum(),
                                **FLOAT32_MODEL)
     torch.testing.assert_close(sums["signal_sq"], real.square().sum(), **FLOAT32_MODEL)
+
+
+@pytest.mark.parametrize("shape", ["sequences", "vectors"])
+def test_batch_effect_is_the_half_batches_output_difference_scaled_to_one_batch(shape):
+    """The reference: each half's and the whole batch's real tokens picked out by boolean
+    indexing, their means and biased variances from torch.var_mean in float64, the first-order
+    move of every real token's output written out, and k^2 = n_A n_B / (n_A + n_B)^2."""
+    if shape == "sequences":
+        x, padding = _padded(batch=5, width=8)  # halves: samples 0-1 and 2-4
+        real = ~padding
+    else:
+        x = torch.randn(7, 8, generator=torch.Generator().manual_seed(1)) * 2 + 1  # (B, D)
+        real = torch.ones(7, dtype=torch.bool)
+    weight = torch.linspace(0.5, 1.5, 8)
+    train_eval = {"gap_sq": torch.tensor(3.0, dtype=torch.float64),
+                  "signal_sq": torch.tensor(5.0, dtype=torch.float64)}
+    sums = stats.batch_effect_sums(x, stats.real_tokens(x, padding) if shape == "sequences"
+                                   else None, weight=weight, eps=1e-5, train_eval=train_eval)
+    first = torch.arange(x.shape[0]) < x.shape[0] // 2
+    halves = [(real & side.reshape(-1, *([1] * (real.ndim - 1)))) for side in (first, ~first)]
+    tokens = x.double()[real]  # (N, D): every real token
+    var, mean = torch.var_mean(tokens, dim=0, correction=0)
+    sd = torch.sqrt(var + 1e-5)
+    moments, counts = [], []
+    for half in halves:
+        var_h, mean_h = torch.var_mean(x.double()[half], dim=0, correction=0)
+        moments.append((mean_h, torch.sqrt(var_h + 1e-5)))
+        counts.append(half.sum().item())
+    (mean_a, sd_a), (mean_b, sd_b) = moments
+    move = weight.double() * ((mean_a - mean_b) + (tokens - mean) * (sd_a - sd_b) / sd) / sd
+    k_sq = counts[0] * counts[1] / (counts[0] + counts[1]) ** 2
+    expected = k_sq * move.square().sum()
+    torch.testing.assert_close(sums["effect_sq"], expected, **FLOAT32_MODEL)
+    assert sums["split_gap_sq"].item() == 3.0 and sums["split_signal_sq"].item() == 5.0
+
+
+def test_batch_effect_is_zero_for_twin_halves_and_absent_without_two_samples():
+    """Identities: a batch whose second half repeats its first has halves with the same
+    statistics (effect 0 up to float32 rounding of the unit-size normalized values, ~1e-7
+    each, so under 1e-8 summed in squares over these 224 values); one sample has no halves;
+    a half that is all padding leaves the call out (all three sums 0)."""
+    x = torch.randn(2, 7, 8, generator=torch.Generator().manual_seed(4))
+    twins = torch.cat([x, x])  # (4, L, D)
+    train_eval = {"gap_sq": torch.tensor(1.0, dtype=torch.float64),
+                  "signal_sq": torch.tensor(2.0, dtype=torch.float64)}
+    same = stats.batch_effect_sums(twins, None, weight=torch.ones(8), eps=1e-5,
+                                   train_eval=train_eval)
+    assert same["effect_sq"].item() < 1e-8 and same["split_signal_sq"].item() == 2.0
+    assert stats.batch_effect_sums(x[:1], None, weight=torch.ones(8), eps=1e-5,
+                                   train_eval=train_eval) == {}
+    padding = torch.zeros(2, 7, dtype=torch.bool)
+    padding[0] = True  # half A has no real token
+    empty = stats.batch_effect_sums(x, stats.real_tokens(x, padding), weight=torch.ones(8),
+                                    eps=1e-5, train_eval=train_eval)
+    assert all(v.item() == 0.0 for v in empty.values())
 
 
 def test_entropy_is_categoricals_over_real_rows_that_see_a_key():
@@ -146,6 +201,15 @@ def test_entropy_is_categoricals_over_real_rows_that_see_a_key():
                                    torch.stack(entropies).mean(), **FLOAT32_MODEL)
     uniform = stats.entropy_sums(torch.full((1, 1, 2, 8), 1 / 8), None)
     assert math.isclose(uniform["entropy"].item() / 2, math.log(8), rel_tol=1e-6)
+
+
+def test_unit_outputs_are_each_units_largest_magnitude_over_real_tokens():
+    x, padding = _padded()
+    sums = stats.unit_output_sums(x, stats.real_tokens(x, padding))  # NaN padding left out
+    real = x[~padding].double()  # (N, F)
+    torch.testing.assert_close(sums["max_abs"], real.abs().amax(0))
+    torch.testing.assert_close(sums["sq"], real.square().sum(), **FLOAT32_MODEL)
+    assert sums["n"].item() == real.numel()
 
 
 def test_active_counts_count_real_tokens_with_a_positive_preactivation():

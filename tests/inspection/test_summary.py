@@ -35,11 +35,12 @@ def test_summary_names_the_profile_the_slowest_layers_and_the_scale():
     first = _record(1, [1.0, 1.0, 1.0], [1e-3, 2e-3, 3e-3], [1.0, 2.0, 3.0, 7.0])
     last = _record(9, [1.0, 2.0, 4.0], [3e-3, 2e-3, 1e-3], [1.0, 1.0, 1.0, 1.0], norms={
         "layers.0.norm": {"kind": "batch", "mean_gap": 0.5, "var_log_ratio": 0.1,
-                          "batch_noise": 0.25},
+                          "train_eval_gap": 0.5, "batch_effect": 0.3, "running_lag": 0.4},
         "layers.1.norm": {"kind": "batch", "mean_gap": 0.3, "var_log_ratio": 0.1,
-                          "batch_noise": 0.75}},
+                          "train_eval_gap": 1.0, "batch_effect": 0.6, "running_lag": 0.8}},
         attention_entropy={"layers.0.attn": [0.5, 2.0]},
-        dead_units={"layers.0.ff": 0.0, "layers.1.ff": 0.5})
+        ffn_units={"layers.0.ff": {"activation": "relu", "near_zero": 0.25, "dead": 0.0},
+                   "layers.1.ff": {"activation": "relu", "near_zero": 0.75, "dead": 0.5}})
     lines = summarize([last, first])  # any order
     assert lines[0] == "2 watched steps, 1 to 9, 3 layers"
     assert "step 1 is flat over depth: last layer / first layer 1x" in lines[1]
@@ -51,9 +52,27 @@ def test_summary_names_the_profile_the_slowest_layers_and_the_scale():
     assert "1 entering layers.0, 7 leaving layers.2 (7x); it grows most in layers.2 (2.33x)" \
         in lines[5]
     assert "BatchNorm at step 9: batch mean 0.4 running stds" in lines[7]
-    assert "0.5 on average, 0.75 at layers.1.norm" in lines[7]
+    assert ("the batch's own effect 0.45 (||y - y_full|| / ||y||, from half batches) and the "
+            "running statistics' lag 0.6 on average (train/eval gap 0.75)") in lines[7]
     assert "most focused head layers.0.attn head 1 (0.5 nats)" in lines[8]
-    assert lines[9] == "dead FFN units at step 9: 25.0% on average, 50.0% in layers.1.ff"
+    assert lines[9] == ("FFN units whose output stays near zero (relu: within 1% of the FFN's "
+                        "RMS output on every token) at step 9: 50.0% on average, 75.0% in "
+                        "layers.1.ff")
+    assert lines[10] == ("dead ReLU units (no positive pre-activation on any token) at step 9: "
+                         "25.0% on average, 50.0% in layers.1.ff")
+
+
+def test_records_from_before_the_separation_are_named_for_what_they_hold():
+    """``batch_noise`` was the train/eval gap, ``dead_units`` the units with no positive
+    pre-activation whatever the activation: a summary of an older watch.jsonl says so."""
+    old = _record(3, [1.0, 1.0, 1.0], [1e-3] * 3, [1.0] * 4, norms={
+        "layers.0.norm": {"kind": "batch", "mean_gap": 0.5, "var_log_ratio": 0.1,
+                          "batch_noise": 0.25}}, dead_units={"layers.0.ff": 0.5})
+    lines = summarize([old])
+    assert any("train/eval gap ||y - y_eval|| / ||y|| 0.25 on average (the batch's own effect "
+               "and the running statistics' lag together" in line for line in lines)
+    assert lines[-1] == ("FFN units with no positive pre-activation on any token (dead only for "
+                         "ReLU) at step 3: 50.0% on average, 50.0% in layers.0.ff")
 
 
 def test_no_records_no_sentences():

@@ -76,7 +76,7 @@ def test_an_lm_record_has_every_layer_norm_attention_and_ffn():
     assert {n["kind"] for n in record["norms"].values()} == {"layer"}
     assert set(record["attention_entropy"]) == {f"{layer}.self_attn" for layer in layers}
     assert all(len(h) == 2 for h in record["attention_entropy"].values())
-    assert set(record["dead_units"]) == {f"{layer}.ff" for layer in layers}
+    assert set(record["ffn_units"]) == {f"{layer}.ff" for layer in layers}
     assert set(record["update_ratio"]) == set(record["grad_norm"])
     for heads in record["attention_entropy"].values():  # causal rows see 1..8 keys
         assert all(0 < h < math.log(8) for h in heads)
@@ -103,7 +103,7 @@ def test_encoder_decoder_and_dit_records_name_their_own_parts():
     assert record["layers"] == ["blocks.0", "blocks.1"]
     assert set(record["residual"]) == {"blocks.0", "blocks.1"}  # its residual adds are inline
     assert {"blocks.0.attn_norm", "blocks.0.ff_norm"} <= set(record["norms"])
-    assert set(record["dead_units"]) == {"blocks.0.ff", "blocks.1.ff"}
+    assert set(record["ffn_units"]) == {"blocks.0.ff", "blocks.1.ff"}
 
 
 def test_gradient_norms_and_update_ratios_are_the_parameters_own():
@@ -181,7 +181,7 @@ def test_micro_batches_measure_what_the_whole_batch_does():
             records.append(watch.step())
     whole, halves = records
     assert whole["layers"] == halves["layers"]
-    for section in ("grad_norm", "residual", "norms", "attention_entropy", "dead_units"):
+    for section in ("grad_norm", "residual", "norms", "attention_entropy", "ffn_units"):
         _compare(whole[section], halves[section])
 
 
@@ -260,7 +260,7 @@ def test_bfloat16_autocast_measures_in_float32():
     assert all(isinstance(v, float) for v in low["grad_norm"].values())
 
 
-def test_batch_noise_is_batchnorms_train_against_eval_output_and_zero_for_layernorm():
+def test_train_eval_gap_is_batchnorms_train_against_eval_output_and_zero_for_layernorm():
     """The reference: nn.BatchNorm1d given the same weights and running statistics, in
     training mode (the batch's statistics) and in eval mode (the running ones)."""
     x = torch.randn(4, 5, 16, generator=torch.Generator().manual_seed(5)) * 2 + 0.3
@@ -281,11 +281,126 @@ def test_batch_noise_is_batchnorms_train_against_eval_output_and_zero_for_layern
             add_norm(x, nn.Identity())
             entry = watch.step()["norms"]["norm"]
         if norm == "batch":
-            _close(entry["batch_noise"], expected)
+            _close(entry["train_eval_gap"], expected)
             assert entry["mean_gap"] > 0 and entry["var_log_ratio"] > 0
+            assert entry["batch_effect"] > 0
         else:
-            assert entry["batch_noise"] == 0.0
-            assert "mean_gap" not in entry
+            assert entry["train_eval_gap"] == 0.0
+            assert not {"mean_gap", "batch_effect", "running_lag"} & set(entry)
+
+
+# BatchNorm's two effects, where both are known. The full data: N sequences of L tokens, each
+# feature N(mu, sd^2); the running statistics made exact by one training-mode call on all of
+# it with momentum None (a cumulative average over one batch: the data's mean and, as
+# BatchNorm stores it, its unbiased variance), then frozen (momentum 0) for the watched calls:
+# K batches of B sequences, summed by the watch as micro-batches of one step.
+_N, _L, _D, _B, _K = 256, 32, 32, 8, 64
+
+
+def _batchnorm_with_exact_running_statistics():
+    gen = torch.Generator().manual_seed(0)
+    mean, sd = torch.rand(_D, generator=gen) * 2 - 1, torch.rand(_D, generator=gen) * 1.5 + 0.5
+    data = torch.randn(_N, _L, _D, generator=gen) * sd + mean  # (N, L, D)
+    add_norm = addnorm.AddNorm(_D, norm="batch", norm_position="pre")
+    bn = add_norm.norm
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5, generator=gen)
+        bn.bias.uniform_(-0.5, 0.5, generator=gen)
+    bn.momentum = None
+    bn(data)  # training mode, the whole data: exact running statistics
+    bn.momentum = 0.0
+    order = torch.cat([torch.randperm(_N, generator=gen) for _ in range(_K * _B // _N)])
+    batches = [data[order[i * _B:(i + 1) * _B]] for i in range(_K)]  # (B, L, D) each
+    return add_norm, data, batches
+
+
+def _watched(add_norm, batches) -> dict:
+    with addnorm.watch(add_norm) as watch:
+        for x in batches:
+            add_norm(x, nn.Identity())  # pre-LN: the norm sees x itself
+        return watch.step()["norms"]["norm"]
+
+
+def _known_effects(bn, data, batches) -> tuple[float, float]:
+    """float64 from the formulas: ||y - y_full|| / ||y|| (the batch's own effect) and
+    ||y_full - y_eval|| / ||y|| (the running statistics' lag) over every batch's tokens."""
+    var_full, mean_full = torch.var_mean(data.double().reshape(-1, _D), 0, correction=0)
+    weight, bias = bn.weight.detach().double(), bn.bias.detach().double()
+
+    def normalized(t, mean, var):
+        return (t - mean) / torch.sqrt(var + bn.eps) * weight + bias
+
+    effect = lag = signal = 0.0
+    for x in batches:
+        tokens = x.double().reshape(-1, _D)
+        var, mean = torch.var_mean(tokens, 0, correction=0)
+        y = normalized(tokens, mean, var)
+        y_full = normalized(tokens, mean_full, var_full)
+        y_eval = normalized(tokens, bn.running_mean.double(), bn.running_var.double())
+        effect += (y - y_full).square().sum().item()
+        lag += (y_full - y_eval).square().sum().item()
+        signal += y.square().sum().item()
+    return math.sqrt(effect / signal), math.sqrt(lag / signal)
+
+
+def test_batchnorms_batch_effect_is_known_where_the_running_statistics_are_exact():
+    """Exact running statistics: the train/eval gap is the batch's own effect alone (the lag
+    is n / (n - 1) of the stored variance, 1e-4 here). ``batch_effect`` estimates it from
+    halves of each batch: within 10% (its first-order bias is about 1 / (tokens in a half) =
+    1/128, the sampling error sqrt(2 / (K D)) ~ 3% for each sum of squares); ``running_lag``,
+    what is left of the gap, then within sqrt(1 - 0.9^2) ~ 0.44 of it."""
+    add_norm, data, batches = _batchnorm_with_exact_running_statistics()
+    entry = _watched(add_norm, batches)
+    effect, lag = _known_effects(add_norm.norm, data, batches)
+    assert lag < 1e-3 * effect
+    _close(entry["train_eval_gap"], effect, {"rtol": 1e-3, "atol": 0.0})  # the 1e-4 lag
+    assert abs(entry["batch_effect"] / effect - 1) < 0.1
+    assert entry["running_lag"] < 0.44 * effect
+
+
+def test_batchnorms_running_lag_is_known_where_the_running_statistics_are_moved():
+    """The same data and batches with the running mean moved by half a running standard
+    deviation and the running variance by 1.5x: the batch's own effect is what it was (it
+    reads only the batches), and ``running_lag`` is the known lag ||y_full - y_eval|| / ||y||
+    within 5% (the error of gap^2 - effect^2: the effect's 20% of effect^2, 0.003 of lag^2
+    here, and a cross term whose mean is 0)."""
+    add_norm, data, batches = _batchnorm_with_exact_running_statistics()
+    exact = _watched(add_norm, batches)
+    bn = add_norm.norm
+    with torch.no_grad():
+        bn.running_mean += 0.5 * bn.running_var.sqrt()
+        bn.running_var *= 1.5
+    moved = _watched(add_norm, batches)
+    _, lag = _known_effects(bn, data, batches)
+    assert moved["batch_effect"] == exact["batch_effect"]
+    assert moved["train_eval_gap"] > 2 * exact["train_eval_gap"]
+    assert abs(moved["running_lag"] / lag - 1) < 0.05
+
+
+def test_ffn_units_near_zero_and_dead_are_the_units_made_so():
+    """FFNs whose units 0-2 are switched off by construction (w1's bias -50: ReLU and GELU
+    output exactly 0 there; SwiGLU's value projection w3 zero there: the gated product is 0),
+    the others driven by N(0, 1) inputs: 3 of 8 units are near zero for every activation, and
+    dead for ReLU (no positive pre-activation), which GELU and SwiGLU do not report."""
+    x = torch.randn(4, 6, 16, generator=torch.Generator().manual_seed(2))
+    for activation in ("relu", "gelu", "swiglu"):
+        torch.manual_seed(0)
+        ffn = addnorm.make_feedforward(16, 8, activation=activation)
+        with torch.no_grad():
+            if activation == "swiglu":
+                ffn.w3.weight[:3] = 0.0
+                ffn.w3.bias[:3] = 0.0
+            else:
+                ffn.w1.bias[:3] = -50.0
+        with addnorm.watch(ffn) as watch:
+            ffn(x).sum().backward()
+            units = watch.step()["ffn_units"][""]
+        assert units["activation"] == activation
+        assert units["near_zero"] == 3 / 8
+        if activation == "relu":
+            assert units["dead"] == 3 / 8
+        else:
+            assert "dead" not in units
 
 
 def test_bad_arguments_are_refused_by_name():

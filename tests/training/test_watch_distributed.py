@@ -106,5 +106,5 @@ def test_two_processes_write_the_one_process_record(runs, name):
     assert [r["step"] for r in two] == [r["step"] for r in one]
     for reference, record in zip(one, two, strict=True):
         _same(reference, record, f"{name} step {reference['step']}")
-    assert {"residual", "norms", "attention_entropy", "dead_units", "update_ratio"} <= set(
+    assert {"residual", "norms", "attention_entropy", "ffn_units", "update_ratio"} <= set(
         two[0])

@@ -95,9 +95,9 @@ def add_parser(subparsers) -> None:
             help="look inside the model every EVERY steps (default 50; and at the first and "
             "last step): per layer and sublayer the gradient norm and update ratio, the "
             "residual stream's RMS around every norm, what each norm divides out (BatchNorm: "
-            "batch against running statistics), attention entropy per head and dead FFN "
-            "units, into watch.jsonl and watch.png in --out (addnorm info summarises them). "
-            "Off unless given",
+            "batch against running statistics), attention entropy per head and FFN units "
+            "near zero (dead, for ReLU), into watch.jsonl and watch.png in --out (addnorm "
+            "info summarises them). Off unless given",
         )
         sub.add_argument(
             "--report-to",

@@ -5,7 +5,7 @@ Each module has ``NAME``, ``CLAIM`` (the claim as its seed post states it), ``SE
 ship with the install; ``run`` also takes the parts under test as keyword arguments, so a
 test can build a world where the claim is false. Training-based verdicts compare
 ``repeats.N_RUNS`` seeds (:mod:`addnorm.experiments.repeats`; loss-landscape's full run
-twelve, as its docstring explains). ``EXPERIMENTS`` lists them in
+48, as its docstring explains). ``EXPERIMENTS`` lists them in
 the order ``addnorm explain all`` runs them; :func:`write_outcome` writes one experiment's
 ``figure.png`` and ``result.json``, :func:`write_index` the page that shows them all and
 :func:`write_verdicts` their verdicts in one small file.
@@ -28,6 +28,7 @@ from addnorm.experiments import (
     pe_heatmap,
     pe_requirements,
     pe_shift,
+    pe_sigmoid,
     per_head_norm,
     postln_vs_preln,
     timestep_frequencies,
@@ -43,6 +44,7 @@ _MODULES: tuple[ModuleType, ...] = (
     pe_heatmap,
     pe_shift,
     pe_requirements,
+    pe_sigmoid,
     length_extrapolation,
     timestep_frequencies,
     norm_examples,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -20,7 +21,7 @@ from addnorm.data.digits import load_digits
 from addnorm.norms import BatchNorm, LayerNorm
 
 __all__ = ["BATCH", "DEPTH", "NORMS", "WIDTH", "NormFactory", "Run", "ShiftNoise", "make_mlp",
-           "steps_to", "train"]
+           "nudged", "steps_to", "train"]
 
 WIDTH, DEPTH, BATCH = 64, 4, 64
 NormFactory = Callable[[int], nn.Module]
@@ -29,6 +30,7 @@ NORMS: dict[str, NormFactory] = {
     "BatchNorm": BatchNorm,
     "LayerNorm": LayerNorm,
 }
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
 # Called after each step's backward pass, before the optimizer moves (the loss-landscape probe).
 StepProbe = Callable[[int, nn.Module, torch.Tensor, torch.Tensor], None]
 
@@ -50,9 +52,29 @@ class ShiftNoise(nn.Module):
         return x * scale + shift
 
 
-def make_mlp(norm: NormFactory, seed: int, *, noise: bool = False) -> nn.Sequential:
+def make_mlp(norm: NormFactory, seed: int, *, noise: bool = False,
+             nudge: int = 0) -> nn.Sequential:
     """The MLP with ``norm(WIDTH)`` after each hidden Linear (and :class:`ShiftNoise` after
-    it when ``noise``), initialised from ``seed``."""
+    it when ``noise``), initialised from ``seed``; with ``nudge`` > 0, every initial weight
+    then moves by one float32 ulp, up or down as a generator seeded by ``nudge`` draws:
+    the size of the rounding by which two CPUs' runs first differ, to see whether a result
+    survives it (:func:`nudged`)."""
+    model = _mlp(norm, seed, noise=noise)
+    return nudged(model, nudge) if nudge else model
+
+
+def nudged(model: ModuleT, draw: int) -> ModuleT:
+    """``model`` with each parameter moved by one ulp toward +inf or -inf, chosen per entry by
+    a generator seeded by ``draw``; returns the model."""
+    gen = torch.Generator().manual_seed(draw)
+    with torch.no_grad():
+        for p in model.parameters():
+            up = torch.rand(p.shape, generator=gen) < 0.5
+            p.copy_(torch.nextafter(p, torch.where(up, torch.inf, -torch.inf)))
+    return model
+
+
+def _mlp(norm: NormFactory, seed: int, *, noise: bool) -> nn.Sequential:
     torch.manual_seed(seed)
     noise_gen = torch.Generator().manual_seed(seed + 100)
     layers: list[nn.Module] = []

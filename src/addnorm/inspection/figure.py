@@ -12,9 +12,10 @@ twenty labelled ticks on an axis):
 - each attention head's entropy at the last watched step (attention module x head), against
   ``ln S`` of uniform attention;
 - over the steps, what the norms do (BatchNorm: the gap between its batch statistics and its
-  running estimates, its batch noise; the per-token norms: the spread of the scales they
-  divide out) and the share of dead FFN units, each as the mean over the model's norms or
-  FFNs.
+  running estimates, and in its output the batch's own effect and the running statistics'
+  lag; the per-token norms: the spread of the scales they divide out) and the share of FFN
+  units whose output stays near zero (and of dead ReLU units), each as the mean over the
+  model's norms or FFNs.
 
 Drawn on a bare ``Figure`` with an Agg canvas, so no global matplotlib backend is set.
 """
@@ -173,13 +174,19 @@ def _over_steps(ax, records: list[dict]) -> None:
     kinds = {n["kind"] for r in records for n in r.get("norms", {}).values()}
     names = {"mean_gap": "BatchNorm: batch mean's shift (running stds)",
              "var_log_ratio": "BatchNorm: |ln(batch var / running var)|",
-             "batch_noise": "BatchNorm: batch noise in its output",
+             "batch_effect": "BatchNorm: the batch's own effect on its output",
+             "running_lag": "BatchNorm: the running statistics' lag in its output",
+             "batch_noise": "BatchNorm: train/eval gap in its output",  # records before both
              "scale_cv": "per-token norms: spread of the scales (std / mean)"}
     for stat, label in names.items():
         series[label] = [_mean([n.get(stat) for n in r.get("norms", {}).values()])
                          for r in records]
-    series["dead FFN units (share)"] = [_mean(list(r.get("dead_units", {}).values()))
-                                        for r in records]
+    for stat, label in (("near_zero", "FFN units with output near zero (share)"),
+                        ("dead", "dead ReLU units (share)")):
+        series[label] = [_mean([u.get(stat) for u in r.get("ffn_units", {}).values()])
+                         for r in records]
+    series["FFN units never positive (share)"] = [  # records before ffn_units
+        _mean(list(r.get("dead_units", {}).values())) for r in records]
     drawn = False
     for label, values in series.items():
         if any(v is not None for v in values):

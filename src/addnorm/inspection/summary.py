@@ -1,5 +1,6 @@
 """A run's watch records in a few sentences: where the gradients grow, which layers learn
-least, where the residual stream's scale grows, what the norms and attention heads do.
+least, where the residual stream's scale grows, what the norms, attention heads and FFN units
+do.
 
 Each sentence reads numbers straight from the records (:meth:`addnorm.inspection.Watch.step`);
 ``FLAT`` is the one judgement: a gradient profile whose fitted last-to-first ratio stays within
@@ -12,6 +13,8 @@ import math
 import statistics
 from collections.abc import Sequence
 from typing import Any
+
+from addnorm.inspection.statistics import NEAR_ZERO
 
 __all__ = ["FLAT", "depth_profile", "summarize"]
 
@@ -92,21 +95,38 @@ def _scale(record: dict) -> list[str]:
             f"most in {growth} ({ratio:.3g}x)"]
 
 
+def _mean_of(entries: Sequence[dict], stat: str) -> float | None:
+    numbers = [v for e in entries if (v := _number(e.get(stat))) is not None]
+    return statistics.fmean(numbers) if numbers else None
+
+
+def _batchnorm(record: dict) -> list[str]:
+    """BatchNorm's gap to its running statistics and the two effects in its output; a record
+    written before they were told apart has their sum only (``batch_noise``, the train/eval
+    gap), and is told so."""
+    batch = [e for e in record.get("norms", {}).values()
+             if e.get("kind") == "batch" and "mean_gap" in e]
+    gap = _mean_of(batch, "mean_gap")
+    if not batch or gap is None:
+        return []
+    head = (f"BatchNorm at step {record['step']}: batch mean {gap:.3g} running stds from the "
+            f"running mean (mean over {len(batch)} norms)")
+    effect, lag = _mean_of(batch, "batch_effect"), _mean_of(batch, "running_lag")
+    if effect is not None and lag is not None:
+        return [f"{head}; in its output, the batch's own effect {effect:.3g} "
+                f"(||y - y_full|| / ||y||, from half batches) and the running statistics' lag "
+                f"{lag:.3g} on average (train/eval gap {_mean_of(batch, 'train_eval_gap'):.3g})"]
+    old = _mean_of(batch, "batch_noise")
+    if old is None:
+        return [head]
+    return [f"{head}; train/eval gap ||y - y_eval|| / ||y|| {old:.3g} on average (the "
+            "batch's own effect and the running statistics' lag together: this record "
+            "predates their separation)"]
+
+
 def _norms(record: dict) -> list[str]:
     norms = record.get("norms", {})
-    batch = {n: e for n, e in norms.items() if e.get("kind") == "batch" and "mean_gap" in e}
-    lines = []
-    if batch:
-        worst = max(batch, key=lambda n: batch[n].get("batch_noise") or 0.0)
-        gaps = [e["mean_gap"] for e in batch.values() if _number(e.get("mean_gap")) is not None]
-        noise = [e["batch_noise"] for e in batch.values()
-                 if _number(e.get("batch_noise")) is not None]
-        if gaps and noise:
-            lines.append(
-                f"BatchNorm at step {record['step']}: batch mean {statistics.fmean(gaps):.3g} "
-                f"running stds from the running mean (mean over {len(batch)} norms); batch "
-                f"noise ||y - y_eval|| / ||y|| {statistics.fmean(noise):.3g} on average, "
-                f"{batch[worst]['batch_noise']:.3g} at {worst}")
+    lines = _batchnorm(record)
     per_token = [e["scale_cv"] for e in norms.values()
                  if e.get("kind") in ("layer", "rms", "group") and _number(e.get("scale_cv"))
                  is not None]
@@ -128,13 +148,31 @@ def _attention(record: dict) -> list[str]:
             f"({low[0]:.3g} nats), most spread {high[1]} head {high[2] + 1} ({high[0]:.3g} nats)"]
 
 
-def _dead(record: dict) -> list[str]:
-    dead = {n: v for n, v in record.get("dead_units", {}).items() if _number(v) is not None}
-    if not dead:
-        return []
-    worst = max(dead, key=lambda n: dead[n])
-    return [f"dead FFN units at step {record['step']}: {statistics.fmean(dead.values()):.1%} "
-            f"on average, {dead[worst]:.1%} in {worst}"]
+def _share_sentence(shares: dict[str, float], what: str, step: int) -> str:
+    worst = max(shares, key=lambda n: shares[n])
+    return (f"{what} at step {step}: {statistics.fmean(shares.values()):.1%} on average, "
+            f"{shares[worst]:.1%} in {worst}")
+
+
+def _ffn_units(record: dict) -> list[str]:
+    units = record.get("ffn_units", {})
+    near = {n: v for n, e in units.items() if (v := _number(e.get("near_zero"))) is not None}
+    dead = {n: v for n, e in units.items() if (v := _number(e.get("dead"))) is not None}
+    lines = []
+    if near:
+        kinds = sorted({str(units[n].get("activation")) for n in near})
+        lines.append(_share_sentence(
+            near, f"FFN units whose output stays near zero ({', '.join(kinds)}: within "
+            f"{NEAR_ZERO:.0%} of the FFN's RMS output on every token)", record["step"]))
+    if dead:
+        lines.append(_share_sentence(
+            dead, "dead ReLU units (no positive pre-activation on any token)", record["step"]))
+    old = {n: v for n, v in record.get("dead_units", {}).items() if _number(v) is not None}
+    if old:  # a record from before ffn_units, whatever the activation
+        lines.append(_share_sentence(
+            old, "FFN units with no positive pre-activation on any token (dead only for "
+            "ReLU)", record["step"]))
+    return lines
 
 
 def summarize(records: Sequence[dict]) -> list[str]:
@@ -153,4 +191,4 @@ def summarize(records: Sequence[dict]) -> list[str]:
     lines += _learning(records) + _scale(first)
     if last is not first:
         lines += _scale(last)
-    return lines + _norms(last) + _attention(last) + _dead(last)
+    return lines + _norms(last) + _attention(last) + _ffn_units(last)

@@ -26,15 +26,24 @@ A step's record (:meth:`Watch.step`), every name a module or parameter path in t
   and GroupNorm the mean (``scale_mean``) and spread (``scale_cv``, std / mean) of their
   per-token (per sample and group) scales; BatchNorm in training mode its batch statistics
   against its running estimates (``mean_gap``: RMS over features of the batch mean's shift in
-  running standard deviations; ``var_log_ratio``: RMS of ``ln(var_batch / var_running)``);
-  in training mode, every norm's ``batch_noise``, ``||y - y_eval|| / ||y||``: the part of
-  its output that comes from the batch (``y_eval``: the same input through the norm in eval
-  mode, BatchNorm's running statistics; 0 for the norms whose statistics are the token's or
-  the sample's own).
+  running standard deviations; ``var_log_ratio``: RMS of ``ln(var_batch / var_running)``).
+  In training mode every norm's ``train_eval_gap``, ``||y - y_eval|| / ||y||``: how far its
+  output sits from what eval mode gives for the same input (BatchNorm: normalized with the
+  running statistics; 0 for the norms whose statistics are the token's or the sample's own).
+  For BatchNorm that gap holds two effects, reported apart: ``batch_effect``, the batch's own,
+  ``||y - y_full|| / ||y||`` with ``y_full`` normalized by the full data's statistics,
+  estimated from two halves of the batch (:func:`~addnorm.inspection.statistics.
+  batch_effect_sums`; needs two samples); and ``running_lag``, the rest,
+  ``sqrt(train_eval_gap^2 - batch_effect^2)`` (0 where that is negative): how far the running
+  statistics trail the full data's, ``||y_full - y_eval|| / ||y||`` in expectation.
 - ``attention_entropy``: per attention module, each head's mean entropy in nats over the
   real query rows (``ln S`` is uniform attention over S keys).
-- ``dead_units``: per FFN, the share of its units whose pre-activation was positive on no
-  real token of the step.
+- ``ffn_units``: per FFN, its ``activation`` and the share of its units that are
+  ``near_zero``: output within ``statistics.NEAR_ZERO`` (1%) of the RMS of all its units'
+  outputs on every real token of the step (the output that enters ``w2``: SwiGLU's gated
+  product); for ReLU also ``dead``: no positive pre-activation on any real token (output and
+  gradient exactly 0). A GELU or SiLU unit is never dead in that sense, as a negative input
+  still passes a small output and gradient; near zero is the term for every activation.
 
 Cost and scope: hooks exist only while the watch is attached (:meth:`Watch.attach`, the
 ``with`` block); they measure only inside the model's own forward (not the recomputation of
@@ -130,6 +139,7 @@ class Watch:
         self._eval_outputs: dict[str, torch.Tensor] = {}
         self._sums: dict[_Key, torch.Tensor] = {}
         self._kinds: dict[str, str] = {}
+        self._activations: dict[str, str] = {}
         self._grads: list[torch.Tensor | None] | None = None
         self._before: list[torch.Tensor] | None = None
 
@@ -188,7 +198,11 @@ class Watch:
         if isinstance(module, MultiHeadAttention) and self.attention:
             yield post(partial(self._attention_out, path), with_kwargs=True)
         if isinstance(module, FeedForward):
-            yield module.act.register_forward_pre_hook(partial(self._ffn_units, path))
+            self._activations[path] = str(getattr(module, "activation",
+                                                  type(module.act).__name__.lower()))
+            if isinstance(module.act, nn.ReLU):
+                yield module.act.register_forward_pre_hook(partial(self._relu_units, path))
+            yield module.w2.register_forward_pre_hook(partial(self._unit_outputs, path))
 
     # -- the hooks ---------------------------------------------------------------------------
 
@@ -199,9 +213,15 @@ class Watch:
         self._in_forward, self._padding = False, None
 
     def _add(self, key: tuple[str, str], sums: dict[str, torch.Tensor]) -> None:
+        """Add a call's sums to the step's (a ``max_...`` statistic: keep the larger)."""
         for stat, value in sums.items():
             full = (*key, stat)
-            self._sums[full] = self._sums[full] + value if full in self._sums else value
+            if full not in self._sums:
+                self._sums[full] = value
+            elif _is_max(stat):
+                self._sums[full] = torch.maximum(self._sums[full], value)
+            else:
+                self._sums[full] = self._sums[full] + value
 
     def _layer_in(self, path: str, module: nn.Module, args: tuple, kwargs: dict) -> None:
         if not self._in_forward:
@@ -235,7 +255,7 @@ class Watch:
 
     def _norm_in(self, path: str, kind: str, module: nn.Module, args, kwargs) -> None:
         """In training mode: the same input through the norm in eval mode (for
-        ``batch_noise``), and a BatchNorm's running statistics before this call updates
+        ``train_eval_gap``), and a BatchNorm's running statistics before this call updates
         them."""
         if not self._in_forward or not module.training:
             return
@@ -264,7 +284,11 @@ class Watch:
             self._add(key, {f"out_{k}": v for k, v in stats.rms_sums(output, real).items()})
             y_eval = self._eval_outputs.pop(path, None)
             if y_eval is not None:
-                self._add(key, stats.batch_noise_sums(output, y_eval, real))
+                train_eval = stats.train_eval_sums(output, y_eval, real)
+                self._add(key, train_eval)
+                if kind == "batch":
+                    self._add(key, stats.batch_effect_sums(
+                        x, real, weight=norm.weight.detach(), eps=eps, train_eval=train_eval))
             running = self._running.pop(path, None)
             if running is not None:
                 self._add(key, stats.batchnorm_sums(
@@ -288,12 +312,23 @@ class Watch:
             real = _query_rows(call, memory is None, weights.shape[0], weights.shape[2])
             self._add(("attention", path), stats.entropy_sums(weights, real))
 
-    def _ffn_units(self, path: str, module: nn.Module, args: tuple) -> None:
+    def _relu_units(self, path: str, module: nn.Module, args: tuple) -> None:
+        """A ReLU FFN's pre-activations: which units are positive on some real token."""
         if not self._in_forward or not args:
             return
         h = args[0]
         with torch.no_grad():
             self._add(("ffn", path), stats.active_counts(h, stats.real_tokens(h, self._padding)))
+
+    def _unit_outputs(self, path: str, module: nn.Module, args: tuple) -> None:
+        """What each FFN unit passes on (``w2``'s input): its largest magnitude, and the
+        RMS over all units."""
+        if not self._in_forward or not args:
+            return
+        out = args[0]
+        with torch.no_grad():
+            self._add(("ffn", path), stats.unit_output_sums(
+                out, stats.real_tokens(out, self._padding)))
 
     # -- the step ----------------------------------------------------------------------------
 
@@ -359,10 +394,10 @@ class _Assembly:
             "residual": self._residual,
             "norms": self._norm,
             "attention_entropy": self._attention,
-            "dead_units": self._dead_units,
+            "ffn_units": self._ffn_units,
         }
         source = {"residual": "residual", "norms": "norms", "attention_entropy": "attention",
-                  "dead_units": "ffn"}
+                  "ffn_units": "ffn"}
         for name, finish in sections.items():
             paths = dict.fromkeys(p for s, p, _ in self.values if s == source[name])
             found = {path: finish(path) for path in paths}
@@ -397,7 +432,12 @@ class _Assembly:
                                  "out": self._rms("norms", path, "out")}
         v = partial(self.get, "norms", path)
         if v("signal_sq"):
-            entry["batch_noise"] = _finite(math.sqrt(v("noise_sq") / v("signal_sq")))
+            entry["train_eval_gap"] = _finite(math.sqrt(v("gap_sq") / v("signal_sq")))
+        if v("split_signal_sq"):
+            effect_sq, gap_sq = v("effect_sq") / v("split_signal_sq"), v(
+                "split_gap_sq") / v("split_signal_sq")
+            entry["batch_effect"] = _finite(math.sqrt(effect_sq))
+            entry["running_lag"] = _finite(math.sqrt(max(gap_sq - effect_sq, 0.0)))
         if kind == "batch" and v("features"):
             entry["mean_gap"] = _finite(math.sqrt(v("gap") / v("features")))
             entry["var_log_ratio"] = _finite(math.sqrt(v("log_var") / v("features")))
@@ -412,22 +452,32 @@ class _Assembly:
         entropy, rows = self.get("attention", path, "entropy"), self.get("attention", path, "rows")
         return [_finite(e / r) if r else None for e, r in zip(entropy, rows, strict=True)]
 
-    def _dead_units(self, path: str) -> float | None:
+    def _ffn_units(self, path: str) -> dict:
+        entry: dict[str, Any] = {"activation": self.watch._activations.get(path)}
+        top, sq, n = (self.get("ffn", path, k) for k in ("max_abs", "sq", "n"))
+        if n:
+            band = stats.NEAR_ZERO * math.sqrt(sq / n)
+            entry["near_zero"] = sum(1 for t in top if t <= band) / len(top)
         active, tokens = self.get("ffn", path, "active"), self.get("ffn", path, "tokens")
-        if not tokens:
-            return None
-        return sum(1 for a in active if a == 0) / len(active)
+        if tokens:
+            entry["dead"] = sum(1 for a in active if a == 0) / len(active)
+        return entry
 
 
 def _reduced(entries: list[tuple[_Key, torch.Tensor]], world: int) -> dict[_Key, Any]:
-    """The entries summed over the processes, read back once: a float per scalar entry, a
-    list per vector one."""
+    """The entries summed over the processes (a ``max_...`` one: its maximum), read back once:
+    a float per scalar entry, a list per vector one."""
     if not entries:
         return {}
+    entries = sorted(entries, key=lambda e: _is_max(e[0][2]))  # the sums, then the maxima
     device = entries[0][1].device
     flat = torch.cat([t.reshape(-1).to(device=device, dtype=stats.WIDE) for _, t in entries])
     if world > 1:
-        dist.all_reduce(flat)
+        summed = sum(t.numel() for key, t in entries if not _is_max(key[2]))
+        sums, maxima = flat.split([summed, flat.numel() - summed])  # views of flat
+        for part, op in ((sums, dist.ReduceOp.SUM), (maxima, dist.ReduceOp.MAX)):
+            if part.numel():
+                dist.all_reduce(part, op=op)
     numbers = flat.tolist()
     values: dict[_Key, Any] = {}
     start = 0
@@ -436,6 +486,11 @@ def _reduced(entries: list[tuple[_Key, torch.Tensor]], world: int) -> dict[_Key,
         values[key] = numbers[start] if tensor.ndim == 0 else numbers[start:start + size]
         start += size
     return values
+
+
+def _is_max(stat: str) -> bool:
+    """Whether a statistic combines over calls and processes by its maximum."""
+    return stat.startswith("max_")
 
 
 def _finite(value: float) -> float | None:
