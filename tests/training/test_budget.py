@@ -86,10 +86,10 @@ def test_the_fitted_steps_fill_the_budgets_share():
     assert fitting_steps(60.0, 1.0, elapsed_s=15.0, done=11) == 11 + 39
     assert fitting_steps(60.0, 100.0, elapsed_s=15.0, done=11) == 12  # at least one more
     budget = StepBudget(1.0, warmup=20, max_steps=100)
-    # 100 steps at 1 s: 15 + 89 = 104 s > 0.95 * 60: refitted; 40 steps: 44 s: kept.
+    # 100 steps at 1 s: 15 + 89 = 104 s > 60: refitted; 40 steps: 44 s: kept.
     assert budget.refit(step=11, step_s=1.0, elapsed_s=15.0, max_steps=100) == 50
     assert budget.refit(step=11, step_s=1.0, elapsed_s=15.0, max_steps=40) is None
-    # Between the shares (57 s projected, 0.9 * 60 = 54 < 57 <= 0.95 * 60): kept.
+    # Between the shares (57 s projected, 0.9 * 60 = 54 < 57 <= 60): kept.
     assert REPLAN_SHARE * 60 >= 15 + (53 - 11) * 1.0 > FIT_SHARE * 60
     assert budget.refit(step=11, step_s=1.0, elapsed_s=15.0, max_steps=53) is None
 
@@ -109,8 +109,8 @@ def test_a_run_with_time_to_spare_is_the_run_without_a_budget_bit_for_bit(tmp_pa
 
 
 def test_a_run_given_a_budget_finishes_its_schedule_within_it(tmp_path):
-    # 2 micro-batches of 0.5 s: 1 s a step, the first 2 s. A 1-minute budget holds 100 steps
-    # of 1 s only past 0.95 of it, so after step 11 (12 s in; 10 timed steps at 1 s) the run
+    # 2 micro-batches of 0.5 s: 1 s a step, the first 2 s. A 1-minute budget cannot hold 100
+    # steps of 1 s (101 s), so after step 11 (12 s in; 10 timed steps at 1 s) the run
     # is fitted to 0.9 * 60 s: 11 + (54 - 12) / 1 = 53 steps.
     clock = FakeTime(0.5, first=1.0)
     trainer = make_trainer(tmp_path / "run", clock, max_minutes=1.0)

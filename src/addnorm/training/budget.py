@@ -8,7 +8,9 @@ checks, once, whether its ``max_steps`` fit in the budget at that pace:
 - if the projection stays within ``REPLAN_SHARE`` of the budget nothing changes: the run is
   the one it would be without a budget, bit for bit;
 - otherwise the run is re-planned (:class:`Replan`): ``max_steps`` becomes the steps that fill
-  ``FIT_SHARE`` of the budget at the measured pace, and its learning-rate schedule is fitted
+  ``FIT_SHARE`` of the budget at the measured pace (the median of the timed steps' seconds,
+  which one step slowed by a passing load does not move), and its learning-rate schedule is
+  fitted
   to them (:meth:`~addnorm.training.schedules.ScheduleConfig.replanned`: the learning rates
   of the steps already taken kept, the warm-up scaled, the decay ending at the new last step),
   so the run ends with its schedule complete instead of cut at a high learning rate.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from dataclasses import dataclass
 
 import torch
@@ -55,9 +58,10 @@ __all__ = [
 # A plan fills at most this share of its budget: the rest absorbs the pace's noise on a
 # shared machine and the checkpoints' writes.
 FIT_SHARE = 0.9
-# A run whose projected training time passes this share of its budget is re-planned (between
-# the two shares, the run keeps its plan: no re-plan for a pace a few percent off).
-REPLAN_SHARE = 0.95
+# A run whose projected training time passes this share of its budget is re-planned: one that
+# the time cap would stop (between the two shares, the run keeps its plan: no re-plan for a
+# pace a few percent off the warm-up's).
+REPLAN_SHARE = 1.0
 # Steps timed after the first (whose time includes allocation and compiling) before the check,
 # and the fewest a warm-up must hold for the check to move inside it.
 PACE_STEPS = 10
@@ -129,7 +133,8 @@ class StepBudget:
         self.budget_s = 60.0 * max_minutes
         self.check_at = pace_step(warmup, max_steps)
         self.replan: Replan | None = None
-        self._after_first: float | None = None
+        self._last: float | None = None  # the seconds after the last step fed, from step 1
+        self._timed: list[float] = []  # the seconds of each step after the first
 
     @classmethod
     def for_run(cls, config: TrainConfig, schedule: ScheduleConfig | SchedulerFactory, *,
@@ -168,13 +173,14 @@ class StepBudget:
         return config, fitted, scheduler
 
     def pace(self, step: int, seconds: float) -> tuple[float, float] | None:
-        """Fed the training seconds after each ``step``: at the check step, ``(seconds a step
-        over the steps after the first, seconds so far)``; None at the others."""
-        if step == 1:
-            self._after_first = seconds
-        if step != self.check_at or self._after_first is None:
+        """Fed the training seconds after each ``step``: at the check step, ``(the median
+        seconds of the steps after the first, seconds so far)``; None at the others."""
+        if self._last is not None and step > 1:
+            self._timed.append(seconds - self._last)
+        self._last = seconds
+        if step != self.check_at or not self._timed:
             return None
-        return (seconds - self._after_first) / (step - 1), seconds
+        return statistics.median(self._timed), seconds
 
     def refit(self, *, step: int, step_s: float, elapsed_s: float, max_steps: int
               ) -> int | None:
