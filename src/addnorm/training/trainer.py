@@ -283,7 +283,7 @@ class Trainer:
         self.elapsed_s += self._clock.seconds()
         path = self.save()
         return TrainResult(self.step, loss, path, stops.stopped_by, self.elapsed_s, compile_s,
-                           self._budget and self._budget.replan)
+                           self._budget.replan if self._budget else None)
 
     def save(self, *, elapsed_now: float = 0.0) -> Path:
         """Write a checkpoint of the current step (atomically; see
