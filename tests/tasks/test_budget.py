@@ -58,6 +58,8 @@ def test_epochs_count_the_datas_examples_in_global_batches(sum_task):
     assert steps_for_epochs(task, cfg, train_cfg, task_cfg) == 200
     train_cfg = dataclasses.replace(train_cfg, epochs=0.01)
     assert steps_for_epochs(task, cfg, train_cfg, task_cfg) == 1  # ceil(0.8)
+    with pytest.raises(ValueError, match=r"epochs \(1e\+300\) come to 8e\+301 steps"):
+        steps_for_epochs(task, cfg, dataclasses.replace(train_cfg, epochs=1e300), task_cfg)
 
 
 def test_an_lm_epoch_is_its_train_tokens_in_windows(tmp_path, monkeypatch):
@@ -190,3 +192,58 @@ def test_a_resumed_plan_is_kept(sum_task):
     task, cfg, train_cfg, task_cfg = sum_plan()
     kept = BudgetPlan.kept(task, cfg, train_cfg, task_cfg)
     assert (kept.steps, kept.pace, kept.size) == (train_cfg.max_steps, None, None)
+
+
+def test_a_run_re_planned_in_training_resumes_exactly_through_train_run(
+        sum_task, tmp_path, monkeypatch):
+    """The re-plan through ``train_run`` and ``--resume``'s path (``plan_resumed_run``): the
+    checkpoint's fitted schedule and steps are what the resumed run continues. Every loss
+    call moves a fake training clock by 1 s: after step 11 (11 s), 100 steps of 1 s project
+    to 100 s > 60, so the run is fitted to 11 + (0.9 * 60 - 11) = 54 steps."""
+    from addnorm.tasks.plan import plan_resumed_run
+    from addnorm.training import trainer as trainer_module
+    from addnorm.training.clock import TrainingClock
+
+    now = [0.0]
+    monkeypatch.setattr(trainer_module, "TrainingClock",
+                        lambda clock=None: TrainingClock(lambda: now[0]))
+    calls = {"n": 0, "stop_at": None}
+
+    class Timed(SumTask):
+        def loss_fn(self, task_cfg):
+            loss = super().loss_fn(task_cfg)
+
+            def timed(model, batch):
+                calls["n"] += 1
+                if calls["n"] == calls["stop_at"]:
+                    raise KeyboardInterrupt
+                now[0] += 1.0
+                return loss(model, batch)
+
+            return timed
+
+    plan = plan_fresh_run("vector-sum", train_overrides={
+        "max_steps": 100, "warmup": 20, "schedule": "cosine", "max_minutes": 1.0,
+        "checkpoint_every": 25})
+
+    def run(out, how=plan):
+        return train_run("vector-sum", how.model_cfg, how.train_cfg, out,
+                         task_cfg=how.task_cfg, task=Timed(), resume=how.resume)
+
+    whole = run(tmp_path / "whole")
+    assert whole.replan is not None and (whole.replan.steps, whole.step) == (54, 54)
+    calls.update(n=0, stop_at=26)  # the first (only) micro-batch of step 26
+    first = run(tmp_path / "split")
+    assert (first.stopped_by, first.step) == ("interrupt", 25)
+    calls.update(n=0, stop_at=None)
+    resumed_plan = plan_resumed_run("vector-sum", tmp_path / "split")
+    assert resumed_plan.train_cfg.max_steps == 54  # the plan the checkpoint recorded
+    resumed = run(tmp_path / "split", resumed_plan)
+    assert (resumed.step, resumed.stopped_by, resumed.replan) == (54, "max_steps", None)
+
+    def records(out):
+        return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+    assert [(r["loss"], r["lr"]) for r in records(tmp_path / "split")] == [
+        (r["loss"], r["lr"]) for r in records(tmp_path / "whole")]
+    assert resumed.metrics["val_mse"] == whole.metrics["val_mse"]

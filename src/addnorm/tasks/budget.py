@@ -30,7 +30,7 @@ import gc
 import math
 import statistics
 import tempfile
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +57,8 @@ __all__ = [
 
 # Timed steps of the measured warm-up (after one untimed step: allocation, compiling).
 MEASURED_STEPS = 3
+# The most steps epochs may come to (2**62: far past any run, inside an int64).
+MAX_STEPS = 2**62
 
 
 def data_examples(task: AnyTask, model_cfg: Any, train_cfg: TrainConfig,
@@ -75,13 +77,17 @@ def steps_for_epochs(task: AnyTask, model_cfg: Any, train_cfg: TrainConfig,
     """The steps of ``train_cfg.epochs`` passes over the data:
     ``ceil(epochs * examples / (batch_size * grad_accum))`` (a global batch of ``batch_size``,
     whatever the processes). Raises ValueError for a task that does not say how much data it
-    has."""
+    has, or epochs that come to more than ``MAX_STEPS``."""
     examples = data_examples(task, model_cfg, train_cfg, task_cfg)
     if examples is None or train_cfg.epochs is None:
         raise ValueError(f"epochs needs a task that knows its training data's size; the "
                          f"{task.name} task does not: give max_steps")
-    per_step = train_cfg.batch_size * train_cfg.grad_accum
-    return max(1, math.ceil(train_cfg.epochs * examples / per_step - 1e-9))
+    steps = train_cfg.epochs * examples / (train_cfg.batch_size * train_cfg.grad_accum)
+    if not steps <= MAX_STEPS:
+        raise ValueError(f"epochs ({train_cfg.epochs:g}) come to {steps:.3g} steps of "
+                         f"{train_cfg.batch_size * train_cfg.grad_accum} examples, more than "
+                         f"the {MAX_STEPS:.3g} any run takes")
+    return max(1, math.ceil(steps - 1e-9))
 
 
 def scaled_warmup(warmup: int, steps_before: int, steps: int, schedule: str) -> int:
@@ -243,11 +249,13 @@ def budget_plan(
     device: str,
     *,
     given: Collection[str] = (),
-    measure=measure_pace,
+    measure: Callable[..., Pace] | None = None,
 ) -> tuple[Any, TrainConfig, BudgetPlan]:
     """A fresh run's model config (prepared) and train config fitted to its data and budget,
     and the :class:`BudgetPlan` (see the module docstring); the settings named in ``given``
-    are kept. ``measure``: the warm-up's measurement (:func:`measure_pace`; a test's fake)."""
+    are kept. ``measure``: the warm-up's measurement (None: :func:`measure_pace`; a test's
+    fake). A pace of 0 seconds a step (a fake's) fits any steps."""
+    measure = measure_pace if measure is None else measure
     model = task.prepare(model_cfg)
     budget_s = None if train_cfg.max_minutes is None else 60.0 * train_cfg.max_minutes
     examples = data_examples(task, model, train_cfg, task_cfg)
@@ -267,7 +275,7 @@ def budget_plan(
                                              examples, rule, given, measure)
     asked = train_cfg.max_steps
     steps = asked
-    if pace is not None and budget_s is not None:
+    if pace is not None and budget_s is not None and pace.step_s > 0:
         fit = fitting_steps(budget_s, pace.step_s)
         steps = fit if steps_from == "budget" else min(asked, fit)
     if steps_from == "budget":
@@ -287,7 +295,7 @@ def budget_plan(
 
 def _sized(task: AnyTask, model: Any, train_cfg: TrainConfig, task_cfg: TaskConfig,
            device: str, pace: Pace, examples: float, rule: SizeRule, given: Collection[str],
-           measure) -> tuple[SizeChoice, Any, TrainConfig, Pace]:
+           measure: Callable[..., Pace]) -> tuple[SizeChoice, Any, TrainConfig, Pace]:
     """The model the rule picks (its lr scaled when wider, unless ``lr`` is given) and its
     measured pace."""
     sizing = task.sizing(model, train_cfg, task_cfg)
