@@ -72,6 +72,7 @@ RANGES = {
     "keep_checkpoints": AT_LEAST_1, "log_every": AT_LEAST_1, "seq_len": AT_LEAST_1,
     "eval_size": AT_LEAST_1, "max_minutes": _in(0, math.inf, lo_open=True, hi_open=True),
     "epochs": _in(0, math.inf, lo_open=True, hi_open=True),
+    "min_snr_gamma": _in(0, math.inf, lo_open=True, hi_open=True),
     "lr": _in(0, 1, lo_open=True), "final_lr_fraction": _in(0, 1),
     "weight_decay": AT_LEAST_0, "beta1": UNIT, "beta2": UNIT, "label_smoothing": UNIT,
     "grad_clip": AT_LEAST_0, "ema_decay": UNIT,

@@ -230,9 +230,9 @@ def _train_here(args, device: str) -> int:
             if main:
                 _check_again_under_lock(args, plan.resume)
                 _announce(args, plan.train_cfg, device)
-                if decided is not None:
+                if decided is not None and (decided.pace or decided.steps_from == "epochs"):
                     print("\n".join(f"  {line}" for line in decided.lines()), file=sys.stderr,
-                          flush=True)
+                          flush=True)  # (without a budget or epochs: the announce says it)
                 warn_if_bf16_on_cpu(plan.train_cfg.bf16, device,
                                     prefix=f"addnorm train {args.task}")
             summary = train_run(
