@@ -94,6 +94,18 @@ def test_the_fitted_steps_fill_the_budgets_share():
     assert budget.refit(step=11, step_s=1.0, elapsed_s=15.0, max_steps=53) is None
 
 
+def test_the_pace_is_the_median_step_so_one_slowed_step_does_not_re_plan():
+    budget = StepBudget(1.0, warmup=100, max_steps=30)
+    seconds = 0.0
+    for step in range(1, 12):  # step 1: 5 s (allocation); step 6: 20 s (a passing load)
+        seconds += 5.0 if step == 1 else 20.0 if step == 6 else 1.0
+        measured = budget.pace(step, seconds)
+    assert measured == (1.0, 34.0)  # the median of steps 2-11; their mean is 2.9
+    # At the median, 34 + 19 * 1 = 53 s fit the 60; at the mean, 34 + 19 * 2.9 = 89 would not.
+    assert budget.refit(step=11, step_s=1.0, elapsed_s=34.0, max_steps=30) is None
+    assert budget.refit(step=11, step_s=2.9, elapsed_s=34.0, max_steps=30) == 11 + 6
+
+
 def test_a_run_with_time_to_spare_is_the_run_without_a_budget_bit_for_bit(tmp_path):
     free = make_trainer(tmp_path / "free", FakeTime(0.5))
     free.fit()
