@@ -115,8 +115,27 @@ class SumBatches:
         self.rng.setstate((version, tuple(internal), gauss))
 
 
+class SumData:
+    """The task's data as a ``DataSource``: how many training sequences an epoch is (the
+    vectors are drawn fresh; the number only counts epochs); ``record`` stands for a user's
+    files (None: bundled)."""
+
+    def __init__(self, n_train: int = 640, record: object = None) -> None:
+        self.n_train, self.record = n_train, record
+
+    def train_size(self) -> int:
+        return self.n_train
+
+    def to_dict(self) -> dict:
+        return {}
+
+    def run_files(self) -> dict[str, str]:
+        return {}
+
+
 class SumTask:
-    """Regress each vector's entry sum; the vectors' width is the task's (``d_in``)."""
+    """Regress each vector's entry sum; the vectors' width is the task's (``d_in``); ``data``
+    counts its training sequences (``SumData``)."""
 
     name: ClassVar[str] = "vector-sum"
     description: ClassVar[str] = "the entry sum of random vectors (a test task)"
@@ -124,8 +143,9 @@ class SumTask:
     owned_fields: ClassVar[frozenset[str]] = frozenset({"d_in"})
     loss_label = "loss (mean squared error)"
 
-    def __init__(self, d_in: int = 3) -> None:
+    def __init__(self, d_in: int = 3, data: SumData | None = None) -> None:
         self.d_in = d_in
+        self.data = SumData() if data is None else data
 
     @staticmethod
     def default_model_config() -> SumConfig:

@@ -267,6 +267,7 @@ def test_an_allocation_that_fails_during_training_exits_1_keeping_the_checkpoint
 
     monkeypatch.setattr(LMTask, "loss_fn", failing_at_step_3)
     code = main(["train", "lm", *LM, "--max-steps", "5", "--checkpoint-every", "1",
+                 "--max-minutes", "none",  # no measured warm-up: the calls are the run's
                  "--out", str(run)])
     assert code == 1
     line = one_error_line(capsys, "train")

@@ -71,6 +71,8 @@ RANGES = {
     "warmup": AT_LEAST_0, "seed": _in(0, 2**64 - 1), "checkpoint_every": AT_LEAST_0,
     "keep_checkpoints": AT_LEAST_1, "log_every": AT_LEAST_1, "seq_len": AT_LEAST_1,
     "eval_size": AT_LEAST_1, "max_minutes": _in(0, math.inf, lo_open=True, hi_open=True),
+    "epochs": _in(0, math.inf, lo_open=True, hi_open=True),
+    "min_snr_gamma": _in(0, math.inf, lo_open=True, hi_open=True),
     "lr": _in(0, 1, lo_open=True), "final_lr_fraction": _in(0, 1),
     "weight_decay": AT_LEAST_0, "beta1": UNIT, "beta2": UNIT, "label_smoothing": UNIT,
     "grad_clip": AT_LEAST_0, "ema_decay": UNIT,
@@ -135,7 +137,12 @@ def _run(argv: list[str], capsys) -> tuple[int | Reached, str]:
 
 @pytest.fixture
 def pinned_memory():
-    with mock.patch.object(_memory, "available_memory", lambda device="cpu": MEMORY):
+    """A known memory, and a measured warm-up that takes no time (the plan then keeps the
+    steps given: what a flag set reaches the config as it was typed)."""
+    from addnorm.tasks import budget
+
+    with mock.patch.object(_memory, "available_memory", lambda device="cpu": MEMORY), \
+            mock.patch.object(budget, "measure_pace", lambda *args: budget.Pace(0.0, 1.0)):
         yield
 
 

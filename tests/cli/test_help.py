@@ -88,5 +88,5 @@ def test_demo_help_states_the_budgets_of_the_tasks_default_configs(capsys):
     assert main(["demo", "--help"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     for cfg in (TranslateTask.default_train_config(), DiTTask.default_train_config()):
-        assert f"{cfg.max_steps} steps or {cfg.max_minutes:g} minutes" in out
+        assert f"{cfg.max_steps} steps in a {cfg.max_minutes:g}-minute budget" in out
         assert f"the task's, {cfg.max_minutes:g};" in out

@@ -1,15 +1,22 @@
 """A time cap that stops training far short of ``max_steps`` is reported, with the steps that
 ran, by ``train`` and the demo (a loaded machine once gave untrained demo results silently).
 
-Provenance: a cap of 1e-320 minutes (a positive subnormal) ends training before its first
-step, so the step count (0 of ``max_steps``) is known exactly; the threshold cases are
-arithmetic on ``UNDERTRAINED_SHARE``.
+Provenance: a cap of 1e-320 minutes (a positive subnormal) holds no step at any pace, so the
+plan fits the run to one step (``fitting_steps``' floor) and the cap ends training before it:
+the step counts (0 of 1 planned) are known exactly; the threshold cases are arithmetic on
+``UNDERTRAINED_SHARE``.
 """
 
 from __future__ import annotations
 
 from addnorm.cli.parser import main
-from addnorm.cli.time_cap import UNDERTRAINED_SHARE, time_cap_warning
+from addnorm.cli.time_cap import (
+    UNDERTRAINED_SHARE,
+    replan_text,
+    time_cap_note,
+    time_cap_warning,
+)
+from addnorm.training.budget import Replan
 
 TINY_TRANSLATE = ["--preset", "tiny", "--d-model", "32", "--n-heads", "2", "--d-ff", "64",
                   "--n-encoder-layers", "1", "--n-decoder-layers", "1", "--batch-size", "4",
@@ -33,13 +40,31 @@ def test_no_warning_when_the_steps_ran_out_or_the_cap_came_late():
     assert late is None and done is None
 
 
+def test_a_cap_after_half_the_planned_steps_is_a_note_and_a_re_plan_is_one_line():
+    share = int(UNDERTRAINED_SHARE * 214)
+    note = time_cap_note(step=share, max_steps=214, stopped_by="max_minutes",
+                         flag="--max-minutes")
+    assert note is not None and f"step {share} of the 214 planned" in note
+    assert time_cap_note(step=share - 1, max_steps=214, stopped_by="max_minutes",
+                         flag="--max-minutes") is None  # the warning's case
+    assert time_cap_note(step=214, max_steps=214, stopped_by="max_steps",
+                         flag="--max-minutes") is None
+    text = replan_text(Replan(at_step=11, step_s=1.26, elapsed_s=14.0, budget_s=300.0,
+                              planned_steps=500, steps=214, warmup=21))
+    assert text == ("re-planned after step 11: 1.26 s a step here, so 214 of the 500 planned "
+                    "steps fit the 5-minute budget (--max-minutes); the warm-up ends at step "
+                    "21 and the schedule with the last step")
+
+
 def test_train_warns_when_its_time_cap_stops_it_short(tmp_path, capsys):
     argv = ["train", "translate", *TINY_TRANSLATE, "--max-steps", "8", "--max-minutes",
             "1e-320", "--out", str(tmp_path / "run")]
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert "addnorm train translate: warning:" in captured.err
-    assert "after 0 of 8 steps (0%)" in captured.err and "undertrained" in captured.err
+    # The plan fits the 8 steps to the budget first: one step; the cap stops it before that.
+    assert "fitted to the budget from 8" in captured.err
+    assert "after 0 of 1 steps (0%)" in captured.err and "undertrained" in captured.err
     assert "stopped by max_minutes" in captured.out
 
 
@@ -57,6 +82,7 @@ def test_the_demo_warns_before_printing_undertrained_results(tmp_path, capsys):
     assert code == 0
     captured = capsys.readouterr()
     assert "addnorm demo: warning:" in captured.err and "undertrained" in captured.err
-    assert "of 600 steps" in captured.err  # the task's own step budget
+    assert "fitted to the budget from 600" in captured.out  # the task's own step budget
+    assert "after 0 of 1 steps" in captured.err  # of the planned ones
     assert "--max-minutes" in captured.err
     assert "held-out exact match" in captured.out  # the results still follow

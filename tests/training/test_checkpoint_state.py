@@ -73,7 +73,9 @@ def test_a_checkpoint_holds_the_documented_files_and_entries(tmp_path):
                           "optimizer", "data", "rng", "loss_window", "ema"}
     assert (state["step"], state["elapsed_s"], state["run"]) == (2, 1.5, {"task": "toy"})
     assert state["train_config"] == {**CONFIG.to_dict(), "extra": 1}
-    assert state["schedule"] == dataclasses.asdict(SCHEDULE)
+    # (a schedule never re-planned leaves out the re-plan's fields, as earlier ones did)
+    assert state["schedule"] == {
+        k: v for k, v in dataclasses.asdict(SCHEDULE).items() if not k.startswith("replanned")}
     assert state["loss_window"] == {"sum": 0.25, "steps": 1}
     assert state["ema"] == {"n_averaged": 3}  # the initial weights and two updates
 

@@ -8,9 +8,14 @@
    budgets, ``DiTTask.default_train_config()``), its class agreement, and a grid of samples,
    one row per class.
 
-``demo --help`` states both budgets, read from those configs. Where a time cap stops training
-before half its steps (a slow or busy machine), the demo says so on stderr, with the steps that
-ran, before the (undertrained) results (:mod:`addnorm.cli.time_cap`).
+``demo --help`` states both budgets, read from those configs. Each job times a short warm-up
+and prints its plan first (:mod:`addnorm.tasks.budget`): on an idle machine the task's steps
+as they are (the run is the same, bit for bit), on a slow or busy one the steps that fit the
+time budget, with the learning-rate schedule fitted to them, so the run ends with its schedule
+complete rather than cut; a machine that turns out slower still is re-planned once in
+training (:mod:`addnorm.training.budget`). Where the time cap, the last resort, stops training
+anyway, the demo says so on stderr, with the steps that ran, before the results
+(:mod:`addnorm.cli.time_cap`).
 
 Checkpoints, ``metrics.json`` and ``loss.png`` stay in the run directories, so
 ``addnorm translate "21 Nov 2026"`` and ``addnorm sample --out grid.png`` work afterwards.
@@ -35,7 +40,7 @@ import torch
 from addnorm.cli.checks import UsageError, apply_runtime_flags, check_out_dir, out_dir
 from addnorm.cli.exits import EXIT_OK, SIGNAL_STOPS, exit_on_sigterm, report_signal_stop
 from addnorm.cli.shared_flags import add_runtime_flags
-from addnorm.cli.time_cap import UNDERTRAINED_SHARE, warn_if_cut_short
+from addnorm.cli.time_cap import UNDERTRAINED_SHARE, replan_text, warn_if_cut_short
 from addnorm.data.dates import dates_in_split, format_date
 from addnorm.tasks.run import load_trained, train_run
 from addnorm.tasks.translate import TranslateTask
@@ -68,11 +73,14 @@ def add_parser(subparsers) -> None:
     dit_cfg = DiTTask.default_train_config()
     demo = subparsers.add_parser(
         "demo", help="train the date translator and the digits DiT, and show them at work",
-        description="Train the date translator (up to "
-        f"{_budget(translate_cfg)}), then the digits DiT (up to {_budget(dit_cfg)}), with "
-        "the tasks' default settings, and show what each learned. Training stops at the step "
-        "budget or the time cap, whichever comes first; a time cap that stops it before "
-        f"{UNDERTRAINED_SHARE:.0%} of its steps is reported as a warning.",
+        description="Train the date translator ("
+        f"{_budget(translate_cfg)}), then the digits DiT ({_budget(dit_cfg)}), with "
+        "the tasks' default settings, and show what each learned. Each job times a short "
+        "warm-up and prints its plan: the task's steps where they fit the time budget, else "
+        "the steps that do, with the learning-rate schedule fitted to them (re-planned once "
+        "in training if the machine turns out slower); the time cap stays as the last "
+        f"resort, and one that stops a job before {UNDERTRAINED_SHARE:.0%} of its planned "
+        "steps is reported as a warning.",
     )
     demo.add_argument(
         "--out", type=out_dir, default=Path("runs/translate"),
@@ -83,7 +91,7 @@ def add_parser(subparsers) -> None:
         "--max-minutes",
         type=float,
         default=None,
-        help="the translator's training time cap, in minutes (default: the task's, "
+        help="the translator's time budget, in minutes of training (default: the task's, "
         f"{translate_cfg.max_minutes:g}; its step budget is {translate_cfg.max_steps})",
     )
     demo.add_argument(
@@ -94,7 +102,7 @@ def add_parser(subparsers) -> None:
         "--dit-max-minutes",
         type=float,
         default=None,
-        help="the DiT's training time cap, in minutes (default: the task's, "
+        help="the DiT's time budget, in minutes of training (default: the task's, "
         f"{dit_cfg.max_minutes:g}; its step budget is {dit_cfg.max_steps})",
     )
     demo.add_argument("--no-dit", action="store_true", help="only the date translator")
@@ -163,10 +171,12 @@ def run_demo(
         f"{model_cfg.d_ff}, {model_cfg.norm_position}-LN, {model_cfg.position_encoding} positions"
         f"{', unpadded encoder' if model_cfg.unpad else ''}; character vocabularies"
     )
+    model_cfg, train_cfg, planned = _planned(task, model_cfg, train_cfg, task_cfg, device,
+                                             max_steps)
     print(
-        f"  training: up to {train_cfg.max_steps} steps or {train_cfg.max_minutes:g} minutes "
-        f"on {device} ({torch.get_num_threads()} threads), batch {train_cfg.batch_size}, "
-        f"AdamW lr {train_cfg.lr:g} ({train_cfg.schedule})",
+        f"  training on {device} ({torch.get_num_threads()} threads): batch "
+        f"{train_cfg.batch_size}, AdamW lr {train_cfg.lr:g} ({train_cfg.schedule})"
+        + _plan_text(planned),
         flush=True,
     )
     summary = train_run(
@@ -175,6 +185,8 @@ def run_demo(
     )
     if summary.stopped_by in SIGNAL_STOPS:
         return report_signal_stop(summary, "translate")
+    if summary.replan is not None:
+        print(f"  {replan_text(summary.replan)}")
     warn_if_cut_short(summary, train_cfg, prefix="addnorm demo")
     floor = smoothed_loss_floor(task_cfg.label_smoothing, task.tgt_tok.vocab_size)
     print(
@@ -221,6 +233,8 @@ def run_dit_demo(
     model_cfg = task.prepare(task.default_model_config())
     train_cfg = _with_overrides(task.default_train_config(), max_minutes, max_steps)
     task_cfg = _with_overrides(task.default_task_config(), eval_size=eval_size)
+    model_cfg, train_cfg, planned = _planned(task, model_cfg, train_cfg, task_cfg, device,
+                                             max_steps)
     settings = SampleSettings()
     print("\naddnorm demo: a class-conditional Diffusion Transformer on 8x8 digits")
     print(
@@ -232,9 +246,8 @@ def run_dit_demo(
                          else f", Min-SNR-{task.min_snr_gamma:g} loss weights")
     )
     print(
-        f"  training: up to {train_cfg.max_steps} steps or {train_cfg.max_minutes:g} minutes "
-        f"on {device}, batch {train_cfg.batch_size}, AdamW lr {train_cfg.lr:g}, "
-        + _ema_text(train_cfg),
+        f"  training on {device}: batch {train_cfg.batch_size}, AdamW lr {train_cfg.lr:g}, "
+        + _ema_text(train_cfg) + _plan_text(planned),
         flush=True,
     )
     summary = train_run(
@@ -243,6 +256,8 @@ def run_dit_demo(
     )
     if summary.stopped_by in SIGNAL_STOPS:
         return report_signal_stop(summary, "dit")
+    if summary.replan is not None:
+        print(f"  {replan_text(summary.replan, '--dit-max-minutes')}")
     warn_if_cut_short(summary, train_cfg, prefix="addnorm demo", flag="--dit-max-minutes")
     m = summary.metrics
     print(
@@ -281,9 +296,24 @@ def run_dit_demo(
     return 0
 
 
+def _planned(task, model_cfg, train_cfg, task_cfg, device: str, max_steps: int | None):
+    """The job's configs fitted to its time budget after a measured warm-up, and the plan
+    (:func:`addnorm.tasks.budget.budget_plan`; ``max_steps`` given keeps its steps)."""
+    from addnorm.tasks.budget import budget_plan
+
+    given = () if max_steps is None else ("max_steps",)
+    return budget_plan(task, model_cfg, train_cfg, task_cfg, device, given=given)
+
+
+def _plan_text(planned) -> str:
+    """The plan's lines after the model's, indented under the demo's training line."""
+    return "".join(f"\n    {line}" for line in planned.lines()[1:])
+
+
 def _budget(train_cfg) -> str:
-    """A config's training budget in words: ``600 steps or 4 minutes``."""
-    cap = "" if train_cfg.max_minutes is None else f" or {train_cfg.max_minutes:g} minutes"
+    """A config's training budget in words: ``600 steps in a 4-minute budget``."""
+    cap = ("" if train_cfg.max_minutes is None
+           else f" in a {train_cfg.max_minutes:g}-minute budget")
     return f"{train_cfg.max_steps} steps{cap}"
 
 

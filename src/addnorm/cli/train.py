@@ -1,8 +1,10 @@
 """``addnorm train TASK``: a fresh run, a resumed one, or one rank of a ``torchrun`` launch.
 
 The flags are read into a run plan (:mod:`addnorm.tasks.plan`: the configs, the checks that the
-task can train them and that they fit the memory here); the run folder is checked before
-anything is built (``RunDirError`` and bad settings are usage errors, exit code 2); a run
+task can train them and that they fit the memory here); a fresh run is then fitted to its time
+budget and, on the user's data, its model sized from the data, after a short measured warm-up
+(:mod:`addnorm.tasks.budget`), and prints its plan before it starts. The run folder is checked
+before anything is built (``RunDirError`` and bad settings are usage errors, exit code 2); a run
 stopped by Ctrl-C or SIGTERM ends after a checkpoint of the current step, with exit code 130
 or 143 and the command that resumes it.
 """
@@ -28,12 +30,13 @@ from addnorm.cli.checks import (
 )
 from addnorm.cli.exits import EXIT_OK, SIGNAL_STOPS, exit_on_sigterm, report_signal_stop
 from addnorm.cli.shared_flags import add_runtime_flags
-from addnorm.cli.time_cap import warn_if_cut_short
+from addnorm.cli.time_cap import replan_text, warn_if_cut_short
 from addnorm.training.config import TrainConfig
 from addnorm.training.logger import REPORT_TO, tensorboard_available
 from addnorm.training.watch import DEFAULT_EVERY
 
 if TYPE_CHECKING:
+    from addnorm.tasks.budget import BudgetPlan
     from addnorm.tasks.plan import RunPlan
 
 __all__ = ["add_parser", "run"]
@@ -55,7 +58,7 @@ def add_parser(subparsers) -> None:
             "the task's; --preset and --config change them, flags override both. --lr is the "
             "peak learning rate of every --schedule; noam keeps the paper's shape, "
             "lr * sqrt(warmup) * min(step^-0.5, step * warmup^-1.5), peaking at lr at step "
-            "warmup (the paper's values: lr = d_model^-0.5 * warmup^-0.5).",
+            "warmup (the paper's values: lr = d_model^-0.5 * warmup^-0.5). " + _plan_help(task_cls),
         )
         defaults = task_cls.default_model_config()
         presets = list(task_cls.presets())
@@ -120,6 +123,31 @@ def add_parser(subparsers) -> None:
         _document_bf16(sub, task_cls.default_train_config().bf16)
 
 
+def _plan_help(task_cls) -> str:
+    """How a run is planned (:mod:`addnorm.tasks.budget`), for the task's ``--help``."""
+    from addnorm.tasks.model_size import LADDER
+    from addnorm.tasks.task import DEFAULT_SIZE_RULE
+
+    rule = getattr(task_cls, "size_rule", DEFAULT_SIZE_RULE)
+    bound = ("" if rule.max_epochs is None else
+             f", and no more parameters than {rule.max_epochs:g} epochs of the data give "
+             f"{rule.targets_per_parameter:g} targets each")
+    return (
+        "A fresh run with a time budget (--max-minutes) times a short warm-up and prints its "
+        "plan; steps that do not fit the budget are planned fewer, the learning-rate "
+        "schedule (warm-up and decay) fitted to them, and a machine that turns out slower is "
+        "re-planned once after its first steps (the time cap stays as the last resort). On "
+        "your data (--data) the defaults come from the data: the steps are --max-steps, "
+        "--epochs (passes over the training data) or as many as fit the budget, and a model "
+        "not given (--preset, --config's model, or a width or depth flag) is sized from the "
+        f"data and the budget: the largest of {len(LADDER)} shapes (d_model "
+        f"{LADDER[0][0]}-{LADDER[-1][0]}) whose every parameter the planned steps train on "
+        f"{rule.targets_per_parameter:g} targets (the loss's: tokens, images) or more{bound}, "
+        "its peak lr scaled by the default's d_model over its own when wider "
+        "(docs/run-plans.md)."
+    )
+
+
 def watch_interval(text: str) -> int:
     """The argparse type of ``--watch``: steps between watched steps, an integer >= 1."""
     try:
@@ -178,6 +206,7 @@ def _train_here(args, device: str) -> int:
     try:
         plan = _plan(args, model_flags, train_flags)
         check_run_sizes(plan, device)
+        plan, decided = _plan_budget(plan, device)
     except DataError as err:  # the data cannot be used (a file failing mid-read: exit 1)
         raise UsageError(data_error_as_flags(str(err), [*model_flags, *train_flags])) from None
     except (ValueError, TypeError) as err:
@@ -202,6 +231,9 @@ def _train_here(args, device: str) -> int:
                 _check_again_under_lock(args, plan.resume)
                 _announce(args, plan.train_cfg, device)
                 _notes(args.task, plan)
+                if decided is not None and (decided.pace or decided.steps_from == "epochs"):
+                    print("\n".join(f"  {line}" for line in decided.lines()), file=sys.stderr,
+                          flush=True)  # (without a budget or epochs: the announce says it)
                 warn_if_bf16_on_cpu(plan.train_cfg.bf16, device,
                                     prefix=f"addnorm train {args.task}")
             summary = train_run(
@@ -227,9 +259,25 @@ def _train_here(args, device: str) -> int:
         return SIGNAL_STOPS.get(summary.stopped_by, ("", EXIT_OK))[1]
     if summary.stopped_by in SIGNAL_STOPS:
         return report_signal_stop(summary, args.task)
+    if summary.replan is not None:
+        print(replan_text(summary.replan))
     warn_if_cut_short(summary, plan.train_cfg, prefix=f"addnorm train {args.task}")
     _report(plan.task_cls, summary)
     return EXIT_OK
+
+
+def _plan_budget(plan: RunPlan, device: str) -> tuple[RunPlan, BudgetPlan | None]:
+    """A fresh plan fitted to its budget and data (:func:`addnorm.tasks.plan.plan_budget`,
+    its memory checked again when its model was sized), and what was decided; a resumed plan
+    as it is, and None."""
+    from addnorm.tasks.plan import plan_budget
+
+    if plan.resume is not None:
+        return plan, None
+    planned, decided = plan_budget(plan, device)
+    if decided.size is not None:
+        check_run_sizes(planned, device)
+    return planned, decided
 
 
 def _plan(args, model_flags: dict, train_flags: dict) -> RunPlan:
@@ -319,14 +367,14 @@ def _announce(args, train_cfg: TrainConfig, device: str) -> None:
         )
     budget = f"{train_cfg.max_steps} steps"
     if train_cfg.max_minutes is not None:
-        budget += f" or {train_cfg.max_minutes:g} minutes"
+        budget += f" in a {train_cfg.max_minutes:g}-minute budget"
     from addnorm.training import distributed
 
     where = device
     if distributed.world_size() > 1:
         where += f" in each of {distributed.world_size()} processes"
     print(
-        f"training {args.task} into {args.out} on {where}: up to {budget}; "
+        f"training {args.task} into {args.out} on {where}: {budget}; "
         "Ctrl-C (or SIGTERM) stops and writes a checkpoint",
         file=sys.stderr,
         flush=True,

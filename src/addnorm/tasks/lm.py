@@ -224,9 +224,10 @@ class LMTask:
             )
 
     def sizing(self, cfg: LMConfig, train_cfg: TrainConfig, task_cfg: LMTaskConfig) -> Sizing:
-        """Windows of ``seq_len`` characters; the evaluation's batch is taken as
-        ``batch_size`` windows."""
-        return Sizing(length=task_cfg.seq_len, eval_batch=train_cfg.batch_size)
+        """Windows of ``seq_len`` characters, each ``seq_len`` of the text's; the evaluation's
+        batch is taken as ``batch_size`` windows."""
+        return Sizing(length=task_cfg.seq_len, eval_batch=train_cfg.batch_size,
+                      example_units=task_cfg.seq_len)
 
     def build_model(self, cfg: LMConfig) -> TransformerLM:
         """A fresh model for ``cfg`` (call ``prepare`` first)."""

@@ -10,6 +10,11 @@ out; a library user can do the same without the command:
     train_run(plan.task_name, plan.model_cfg, plan.train_cfg, "runs/lm",
               task_cfg=plan.task_cfg, resume=plan.resume, task=plan.task)
 
+A fresh run's steps may be given in epochs (``TrainConfig.epochs``: max_steps from the data's
+``train_size()``, :func:`addnorm.tasks.budget.steps_for_epochs`); :func:`plan_budget` then
+fits the plan to its time budget and, on a user's data, sizes its model from the data, after a
+short measured warm-up (:mod:`addnorm.tasks.budget`), before ``train_run``.
+
 "Train" values and overrides hold ``TrainConfig`` fields and the task config's together (as
 the command line and a ``--config`` file do); they are told apart by name
 (:func:`addnorm.tasks.task.split_train_settings`). Everything task-specific is asked of the
@@ -28,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from addnorm.tasks.budget import BudgetPlan, budget_plan, scaled_warmup, steps_for_epochs
 from addnorm.tasks.registry import task_class
 from addnorm.tasks.run import resume_configs, task_of_checkpoint
 from addnorm.tasks.task import AnyTask, TaskConfig, split_train_settings
@@ -40,6 +46,7 @@ __all__ = [
     "RunPlan",
     "RunSizeError",
     "check_run_fits",
+    "plan_budget",
     "plan_fresh_run",
     "plan_resumed_run",
 ]
@@ -57,6 +64,9 @@ class RunPlan:
         task: the task the plan was checked with (its data read once), which
             ``check_run_fits`` and ``train_run(task=...)`` use rather than build another;
             None: they build it.
+        given: the settings a fresh run's caller chose (model, train and task field names a
+            config or an override set, and "preset"), which :func:`plan_budget` keeps; the
+            others it may plan.
     """
 
     task_name: str
@@ -65,6 +75,7 @@ class RunPlan:
     task_cfg: TaskConfig
     resume: LoadedCheckpoint | None = None
     task: AnyTask | None = field(default=None, compare=False, repr=False)
+    given: frozenset[str] = frozenset()
 
     @property
     def task_cls(self) -> type[AnyTask]:
@@ -83,8 +94,10 @@ def plan_fresh_run(
 ) -> RunPlan:
     """A new run of ``task_name``: the task's default configs (or the model config named
     ``preset``), then ``model_values`` / ``train_values`` (a config file's, named by ``source``
-    in errors), then the overrides; checked by the task. Raises ValueError or TypeError for an
-    unknown task, preset or field, or configs the task cannot train."""
+    in errors), then the overrides; checked by the task. ``epochs`` (a train value) sets
+    ``max_steps`` from the data (and scales the task's warm-up with it unless ``warmup`` is
+    given too). Raises ValueError or TypeError for an unknown task, preset or field, epochs
+    with max_steps, or configs the task cannot train."""
     task_cls = task_class(task_name)
     presets = task_cls.presets()
     if preset is not None:
@@ -101,9 +114,33 @@ def plan_fresh_run(
     model_cfg = dataclasses.replace(model_cfg, **(model_overrides or {}))
     if train_overrides is not None:
         train_cfg, task_cfg = _with_train_values(task_cls, train_cfg, task_cfg, train_overrides)
+    given = frozenset({*(["preset"] if preset else []), *(model_values or {}),
+                       *(model_overrides or {}), *(train_values or {}), *(train_overrides or {})})
     task = task_cls.from_config(task_cfg)
+    if train_cfg.epochs is not None:
+        if "max_steps" in given:
+            raise ValueError(f"epochs ({train_cfg.epochs:g}) and max_steps "
+                             f"({train_cfg.max_steps}) both set the steps: give one")
+        steps = steps_for_epochs(task, task.prepare(model_cfg), train_cfg, task_cfg)
+        warmup = train_cfg.warmup if "warmup" in given else scaled_warmup(
+            train_cfg.warmup, train_cfg.max_steps, steps, train_cfg.schedule)
+        train_cfg = dataclasses.replace(train_cfg, max_steps=steps, warmup=warmup)
     task.check(task.prepare(model_cfg), train_cfg, task_cfg)
-    return RunPlan(task_name, model_cfg, train_cfg, task_cfg, task=task)
+    return RunPlan(task_name, model_cfg, train_cfg, task_cfg, task=task, given=given)
+
+
+def plan_budget(plan: RunPlan, device: str) -> tuple[RunPlan, BudgetPlan]:
+    """A fresh ``plan`` fitted to its time budget and, on a user's data, its model sized from
+    the data (:func:`addnorm.tasks.budget.budget_plan`: a short measured warm-up on
+    ``device``; the settings in ``plan.given`` are kept), and what was decided, for the run
+    to print before it starts. A resumed plan is returned as it is (it keeps its plan)."""
+    task = plan.task if plan.task is not None else plan.task_cls.from_config(plan.task_cfg)
+    if plan.resume is not None:
+        return plan, BudgetPlan.kept(task, plan.model_cfg, plan.train_cfg, plan.task_cfg)
+    model_cfg, train_cfg, decided = budget_plan(
+        task, plan.model_cfg, plan.train_cfg, plan.task_cfg, device, given=plan.given)
+    planned = dataclasses.replace(plan, model_cfg=model_cfg, train_cfg=train_cfg, task=task)
+    return planned, decided
 
 
 def _with_train_values(

@@ -50,6 +50,7 @@ from addnorm.inspection.figure import plot_watch
 from addnorm.tasks.registry import TASKS, task_class
 from addnorm.tasks.task import AnyTask, TaskConfig, WritesRunFiles, split_train_settings
 from addnorm.training import distributed
+from addnorm.training.budget import Replan
 from addnorm.training.callbacks import ProgressLines
 from addnorm.training.checkpoint import LoadedCheckpoint, load_checkpoint
 from addnorm.training.config import TrainConfig
@@ -114,6 +115,8 @@ class RunSummary:
         metrics: the held-out figures (empty if a signal stopped the run: ``stopped_by`` is
             "interrupt" or "terminate").
         loss_png: the loss curve, or None if nothing was logged.
+        replan: how the run was fitted to its time budget while it trained (``TrainResult``'s),
+            None if it was not.
     """
 
     run_dir: Path
@@ -123,6 +126,7 @@ class RunSummary:
     elapsed_s: float
     metrics: dict
     loss_png: Path | None
+    replan: Replan | None = None
 
 
 def schedule_for(train_cfg: TrainConfig) -> ScheduleConfig:
@@ -316,7 +320,7 @@ def train_run(
             if not main:
                 return RunSummary(
                     run_dir, result.checkpoint, result.step, result.stopped_by,
-                    result.elapsed_s, {}, None,
+                    result.elapsed_s, {}, None, result.replan,
                 )
             model = _with_context(task.build_model(model_cfg), task_cfg).to(device)
             model.load_state_dict(weights)
@@ -398,7 +402,8 @@ def _finish(
         text = json.dumps(metrics, indent=1)
         write_file_atomic(run_dir / "metrics.json", lambda tmp: tmp.write_text(text, "utf-8"))
     return RunSummary(
-        run_dir, result.checkpoint, result.step, result.stopped_by, result.elapsed_s, metrics, png
+        run_dir, result.checkpoint, result.step, result.stopped_by, result.elapsed_s, metrics, png,
+        result.replan,
     )
 
 

@@ -20,6 +20,11 @@ no branch there:
 - saving: ``to_dict`` / ``from_dict`` (what a checkpoint needs to rebuild the task, such as its
   tokenizers) and ``config_from_dict`` (its model config).
 
+A task that trains on a data object (``data``, a :class:`~addnorm.tasks.data_source.DataSource`
+that knows its ``train_size()``) meets :class:`TrainsOnData`: its runs can count steps in
+epochs and, on a user's data, size their model from the data and the time budget by the
+task's :class:`SizeRule` (``size_rule``, optional; :mod:`addnorm.tasks.budget`).
+
 A task trained on a user's files may also write files of its own into the run folder, such as
 the record of its data (``data.json``) and its tokenizer (``tokenizer.json``): it meets
 :class:`WritesRunFiles` as well (an optional hook; the run writes what ``run_files`` returns
@@ -44,6 +49,7 @@ from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 from torch import nn
 
 from addnorm.family import FamilyConfig
+from addnorm.tasks.data_source import DataSource
 from addnorm.training.config import FORMER_FIELDS, TrainConfig
 from addnorm.training.probes import Probe
 from addnorm.training.trainer import BatchSource, LossFn
@@ -51,12 +57,15 @@ from addnorm.utils.checks import check_known_fields
 
 __all__ = [
     "AnyTask",
+    "DEFAULT_SIZE_RULE",
     "ModelConfig",
+    "SizeRule",
     "Sizing",
     "Task",
     "TaskConfig",
     "NotesRun",
     "ReportsFigures",
+    "TrainsOnData",
     "WritesRunFiles",
     "split_train_settings",
 ]
@@ -106,10 +115,37 @@ class Sizing:
     Attributes:
         length: tokens (or patches) of one training sequence.
         eval_batch: sequences the held-out evaluation runs at once.
+        example_units: how much of the data's ``train_size()`` one training example (a row of
+            a batch) covers: a language model's window of tokens; 1 where the data counts
+            examples (pairs, images). An epoch is ``train_size() / example_units`` examples.
     """
 
     length: int
     eval_batch: int
+    example_units: int = 1
+
+
+@dataclass(frozen=True)
+class SizeRule:
+    """How a run on a user's data sizes its model (:mod:`addnorm.tasks.model_size`): the
+    largest model whose every parameter the run trains on at least ``targets_per_parameter``
+    targets (the loss's: tokens, images), and that the data can feed at most
+    ``max_epochs`` passes' worth of (None: no such bound).
+
+    Attributes:
+        targets_per_parameter: r, the targets a parameter is trained on at least.
+        max_epochs: the passes over the data whose targets, ``r`` a parameter, bound the
+            parameters; None for none.
+    """
+
+    targets_per_parameter: float = 20.0
+    max_epochs: float | None = 4.0
+
+
+# Language: 20 tokens a parameter (Hoffmann et al. 2022, the compute-optimal ratio) and no
+# more parameters than 4 epochs of the data give 20 tokens each (Muennighoff et al. 2023:
+# up to about 4 epochs, repeated tokens are worth nearly as much as new ones).
+DEFAULT_SIZE_RULE = SizeRule()
 
 
 ModelConfigT = TypeVar("ModelConfigT", bound=ModelConfig)
@@ -251,6 +287,15 @@ class NotesRun(Protocol):
     def run_notes(self, cfg: Any) -> list[str]:
         """Lines (no newline) about a run of the model config ``cfg``; [] for none."""
         ...
+
+
+@runtime_checkable
+class TrainsOnData(Protocol):
+    """A task that trains on a data object which knows how much there is to train on
+    (``data.train_size()``), and whose ``record`` is not None for a user's files. It may
+    declare its model :class:`SizeRule` as ``size_rule`` (else ``DEFAULT_SIZE_RULE``)."""
+
+    data: DataSource
 
 
 @runtime_checkable

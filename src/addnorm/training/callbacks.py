@@ -102,6 +102,8 @@ class ProgressBar(Callback):
 
     def on_step_end(self, state: TrainerState, loss: float, tokens: int) -> None:
         if self._bar is not None:
+            if self._bar.total != state.config.max_steps:  # the run was fitted to its budget
+                self._bar.total = state.config.max_steps
             self._bar.update(1)
 
     def on_log(self, state: TrainerState, record: dict[str, float]) -> None:

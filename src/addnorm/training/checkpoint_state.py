@@ -19,7 +19,6 @@ write their part; a replicated one's rank 0 writes, and the others gather with i
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -125,8 +124,7 @@ def save_training(parts: TrainingParts, progress: Progress, run_dir: Path) -> Pa
         "run": parts.run_info,
         "train_config": {**parts.config.to_dict(), **parts.extra_config},
         "schedule": (
-            dataclasses.asdict(parts.schedule) if isinstance(parts.schedule, ScheduleConfig)
-            else None
+            parts.schedule.to_dict() if isinstance(parts.schedule, ScheduleConfig) else None
         ),
         "scheduler": parts.scheduler.state_dict(),
         "optimizer": opt_skeleton,

@@ -38,8 +38,11 @@ class TrainConfig:
 
     Attributes:
         max_steps: optimizer steps to run (the step budget).
-        max_minutes: wall-clock budget of one invocation in minutes; None = no limit. Training
-            stops at whichever budget ends first.
+        max_minutes: wall-clock budget of one invocation in minutes, counted in training time
+            (probes and the held-out evaluation at the end come on top); None = no limit. A
+            fresh run that would not finish its steps in it is planned shorter, its lr
+            schedule fitted to the steps that fit (measured in its first steps, inside the
+            warm-up), rather than cut; the time cap stays as the last resort.
         batch_size: sequences per micro-batch.
         grad_accum: micro-batches accumulated into one optimizer step.
         lr: the peak learning rate, for every schedule; in (0, ``MAX_LR``], and
@@ -70,6 +73,10 @@ class TrainConfig:
         fsdp: shard the weights, gradients and optimizer state over the processes of a
             ``torchrun`` launch (FSDP2) instead of replicating them (DDP).
         compile: run the model's forward through ``torch.compile``.
+        epochs: passes over the training data (a text's tokens, pairs, images) that set
+            max_steps when the run is planned, epochs * examples / (batch_size * grad_accum)
+            rounded up; none = max_steps as given (a run on your data without either: as
+            many steps as fit the time budget).
     """
 
     max_steps: int = 1000
@@ -94,6 +101,9 @@ class TrainConfig:
     activation_checkpointing: bool = False
     fsdp: bool = False
     compile: bool = False
+    # How long the run is planned to be (addnorm.tasks.budget); the fields added for issue 40
+    # stay together here.
+    epochs: float | None = None
 
     def __post_init__(self) -> None:
         check_int("max_steps", self.max_steps, min_value=1)
@@ -129,6 +139,8 @@ class TrainConfig:
         check_int("checkpoint_every", self.checkpoint_every, min_value=0)
         check_int("keep_checkpoints", self.keep_checkpoints, min_value=1)
         check_int("log_every", self.log_every, min_value=1)
+        if self.epochs is not None:
+            check_float("epochs", self.epochs, min_value=0.0, min_inclusive=False)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict of the fields."""

@@ -14,6 +14,16 @@ resumed run rebuilds the same one); ``build(optimizer)`` returns torch's schedul
   ``step == warmup``; ``lr = d_model^-0.5 * warmup^-0.5`` gives the paper's schedule
   (:func:`noam_lr`) exactly.
 
+A schedule can be re-planned once, after ``replanned_at`` steps, when a time budget turns
+out to hold fewer steps than planned (:mod:`addnorm.training.budget`): :meth:`ScheduleConfig.
+replanned` keeps the first plan's learning rates for the steps already taken and fits the rest
+to the new length. From the next step, a warm-up not yet finished rises linearly from where it
+stands to the peak at step ``replanned_warmup`` (the first plan's warm-up scaled to the new
+length), and the cosine decays from the peak (or, after the warm-up, from where it stands) to
+its floor at ``replanned_total``. Its torch scheduler is a ``LambdaLR`` of that curve in
+closed form, so a checkpoint's ``ScheduleConfig`` rebuilds it exactly. The noam shape has no
+planned length and is left as it is; "constant" only fits its warm-up.
+
 Steps count from 1, as the trainer's do: a scheduler's epoch ``e`` is step ``e + 1``, so
 ``build`` sets the first step's learning rate and the trainer calls ``scheduler.step()`` after
 each optimizer step. A warm-up of 0 or 1 starts at the peak. A scheduler's ``state_dict`` is
@@ -23,7 +33,9 @@ before it is loaded).
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import sys
 import typing
 import warnings
@@ -87,6 +99,10 @@ class ScheduleConfig:
         warmup: warm-up steps.
         total_steps: where the cosine reaches its end (ignored by the others).
         final_lr_fraction: the cosine's end value as a fraction of ``lr``.
+        replanned_at: the steps taken under the plan above before it was re-planned; 0 for a
+            schedule never re-planned (then the two fields below are unused).
+        replanned_warmup: the step where the re-planned warm-up reaches the peak.
+        replanned_total: where the re-planned cosine reaches its end.
     """
 
     kind: ScheduleKind
@@ -94,6 +110,9 @@ class ScheduleConfig:
     warmup: int
     total_steps: int = 1
     final_lr_fraction: float = 0.0
+    replanned_at: int = 0
+    replanned_warmup: int = 0
+    replanned_total: int = 0
 
     def __post_init__(self) -> None:
         check_choice("kind", self.kind, SCHEDULES)
@@ -101,12 +120,73 @@ class ScheduleConfig:
         check_int("warmup", self.warmup, min_value=1 if self.kind == "noam" else 0)
         check_int("total_steps", self.total_steps, min_value=1)
         check_float("final_lr_fraction", self.final_lr_fraction, min_value=0.0, max_value=1.0)
+        check_int("replanned_at", self.replanned_at, min_value=0)
+        if self.replanned_at:
+            check_int("replanned_total", self.replanned_total, min_value=self.replanned_at + 1)
+            check_int("replanned_warmup", self.replanned_warmup, min_value=0)
+
+    @property
+    def planned_total(self) -> int:
+        """Where the cosine ends: ``replanned_total`` after a re-plan, else ``total_steps``."""
+        return self.replanned_total if self.replanned_at else self.total_steps
+
+    def to_dict(self) -> dict:
+        """The fields as JSON (a checkpoint's ``schedule``); a schedule never re-planned
+        leaves out the re-plan's fields, as checkpoints written before them did."""
+        fields = dataclasses.asdict(self)
+        if not self.replanned_at:
+            for name in ("replanned_at", "replanned_warmup", "replanned_total"):
+                del fields[name]
+        return fields
+
+    def replanned(self, *, at: int, total_steps: int) -> ScheduleConfig:
+        """This schedule after ``at`` steps, fitted to end at ``total_steps`` (> ``at``)
+        instead (see the module docstring): a warm-up not finished by then is scaled to the
+        new length, ``round(warmup * total_steps / self.total_steps)``, but ends after step
+        ``at`` and no later than before (noam's is kept: its shape has no planned length).
+        Raises ValueError if it was re-planned before."""
+        if self.replanned_at:
+            raise ValueError(f"the schedule was re-planned already, at step {self.replanned_at}")
+        check_int("at", at, min_value=1)
+        check_int("total_steps", total_steps, min_value=at + 1)
+        if self.warmup > at and self.kind != "noam":  # the new warm-up ends after this step
+            scaled = round(self.warmup * total_steps / max(self.total_steps, 1))
+            warmup = min(max(scaled, at + 1), self.warmup, total_steps)
+        else:
+            warmup = self.warmup
+        return dataclasses.replace(self, replanned_at=at, replanned_warmup=warmup,
+                                   replanned_total=total_steps)
+
+    def factor(self, step: int) -> float:
+        """The learning rate of ``step`` (from 1) as a fraction of ``lr``, in closed form (a
+        re-planned schedule's scheduler follows it; the others' follow it up to rounding)."""
+        if self.kind == "noam":
+            return _noam_factor(self.warmup)(step - 1)
+        first = _warmup_cosine(step, self.warmup, self.total_steps, self._floor)
+        if not self.replanned_at or step <= self.replanned_at:
+            return first
+        at, warmup, total = self.replanned_at, self.replanned_warmup, self.replanned_total
+        start = _warmup_cosine(at, self.warmup, self.total_steps, self._floor)
+        if at < warmup:  # the rest of the warm-up, from where it stood to the peak
+            if step <= warmup:
+                return start + (1.0 - start) * (step - at) / (warmup - at)
+            at, start = warmup, 1.0
+        if self.kind == "constant":
+            return start
+        return _half_cosine(step, at, start, total, self._floor)
+
+    @property
+    def _floor(self) -> float:
+        """The end of the decay, as a fraction of ``lr`` (the constant kind never decays)."""
+        return 1.0 if self.kind == "constant" else self.final_lr_fraction
 
     def build(self, optimizer: torch.optim.Optimizer) -> LRScheduler:
         """Torch's scheduler of this schedule over ``optimizer``, whose groups' lr it sets to
         ``lr`` first (every group follows the same curve) and then to step 1's value."""
         for group in optimizer.param_groups:
             group["lr"] = group["initial_lr"] = self.lr
+        if self.replanned_at and self.kind != "noam":
+            return LambdaLR(optimizer, lambda epoch: self.factor(epoch + 1))
         if self.kind == "noam":
             return LambdaLR(optimizer, _noam_factor(self.warmup))
         if self.kind == "constant":
@@ -136,6 +216,25 @@ class ScheduleConfig:
             ConstantLR(optimizer, factor=self.final_lr_fraction, total_iters=_FOREVER)
         )
         return SequentialLR(optimizer, schedulers, milestones=milestones)
+
+
+def _warmup_cosine(step: int, warmup: int, total: int, floor: float) -> float:
+    """The first plan's curve as a fraction of the peak: ``step / warmup`` up to the peak at
+    ``warmup`` (from step 1 for a warm-up of 0 or 1), then a half cosine to ``floor`` at
+    ``total``, then ``floor``."""
+    peak_step = max(warmup, 1)
+    if step <= peak_step:
+        return step / peak_step
+    return _half_cosine(step, peak_step, 1.0, total, floor)
+
+
+def _half_cosine(step: int, start: int, value: float, end: int, floor: float) -> float:
+    """A half cosine from ``value`` at step ``start`` down to ``floor`` at step ``end``,
+    ``floor`` after it."""
+    if step >= end:
+        return floor
+    progress = (step - start) / (end - start)
+    return floor + 0.5 * (value - floor) * (1.0 + math.cos(math.pi * progress))
 
 
 def _warmup(optimizer: torch.optim.Optimizer, warmup: int) -> LinearLR:

@@ -5,11 +5,14 @@ While ``Trainer.fit`` runs (in the main thread), :class:`StopRequests` catches S
 SIGTERM (``STOP_SIGNALS``): the first of either only records the request, so the current step
 finishes, a checkpoint is written and ``fit`` returns with ``stopped_by`` "interrupt" (SIGINT,
 Ctrl-C) or "terminate" (SIGTERM); a second raises ``KeyboardInterrupt`` at once, and
-``stopped_by`` still names the first. The time cap (``max_minutes``) runs on the wall clock
-from the start of ``fit``. Before each step the ranks of a ``torchrun`` launch agree on the
-strongest reason any of them has (:func:`addnorm.training.distributed.agree_on_stop`), so
-all stop after the same step. The handlers that were installed before are put back when
-``fit`` ends.
+``stopped_by`` still names the first. The time cap (``max_minutes``) runs on the training clock
+of ``fit`` (:class:`~addnorm.training.clock.TrainingClock`: the wall clock less the probes'
+time, the time a run's budget counts), or on the wall clock from the start of ``fit`` when
+given none. It is the last resort: a run planned to its budget
+(:mod:`~addnorm.training.budget`) ends at its planned steps before it. Before each step the
+ranks of a ``torchrun`` launch agree on the strongest reason any of them has
+(:func:`addnorm.training.distributed.agree_on_stop`), so all stop after the same step. The
+handlers that were installed before are put back when ``fit`` ends.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import time
 from types import FrameType, TracebackType
 
 from addnorm.training import distributed
+from addnorm.training.clock import TrainingClock
 
 __all__ = ["STOP_SIGNALS", "StopRequests"]
 
@@ -32,6 +36,8 @@ class StopRequests:
 
     Args:
         max_minutes: the time cap of this invocation; None for none.
+        clock: the training clock the cap is read on (``fit``'s, started by it); None: the
+            wall clock since the context was entered.
 
     Attributes:
         requested: the ``stopped_by`` of the first stop signal, None before any.
@@ -39,8 +45,10 @@ class StopRequests:
             :meth:`interrupted` says otherwise.
     """
 
-    def __init__(self, max_minutes: float | None) -> None:
+    def __init__(self, max_minutes: float | None, *, clock: TrainingClock | None = None
+                 ) -> None:
         self.max_s = None if max_minutes is None else 60.0 * max_minutes
+        self.clock = clock
         self.requested: str | None = None
         self.stopped_by = "max_steps"
         self._start = time.monotonic()
@@ -83,7 +91,10 @@ class StopRequests:
         return self.stopped_by
 
     def _out_of_time(self) -> bool:
-        return self.max_s is not None and time.monotonic() - self._start >= self.max_s
+        if self.max_s is None:
+            return False
+        seconds = time.monotonic() - self._start if self.clock is None else self.clock.seconds()
+        return seconds >= self.max_s
 
     def _request(self, signum: int, frame: FrameType | None) -> None:
         if self.requested is not None:

@@ -22,7 +22,8 @@ interrupt inside a step keeps), ``step_errors`` (what a failed step says), ``pro
 (the progress bar, ``metrics.jsonl``, and hooks for a caller's own code at each step and
 record, handed a ``trainer_state.TrainerState``, not the trainer), ``logger`` (TensorBoard
 or any tracker: ``loggers``), ``clock`` (training time, probes left out), ``optimizer``,
-``ema`` (torch's ``AveragedModel``), ``schedules`` (torch's lr schedulers), ``resume``
+``ema`` (torch's ``AveragedModel``), ``schedules`` (torch's lr schedulers), ``budget`` (a
+fresh run's length fitted to ``max_minutes`` once its first steps are timed), ``resume``
 (whether a checkpoint fits before it is loaded) and ``watch`` (per-layer measurements on
 every few steps, ``watch=``).
 
@@ -52,6 +53,7 @@ from torch.optim.swa_utils import AveragedModel
 
 from addnorm.data.batches import RankShard
 from addnorm.training import distributed
+from addnorm.training.budget import Replan, StepBudget
 from addnorm.training.callbacks import Callback, MetricsFile, ProgressBar
 from addnorm.training.checkpoint import LoadedCheckpoint
 from addnorm.training.checkpoint_state import (
@@ -86,6 +88,7 @@ __all__ = [  # (Probe, STOP_SIGNALS, make_optimizer, check_checkpoint_fits: from
     "TrainResult",
     "check_checkpoint_fits",
     "make_optimizer",
+    "time_steps",
 ]
 
 LossFn = Callable[[nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, int]]
@@ -120,6 +123,8 @@ class TrainResult:
         elapsed_s: training time of all invocations together, in seconds.
         compile_s: with ``config.compile``, the first step's time in this invocation (it
             includes compiling the forward and backward); else None.
+        replan: how the run was fitted to its time budget in this invocation
+            (:mod:`~addnorm.training.budget`), None if it was not.
     """
 
     step: int
@@ -128,6 +133,7 @@ class TrainResult:
     stopped_by: str
     elapsed_s: float
     compile_s: float | None = None
+    replan: Replan | None = None
 
 
 class Trainer:
@@ -158,6 +164,8 @@ class Trainer:
         loggers: :class:`~addnorm.training.logger.Logger` trackers (TensorBoard, W&B, ...)
             that get every metrics record (rank 0 only); their owner closes them.
         metrics_file: write ``metrics.jsonl`` (rank 0).
+        clock: the seconds training time is read on (the budget's pace, the time cap); None:
+            ``time.monotonic`` (a test's fake clock makes them deterministic).
 
     With a process group, ``model`` is wrapped for data parallelism (or sharded, with
     ``config.fsdp``) here, and ``batches`` gives each rank its share of the global batch.
@@ -180,6 +188,7 @@ class Trainer:
         watch: int | None = None,
         loggers: Sequence[Logger] = (),
         metrics_file: bool = True,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         if not isinstance(config, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
@@ -193,16 +202,8 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.schedule = schedule
         self.run_info = run_info or {}
-        main = distributed.is_main()
-        self.callbacks: list[Callback] = [
-            *([ProgressBar()] if progress and main else []),
-            *([MetricsFile(self.run_dir / "metrics.jsonl")] if main and metrics_file else []),
-            *([WatchCallback(watch, self.run_dir / WATCH_FILE,
-                             sinks=[logger_sink(logger) for logger in loggers])]
-              if watch is not None else []),
-            *([LoggerCallback(logger) for logger in loggers] if main else []),
-            *callbacks,
-        ]
+        self.callbacks = [*_own_callbacks(self.run_dir, progress, metrics_file, watch, loggers),
+                          *callbacks]
         self.probe = None if distributed.is_distributed() or probe is None else ProbeRunner(probe)
         self.device = next(model.parameters()).device
         self.wrapped = wrap_model(model, config)  # the EMA, DDP or FSDP2, compile
@@ -212,7 +213,7 @@ class Trainer:
         self.elapsed_s = 0.0  # training time of the invocations before this ``fit``
         self.resumed_from: int | None = None  # the checkpoint's step, after ``load``
         self._boundary = StepBoundary()
-        self._clock = TrainingClock()
+        self._clock = TrainingClock(clock)
         self._records = RecordWindow()  # the steps since the last metrics record
         self._step_lr = 0.0  # the last step's; its gradients' norm, and what clipping scaled
         self._grad_norm, self._clip_factor = torch.zeros(()), torch.ones(())  # them by
@@ -245,12 +246,14 @@ class Trainer:
         self.resumed_from = checkpoint.step
 
     def fit(self) -> TrainResult:
-        """Train until ``max_steps`` or ``max_minutes`` (whichever ends first), Ctrl-C or
-        SIGTERM (:mod:`~addnorm.training.stopping`); an interrupt inside a step keeps what
-        :mod:`~addnorm.training.step_boundary` says. Ends with a checkpoint of the last step."""
+        """Train until ``max_steps`` (fitted to ``max_minutes``: :mod:`~addnorm.training.budget`),
+        the time cap, Ctrl-C or SIGTERM (:mod:`~addnorm.training.stopping`); an interrupt inside
+        a step keeps what :mod:`~addnorm.training.step_boundary` says. Ends with a checkpoint."""
         loss, compile_s = None, None
         self._fit_from_step = self.step  # a non-finite loss before any update: the weights
-        with StopRequests(self.config.max_minutes) as stops:
+        self._budget = StepBudget.for_run(  # a resumed run keeps its plan
+            self.config, self.schedule, fresh=self.step == 0 and self.resumed_from is None)
+        with StopRequests(self.config.max_minutes, clock=self._clock) as stops:
             self._clock.start()
             self._records.start()
             try:
@@ -279,7 +282,8 @@ class Trainer:
                 self._call("on_fit_end")
         self.elapsed_s += self._clock.seconds()
         path = self.save()
-        return TrainResult(self.step, loss, path, stops.stopped_by, self.elapsed_s, compile_s)
+        return TrainResult(self.step, loss, path, stops.stopped_by, self.elapsed_s, compile_s,
+                           self._budget.replan if self._budget else None)
 
     def save(self, *, elapsed_now: float = 0.0) -> Path:
         """Write a checkpoint of the current step (atomically; see
@@ -352,6 +356,9 @@ class Trainer:
                 step=self.step, loss=mean, lr=self._step_lr, now=now, scores=scores,
                 grad_norm=distributed.as_float(self._grad_norm), elapsed_before=self.elapsed_s))
             self._records.restart(now)
+        if self._budget and (fitted := self._budget.after_step(  # (before the checkpoint)
+                self.step, self._clock.seconds(), cfg, self.schedule, self.optimizer)):
+            self.config, self.schedule, self.scheduler = fitted
         if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
             self.save(elapsed_now=self._clock.seconds())
 
@@ -377,3 +384,31 @@ class Trainer:
             self.wrapped, self.optimizer, self.scheduler, self.batches, self.config,
             self.schedule, self.run_info, self.extra_config,
         )
+
+
+def time_steps(trainer: Trainer, steps: int) -> list[tuple[float, int]]:
+    """Train ``steps`` steps of ``trainer`` outside ``fit`` (no callbacks, records or
+    checkpoints) and return each one's seconds and targets: the measured warm-up a run is
+    planned from (:mod:`addnorm.tasks.budget`), on a scratch trainer whose weights, optimizer
+    and data order move on. With several processes every rank calls it."""
+    timed = []
+    for _ in range(steps):
+        began = time.monotonic()
+        _, tokens = trainer._train_step()
+        timed.append((time.monotonic() - began, tokens))
+    return timed
+
+
+def _own_callbacks(run_dir: Path, progress: bool, metrics_file: bool, watch: int | None,
+                   loggers: Sequence[Logger]) -> list[Callback]:
+    """The trainer's own callbacks: the progress bar, ``metrics.jsonl`` and the loggers on
+    rank 0, the watch on every rank."""
+    main = distributed.is_main()
+    return [
+        *([ProgressBar()] if progress and main else []),
+        *([MetricsFile(run_dir / "metrics.jsonl")] if main and metrics_file else []),
+        *([WatchCallback(watch, run_dir / WATCH_FILE,
+                         sinks=[logger_sink(logger) for logger in loggers])]
+          if watch is not None else []),
+        *([LoggerCallback(logger) for logger in loggers] if main else []),
+    ]

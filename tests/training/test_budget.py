@@ -1,0 +1,204 @@
+"""addnorm.training.budget: a fresh run with a time budget checks its pace once, inside its
+warm-up, and a run whose steps do not fit is re-planned to the steps that do, its schedule
+completing its decay within the budget; a run with time to spare is left as it was, bit for
+bit, and a re-planned run resumes exactly.
+
+Provenance: every run here reads a fake clock that the loss function advances by a fixed
+number of seconds per micro-batch (no test reads real time), so the pace, the projection and
+the fitted steps are arithmetic on those seconds (restated in each test); the learning rates
+are compared with the schedule's closed form and with the same run without a budget.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+from toy_batches import SumBatches, mse_loss
+
+from addnorm.training.budget import (
+    FIT_SHARE,
+    MIN_PACE_STEPS,
+    PACE_STEPS,
+    REPLAN_SHARE,
+    StepBudget,
+    fitting_steps,
+    pace_step,
+)
+from addnorm.training.checkpoint import load_checkpoint
+from addnorm.training.config import TrainConfig
+from addnorm.training.metrics import read_metrics
+from addnorm.training.schedules import ScheduleConfig
+from addnorm.training.trainer import Trainer
+
+
+class FakeTime:
+    """A clock that the loss function moves on: ``first`` seconds for step 1's micro-batches,
+    ``each`` for every later one."""
+
+    def __init__(self, each: float, first: float | None = None) -> None:
+        self.now, self.each, self.first, self.calls = 0.0, each, first, 0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def loss(self, grad_accum: int):
+        def timed(model, batch):
+            self.calls += 1
+            first = self.first if self.first is not None else self.each
+            self.now += first if self.calls <= grad_accum else self.each
+            return mse_loss(model, batch)
+
+        return timed
+
+
+def make_trainer(run_dir, clock: FakeTime | None, *, max_minutes=None, **overrides) -> Trainer:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Linear(32, 1))
+    settings = dict(max_steps=100, lr=1e-2, warmup=20, final_lr_fraction=0.1, log_every=1,
+                    checkpoint_every=25, grad_accum=2, max_minutes=max_minutes)
+    settings.update(overrides)
+    config = TrainConfig(**settings)
+    schedule = ScheduleConfig("cosine", config.lr, config.warmup, total_steps=config.max_steps,
+                              final_lr_fraction=config.final_lr_fraction)
+    loss = mse_loss if clock is None else clock.loss(config.grad_accum)
+    return Trainer(model, loss, SumBatches(), config, run_dir=run_dir, schedule=schedule,
+                   clock=clock)
+
+
+def records(run_dir) -> list[dict]:
+    return read_metrics(run_dir / "metrics.jsonl")
+
+
+def test_the_pace_is_checked_inside_a_warm_up_that_holds_enough_timed_steps():
+    assert pace_step(100, 600) == 1 + PACE_STEPS
+    assert pace_step(8, 600) == 7  # the step before the peak, after 6 timed steps
+    assert pace_step(2 + MIN_PACE_STEPS, 600) == 1 + MIN_PACE_STEPS
+    assert pace_step(1 + MIN_PACE_STEPS, 600) == 1 + PACE_STEPS  # too short a warm-up
+    assert pace_step(0, 600) == 1 + PACE_STEPS
+    assert pace_step(100, 1 + PACE_STEPS) is None  # the run ends by then
+
+
+def test_the_fitted_steps_fill_the_budgets_share():
+    # 60 s budget, 11 steps done in 15 s, 1 s a step: 0.9 * 60 - 15 = 39 more.
+    assert fitting_steps(60.0, 1.0, elapsed_s=15.0, done=11) == 11 + 39
+    assert fitting_steps(60.0, 100.0, elapsed_s=15.0, done=11) == 12  # at least one more
+    budget = StepBudget(1.0, warmup=20, max_steps=100)
+    # 100 steps at 1 s: 15 + 89 = 104 s > 60: refitted; 40 steps: 44 s: kept.
+    assert budget.refit(step=11, step_s=1.0, elapsed_s=15.0, max_steps=100) == 50
+    assert budget.refit(step=11, step_s=1.0, elapsed_s=15.0, max_steps=40) is None
+    # Between the shares (57 s projected, 0.9 * 60 = 54 < 57 <= 60): kept.
+    assert REPLAN_SHARE * 60 >= 15 + (53 - 11) * 1.0 > FIT_SHARE * 60
+    assert budget.refit(step=11, step_s=1.0, elapsed_s=15.0, max_steps=53) is None
+
+
+def test_the_pace_is_the_median_step_so_one_slowed_step_does_not_re_plan():
+    budget = StepBudget(1.0, warmup=100, max_steps=30)
+    seconds = 0.0
+    for step in range(1, 12):  # step 1: 5 s (allocation); step 6: 20 s (a passing load)
+        seconds += 5.0 if step == 1 else 20.0 if step == 6 else 1.0
+        measured = budget.pace(step, seconds)
+    assert measured == (1.0, 34.0)  # the median of steps 2-11; their mean is 2.9
+    # At the median, 34 + 19 * 1 = 53 s fit the 60; at the mean, 34 + 19 * 2.9 = 89 would not.
+    assert budget.refit(step=11, step_s=1.0, elapsed_s=34.0, max_steps=30) is None
+    assert budget.refit(step=11, step_s=2.9, elapsed_s=34.0, max_steps=30) == 11 + 6
+
+
+def test_a_run_with_time_to_spare_is_the_run_without_a_budget_bit_for_bit(tmp_path):
+    free = make_trainer(tmp_path / "free", FakeTime(0.5))
+    free.fit()
+    spare = make_trainer(tmp_path / "spare", FakeTime(0.5), max_minutes=2.0)  # 100 s of 120
+    result = spare.fit()
+    assert (result.stopped_by, result.step, result.replan) == ("max_steps", 100, None)
+    assert records(tmp_path / "spare") == [
+        {**r, "tokens_per_s": s["tokens_per_s"], "elapsed_s": s["elapsed_s"]}
+        for r, s in zip(records(tmp_path / "free"), records(tmp_path / "spare"), strict=True)
+    ]
+    for name, value in free.model.state_dict().items():
+        assert torch.equal(spare.model.state_dict()[name], value)
+
+
+def test_a_run_given_a_budget_finishes_its_schedule_within_it(tmp_path):
+    # 2 micro-batches of 0.5 s: 1 s a step, the first 2 s. A 1-minute budget cannot hold 100
+    # steps of 1 s (101 s), so after step 11 (12 s in; 10 timed steps at 1 s) the run
+    # is fitted to 0.9 * 60 s: 11 + (54 - 12) / 1 = 53 steps.
+    clock = FakeTime(0.5, first=1.0)
+    trainer = make_trainer(tmp_path / "run", clock, max_minutes=1.0)
+    result = trainer.fit()
+    replan = result.replan
+    assert replan is not None
+    assert (replan.at_step, replan.step_s, replan.elapsed_s) == (11, 1.0, 12.0)
+    assert (replan.planned_steps, replan.steps) == (100, 53)
+    assert (result.stopped_by, result.step) == ("max_steps", 53)
+    assert result.elapsed_s == 12.0 + 42 * 1.0 <= FIT_SHARE * 60  # the plan's own share
+    # The warm-up, 20 steps of 100, scaled to the 53: round(20 * 53 / 100) = 11 -> the step
+    # after the check (12); then the cosine ends at the last step, on its floor.
+    assert replan.warmup == 12
+    lrs = [r["lr"] for r in records(tmp_path / "run")]
+    fitted = trainer.schedule
+    assert isinstance(fitted, ScheduleConfig) and fitted.replanned_total == 53
+    assert lrs[:11] == pytest.approx([1e-2 * s / 20 for s in range(1, 12)], rel=1e-12)
+    assert lrs[11] == pytest.approx(1e-2, rel=1e-12)  # the peak at step 12
+    # The half cosine from the peak at step 12 to the floor (0.1 * 1e-2) at step 53, restated.
+    assert lrs[32] == pytest.approx(1e-3 + 0.5 * 9e-3 * (1 + math.cos(math.pi * 21 / 41)),
+                                    rel=1e-12)
+    assert lrs[52] == pytest.approx(1e-3, rel=1e-12)  # the last step on the floor
+    assert all(a >= b for a, b in zip(lrs[11:], lrs[12:], strict=False))  # decaying
+
+
+def test_the_steps_taken_before_the_re_plan_keep_their_learning_rates(tmp_path):
+    make_trainer(tmp_path / "free", FakeTime(0.5, first=1.0)).fit()
+    make_trainer(tmp_path / "fitted", FakeTime(0.5, first=1.0), max_minutes=1.0).fit()
+    free, fitted = records(tmp_path / "free"), records(tmp_path / "fitted")
+    assert [r["lr"] for r in fitted[:11]] == [r["lr"] for r in free[:11]]
+    assert [r["loss"] for r in fitted[:11]] == [r["loss"] for r in free[:11]]
+
+
+def test_the_re_plan_is_in_the_checkpoints_and_a_resumed_run_continues_it_exactly(tmp_path):
+    whole = make_trainer(tmp_path / "whole", FakeTime(0.5, first=1.0), max_minutes=1.0)
+    whole.fit()
+    # The same run stopped at step 25 (its checkpoint there), then resumed with its budget.
+    clock = FakeTime(0.5, first=1.0)
+    calls = {"n": 0}
+    timed = clock.loss(2)
+
+    def interrupted(model, batch):
+        calls["n"] += 1
+        if calls["n"] == 2 * 25 + 1:  # the first micro-batch of step 26
+            raise KeyboardInterrupt
+        return timed(model, batch)
+
+    first = make_trainer(tmp_path / "split", clock, max_minutes=1.0)
+    first.loss_fn = interrupted
+    assert first.fit().step == 25
+    saved = load_checkpoint(tmp_path / "split")
+    assert saved.state["train_config"]["max_steps"] == 53
+    assert saved.state["schedule"]["replanned_total"] == 53
+    resumed = make_trainer(tmp_path / "split", FakeTime(0.5), max_minutes=1.0)
+    resumed.schedule = ScheduleConfig(**saved.state["schedule"])  # as train_run rebuilds it
+    resumed.scheduler = resumed.schedule.build(resumed.optimizer)
+    resumed.config = TrainConfig.from_dict(saved.state["train_config"])
+    resumed.load(saved)
+    result = resumed.fit()
+    assert (result.step, result.replan) == (53, None)  # the plan kept, not made again
+    assert [r["loss"] for r in records(tmp_path / "split")] == [
+        r["loss"] for r in records(tmp_path / "whole")]
+    for name, value in whole.model.state_dict().items():
+        assert torch.equal(resumed.model.state_dict()[name], value)
+
+
+def test_a_caller_scheduler_is_not_fitted_and_the_time_cap_stays(tmp_path):
+    from torch.optim.lr_scheduler import ConstantLR
+
+    clock = FakeTime(0.5)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 1))
+    config = TrainConfig(max_steps=200, lr=1e-2, warmup=1, grad_accum=2, max_minutes=1.0,
+                         checkpoint_every=0)
+    trainer = Trainer(model, clock.loss(2), SumBatches(), config, run_dir=tmp_path,
+                      schedule=lambda opt: ConstantLR(opt, factor=1.0), clock=clock)
+    result = trainer.fit()
+    # 1 s a step on the training clock: the cap at 60 s stops it after step 60.
+    assert (result.stopped_by, result.step, result.replan) == ("max_minutes", 60, None)
