@@ -7,8 +7,10 @@ that Hugging Face transformers' ``save_pretrained`` wrote (BERT or GPT-2, conver
 ``save_pretrained`` wrote (a ``DiTTransformer2DModel``, converted:
 :func:`~addnorm.interop.diffusers_folder.from_diffusers_folder`), or a run written
 by ``addnorm train`` (its checkpoints; :func:`addnorm.tasks.run.load_trained` rebuilds the
-model through its task). Knowing all four, this function sits above the tasks;
-``addnorm/__init__.py`` exports it without importing the tasks until it is first called.
+model through its task: a run's best checkpoint when it kept one,
+:mod:`addnorm.training.best`, unless ``which="last"`` asks for its newest). Knowing all four,
+this function sits above the tasks; ``addnorm/__init__.py`` exports it without importing the
+tasks until it is first called.
 
 Types: which class a folder holds is known only when it is read, so ``load(path)`` is typed
 ``Any``: ``addnorm.load(path).generate(ids)`` type-checks (under ``mypy --strict`` too) and
@@ -45,6 +47,7 @@ from addnorm.pretrained.mixin import (
     for_inference,
 )
 from addnorm.tasks.run import WEIGHTS, load_trained
+from addnorm.training.best import WHICH, pick_checkpoint
 from addnorm.training.checkpoint import MANIFEST, list_checkpoints
 from addnorm.utils.checks import check_choice
 from addnorm.utils.files import CheckpointError
@@ -60,6 +63,7 @@ def load(
     cls: None = None,
     *,
     weights: str = "ema",
+    which: str = "best",
     dtype: torch.dtype | str | None = None,
     device: torch.device | str | None = None,
 ) -> Any: ...
@@ -71,6 +75,7 @@ def load(
     cls: type[_M],
     *,
     weights: str = "ema",
+    which: str = "best",
     dtype: torch.dtype | str | None = None,
     device: torch.device | str | None = None,
 ) -> _M: ...
@@ -81,6 +86,7 @@ def load(
     cls: type[nn.Module] | None = None,
     *,
     weights: str = "ema",
+    which: str = "best",
     dtype: torch.dtype | str | None = None,
     device: torch.device | str | None = None,
 ) -> Any:
@@ -95,7 +101,9 @@ def load(
     "DiTTransformer2DModel" (a :class:`~addnorm.dit.model.DiT`, as
     :func:`~addnorm.interop.diffusers.from_diffusers` converts it; a pipeline folder is
     refused naming its ``transformer`` folder), or a run directory or one of its
-    checkpoints written by ``addnorm train``. From a run, ``weights="ema"`` (the default) loads
+    checkpoints written by ``addnorm train``: a run's best checkpoint when it kept one
+    (``keep_best``; ``which="last"``: its newest periodic checkpoint instead; a run without a
+    best loads its newest either way). From a run, ``weights="ema"`` (the default) loads
     the exponential moving average of the weights when the run kept one (what a finished run
     was scored with) and the trained weights otherwise; ``"raw"`` always loads the trained
     weights. A pretrained directory holds one set of weights, which either choice loads.
@@ -114,6 +122,7 @@ def load(
     if cls is not None and not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise TypeError(f"cls must be an nn.Module class or None, got {cls!r}")
     check_choice("weights", weights, WEIGHTS)
+    check_choice("which", which, WHICH)
     dtype = check_dtype(dtype)
     device = check_device(device)
     directory = check_path(path)
@@ -131,7 +140,7 @@ def load(
             f"train ({MANIFEST} or checkpoints/step-*/{MANIFEST})"
         )
     else:
-        _, trained, _ = load_trained(directory, weights=weights)
+        _, trained, _ = load_trained(pick_checkpoint(directory, which)[0], weights=weights)
         model = for_inference(trained, dtype=dtype, device=device)
     if cls is not None and not isinstance(model, cls):
         raise CheckpointError(f"{directory} holds a {type(model).__name__}, not a {cls.__name__}")

@@ -46,8 +46,15 @@ from torch import nn
 
 from addnorm.inspection.figure import plot_watch
 from addnorm.tasks.registry import TASKS, task_class
-from addnorm.tasks.task import AnyTask, TaskConfig, WritesRunFiles, split_train_settings
+from addnorm.tasks.task import (
+    AnyTask,
+    TaskConfig,
+    Validates,
+    WritesRunFiles,
+    split_train_settings,
+)
 from addnorm.training import distributed
+from addnorm.training.best import Validation, keeps_best, validates
 from addnorm.training.callbacks import ProgressLines
 from addnorm.training.checkpoint import LoadedCheckpoint, load_checkpoint
 from addnorm.training.config import TrainConfig
@@ -98,6 +105,8 @@ RESUMABLE_FIELDS = (
     "activation_checkpointing",
     "fsdp",
     "compile",
+    "eval_every",
+    "patience",
 )
 
 
@@ -111,6 +120,8 @@ class RunSummary:
         metrics: the held-out figures (empty if a signal stopped the run: ``stopped_by`` is
             "interrupt" or "terminate").
         loss_png: the loss curve, or None if nothing was logged.
+        best: the best checkpoint (``keep_best``), whose weights ``metrics`` scores; None
+            without one.
     """
 
     run_dir: Path
@@ -120,6 +131,7 @@ class RunSummary:
     elapsed_s: float
     metrics: dict
     loss_png: Path | None
+    best: Path | None = None
 
 
 def schedule_for(train_cfg: TrainConfig) -> ScheduleConfig:
@@ -268,6 +280,8 @@ def train_run(
             task_cfg = saved_train_configs(type(task), resume, task)[1]
         _check_task_config(type(task), task_cfg)
     task.check(model_cfg, train_cfg, task_cfg)
+    validation = task.validation(task_cfg) if isinstance(task, Validates) else None
+    train_cfg = _with_keep_best(train_cfg, validation)
     main = distributed.is_main()
     with RunLock(run_dir) if main else contextlib.nullcontext():
         if resume is None and main:
@@ -302,6 +316,7 @@ def train_run(
             loggers=loggers,
             metrics_file=report_to != "none",
             callbacks=[ProgressLines(every_steps=train_cfg.log_every)] if progress_lines else [],
+            validation=validation if validates(train_cfg, validation) else None,
         )
         try:
             if resume is not None:
@@ -310,6 +325,9 @@ def train_run(
                     keep_records(run_dir / WATCH_FILE, resume.step)  # as a watched resume would
             result = trainer.fit()
             weights = trainer.scored_weights()  # every rank takes part in gathering them
+            if result.best is not None:  # (one process) the best's, read back verified
+                weights = load_checkpoint(result.best).tensors[
+                    "model" if trainer.ema is None else "ema"]
             if not main:
                 return RunSummary(
                     run_dir, result.checkpoint, result.step, result.stopped_by,
@@ -324,6 +342,15 @@ def train_run(
         finally:
             for logger in loggers:
                 logger.close()
+
+
+def _with_keep_best(train_cfg: TrainConfig, validation: Validation | None) -> TrainConfig:
+    """``train_cfg`` with ``keep_best`` decided (None: the task's choice,
+    :func:`~addnorm.training.best.keeps_best`; off with several processes, where no
+    validation runs), so that its checkpoints record what the run does."""
+    if train_cfg.keep_best is None and distributed.is_distributed():
+        return dataclasses.replace(train_cfg, keep_best=False)
+    return dataclasses.replace(train_cfg, keep_best=keeps_best(train_cfg, validation))
 
 
 def _write_run_files(run_dir: Path, files: dict[str, str]) -> None:
@@ -383,6 +410,7 @@ def _finish(
         }
         if result.compile_s is not None:
             metrics["compile_s"] = result.compile_s
+        metrics.update(_validation_figures(trainer, result))
         metrics.update(task.evaluate_run(model, task_cfg))
         metrics["samples"] = task.run_samples(model)
         final = (result.elapsed_s, float(metrics[task.metric]))
@@ -395,8 +423,27 @@ def _finish(
         text = json.dumps(metrics, indent=1)
         write_file_atomic(run_dir / "metrics.json", lambda tmp: tmp.write_text(text, "utf-8"))
     return RunSummary(
-        run_dir, result.checkpoint, result.step, result.stopped_by, result.elapsed_s, metrics, png
+        run_dir, result.checkpoint, result.step, result.stopped_by, result.elapsed_s, metrics, png,
+        result.best,
     )
+
+
+def _validation_figures(trainer: Trainer, result: TrainResult) -> dict[str, Any]:
+    """What ``metrics.json`` says of the evaluations on the validation split: which
+    checkpoint its figures score (``"checkpoint"``: "best" or "last", and its step,
+    ``"checkpoint_step"``) and, in a run that evaluated, ``"validation"``: the metric, its
+    direction, the best step and score, the last evaluation's step and score, the evaluations
+    since the best, ``every`` (``eval_every``) and ``patience``."""
+    keeper = trainer.best
+    best = result.best is not None and keeper is not None
+    figures: dict[str, Any] = {
+        "checkpoint": "best" if best else "last",
+        "checkpoint_step": keeper.record.step if best and keeper is not None else result.step,
+    }
+    if keeper is not None:
+        figures["validation"] = {**keeper.record.to_dict(), "every": keeper.every,
+                                 "patience": keeper.patience}
+    return figures
 
 
 def _log_finish(logger: Logger, task: AnyTask, summary: RunSummary, run_dir: Path) -> None:

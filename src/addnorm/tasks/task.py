@@ -20,6 +20,10 @@ no branch there:
 - saving: ``to_dict`` / ``from_dict`` (what a checkpoint needs to rebuild the task, such as its
   tokenizers) and ``config_from_dict`` (its model config).
 
+A task that can score weights on its validation split while training runs meets
+:class:`Validates` (an optional hook, ``validation``): a run keeps its best checkpoint by it
+and stops early with it (:mod:`addnorm.training.best`).
+
 A task trained on a user's files may also write files of its own into the run folder, such as
 the record of its data (``data.json``) and its tokenizer (``tokenizer.json``): it meets
 :class:`WritesRunFiles` as well (an optional hook; the run writes what ``run_files`` returns
@@ -42,6 +46,7 @@ from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 from torch import nn
 
 from addnorm.family import FamilyConfig
+from addnorm.training.best import Validation
 from addnorm.training.config import FORMER_FIELDS, TrainConfig
 from addnorm.training.probes import Probe
 from addnorm.training.trainer import BatchSource, LossFn
@@ -54,6 +59,7 @@ __all__ = [
     "Task",
     "TaskConfig",
     "ReportsFigures",
+    "Validates",
     "WritesRunFiles",
     "split_train_settings",
 ]
@@ -236,6 +242,18 @@ class WritesRunFiles(Protocol):
 
     def run_files(self) -> dict[str, str]:
         """File name -> UTF-8 text, e.g. ``{"data.json": ..., "tokenizer.json": ...}``."""
+        ...
+
+
+@runtime_checkable
+class Validates(Protocol):
+    """A task that scores weights on its validation split while training runs (the best
+    checkpoint, early stopping: :mod:`addnorm.training.best`)."""
+
+    def validation(self, task_cfg: Any) -> Validation:
+        """How a run with ``task_cfg`` scores its weights on the validation split (never the
+        split ``evaluate_run`` reports as test figures), the metric that ranks them and its
+        direction, and whether a run keeps its best by default (a run on a user's data)."""
         ...
 
 

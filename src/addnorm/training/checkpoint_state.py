@@ -9,11 +9,17 @@ training time so far (``elapsed_s``), the run's own record (``run``: what rebuil
 the settings (``train_config``, a task's own among them), the ``ScheduleConfig`` (``schedule``,
 None for a caller's scheduler), the lr scheduler's ``state_dict`` (``scheduler``), the
 optimizer's JSON skeleton, the data order (``data``), Python's and NumPy's generators
-(``rng``), the losses since the last record (``loss_window``) and the EMA's ``n_averaged``.
+(``rng``), the losses since the last record (``loss_window``), the EMA's ``n_averaged`` and,
+in a run that evaluates on its validation split, the best so far (``best``,
+:class:`~addnorm.training.best.BestSoFar`). :func:`save_best` writes a run's best weights
+(:mod:`addnorm.training.best`): the weights and the EMA's, and a ``state.json`` of the step,
+the run's record, the settings and ``best`` (nothing that differs between an uninterrupted
+run and a resumed one, so that both write the same bytes).
 
 Checkpoints written before some of these existed still load: without ``scheduler`` the
 schedule is rebuilt and stepped to the checkpoint's step; without the EMA's count it is
-``step + 1``; without ``loss_window`` the window is empty. A sharded (FSDP2) model's ranks each
+``step + 1``; without ``loss_window`` the window is empty; without ``best`` the evaluations
+start again. A sharded (FSDP2) model's ranks each
 write their part; a replicated one's rank 0 writes, and the others gather with it.
 """
 
@@ -28,6 +34,7 @@ import torch
 from torch.optim.lr_scheduler import LRScheduler
 
 from addnorm.training import distributed
+from addnorm.training.best import BestSoFar, prune_best
 from addnorm.training.checkpoint import LoadedCheckpoint, save_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.ema import saved_n_averaged
@@ -47,12 +54,14 @@ from addnorm.training.state import (
     restore_rng,
 )
 from addnorm.training.wrapping import WrappedModel
+from addnorm.utils.files import CheckpointError
 
 __all__ = [
     "Progress",
     "TrainingParts",
     "checked_extra_config",
     "load_training",
+    "save_best",
     "save_training",
 ]
 
@@ -81,12 +90,14 @@ class TrainingParts:
 
 @dataclass(frozen=True)
 class Progress:
-    """How far training is: the step, the training time of every invocation so far and the
-    losses summed since the last metrics record (their sum and count)."""
+    """How far training is: the step, the training time of every invocation so far, the
+    losses summed since the last metrics record (their sum and count) and, in a run that
+    evaluates on its validation split, the best so far (None in one that does not)."""
 
     step: int
     elapsed_s: float
     loss_window: tuple[float, int]
+    best: BestSoFar | None = None
 
 
 def checked_extra_config(config: TrainConfig, extra_config: dict) -> dict:
@@ -136,10 +147,36 @@ def save_training(parts: TrainingParts, progress: Progress, run_dir: Path) -> Pa
     }
     if ema is not None:
         state["ema"] = {"n_averaged": int(ema.n_averaged)}
-    return save_checkpoint(
+    if progress.best is not None:
+        state["best"] = progress.best.to_dict()
+    path = save_checkpoint(
         run_dir, progress.step, tensors, state, keep=parts.config.keep_checkpoints,
         sharded=sharded,
     )
+    if progress.best is not None:  # the periodic checkpoints pruned may free a best one
+        prune_best(run_dir, progress.best.step)
+    return path
+
+
+def save_best(parts: TrainingParts, best: BestSoFar, run_dir: Path) -> Path:
+    """Write the weights of ``parts`` (and their EMA's) as the best checkpoint of step
+    ``best.step`` (:mod:`addnorm.training.best`), then delete the best checkpoints nothing
+    needs any more (:func:`~addnorm.training.best.prune_best`). Single-process runs."""
+    if best.step is None:
+        raise ValueError("save_best needs a best step, got a record without one")
+    model, ema = parts.wrapped.model, parts.wrapped.ema
+    tensors = {"model": distributed.model_state(model, whole=True)}
+    if ema is not None:
+        tensors["ema"] = distributed.model_state(ema.module, whole=True)
+    state = {
+        "step": best.step,
+        "run": parts.run_info,
+        "train_config": {**parts.config.to_dict(), **parts.extra_config},
+        "best": best.to_dict(),
+    }
+    path = save_checkpoint(run_dir, best.step, tensors, state, kind="best")
+    prune_best(run_dir, best.step)
+    return path
 
 
 def load_training(
@@ -154,6 +191,11 @@ def load_training(
     fit (a tensor of another shape, a missing entry); the shapes are checked before anything
     is loaded."""
     model, ema = parts.wrapped.model, parts.wrapped.ema
+    if checkpoint.path.name.startswith("best-") and "optimizer" not in checkpoint.tensors:
+        raise CheckpointError(
+            f"{checkpoint.path} holds a run's best weights only (no optimizer, data order or "
+            "random state); resume from the run's newest step-* checkpoint"
+        )
     check_checkpoint_fits(model, parts.config, checkpoint, optimizer=parts.optimizer)
     tensors, state, path = checkpoint.tensors, checkpoint.state, checkpoint.path
     with refusing(path / "model.safetensors"):
@@ -177,7 +219,8 @@ def load_training(
         restore_rng(tensors["rng"], state["rng"])
     with refusing(path / "state.json"):
         window = loss_window_from_state(state.get("loss_window"))
-    progress = Progress(checkpoint.step, float(state.get("elapsed_s", 0.0)), window)
+        best = None if state.get("best") is None else BestSoFar.from_dict(state["best"])
+    progress = Progress(checkpoint.step, float(state.get("elapsed_s", 0.0)), window, best)
     return progress, scheduler
 
 

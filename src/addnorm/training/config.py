@@ -70,6 +70,14 @@ class TrainConfig:
         fsdp: shard the weights, gradients and optimizer state over the processes of a
             ``torchrun`` launch (FSDP2) instead of replicating them (DDP).
         compile: run the model's forward through ``torch.compile``.
+        keep_best: score the weights on the validation split every eval_every steps (and at
+            the end) and keep the best as a checkpoint of its own (checkpoints/best-N), which
+            translate, generate, sample and addnorm.load then use, and metrics.json scores;
+            none = on for runs on your data (--data), off for the bundled data.
+        eval_every: steps between those evaluations (with keep_best or patience); none = a
+            tenth of max_steps. Their size is the task's eval_size (see the task).
+        patience: stop after this many evaluations in a row without a better score than the
+            best so far (early stopping); none = never.
     """
 
     max_steps: int = 1000
@@ -94,6 +102,11 @@ class TrainConfig:
     activation_checkpointing: bool = False
     fsdp: bool = False
     compile: bool = False
+    # Keeping the best (addnorm.training.best): evaluations on the validation split while
+    # training, the best checkpoint, early stopping.
+    keep_best: bool | None = None
+    eval_every: int | None = None
+    patience: int | None = None
 
     def __post_init__(self) -> None:
         check_int("max_steps", self.max_steps, min_value=1)
@@ -129,6 +142,13 @@ class TrainConfig:
         check_int("checkpoint_every", self.checkpoint_every, min_value=0)
         check_int("keep_checkpoints", self.keep_checkpoints, min_value=1)
         check_int("log_every", self.log_every, min_value=1)
+        # Keeping the best.
+        if self.keep_best is not None:
+            check_bool("keep_best", self.keep_best)
+        if self.eval_every is not None:
+            check_int("eval_every", self.eval_every, min_value=1)
+        if self.patience is not None:
+            check_int("patience", self.patience, min_value=1)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict of the fields."""

@@ -6,6 +6,9 @@ finished run is scored with (the EMA's when the run keeps one), in eval mode and
 gradients, and its numbers go into that step's record as ``probe_<name>``, so a resumed run
 keeps them. The trainer sets the probe's time aside: it counts neither as training time
 (``elapsed_s``) nor in the throughput (``tokens_per_s``). Single-process runs only.
+
+:class:`ScratchCopy` is that copy, built once and shared with the evaluations on the
+validation split that keep a run's best (:mod:`addnorm.training.best`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import torch
 from torch import nn
 from torch.optim.swa_utils import AveragedModel
 
-__all__ = ["Probe", "ProbeRunner"]
+__all__ = ["Probe", "ProbeRunner", "ScratchCopy"]
 
 
 @dataclass(frozen=True)
@@ -31,12 +34,29 @@ class Probe:
     score: Callable[[nn.Module], dict[str, float]]
 
 
-class ProbeRunner:
-    """Runs ``probe`` on a scratch copy of the model, built at the first probe and reused."""
+class ScratchCopy:
+    """A copy of the model, made at the first call and reused, holding the weights a finished
+    run is scored with: ``scratch(model, ema)`` loads ``ema``'s (or, without one, ``model``'s)
+    weights into it and returns it in eval mode. What scores it cannot touch training."""
 
-    def __init__(self, probe: Probe) -> None:
+    def __init__(self) -> None:
+        self._copy: nn.Module | None = None
+
+    @torch.no_grad()
+    def __call__(self, model: nn.Module, ema: AveragedModel | None) -> nn.Module:
+        if self._copy is None:
+            self._copy = copy.deepcopy(model)
+        self._copy.load_state_dict((model if ema is None else ema.module).state_dict())
+        return self._copy.eval()
+
+
+class ProbeRunner:
+    """Runs ``probe`` on a scratch copy of the model (``scratch``: one to share, else its
+    own)."""
+
+    def __init__(self, probe: Probe, scratch: ScratchCopy | None = None) -> None:
         self.probe = probe
-        self._scratch: nn.Module | None = None
+        self.scratch = ScratchCopy() if scratch is None else scratch
 
     def due(self, step: int, max_steps: int) -> bool:
         """Whether ``step`` (just finished) is probed: a multiple of ``every`` before the
@@ -46,9 +66,5 @@ class ProbeRunner:
     @torch.no_grad()
     def __call__(self, model: nn.Module, ema: AveragedModel | None) -> dict[str, float]:
         """The probe's numbers, as ``probe_<name>``, for ``model``'s weights or ``ema``'s."""
-        if self._scratch is None:
-            self._scratch = copy.deepcopy(model)
-        scratch = self._scratch
-        scratch.load_state_dict((model if ema is None else ema.module).state_dict())
-        scores = self.probe.score(scratch.eval())
+        scores = self.probe.score(self.scratch(model, ema))
         return {f"probe_{name}": float(value) for name, value in scores.items()}
