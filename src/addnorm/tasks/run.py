@@ -54,7 +54,7 @@ from addnorm.tasks.task import (
     split_train_settings,
 )
 from addnorm.training import distributed
-from addnorm.training.best import Validation, keeps_best, validates
+from addnorm.training.best import BestRunner, Validation, keeps_best, validates
 from addnorm.training.callbacks import ProgressLines
 from addnorm.training.checkpoint import LoadedCheckpoint, load_checkpoint
 from addnorm.training.config import TrainConfig
@@ -325,9 +325,9 @@ def train_run(
                     keep_records(run_dir / WATCH_FILE, resume.step)  # as a watched resume would
             result = trainer.fit()
             weights = trainer.scored_weights()  # every rank takes part in gathering them
-            if result.best is not None:  # (one process) the best's, read back verified
-                weights = load_checkpoint(result.best).tensors[
-                    "model" if trainer.ema is None else "ema"]
+            best = _best_checkpoint(trainer)
+            if best is not None:  # (one process) the best's, read back verified
+                weights = load_checkpoint(best).tensors["model" if trainer.ema is None else "ema"]
             if not main:
                 return RunSummary(
                     run_dir, result.checkpoint, result.step, result.stopped_by,
@@ -335,7 +335,7 @@ def train_run(
                 )
             model = task.build_model(model_cfg).to(device)
             model.load_state_dict(weights)
-            summary = _finish(task, model, trainer, result, task_cfg, run_dir)
+            summary = _finish(task, model, trainer, result, task_cfg, run_dir, best)
             for logger in loggers:
                 _log_finish(logger, task, summary, run_dir)
             return summary
@@ -383,9 +383,11 @@ def _finish(
     result: TrainResult,
     task_cfg: TaskConfig,
     run_dir: Path,
+    best: Path | None = None,
 ) -> RunSummary:
     """Plot the loss curve and, unless a signal stopped the run, score ``model`` (a plain copy
-    of the trained or EMA weights) into metrics.json."""
+    of the trained or EMA weights: the ``best`` checkpoint's, when the run kept one) into
+    metrics.json."""
     png = None
     jsonl = run_dir / "metrics.jsonl"
     if jsonl.is_file() and jsonl.stat().st_size > 0:
@@ -410,7 +412,7 @@ def _finish(
         }
         if result.compile_s is not None:
             metrics["compile_s"] = result.compile_s
-        metrics.update(_validation_figures(trainer, result))
+        metrics.update(_validation_figures(trainer, result, best))
         metrics.update(task.evaluate_run(model, task_cfg))
         metrics["samples"] = task.run_samples(model)
         final = (result.elapsed_s, float(metrics[task.metric]))
@@ -424,25 +426,30 @@ def _finish(
         write_file_atomic(run_dir / "metrics.json", lambda tmp: tmp.write_text(text, "utf-8"))
     return RunSummary(
         run_dir, result.checkpoint, result.step, result.stopped_by, result.elapsed_s, metrics, png,
-        result.best,
+        best,
     )
 
 
-def _validation_figures(trainer: Trainer, result: TrainResult) -> dict[str, Any]:
+def _best_checkpoint(trainer: Trainer) -> Path | None:
+    """The best checkpoint the trainer kept (``keep_best``), or None."""
+    return trainer.probe.best_checkpoint if isinstance(trainer.probe, BestRunner) else None
+
+
+def _validation_figures(trainer: Trainer, result: TrainResult, best: Path | None
+                        ) -> dict[str, Any]:
     """What ``metrics.json`` says of the evaluations on the validation split: which
     checkpoint its figures score (``"checkpoint"``: "best" or "last", and its step,
     ``"checkpoint_step"``) and, in a run that evaluated, ``"validation"``: the metric, its
     direction, the best step and score, the last evaluation's step and score, the evaluations
     since the best, ``every`` (``eval_every``) and ``patience``."""
-    keeper = trainer.best
-    best = result.best is not None and keeper is not None
+    runner = trainer.probe if isinstance(trainer.probe, BestRunner) else None
     figures: dict[str, Any] = {
-        "checkpoint": "best" if best else "last",
-        "checkpoint_step": keeper.record.step if best and keeper is not None else result.step,
+        "checkpoint": "last" if best is None else "best",
+        "checkpoint_step": result.step if runner is None or best is None else runner.record.step,
     }
-    if keeper is not None:
-        figures["validation"] = {**keeper.record.to_dict(), "every": keeper.every,
-                                 "patience": keeper.patience}
+    if runner is not None:
+        figures["validation"] = {**runner.record.to_dict(), "every": runner.keeper.every,
+                                 "patience": runner.keeper.patience}
     return figures
 
 

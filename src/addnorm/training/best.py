@@ -6,8 +6,10 @@ figure that ranks them, ``metric``, and its direction, ``higher_is_better``); th
 scores a scratch copy of the weights a finished run is scored with (the EMA's when the run
 keeps one; :class:`~addnorm.training.probes.ScratchCopy`) every ``eval_every`` steps and at
 the end of the run (``max_steps``, or the last step the time cap let run), its time set aside
-like a probe's, and writes the figures into that step's record of ``metrics.jsonl``.
-:class:`BestKeeper` keeps the best so far (:class:`BestSoFar`): a better score (strictly:
+like a probe's, and writes the figures into that step's record of ``metrics.jsonl``
+(:class:`BestRunner`, the trainer's probe runner when it is given a validation:
+:func:`probe_runner`). :class:`BestKeeper` keeps the best so far (:class:`BestSoFar`): a
+better score (strictly:
 a tie keeps the earlier step; NaN is never better) is written, with ``keep_best``, as the
 checkpoint ``checkpoints/best-NNNNNNNN`` (the weights and their EMA, ``state.json`` with the
 run's record, its settings and ``"best"``: the metric, step and score; the manifest says
@@ -37,23 +39,32 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import nn
 
+from addnorm.training import distributed
 from addnorm.training.checkpoint import (
     MANIFEST,
     delete_checkpoint,
     find_checkpoint,
     list_checkpoints,
     read_checkpoint_state,
+    save_checkpoint,
 )
+from addnorm.training.clock import TrainingClock
 from addnorm.training.config import TrainConfig
+from addnorm.training.probes import Probe, ProbeRunner
 from addnorm.utils.files import CheckpointError
+
+if TYPE_CHECKING:
+    from addnorm.training.checkpoint_state import TrainingParts
 
 __all__ = [
     "WHICH",
     "BestKeeper",
+    "BestRunner",
     "BestSoFar",
     "Validation",
     "best_dir",
@@ -62,7 +73,9 @@ __all__ = [
     "find_best",
     "keeps_best",
     "pick_checkpoint",
+    "probe_runner",
     "prune_best",
+    "save_best",
     "validates",
 ]
 
@@ -332,3 +345,150 @@ def check_best_on_disk(run_dir: str | os.PathLike, record: BestSoFar) -> None:
             "writes the next better one", record.step, record.metric, record.value,
             Path(run_dir) / "checkpoints",
         )
+
+
+def save_best(parts: TrainingParts, best: BestSoFar, run_dir: str | os.PathLike) -> Path:
+    """Write the weights of ``parts`` (and their EMA's) as the best checkpoint of step
+    ``best.step``, then delete the best checkpoints nothing needs any more
+    (:func:`prune_best`). Its ``state.json``: the step, the run's record, the settings and
+    ``best`` (nothing that differs between an uninterrupted run and a resumed one, so both
+    write the same bytes). Single-process runs."""
+    if best.step is None:
+        raise ValueError("save_best needs a best step, got a record without one")
+    model, ema = parts.wrapped.model, parts.wrapped.ema
+    tensors = {"model": distributed.model_state(model, whole=True)}
+    if ema is not None:
+        tensors["ema"] = distributed.model_state(ema.module, whole=True)
+    state = {
+        "step": best.step,
+        "run": parts.run_info,
+        "train_config": {**parts.config.to_dict(), **parts.extra_config},
+        "best": best.to_dict(),
+    }
+    path = save_checkpoint(run_dir, best.step, tensors, state, kind="best")
+    prune_best(run_dir, best.step)
+    return path
+
+
+class BestRunner(ProbeRunner):
+    """The trainer's probe runner when it scores its weights on the validation split: the
+    task's probe (if any) as :class:`~addnorm.training.probes.ProbeRunner` runs it, and the
+    evaluations, the best checkpoint and early stopping of the module docstring at the
+    points the trainer asks about (its records, its checkpoints, its stops).
+
+    Args:
+        validation: how the weights are scored.
+        probe: the task's probe, or None.
+        config: the trainer settings (``eval_every``, ``keep_best``: None is off here,
+            ``patience``).
+        run_dir: the run's folder.
+        clock: the trainer's clock (an evaluation outside a record sets its time aside).
+        parts: what the trainer's checkpoints keep, when asked (the weights to score and to
+            write).
+    """
+
+    def __init__(self, validation: Validation, probe: Probe | None, config: TrainConfig,
+                 run_dir: str | os.PathLike, *, clock: TrainingClock,
+                 parts: Callable[[], TrainingParts]) -> None:
+        super().__init__(probe)
+        self.keeper = BestKeeper(validation, every=eval_interval(config),
+                                 keep=bool(config.keep_best), patience=config.patience)
+        self.run_dir, self.clock, self.parts = Path(run_dir), clock, parts
+
+    @property
+    def record(self) -> BestSoFar:
+        """The evaluations so far."""
+        return self.keeper.record
+
+    @property
+    def best_checkpoint(self) -> Path | None:
+        """The best checkpoint so far (with ``keep_best``), None before one is written."""
+        if not self.keeper.keep or self.record.step is None:
+            return None
+        return best_dir(self.run_dir, self.record.step)
+
+    def due(self, step: int, max_steps: int) -> bool:
+        """Whether the probe or an evaluation is due after ``step``."""
+        return super().due(step, max_steps) or self.keeper.due(step, max_steps)
+
+    def __call__(self, model: nn.Module, ema: Any, step: int | None = None,
+                 max_steps: int | None = None) -> dict[str, float]:
+        """The probe's numbers (when due) and, given ``step``, the evaluation's figures when
+        it is due then (or whatever ``max_steps``, when that is None)."""
+        scores = super().__call__(model, ema, step, max_steps)
+        if step is not None and (max_steps is None or self.keeper.due(step, max_steps)):
+            scores.update(self.validate(step))
+        return scores
+
+    @torch.no_grad()
+    def validate(self, step: int) -> dict[str, float]:
+        """Score the weights of ``step`` on the validation split, write them as the best
+        checkpoint if they beat the best so far (with ``keep_best``) and only then take the
+        new record (an interrupt in between leaves the evaluation to make up). Returns the
+        figures."""
+        parts = self.parts()
+        scores = self.keeper.validation.score(self.scratch(parts.wrapped.model,
+                                                           parts.wrapped.ema))
+        record = self.keeper.scored(step, scores)
+        if self.keeper.keep and record.step == step:
+            save_best(parts, record, self.run_dir)
+        self.keeper.record = record
+        return scores
+
+    def state_entries(self) -> dict[str, Any]:
+        """``{"best": ...}``: the evaluations so far (:class:`BestSoFar`)."""
+        return {"best": self.record.to_dict()}
+
+    def resume(self, state: dict, step: int, where: Path) -> None:
+        """Go on from the checkpoint of ``step`` (its weights loaded): its ``best`` (none: the
+        evaluations start here; ``CheckpointError`` naming ``where`` if it is not a record
+        of this validation), the best checkpoints no periodic one records deleted (the run
+        writes again what it gets to), and an evaluation due at ``step`` made up if an
+        interrupt cut it short (no record of it is written)."""
+        saved = state.get("best")
+        try:
+            record = None if saved is None else BestSoFar.from_dict(saved)
+        except ValueError as err:
+            raise CheckpointError(f"{where} does not fit this run: {err}") from None
+        self.keeper.resume(record, where)
+        if self.keeper.keep:
+            prune_best(self.run_dir, self.record.step)
+            check_best_on_disk(self.run_dir, self.record)
+        if self.keeper.due(step, self.parts().config.max_steps) and self.keeper.pending(step):
+            with self.clock.set_aside():
+                self.validate(step)
+
+    def checkpoint_written(self) -> None:
+        """A periodic checkpoint was written (and older ones pruned): the best checkpoints
+        no periodic one records any more are deleted."""
+        if self.keeper.keep:
+            prune_best(self.run_dir, self.record.step)
+
+    def stop_reason(self) -> str | None:
+        """"patience" once ``patience`` evaluations in a row found no better score."""
+        return "patience" if self.keeper.exhausted else None
+
+    def stopping(self, reason: str, step: int) -> None:
+        """Training stops after ``step`` between evaluations (the time cap): the last
+        weights are scored too."""
+        if self.keeper.pending(step):
+            with self.clock.set_aside():
+                self.validate(step)
+
+
+def probe_runner(probe: Probe | None, validation: Validation | None, config: TrainConfig,
+                 run_dir: str | os.PathLike, *, clock: TrainingClock,
+                 parts: Callable[[], TrainingParts]) -> ProbeRunner | None:
+    """What the trainer scores its run with along the way: a :class:`BestRunner` given a
+    ``validation``, else a plain :class:`~addnorm.training.probes.ProbeRunner` of ``probe``
+    (None for none). With several processes the probe is left out and a validation refused;
+    ``keep_best`` or ``patience`` without a validation raise ValueError."""
+    if validation is None and (config.keep_best or config.patience is not None):
+        raise ValueError("keep_best and patience need a validation (Trainer(validation=))")
+    if distributed.is_distributed():
+        if validation is not None:
+            raise ValueError("the validation (keep_best, patience) runs in one process only")
+        return None
+    if validation is not None:
+        return BestRunner(validation, probe, config, run_dir, clock=clock, parts=parts)
+    return None if probe is None else ProbeRunner(probe)

@@ -9,17 +9,14 @@ training time so far (``elapsed_s``), the run's own record (``run``: what rebuil
 the settings (``train_config``, a task's own among them), the ``ScheduleConfig`` (``schedule``,
 None for a caller's scheduler), the lr scheduler's ``state_dict`` (``scheduler``), the
 optimizer's JSON skeleton, the data order (``data``), Python's and NumPy's generators
-(``rng``), the losses since the last record (``loss_window``), the EMA's ``n_averaged`` and,
-in a run that evaluates on its validation split, the best so far (``best``,
-:class:`~addnorm.training.best.BestSoFar`). :func:`save_best` writes a run's best weights
-(:mod:`addnorm.training.best`): the weights and the EMA's, and a ``state.json`` of the step,
-the run's record, the settings and ``best`` (nothing that differs between an uninterrupted
-run and a resumed one, so that both write the same bytes).
+(``rng``), the losses since the last record (``loss_window``), the EMA's ``n_averaged`` and
+what the probes keep of the run so far (``ProbeRunner.state_entries``: in a run that
+evaluates on its validation split, the best so far, ``best``; :mod:`addnorm.training.best`).
 
 Checkpoints written before some of these existed still load: without ``scheduler`` the
 schedule is rebuilt and stepped to the checkpoint's step; without the EMA's count it is
 ``step + 1``; without ``loss_window`` the window is empty; without ``best`` the evaluations
-start again. A sharded (FSDP2) model's ranks each
+on the validation split start again. A sharded (FSDP2) model's ranks each
 write their part; a replicated one's rank 0 writes, and the others gather with it.
 """
 
@@ -34,11 +31,11 @@ import torch
 from torch.optim.lr_scheduler import LRScheduler
 
 from addnorm.training import distributed
-from addnorm.training.best import BestSoFar, prune_best
 from addnorm.training.checkpoint import LoadedCheckpoint, save_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.ema import saved_n_averaged
 from addnorm.training.metrics import loss_window_from_state
+from addnorm.training.probes import ProbeRunner
 from addnorm.training.resume import check_checkpoint_fits, refusing
 from addnorm.training.schedules import (
     ScheduleConfig,
@@ -61,7 +58,6 @@ __all__ = [
     "TrainingParts",
     "checked_extra_config",
     "load_training",
-    "save_best",
     "save_training",
 ]
 
@@ -76,7 +72,8 @@ class DataOrder(Protocol):
 
 @dataclass(frozen=True)
 class TrainingParts:
-    """The objects whose state a checkpoint keeps, and the settings it records."""
+    """The objects whose state a checkpoint keeps, and the settings it records (``probe``:
+    what scores the run along the way, :class:`~addnorm.training.probes.ProbeRunner`)."""
 
     wrapped: WrappedModel
     optimizer: torch.optim.Optimizer
@@ -86,18 +83,17 @@ class TrainingParts:
     schedule: ScheduleConfig | SchedulerFactory
     run_info: dict
     extra_config: dict
+    probe: ProbeRunner | None = None
 
 
 @dataclass(frozen=True)
 class Progress:
-    """How far training is: the step, the training time of every invocation so far, the
-    losses summed since the last metrics record (their sum and count) and, in a run that
-    evaluates on its validation split, the best so far (None in one that does not)."""
+    """How far training is: the step, the training time of every invocation so far and the
+    losses summed since the last metrics record (their sum and count)."""
 
     step: int
     elapsed_s: float
     loss_window: tuple[float, int]
-    best: BestSoFar | None = None
 
 
 def checked_extra_config(config: TrainConfig, extra_config: dict) -> dict:
@@ -147,35 +143,14 @@ def save_training(parts: TrainingParts, progress: Progress, run_dir: Path) -> Pa
     }
     if ema is not None:
         state["ema"] = {"n_averaged": int(ema.n_averaged)}
-    if progress.best is not None:
-        state["best"] = progress.best.to_dict()
+    if parts.probe is not None:
+        state.update(parts.probe.state_entries())
     path = save_checkpoint(
         run_dir, progress.step, tensors, state, keep=parts.config.keep_checkpoints,
         sharded=sharded,
     )
-    if progress.best is not None:  # the periodic checkpoints pruned may free a best one
-        prune_best(run_dir, progress.best.step)
-    return path
-
-
-def save_best(parts: TrainingParts, best: BestSoFar, run_dir: Path) -> Path:
-    """Write the weights of ``parts`` (and their EMA's) as the best checkpoint of step
-    ``best.step`` (:mod:`addnorm.training.best`), then delete the best checkpoints nothing
-    needs any more (:func:`~addnorm.training.best.prune_best`). Single-process runs."""
-    if best.step is None:
-        raise ValueError("save_best needs a best step, got a record without one")
-    model, ema = parts.wrapped.model, parts.wrapped.ema
-    tensors = {"model": distributed.model_state(model, whole=True)}
-    if ema is not None:
-        tensors["ema"] = distributed.model_state(ema.module, whole=True)
-    state = {
-        "step": best.step,
-        "run": parts.run_info,
-        "train_config": {**parts.config.to_dict(), **parts.extra_config},
-        "best": best.to_dict(),
-    }
-    path = save_checkpoint(run_dir, best.step, tensors, state, kind="best")
-    prune_best(run_dir, best.step)
+    if parts.probe is not None:
+        parts.probe.checkpoint_written()
     return path
 
 
@@ -183,7 +158,8 @@ def load_training(
     parts: TrainingParts, checkpoint: LoadedCheckpoint
 ) -> tuple[Progress, LRScheduler]:
     """Put ``parts`` back as ``checkpoint`` saved them (weights, optimizer, lr scheduler, EMA,
-    data order and random generators; a checkpoint of any world size, sharded or whole);
+    data order, random generators and the probes' record; a checkpoint of any world size,
+    sharded or whole);
     returns its progress and the scheduler to go on with (``parts.scheduler``, or one rebuilt
     for a checkpoint that kept none).
 
@@ -219,8 +195,9 @@ def load_training(
         restore_rng(tensors["rng"], state["rng"])
     with refusing(path / "state.json"):
         window = loss_window_from_state(state.get("loss_window"))
-        best = None if state.get("best") is None else BestSoFar.from_dict(state["best"])
-    progress = Progress(checkpoint.step, float(state.get("elapsed_s", 0.0)), window, best)
+    if parts.probe is not None:  # (last: an evaluation it makes up sees the loaded run)
+        parts.probe.resume(state, checkpoint.step, path / "state.json")
+    progress = Progress(checkpoint.step, float(state.get("elapsed_s", 0.0)), window)
     return progress, scheduler
 
 

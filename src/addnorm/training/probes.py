@@ -7,8 +7,10 @@ gradients, and its numbers go into that step's record as ``probe_<name>``, so a 
 keeps them. The trainer sets the probe's time aside: it counts neither as training time
 (``elapsed_s``) nor in the throughput (``tokens_per_s``). Single-process runs only.
 
-:class:`ScratchCopy` is that copy, built once and shared with the evaluations on the
-validation split that keep a run's best (:mod:`addnorm.training.best`).
+:class:`ScratchCopy` is that copy, built once. :class:`ProbeRunner` is also what the trainer
+asks at the other points of a run (what its checkpoints keep, whether to stop early), where a
+probe does nothing; :class:`~addnorm.training.best.BestRunner`, which also scores the weights
+on the validation split and keeps the best, answers them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -51,20 +55,44 @@ class ScratchCopy:
 
 
 class ProbeRunner:
-    """Runs ``probe`` on a scratch copy of the model (``scratch``: one to share, else its
-    own)."""
+    """Runs ``probe`` (None: none) on a scratch copy of the model, and answers the trainer's
+    other questions with nothing (see the module docstring)."""
 
-    def __init__(self, probe: Probe, scratch: ScratchCopy | None = None) -> None:
+    def __init__(self, probe: Probe | None) -> None:
         self.probe = probe
-        self.scratch = ScratchCopy() if scratch is None else scratch
+        self.scratch = ScratchCopy()
 
     def due(self, step: int, max_steps: int) -> bool:
         """Whether ``step`` (just finished) is probed: a multiple of ``every`` before the
         last step (the run's own evaluation scores that one)."""
-        return step % self.probe.every == 0 and step < max_steps
+        return self.probe is not None and step % self.probe.every == 0 and step < max_steps
 
     @torch.no_grad()
-    def __call__(self, model: nn.Module, ema: AveragedModel | None) -> dict[str, float]:
-        """The probe's numbers, as ``probe_<name>``, for ``model``'s weights or ``ema``'s."""
+    def __call__(self, model: nn.Module, ema: AveragedModel | None, step: int | None = None,
+                 max_steps: int | None = None) -> dict[str, float]:
+        """The probe's numbers, as ``probe_<name>``, for ``model``'s weights or ``ema``'s
+        (given ``step`` and ``max_steps``: only if the probe is due then)."""
+        if self.probe is None or (step is not None and max_steps is not None
+                                  and not ProbeRunner.due(self, step, max_steps)):
+            return {}
         scores = self.probe.score(self.scratch(model, ema))
         return {f"probe_{name}": float(value) for name, value in scores.items()}
+
+    def state_entries(self) -> dict[str, Any]:
+        """What a checkpoint's ``state.json`` keeps of the runs so far: nothing of a
+        probe's."""
+        return {}
+
+    def resume(self, state: dict, step: int, where: Path) -> None:
+        """Go on from a checkpoint of ``step`` whose ``state.json`` (at ``where``) holds
+        ``state``; a probe keeps nothing."""
+
+    def checkpoint_written(self) -> None:
+        """A periodic checkpoint was written."""
+
+    def stop_reason(self) -> str | None:
+        """Why training stops early now: a probe never stops it."""
+        return None
+
+    def stopping(self, reason: str, step: int) -> None:
+        """Training stops after ``step`` for ``reason`` (the time cap)."""

@@ -20,8 +20,8 @@ SIGTERM and the time cap, agreed between ranks: ``stopped_by``), ``step_boundary
 interrupt inside a step keeps), ``step_errors`` (what a failed step says), ``probes``
 (quality along the way), ``record_window`` (what a metrics record covers), ``callbacks``
 (the progress bar, ``metrics.jsonl``, and hooks for a caller's own code at each step and
-record, handed a ``trainer_state.TrainerState``, not the trainer), ``best`` (evaluations on the
-validation split, the best checkpoint and early stopping: ``validation=``), ``logger`` (TensorBoard
+record, handed a ``trainer_state.TrainerState``, not the trainer), ``best`` (scores on the
+validation split, the best checkpoint and early stopping: ``validation``), ``logger`` (TensorBoard
 or any tracker: ``loggers``), ``clock`` (training time, probes left out), ``optimizer``,
 ``ema`` (torch's ``AveragedModel``), ``schedules`` (torch's lr schedulers), ``resume``
 (whether a checkpoint fits before it is loaded) and ``watch`` (per-layer measurements on
@@ -53,14 +53,7 @@ from torch.optim.swa_utils import AveragedModel
 
 from addnorm.data.batches import RankShard
 from addnorm.training import distributed
-from addnorm.training.best import (
-    BestKeeper,
-    Validation,
-    best_dir,
-    check_best_on_disk,
-    eval_interval,
-    prune_best,
-)
+from addnorm.training.best import Validation, probe_runner
 from addnorm.training.callbacks import Callback, MetricsFile, ProgressBar
 from addnorm.training.checkpoint import LoadedCheckpoint
 from addnorm.training.checkpoint_state import (
@@ -68,14 +61,13 @@ from addnorm.training.checkpoint_state import (
     TrainingParts,
     checked_extra_config,
     load_training,
-    save_best,
     save_training,
 )
 from addnorm.training.clock import TrainingClock
 from addnorm.training.config import TrainConfig
 from addnorm.training.logger import Logger, LoggerCallback
 from addnorm.training.optimizer import clip_factor, gradient_norm, make_optimizer
-from addnorm.training.probes import Probe, ProbeRunner, ScratchCopy
+from addnorm.training.probes import Probe
 from addnorm.training.record_window import RecordWindow
 from addnorm.training.resume import check_checkpoint_fits
 from addnorm.training.schedules import ScheduleConfig, SchedulerFactory, make_scheduler
@@ -125,12 +117,12 @@ class TrainResult:
         step: optimizer steps done in total.
         loss: the last step's training loss (None if no step ran).
         checkpoint: the checkpoint written at the end.
-        stopped_by: "max_steps", "max_minutes", "patience" (``config.patience`` evaluations
-            without improvement), "interrupt" (SIGINT, Ctrl-C) or "terminate" (SIGTERM).
+        stopped_by: "max_steps", "max_minutes", "patience" (``config.patience``
+            evaluations without a better score), "interrupt" (SIGINT, Ctrl-C) or "terminate"
+            (SIGTERM).
         elapsed_s: training time of all invocations together, in seconds.
         compile_s: with ``config.compile``, the first step's time in this invocation (it
             includes compiling the forward and backward); else None.
-        best: the best checkpoint (:mod:`~addnorm.training.best`), None without one.
     """
 
     step: int
@@ -139,7 +131,6 @@ class TrainResult:
     stopped_by: str
     elapsed_s: float
     compile_s: float | None = None
-    best: Path | None = None
 
 
 class Trainer:
@@ -170,12 +161,7 @@ class Trainer:
         loggers: :class:`~addnorm.training.logger.Logger` trackers (TensorBoard, W&B, ...)
             that get every metrics record (rank 0 only); their owner closes them.
         metrics_file: write ``metrics.jsonl`` (rank 0).
-        validation: how the weights are scored on the validation split
-            (:class:`~addnorm.training.best.Validation`): every ``config.eval_every`` steps
-            and at the end, the best kept as a checkpoint with ``config.keep_best`` (None:
-            off here), training stopped after ``config.patience`` evaluations without a
-            better score (see :mod:`addnorm.training.best`); single-process runs only.
-            ``keep_best`` or ``patience`` without it raises ValueError.
+        validation: keep the best, stop early (:func:`~addnorm.training.best.probe_runner`).
 
     With a process group, ``model`` is wrapped for data parallelism (or sharded, with
     ``config.fsdp``) here, and ``batches`` gives each rank its share of the global batch.
@@ -202,10 +188,6 @@ class Trainer:
     ) -> None:
         if not isinstance(config, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
-        if validation is None and (config.keep_best or config.patience is not None):
-            raise ValueError("keep_best and patience need a validation (Trainer(validation=))")
-        if validation is not None and distributed.is_distributed():
-            raise ValueError("the validation (keep_best, patience) runs in one process only")
         self.extra_config = checked_extra_config(config, extra_config or {})
         self.model, self.loss_fn, self.config = model, loss_fn, config
         self.batches: BatchSource = batches
@@ -226,12 +208,9 @@ class Trainer:
             *([LoggerCallback(logger) for logger in loggers] if main else []),
             *callbacks,
         ]
-        self._scratch = ScratchCopy()  # the scored weights, for the probe and the validation
-        self.probe = (None if distributed.is_distributed() or probe is None
-                      else ProbeRunner(probe, self._scratch))
-        self.best = None if validation is None else BestKeeper(
-            validation, every=eval_interval(config), keep=bool(config.keep_best),
-            patience=config.patience)
+        self._clock = TrainingClock()
+        self.probe = probe_runner(probe, validation, config, run_dir, clock=self._clock,
+                                  parts=self._parts)
         self.device = next(model.parameters()).device
         self.wrapped = wrap_model(model, config)  # the EMA, DDP or FSDP2, compile
         self.optimizer = make_optimizer(model, config)  # (after sharding: FSDP2's parameters)
@@ -240,7 +219,6 @@ class Trainer:
         self.elapsed_s = 0.0  # training time of the invocations before this ``fit``
         self.resumed_from: int | None = None  # the checkpoint's step, after ``load``
         self._boundary = StepBoundary()
-        self._clock = TrainingClock()
         self._records = RecordWindow()  # the steps since the last metrics record
         self._step_lr = 0.0  # the last step's; its gradients' norm, and what clipping scaled
         self._grad_norm, self._clip_factor = torch.zeros(()), torch.ones(())  # them by
@@ -270,50 +248,32 @@ class Trainer:
         progress, self.scheduler = load_training(self._parts(), checkpoint)
         self.step, self.elapsed_s = progress.step, progress.elapsed_s
         self._records.losses = progress.loss_window
-        if self.best is not None:
-            self.best.resume(progress.best, checkpoint.path / "state.json")
         self.resumed_from = checkpoint.step
-
-    @property
-    def best_checkpoint(self) -> Path | None:
-        """The best checkpoint so far (``config.keep_best``), None before one is written."""
-        if self.best is None or not self.best.keep or self.best.record.step is None:
-            return None
-        return best_dir(self.run_dir, self.best.record.step)
 
     def fit(self) -> TrainResult:
         """Train until ``max_steps`` or ``max_minutes`` (whichever ends first), Ctrl-C or
-        SIGTERM (:mod:`~addnorm.training.stopping`), or ``config.patience`` evaluations
-        without improvement (:mod:`~addnorm.training.best`); an interrupt inside a step keeps
-        what :mod:`~addnorm.training.step_boundary` says. Ends with a checkpoint of the last
-        step."""
-        loss, compile_s, patience_out = None, None, False
+        SIGTERM (:mod:`~addnorm.training.stopping`); an interrupt inside a step keeps what
+        :mod:`~addnorm.training.step_boundary` says. Ends with a checkpoint of the last step."""
+        loss, compile_s = None, None
         self._fit_from_step = self.step  # a non-finite loss before any update: the weights
-        with StopRequests(self.config.max_minutes) as stops:
+        with StopRequests(self.config.max_minutes, self.probe) as stops:
             self._clock.start()
             self._records.start()
             try:
                 self._call("on_fit_start")
-                self._resume_best()
-                while (self.step < self.config.max_steps
-                       and not (patience_out := self.best is not None and self.best.exhausted)
-                       and not stops.agreed()):
+                while self.step < self.config.max_steps and not stops.agreed(self.step):
                     self._boundary.enter(self.batches)
                     began = time.monotonic()
                     loss, tokens = self._train_step()
                     if self.config.compile and compile_s is None:
                         compile_s = time.monotonic() - began
                     self._after_step(loss, tokens)
-                if stops.requested is None and self.best is not None and self.best.pending(
-                        self.step):  # the time cap stopped between evaluations: the last one
-                    self._validate()
             except KeyboardInterrupt:
                 stops.interrupted()
                 if self._boundary.phase == "update":
                     self.elapsed_s += self._clock.seconds()
                     step, kept = self._boundary.kept_checkpoint(self.run_dir)
-                    return TrainResult(step, None, kept, stops.stopped_by, self.elapsed_s,
-                                       best=self.best_checkpoint)
+                    return TrainResult(step, None, kept, stops.stopped_by, self.elapsed_s)
                 self._boundary.rewind(self.batches)
             except (MemoryError, RuntimeError) as err:
                 if not is_out_of_memory(err):
@@ -325,9 +285,7 @@ class Trainer:
                 self._call("on_fit_end")
         self.elapsed_s += self._clock.seconds()
         path = self.save()
-        stopped_by = "patience" if patience_out else stops.stopped_by
-        return TrainResult(self.step, loss, path, stopped_by, self.elapsed_s, compile_s,
-                           self.best_checkpoint)
+        return TrainResult(self.step, loss, path, stops.stopped_by, self.elapsed_s, compile_s)
 
     def save(self, *, elapsed_now: float = 0.0) -> Path:
         """Write a checkpoint of the current step (atomically; see
@@ -335,8 +293,7 @@ class Trainer:
         seconds of this ``fit`` added to the training time. With several processes every
         rank calls it (a sharded model's ranks each write their part, a replicated one's rank
         0 writes); every rank returns the path."""
-        progress = Progress(self.step, self.elapsed_s + elapsed_now, self._records.losses,
-                            None if self.best is None else self.best.record)
+        progress = Progress(self.step, self.elapsed_s + elapsed_now, self._records.losses)
         return save_training(self._parts(), progress, self.run_dir)
 
     def scored_weights(self) -> dict[str, torch.Tensor]:
@@ -391,15 +348,11 @@ class Trainer:
         (:mod:`~addnorm.training.record_window`), and the periodic checkpoint."""
         cfg = self.config
         probing = self.probe is not None and self.probe.due(self.step, cfg.max_steps)
-        validating = self.best is not None and self.best.due(self.step, cfg.max_steps)
-        due = (probing or validating or self.step % cfg.log_every == 0
-               or self.step == cfg.max_steps)
+        due = probing or self.step % cfg.log_every == 0 or self.step == cfg.max_steps
         mean = self._records.add(loss, tokens, closes=due)  # (closed when due, written or not)
         self._call("on_step_end", loss, tokens)
         if due:
             scores = self._run_probe() if probing else {}
-            if validating:
-                scores.update(self._validate())
             now = self._clock.seconds()
             self._call("on_log", self._records.record(
                 step=self.step, loss=mean, lr=self._step_lr, now=now, scores=scores,
@@ -412,34 +365,7 @@ class Trainer:
         """The probe's scores, its time set aside (see :mod:`~addnorm.training.probes`)."""
         assert self.probe is not None
         with self._clock.set_aside():
-            return self.probe(self.model, self.wrapped.ema)
-
-    def _validate(self) -> dict[str, float]:
-        """Score this step's weights on the validation split, write them as the best
-        checkpoint if they beat the best so far (with ``keep_best``) and only then take the
-        new record (an interrupt in between leaves the evaluation pending); its time set
-        aside. Returns the scores."""
-        assert self.best is not None
-        with self._clock.set_aside(), torch.no_grad():
-            scores = self.best.validation.score(self._scratch(self.model, self.wrapped.ema))
-            record = self.best.scored(self.step, scores)
-            if self.best.keep and record.step == self.step:
-                save_best(self._parts(), record, self.run_dir)
-            self.best.record = record
-        return scores
-
-    def _resume_best(self) -> None:
-        """As ``fit`` begins: the best checkpoints no periodic checkpoint records are
-        deleted (a resumed run writes again what it gets to), the best named is checked to
-        be on disk, and an evaluation due at this step that an interrupt cut short is made
-        up (no record is written for it)."""
-        if self.best is None:
-            return
-        if self.best.keep:
-            prune_best(self.run_dir, self.best.record.step)
-            check_best_on_disk(self.run_dir, self.best.record)
-        if self.best.due(self.step, self.config.max_steps) and self.best.pending(self.step):
-            self._validate()
+            return self.probe(self.model, self.wrapped.ema, self.step, self.config.max_steps)
 
     def _call(self, hook: str, *args: object) -> None:
         """Call ``hook`` of every callback with where training stands
@@ -455,5 +381,5 @@ class Trainer:
         """What a checkpoint keeps the state of, and the settings it records."""
         return TrainingParts(
             self.wrapped, self.optimizer, self.scheduler, self.batches, self.config,
-            self.schedule, self.run_info, self.extra_config,
+            self.schedule, self.run_info, self.extra_config, self.probe,
         )
