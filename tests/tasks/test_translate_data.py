@@ -22,7 +22,6 @@ from addnorm.data.hf_tokenizer import HFTokenizer
 from addnorm.data.pairs import PairCorpus
 from addnorm.tasks.plan import plan_fresh_run, plan_resumed_run
 from addnorm.tasks.run import load_trained, train_run
-from addnorm.training.config import TrainConfig
 from addnorm.tasks.translate import TranslateTask, TranslateTaskConfig
 from addnorm.tasks.translate_data import (
     BundledDates,
@@ -31,6 +30,7 @@ from addnorm.tasks.translate_data import (
     pair_data,
     pair_data_from_dict,
 )
+from addnorm.training.config import TrainConfig
 
 TINY = dict(d_model=32, n_heads=2, d_ff=64, n_encoder_layers=1, n_decoder_layers=1)
 TRAIN = dict(max_steps=3, batch_size=8, eval_size=12, log_every=1, checkpoint_every=0,
