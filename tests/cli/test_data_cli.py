@@ -20,7 +20,7 @@ import torch
 from addnorm.cli.parser import main
 from addnorm.data import token_corpus
 from addnorm.tasks.run import load_trained
-from addnorm.training.best import find_best, pick_checkpoint
+from addnorm.training.best_checkpoints import find_best, pick_checkpoint
 
 TINY_LM = ["--d-model", "32", "--n-heads", "2", "--d-ff", "64", "--n-layers", "1",
            "--batch-size", "4", "--seq-len", "16", "--eval-size", "4", "--log-every", "1",

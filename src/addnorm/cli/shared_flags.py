@@ -81,14 +81,14 @@ def load_task_model(args: argparse.Namespace, task_name: str):
 
     A run or checkpoint brings its own task (tokenizers, diffusion); of a run that kept its
     best, the best checkpoint is taken (``--which last``: the newest), and one line on
-    stderr says which (:func:`addnorm.training.best.pick_checkpoint`). A folder with a
+    stderr says which (:func:`addnorm.training.best_checkpoints.pick_checkpoint`). A folder with a
     ``config.json`` (what :func:`addnorm.load` opens) holds a model only: it gets the task
     that ``addnorm train TASK`` trains by default, and is refused unless its model is of that
     task's family with the fields the task's data sets (vocabulary, special ids, image
     size) equal to the task's."""
     from addnorm.pretrained.files import CONFIG_FILE
     from addnorm.tasks.run import load_trained
-    from addnorm.training.best import pick_checkpoint
+    from addnorm.training.best_checkpoints import pick_checkpoint
 
     device = apply_runtime_flags(args)
     path = Path(args.checkpoint)
@@ -114,7 +114,7 @@ def _say_which(run: Path, which: str, checkpoint: Any) -> None:
     best (else there is no choice to report: the newest, as before best checkpoints)."""
     import sys
 
-    from addnorm.training.best import find_best
+    from addnorm.training.best_checkpoints import find_best
     from addnorm.training.checkpoint import find_checkpoint, read_checkpoint_state
 
     best = find_best(run) if which != "given" else None

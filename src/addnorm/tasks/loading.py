@@ -8,9 +8,9 @@ that Hugging Face transformers' ``save_pretrained`` wrote (BERT or GPT-2, conver
 :func:`~addnorm.interop.diffusers_folder.from_diffusers_folder`), or a run written
 by ``addnorm train`` (its checkpoints; :func:`addnorm.tasks.run.load_trained` rebuilds the
 model through its task: a run's best checkpoint when it kept one,
-:mod:`addnorm.training.best`, unless ``which="last"`` asks for its newest). Knowing all four,
-this function sits above the tasks; ``addnorm/__init__.py`` exports it without importing the
-tasks until it is first called.
+:mod:`addnorm.training.best_checkpoints`, unless ``which="last"`` asks for its newest).
+Knowing all four, this function sits above the tasks; ``addnorm/__init__.py`` exports it
+without importing the tasks until it is first called.
 
 Types: which class a folder holds is known only when it is read, so ``load(path)`` is typed
 ``Any``: ``addnorm.load(path).generate(ids)`` type-checks (under ``mypy --strict`` too) and
@@ -47,7 +47,7 @@ from addnorm.pretrained.mixin import (
     for_inference,
 )
 from addnorm.tasks.run import WEIGHTS, load_trained
-from addnorm.training.best import WHICH, pick_checkpoint
+from addnorm.training.best_checkpoints import WHICH, pick_checkpoint
 from addnorm.training.checkpoint import MANIFEST, list_checkpoints
 from addnorm.utils.checks import check_choice
 from addnorm.utils.files import CheckpointError

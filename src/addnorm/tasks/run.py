@@ -11,7 +11,12 @@ the held-out figures and pictures of the loss curve, the quality figure and the 
 ``class_agreement`` and its companions for dit, the headline's key under ``"metric"``;
 ``"weights"``: ``"ema"`` when the run kept an EMA of its weights (``ema_decay > 0``) and was
 scored with it, else ``"raw"``; ``"samples"``: a few held-out predictions for translate, text
-continuations for lm, one generated digit per class for dit). A run on a user's files also
+continuations for lm, one generated digit per class for dit; ``"checkpoint"``: ``"best"`` when
+the figures are of the run's best checkpoint, else ``"last"``, with ``"checkpoint_step"``;
+``"validation"``, in a run that scored its validation split while training: the best step and
+score, the last evaluation's; see :mod:`addnorm.training.best`). A run keeps its best
+(``checkpoints/best-N``) with ``keep_best``, which None decides by the task: on for a user's
+data (:func:`~addnorm.training.best.keeps_best`). A run on a user's files also
 holds what its task writes of them (``WritesRunFiles``): ``data.json`` (the record of the
 data, :class:`addnorm.data.fingerprint.DataRecord`) and its tokenizer files.
 
@@ -54,7 +59,8 @@ from addnorm.tasks.task import (
     split_train_settings,
 )
 from addnorm.training import distributed
-from addnorm.training.best import BestRunner, Validation, keeps_best, validates
+from addnorm.training.best import Validation, keeps_best, validates
+from addnorm.training.best_runner import BestRunner
 from addnorm.training.callbacks import ProgressLines
 from addnorm.training.checkpoint import LoadedCheckpoint, load_checkpoint
 from addnorm.training.config import TrainConfig

@@ -9,7 +9,7 @@ keeps them. The trainer sets the probe's time aside: it counts neither as traini
 
 :class:`ScratchCopy` is that copy, built once. :class:`ProbeRunner` is also what the trainer
 asks at the other points of a run (what its checkpoints keep, whether to stop early), where a
-probe does nothing; :class:`~addnorm.training.best.BestRunner`, which also scores the weights
+probe does nothing; :class:`~addnorm.training.best_runner.BestRunner`, which also scores the weights
 on the validation split and keeps the best, answers them.
 """
 

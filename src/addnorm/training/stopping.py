@@ -9,7 +9,7 @@ Ctrl-C) or "terminate" (SIGTERM); a second raises ``KeyboardInterrupt`` at once,
 from the start of ``fit``. Before each step the ranks of a ``torchrun`` launch agree on the
 strongest reason any of them has (:func:`addnorm.training.distributed.agree_on_stop`), so
 all stop after the same step. A run may also stop early (``early``: ``patience`` evaluations
-without a better score, :mod:`addnorm.training.best`; single-process runs), and what stops
+without a better score, :mod:`addnorm.training.best_runner`; single-process runs), and what stops
 early hears of a stop between its evaluations (the time cap's), to score the last step. The
 handlers that were installed before are put back when ``fit`` ends.
 """
@@ -31,7 +31,8 @@ STOP_SIGNALS = {signal.SIGINT: "interrupt", signal.SIGTERM: "terminate"}
 
 
 class EarlyStop(Protocol):
-    """What may stop training before its budget (:class:`addnorm.training.best.BestRunner`)."""
+    """What may stop training before its budget
+    (:class:`addnorm.training.best_runner.BestRunner`)."""
 
     def stop_reason(self) -> str | None:
         """The ``stopped_by`` if training should stop now ("patience"), else None."""

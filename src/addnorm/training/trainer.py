@@ -53,7 +53,8 @@ from torch.optim.swa_utils import AveragedModel
 
 from addnorm.data.batches import RankShard
 from addnorm.training import distributed
-from addnorm.training.best import Validation, probe_runner
+from addnorm.training.best import Validation
+from addnorm.training.best_runner import probe_runner
 from addnorm.training.callbacks import Callback, MetricsFile, ProgressBar
 from addnorm.training.checkpoint import LoadedCheckpoint
 from addnorm.training.checkpoint_state import (
@@ -161,7 +162,7 @@ class Trainer:
         loggers: :class:`~addnorm.training.logger.Logger` trackers (TensorBoard, W&B, ...)
             that get every metrics record (rank 0 only); their owner closes them.
         metrics_file: write ``metrics.jsonl`` (rank 0).
-        validation: keep the best, stop early (:func:`~addnorm.training.best.probe_runner`).
+        validation: keep the best, stop early (:func:`~addnorm.training.best_runner.probe_runner`).
 
     With a process group, ``model`` is wrapped for data parallelism (or sharded, with
     ``config.fsdp``) here, and ``batches`` gives each rank its share of the global batch.
