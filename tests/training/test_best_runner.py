@@ -89,6 +89,8 @@ def test_the_best_checkpoint_holds_the_weights_that_scored_best(tmp_path):
     result = trainer.fit()
     seen = scores(tmp_path)
     assert sorted(seen) == [4, 8, 12, 16, 20, 24, 28, 30]  # every 4 steps, and the last
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert all(r["validation_s"] > 0 for r in records if "val_mse" in r)
     best_step = min(seen, key=seen.__getitem__)
     best = find_best(tmp_path)
     assert best is not None and best.name == f"best-{best_step:08d}"

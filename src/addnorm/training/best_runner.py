@@ -19,6 +19,7 @@ probes).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -100,7 +101,9 @@ class BestRunner(ProbeRunner):
         """Score the weights of ``step`` on the validation split, write them as the best
         checkpoint if they beat the best so far (with ``keep_best``) and only then take the
         new record (an interrupt in between leaves the evaluation to make up). Returns the
-        figures."""
+        figures, with ``validation_s``: the seconds it took, the best's writing included
+        (what ``eval_every`` and the task's ``eval_size`` cost; not training time)."""
+        began = time.monotonic()
         parts = self.parts()
         scores = self.keeper.validation.score(self.scratch(parts.wrapped.model,
                                                            parts.wrapped.ema))
@@ -108,7 +111,7 @@ class BestRunner(ProbeRunner):
         if self.keeper.keep and record.step == step:
             save_best(parts, record, self.run_dir)
         self.keeper.record = record
-        return scores
+        return {**scores, "validation_s": time.monotonic() - began}
 
     def state_entries(self) -> dict[str, Any]:
         """``{"best": ...}``: the evaluations so far (:class:`BestSoFar`)."""
