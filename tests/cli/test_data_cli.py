@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 
 import pytest
 import torch
@@ -18,6 +20,7 @@ import torch
 from addnorm.cli.parser import main
 from addnorm.data import tokenize_pass
 from addnorm.tasks.run import load_trained
+from addnorm.training.best_checkpoints import find_best, pick_checkpoint
 
 TINY_LM = ["--d-model", "32", "--n-heads", "2", "--d-ff", "64", "--n-layers", "1",
            "--batch-size", "4", "--seq-len", "16", "--eval-size", "4", "--log-every", "1",
@@ -74,7 +77,7 @@ def test_lm_on_your_text_then_generate_and_info(tmp_path, text_file, capsys):
     assert main(["generate", "--checkpoint", str(out), "--prompt", "note 5:",
                  "--max-new-tokens", "4", "--seed", "3"]) == 0
     text = capsys.readouterr().out
-    task, model, _ = load_trained(out)
+    task, model, _ = load_trained(pick_checkpoint(out)[0])  # (a --data run's best)
     expected = task.sample(model, "note 5:", max_new_tokens=4,
                            generator=torch.Generator().manual_seed(3))
     assert text == expected + "\n"
@@ -96,7 +99,7 @@ def test_translate_on_your_pairs_then_translate_streams_answers(tmp_path, pairs_
     for name in ("sequence", "token", "char", "word"):  # printed as metrics.json has them
         key = f"test_{name}_error_rate"
         assert f"\n{key}: {metrics[key]:.4f} (" in printed
-    task, model, _ = load_trained(out)
+    task, model, _ = load_trained(pick_checkpoint(out)[0])  # (a --data run's best)
     expected = task.predict(model, ["nine nine", "one two"])
     assert main(["translate", "--checkpoint", str(out), "nine nine", "", "one two"]) == 0
     assert capsys.readouterr().out.splitlines() == [expected[0], "", expected[1]]
@@ -106,6 +109,55 @@ def test_translate_on_your_pairs_then_translate_streams_answers(tmp_path, pairs_
     assert captured.out.splitlines() == [expected[1], ""]
     assert "argument 2: the character 'ü' (U+00FC) at position 1 is not one the model knows" \
         in captured.err
+
+
+def test_a_data_run_keeps_its_best_and_resumed_after_ctrl_c_keeps_it_byte_for_byte(
+        tmp_path, text_file, capsys, monkeypatch):
+    from addnorm.training.trainer import Trainer
+
+    flags = ["train", "lm", "--data", str(text_file), *TINY_LM, "--max-steps", "12",
+             "--eval-every", "3", "--checkpoint-every", "4", "--max-minutes", "60",
+             "--threads", "1"]
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    threads = torch.get_num_threads()
+    real = Trainer._after_step
+
+    def ctrl_c_after_step_7(self, loss, tokens):
+        real(self, loss, tokens)
+        if self.step == 7:
+            os.kill(os.getpid(), signal.SIGINT)  # as a first Ctrl-C: step 7 ends, is saved
+
+    try:
+        assert main([*flags, "--out", str(whole)]) == 0
+        monkeypatch.setattr(Trainer, "_after_step", ctrl_c_after_step_7)
+        assert main([*flags, "--out", str(split)]) == 130
+        monkeypatch.setattr(Trainer, "_after_step", real)
+        assert main(["train", "lm", "--out", str(split), "--resume", "--quiet",
+                     "--threads", "1"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    expected, got = find_best(whole), find_best(split)
+    assert expected is not None and got is not None and got.name == expected.name
+    for name in ("model.safetensors", "ema.safetensors", "state.json", "manifest.json"):
+        if (expected / name).exists() or (got / name).exists():
+            assert (got / name).read_bytes() == (expected / name).read_bytes(), name
+    reports = [json.loads((run / "metrics.json").read_text()) for run in (whole, split)]
+    assert reports[0]["validation"] == reports[1]["validation"]
+    assert reports[0]["val_bpc"] == reports[1]["val_bpc"] == reports[0]["validation"]["value"]
+    assert reports[0]["checkpoint"] == "best"
+    capsys.readouterr()
+    step = reports[0]["validation"]["step"]
+    assert main(["generate", "--checkpoint", str(whole), "--prompt", "note", "--max-new-tokens",
+                 "2"]) == 0
+    line = capsys.readouterr().err.splitlines()
+    assert line == [f"using the best checkpoint of {whole}: step {step}, val_bpc "
+                    f"{reports[0]['val_bpc']:.4f} (by its validation score; the newest is "
+                    "step 12: --which last)"]
+    assert main(["generate", "--checkpoint", str(whole), "--prompt", "note", "--max-new-tokens",
+                 "2", "--which", "last"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"using the newest checkpoint of {whole}: step 12 (its best is step {step}: "
+        "--which best)"]
 
 
 def _corrupt(tmp_path, name: str, content: bytes):

@@ -70,6 +70,7 @@ RANGES = {
     "max_steps": AT_LEAST_1, "batch_size": AT_LEAST_1, "grad_accum": AT_LEAST_1,
     "warmup": AT_LEAST_0, "seed": _in(0, 2**64 - 1), "checkpoint_every": AT_LEAST_0,
     "keep_checkpoints": AT_LEAST_1, "log_every": AT_LEAST_1, "seq_len": AT_LEAST_1,
+    "eval_every": AT_LEAST_1, "patience": AT_LEAST_1,
     "eval_size": AT_LEAST_1, "max_minutes": _in(0, math.inf, lo_open=True, hi_open=True),
     "epochs": _in(0, math.inf, lo_open=True, hi_open=True),
     "min_snr_gamma": _in(0, math.inf, lo_open=True, hi_open=True),

@@ -105,6 +105,26 @@ def test_a_run_probes_its_quality_into_quality_png(tmp_path, monkeypatch):
     assert (tmp_path / "quality.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_the_validation_draws_other_noise_than_the_final_evaluation(monkeypatch):
+    import addnorm.tasks.dit as dit_task
+
+    monkeypatch.setattr(dit_task, "PROBE_PER_CLASS", 1)
+    monkeypatch.setattr(dit_task, "PROBE_MIN_SAMPLES", 10)
+    task = DiTTask()
+    seeds = []
+    real = task.evaluate
+    monkeypatch.setattr(task, "evaluate", lambda model, *, per_class, seed=0: (
+        seeds.append((per_class, seed)) or real(model, per_class=per_class, seed=seed)))
+    torch.manual_seed(0)
+    model = task.build_model(task.prepare(DIT_PRESETS["DiT-digits-tiny"]))
+    validation = task.validation(DiTTaskConfig())
+    scores = validation.score(model)
+    assert seeds == [(1, 1)]  # the probe's size, seed 1 (the final evaluation: seed 0)
+    assert scores == {f"val_{k}": v for k, v in real(model, per_class=1, seed=1).items()}
+    assert (validation.metric, validation.higher_is_better) == ("val_class_agreement", True)
+    assert not validation.keep_by_default
+
+
 def test_the_task_refuses_a_model_without_a_trained_null_class():
     task = DiTTask()
     cfg = dataclasses.replace(task.prepare(DIT_PRESETS["DiT-digits"]), class_dropout=0.0)

@@ -63,6 +63,19 @@ def test_a_short_lm_run_beats_the_uniform_bits_per_character(tmp_path):
     assert summary.metrics["val_bpc"] < math.log2(task.tokenizer.vocab_size) - 1.0
 
 
+def test_the_validation_is_the_final_evaluation_of_the_validation_windows():
+    # The text has no test split beside its validation split: the same windows, the same
+    # figures (an identity), ranked by val_bpc, lower is better; kept by default on a user's
+    # text only.
+    task = LMTask()
+    model = UniformLM(task.tokenizer.vocab_size)
+    config = LMTaskConfig(seq_len=32, eval_size=3)
+    validation = task.validation(config)
+    assert validation.score(model) == task.evaluate_run(model, config)
+    assert (validation.metric, validation.higher_is_better) == ("val_bpc", False)
+    assert not validation.keep_by_default and validation.unavailable is None
+
+
 def test_lm_check_refuses_windows_as_long_as_the_validation_split():
     task = LMTask()
     cfg = task.prepare(task.default_model_config())

@@ -102,6 +102,9 @@ def test_the_run_keeps_its_data_record_and_tokenizer_json(tmp_path, corpus_dir):
     saved = Tokenizer.from_file(str(run / "tokenizer.json"))
     assert saved.to_str() == task.tokenizer.to_json()
     assert checkpoint.state["train_config"]["data"] == str(corpus_dir)
+    # a run on a user's data keeps its best by default (issue 40), and is scored with it
+    assert checkpoint.state["train_config"]["keep_best"] is True
+    assert summary.best is not None and summary.metrics["checkpoint"] == "best"
 
 
 def test_a_loaded_run_generates_without_its_data(tmp_path, corpus_dir):

@@ -49,6 +49,29 @@ def test_a_run_of_addnorm_train_loads_as_load_trained_rebuilds_it(tmp_path):
     assert all(torch.equal(trained.state_dict()[k], v) for k, v in loaded.state_dict().items())
 
 
+def test_a_run_that_kept_its_best_loads_it_unless_asked_for_its_last(tmp_path, monkeypatch):
+    scripted = iter([3.0, 1.0, 2.0, 2.0, 2.0])  # the best at step 2 of 4
+    real = LMTask.evaluate_run
+    monkeypatch.setattr(LMTask, "evaluate_run", lambda self, model, cfg: {
+        **real(self, model, cfg), "val_bpc": next(scripted)})
+    task = LMTask()
+    model_cfg = dataclasses.replace(task.default_model_config(), d_model=16, n_heads=2,
+                                    n_layers=1, d_ff=32)
+    summary = train_run("lm", model_cfg, TrainConfig(max_steps=4, batch_size=2, warmup=1,
+                                                     keep_best=True, eval_every=1),
+                        tmp_path, task_cfg=LMTaskConfig(seq_len=8, eval_size=2))
+    assert summary.best is not None and summary.best.name == "best-00000002"
+    for which, path in (("best", summary.best), ("last", summary.checkpoint)):
+        _, expected, _ = load_trained(path)
+        loaded = addnorm.load(tmp_path, which=which)
+        assert all(torch.equal(expected.state_dict()[k], v)
+                   for k, v in loaded.state_dict().items()), which
+    best, last = addnorm.load(tmp_path), addnorm.load(tmp_path, which="last")
+    assert any(not torch.equal(v, last.state_dict()[k]) for k, v in best.state_dict().items())
+    with pytest.raises(ValueError, match="which"):
+        addnorm.load(tmp_path, which="newest")
+
+
 def test_a_folder_with_no_model_is_refused_naming_the_layouts_it_may_hold(tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
         addnorm.load(tmp_path / "missing")

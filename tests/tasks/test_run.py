@@ -91,6 +91,46 @@ def test_a_translate_run_stores_held_out_predictions(tmp_path):
     assert samples and all(s["answer"] in test_dates for s in samples)
 
 
+def test_a_run_that_keeps_its_best_is_scored_with_the_best_checkpoints_weights(tmp_path):
+    summary = tiny_lm_run(tmp_path, max_steps=12, keep_best=True, eval_every=3, ema_decay=0.5,
+                          checkpoint_every=4)
+    seen = {r["step"]: r["val_bpc"] for r in read_metrics(tmp_path / "metrics.jsonl")
+            if "val_bpc" in r}
+    assert sorted(seen) == [3, 6, 9, 12]
+    record = summary.metrics["validation"]
+    assert record["step"] == min(seen, key=seen.__getitem__) and record["evaluated"] == 12
+    assert (record["metric"], record["every"], record["patience"]) == ("val_bpc", 3, None)
+    assert summary.best == tmp_path / "checkpoints" / f"best-{record['step']:08d}"
+    assert summary.metrics["checkpoint"] == "best"
+    assert summary.metrics["checkpoint_step"] == record["step"]
+    task, model, checkpoint = load_trained(summary.best)  # (its EMA weights, as scored)
+    figures = task.evaluate_run(model, LMTaskConfig(seq_len=16, eval_size=4))
+    assert figures == {k: summary.metrics[k] for k in ("val_bpc", "val_chars")}
+    assert summary.metrics["val_bpc"] == record["value"]  # the same windows (no test split)
+    assert checkpoint.state["train_config"]["keep_best"] is True
+
+
+def test_the_bundled_data_keeps_no_best_unless_told(tmp_path):
+    summary = tiny_lm_run(tmp_path)
+    assert summary.best is None and summary.metrics["checkpoint"] == "last"
+    assert "validation" not in summary.metrics
+    assert load_checkpoint(tmp_path).state["train_config"]["keep_best"] is False  # decided
+    assert not list((tmp_path / "checkpoints").glob("best-*"))
+
+
+def test_patience_ends_the_run_and_says_so(tmp_path, monkeypatch):
+    import addnorm.tasks.lm as lm_module
+
+    scripted = iter([3.0, 2.0, 2.5, 2.5, 2.5, 2.5])  # the best at the second evaluation
+    real = lm_module.LMTask.evaluate_run
+    monkeypatch.setattr(lm_module.LMTask, "evaluate_run", lambda self, model, cfg: {
+        **real(self, model, cfg), "val_bpc": next(scripted)})
+    summary = tiny_lm_run(tmp_path, max_steps=12, eval_every=2, patience=2)
+    assert (summary.stopped_by, summary.step) == ("patience", 8)
+    assert summary.metrics["stopped_by"] == "patience"
+    assert summary.metrics["validation"]["since"] == 2 and summary.best is None  # not kept
+
+
 def test_a_failed_check_leaves_the_previous_run_in_place(tmp_path):
     tiny_lm_run(tmp_path)
     before = sorted(p.name for p in tmp_path.iterdir())

@@ -87,6 +87,22 @@ def test_the_finished_run_prints_the_error_rates_it_has():
     assert TranslateTask.figures_text({"test_exact_match": 1.0}) == ""  # none: nothing
 
 
+def test_the_validation_scores_the_dates_validation_split_as_the_final_evaluation_does():
+    # The validation figures of evaluate (a quarter of eval_size validation dates), never
+    # the test dates: an identity on the same model.
+    task = TranslateTask()
+    torch.manual_seed(0)
+    model = task.build_model(replace(task.prepare(task.default_model_config()), d_model=32,
+                                     n_heads=2, d_ff=64, n_encoder_layers=1,
+                                     n_decoder_layers=1))
+    validation = task.validation(TranslateTaskConfig(eval_size=40))
+    final = task.evaluate(model, n=40)
+    assert validation.score(model) == {k: v for k, v in final.items() if k.startswith("val_")
+                                        or k == "n_val"}
+    assert final["n_val"] == 10 and validation.metric == "val_exact_match"
+    assert validation.higher_is_better and not validation.keep_by_default
+
+
 @pytest.mark.slow
 def test_the_default_translate_run_reaches_98_percent_exact_match(tmp_path):
     # What the default run promises (task defaults, 2 CPU cores, within its 4-minute cap).

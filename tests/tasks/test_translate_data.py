@@ -8,7 +8,9 @@ tests) on the same predictions, in the target tokenizer's tokens, characters and
 the model config's sizes are the tokenizers' (an identity); a resumed run refuses pairs that
 changed, naming the file; the pairs as one data object (``addnorm.tasks.translate_data``),
 their evaluation sets of the stated sizes, and a share of exact matches and of wrong
-characters counted by hand.
+characters counted by hand; the held-out pairs' test and validation halves restated from
+their rule (sources taken alternately in the order they first appear), the validation
+recounted from ``predict``.
 """
 
 from __future__ import annotations
@@ -24,13 +26,15 @@ from addnorm.data.pairs import PairCorpus
 from addnorm.tasks.plan import plan_fresh_run, plan_resumed_run
 from addnorm.tasks.run import load_trained, train_run
 from addnorm.tasks.text_metrics import error_rate
-from addnorm.tasks.translate import TranslateTask
+from addnorm.tasks.translate import TranslateTask, TranslateTaskConfig
 from addnorm.tasks.translate_data import (
     BundledDates,
+    Example,
     UserPairs,
     pair_data,
     pair_data_from_dict,
 )
+from addnorm.training.config import TrainConfig
 
 TINY = dict(d_model=32, n_heads=2, d_ff=64, n_encoder_layers=1, n_decoder_layers=1)
 TRAIN = dict(max_steps=3, batch_size=8, eval_size=12, log_every=1, checkpoint_every=0,
@@ -57,8 +61,8 @@ def test_exact_match_and_chrf_are_the_models_on_the_held_out_pairs(tmp_path):
     sacrebleu = pytest.importorskip("sacrebleu")
     data = _pairs_file(tmp_path / "pairs.tsv")
     plan, summary = _run(tmp_path / "run", data)
-    task, model, _ = load_trained(tmp_path / "run")
-    held = task.corpus.held_out[:12]
+    task, model, _ = load_trained(summary.best)  # (a run on a user's data keeps its best)
+    held = task.data.held_out("test", 12)
     predictions = task.predict(model, [p.source for p in held])
     hits = sum(p == h.target for p, h in zip(predictions, held, strict=True))
     assert summary.metrics["test_exact_match"] == hits / len(held)
@@ -172,7 +176,7 @@ def test_the_task_is_given_one_pair_data_whichever_it_is(tmp_path):
     pairs = pair_data(data=corpus)
     assert isinstance(pairs, UserPairs) and pairs.corpus is corpus
     assert pairs.max_new_tokens == 2 * corpus.longest_target + 2
-    assert pairs.evaluation_sets(5) == [("test", pairs.held_out("val", 5))]
+    assert pairs.evaluation_sets(5) == [("test", pairs.held_out("test", 5))]
     assert pairs.train_size() == len(corpus.train) and not pairs.shared
     task = TranslateTask(data=pairs)
     assert task.data is pairs and task.src_tok is corpus.src_tok
@@ -182,6 +186,50 @@ def test_the_task_is_given_one_pair_data_whichever_it_is(tmp_path):
         TranslateTask(data=corpus.record)
     with pytest.raises(TypeError, match="carries its own tokenizers"):
         TranslateTask(corpus.src_tok, data=pairs)
+
+
+def test_the_held_out_pairs_are_halved_by_source_into_test_and_validation_pairs(tmp_path):
+    path = tmp_path / "pairs.tsv"  # a lexicon: some sources twice, with two answers
+    lines = [f"{ONES[i % 10]} {ONES[i // 10 % 10]}\t{i}" for i in range(100)]
+    lines += [f"{ONES[i % 10]} {ONES[i // 10 % 10]}\tagain {i}" for i in range(0, 100, 3)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    corpus = PairCorpus.build(path, val_fraction=0.5)
+    pairs = pair_data(data=corpus)
+    test, val = pairs.held_out("test", 10**6), pairs.held_out("val", 10**6)
+    assert sorted(test + val) == sorted(Example(*p) for p in corpus.held_out)
+    assert test and val and not {e.source for e in test} & {e.source for e in val}
+    sources = list(dict.fromkeys(p.source for p in corpus.held_out))  # first appearance
+    assert [e.source for e in test] == [
+        p.source for p in corpus.held_out if sources.index(p.source) % 2 == 0]
+    assert pairs.held_out("val", 3) == val[:3]
+    with pytest.raises(ValueError, match="split"):
+        pairs.held_out("train", 3)
+    task = TranslateTask(data=pairs)
+    validation = task.validation(TranslateTaskConfig(data=str(path), eval_size=12))
+    model = task.build_model(task.prepare(TranslateTask.default_model_config()))
+    scored = val[:3]  # a quarter of eval_size
+    assert validation.score(model) == pairs.scores(
+        "val", task.predict(model, [e.source for e in scored]), [e.target for e in scored])
+    assert (validation.metric, validation.higher_is_better) == ("val_exact_match", True)
+    assert validation.keep_by_default and validation.unavailable is None
+
+
+def test_held_out_pairs_of_one_source_leave_nothing_to_validate_on(tmp_path):
+    path = tmp_path / "pairs.tsv"
+    path.write_text("".join(f"{ONES[i % 10]} {i}\t{i}\n" for i in range(40)), encoding="utf-8")
+    corpus = PairCorpus.build(path, valid=_one_source(tmp_path / "valid.tsv"))
+    task = TranslateTask(data=corpus)
+    config = TranslateTaskConfig(eval_size=8)
+    assert task.validation(config).unavailable is not None
+    model_cfg = task.prepare(TranslateTask.default_model_config())
+    task.check(model_cfg, TrainConfig(batch_size=8), config)  # keep_best none: simply off
+    with pytest.raises(ValueError, match="keep_best needs a validation split"):
+        task.check(model_cfg, TrainConfig(batch_size=8, keep_best=True), config)
+
+
+def _one_source(path):
+    path.write_text("held\tone\nheld\ttwo\n", encoding="utf-8")
+    return path
 
 
 def test_a_planned_run_reads_and_tokenizes_the_pairs_once(tmp_path, monkeypatch):

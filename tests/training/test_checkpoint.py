@@ -20,9 +20,11 @@ import torch
 import addnorm.training.checkpoint as checkpoint_module
 from addnorm.training.checkpoint import (
     CheckpointWriteError,
+    delete_checkpoints,
     find_checkpoint,
     list_checkpoints,
     load_checkpoint,
+    read_checkpoint_state,
     save_checkpoint,
 )
 from addnorm.utils.files import CheckpointError
@@ -169,6 +171,35 @@ def test_leftovers_of_killed_writes_are_removed_by_the_next_save(tmp_path):
     assert sorted(p.name for p in root.iterdir()) == ["step-00000010", "step-00000020"]
     previous = load_checkpoint(root / "step-00000010")
     assert torch.equal(previous.tensors["model"]["w"], torch.full((2, 3), 1.0))
+
+
+def test_best_checkpoints_are_kept_apart_never_pruned_and_deleted_with_the_run(tmp_path):
+    tensors = {"model": {"w": torch.zeros(2)}}
+    best = save_checkpoint(tmp_path, 5, tensors, {"best": {"step": 5}}, kind="best")
+    for step in (10, 20, 30):
+        write(tmp_path, step, keep=1)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000030"]
+    assert list_checkpoints(tmp_path, kind="best") == [best]  # keep does not touch it
+    assert find_checkpoint(tmp_path).name == "step-00000030"  # a run's newest is a step's
+    assert load_checkpoint(best).step == 5 and read_checkpoint_state(best) == {
+        "best": {"step": 5}}
+    manifest = json.loads((best / "manifest.json").read_text())
+    assert manifest["kind"] == "best"
+    assert "kind" not in json.loads(
+        (tmp_path / "checkpoints" / "step-00000030" / "manifest.json").read_text())
+    (tmp_path / "checkpoints" / ".tmp-best-00000007-abc").mkdir()  # a killed write's leftover
+    delete_checkpoints(tmp_path)
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_a_best_folder_whose_manifest_is_no_best_checkpoints_is_left_alone(tmp_path):
+    path = write(tmp_path, 5)
+    mislabelled = tmp_path / "checkpoints" / "best-00000005"
+    shutil.copytree(path, mislabelled)  # a step's manifest (no "kind") under a best's name
+    delete_checkpoints(tmp_path)
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["best-00000005"]
+    with pytest.raises(ValueError, match="kind must be one of"):
+        list_checkpoints(tmp_path, kind="newest")
 
 
 KILLED_WRITER = """

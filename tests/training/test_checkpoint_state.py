@@ -5,7 +5,8 @@ Provenance: identities. A checkpoint of trained objects, loaded into fresh ones 
 weights, other random state), makes them equal to the saved ones bit for bit; the files and
 ``state.json`` entries are the module docstring's list; an entry an older checkpoint lacks
 takes the documented fallback (the scheduler stepped to the checkpoint's step, the EMA's count
-``step + 1``, an empty loss window). Resuming whole runs from checkpoints of this and earlier
+``step + 1``, an empty loss window); the probe runner's entries are kept and it is told of
+each write and, last, of a resume. Resuming whole runs from checkpoints of this and earlier
 versions is checked in test_trainer.py.
 """
 
@@ -30,6 +31,7 @@ from addnorm.training.checkpoint_state import (
 )
 from addnorm.training.config import TrainConfig
 from addnorm.training.optimizer import make_optimizer
+from addnorm.training.probes import ProbeRunner
 from addnorm.training.schedules import ScheduleConfig, make_scheduler
 from addnorm.training.wrapping import wrap_model
 
@@ -113,6 +115,40 @@ def test_entries_older_checkpoints_lack_take_their_fallbacks(tmp_path):
     assert scheduler.get_last_lr() == load_training(_parts(1), checkpoint)[1].get_last_lr()
     assert fresh.wrapped.ema is not None and int(fresh.wrapped.ema.n_averaged) == 5
     assert progress.loss_window == (0.0, 0)
+
+
+class Recorder(ProbeRunner):
+    """A probe runner that keeps an entry in every checkpoint and notes what it is told."""
+
+    def __init__(self, parts_weights=None) -> None:
+        super().__init__(None)
+        self.told: list = []
+        self.weights = parts_weights
+
+    def state_entries(self):
+        return {"probe_note": {"kept": 1}}
+
+    def resume(self, state, step, where):
+        # (called last: the weights are already the checkpoint's)
+        self.told.append(("resume", state["probe_note"], step, where.name,
+                          self.weights() if self.weights else None))
+
+    def checkpoint_written(self):
+        self.told.append(("written",))
+
+
+def test_the_probe_runner_keeps_its_entries_and_is_told_of_writes_and_resumes(tmp_path):
+    saved = dataclasses.replace(_trained(2), probe=Recorder())
+    path = save_training(saved, Progress(2, 0.0, (0.0, 0)), tmp_path)
+    assert load_checkpoint(path).state["probe_note"] == {"kept": 1}
+    assert saved.probe.told == [("written",)]
+    fresh = _parts(1)
+    weight = fresh.wrapped.model[0].weight
+    fresh = dataclasses.replace(fresh, probe=Recorder(lambda: weight.detach().clone()))
+    load_training(fresh, load_checkpoint(path))
+    ((what, note, step, name, seen),) = fresh.probe.told
+    assert (what, note, step, name) == ("resume", {"kept": 1}, 2, "state.json")
+    assert torch.equal(seen, saved.wrapped.model[0].weight)
 
 
 def test_extra_settings_must_not_repeat_the_trainer_settings():

@@ -23,6 +23,9 @@ from addnorm.training.config import TrainConfig
         ("ema_decay", 1.0, ValueError),
         ("bf16", "yes", TypeError),
         ("seed", -1, ValueError),
+        ("keep_best", 1, TypeError),
+        ("eval_every", 0, ValueError),
+        ("patience", 0, ValueError),
     ],
 )
 def test_train_config_rejects_bad_values_naming_the_field(field, value, error):

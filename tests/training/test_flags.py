@@ -31,6 +31,7 @@ class Toy:
         fused: whether to fuse.
         limit: an optional cap; none is no cap.
         mode: one of two modes.
+        keep: on, off, or none for the caller's choice.
     """
 
     width: int = 8
@@ -40,6 +41,7 @@ class Toy:
     fused: bool = True
     limit: int | None = None
     mode: Literal["fast", "slow"] = "fast"
+    keep: bool | None = None
 
 
 def parse(argv: list[str], defaults: object = Toy(), **kwargs) -> tuple[list[str], dict]:
@@ -53,11 +55,13 @@ def test_each_field_gets_a_flag_of_its_type_and_untyped_flags_leave_the_defaults
     assert names == [f.name for f in dataclasses.fields(Toy)]
     assert given == {}  # nothing typed: nothing overrides
     _, given = parse(["--width", "16", "--rate", "0.25", "--name", "x", "--no-fused",
-                      "--limit", "none", "--mode", "slow"])
+                      "--limit", "none", "--mode", "slow", "--keep"])
     assert given == {"width": 16, "rate": 0.25, "name": "x", "fused": False, "limit": None,
-                     "mode": "slow"}
-    assert dataclasses.replace(Toy(), **given) == Toy(16, 0.25, 0.0, "x", False, None, "slow")
+                     "mode": "slow", "keep": True}
+    assert dataclasses.replace(Toy(), **given) == Toy(16, 0.25, 0.0, "x", False, None, "slow",
+                                                       True)
     assert parse(["--limit", "3"])[1] == {"limit": 3}
+    assert parse(["--no-keep"])[1] == {"keep": False}  # (bool | None: --x / --no-x as well)
 
 
 @pytest.mark.parametrize("argv", [["--width", "2.5"], ["--mode", "medium"],

@@ -211,7 +211,8 @@ sys.exit(main(sys.argv[1:]))
 
 @needs_tensorboard
 def test_a_run_whose_tensorboard_writer_fails_says_one_line(tmp_path):
-    """The command's stderr: its announcement and the one error line, no thread traceback."""
+    """The command's stderr: its announcement, its plan and the one error line, no thread
+    traceback."""
     from cli_runs import TINY_LM
 
     src = str(Path(logger_module.__file__).resolve().parents[2])
@@ -222,7 +223,9 @@ def test_a_run_whose_tensorboard_writer_fails_says_one_line(tmp_path):
     )
     assert done.returncode == 1
     lines = done.stderr.splitlines()
-    assert len(lines) == 2 and lines[0].startswith("training lm into"), lines
-    assert lines[1] == (f"addnorm train: error: {tmp_path / 'run' / 'tensorboard'}: TensorBoard's "
+    # the announcement, the budget's plan (indented lines, tasks.budget), the one error line
+    assert lines[0].startswith("training lm into"), lines
+    assert all(line.startswith("  ") for line in lines[1:-1]), lines
+    assert lines[-1] == (f"addnorm train: error: {tmp_path / 'run' / 'tensorboard'}: TensorBoard's "
                         "event files cannot be written there (No space left on device); choose "
                         "another --out, or --report-to jsonl")

@@ -16,6 +16,16 @@ from addnorm.training.probes import Probe, ProbeRunner
 def test_a_probe_is_due_every_n_steps_but_the_last():
     runner = ProbeRunner(Probe(every=4, score=lambda model: {}))
     assert [s for s in range(1, 13) if runner.due(s, max_steps=12)] == [4, 8]
+    assert not any(ProbeRunner(None).due(s, max_steps=12) for s in range(1, 13))
+
+
+def test_given_the_step_a_probe_scores_only_when_it_is_due_and_keeps_nothing():
+    runner = ProbeRunner(Probe(every=4, score=lambda model: {"one": 1.0}))
+    model = nn.Linear(2, 1)
+    assert runner(model, None, 4, 12) == {"probe_one": 1.0}
+    assert runner(model, None, 5, 12) == {} and runner(model, None, 12, 12) == {}
+    assert ProbeRunner(None)(model, None) == {}
+    assert runner.state_entries() == {} and runner.stop_reason() is None
 
 
 def test_a_probe_scores_a_scratch_copy_of_the_averaged_or_the_trained_weights():

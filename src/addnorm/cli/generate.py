@@ -65,8 +65,8 @@ def add_parser(subparsers) -> None:
     )
     generate.add_argument(
         "--checkpoint", type=Path, default=Path("runs/lm"),
-        help="an lm run folder (its newest checkpoint), one checkpoint folder, "
-        "or a folder addnorm.load opens (save_pretrained's, transformers' or diffusers') "
+        help="an lm run folder (its best checkpoint, else its newest: --which), one checkpoint "
+        "folder, or a folder addnorm.load opens (save_pretrained's, transformers' or diffusers') "
         "whose model the lm task trains",
     )
     add_inference_flags(generate)

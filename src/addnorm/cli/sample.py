@@ -41,8 +41,8 @@ def add_parser(subparsers) -> None:
     )
     sample.add_argument(
         "--checkpoint", type=Path, default=Path("runs/dit"),
-        help="a dit run folder (its newest checkpoint), one checkpoint folder, "
-        "a folder addnorm.load opens (save_pretrained's, transformers' or diffusers') "
+        help="a dit run folder (its best checkpoint, else its newest: --which), one checkpoint "
+        "folder, a folder addnorm.load opens (save_pretrained's, transformers' or diffusers') "
         "whose model the dit task trains (a folder holds no diffusion: it is sampled with "
         "the dit task's own settings, 1000 linear steps, v-prediction), or a diffusers DiT "
         "pipeline folder (model_index.json, transformer/, vae/, scheduler/: decoded RGB "

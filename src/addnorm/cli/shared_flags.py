@@ -1,11 +1,12 @@
 """The flags several subcommands share, and the model the inference flags name.
 
 ``--device`` and ``--threads`` (every command that runs a model), ``--quiet`` with them for the
-commands that train (``train``, ``demo``), ``--weights`` with them for the commands that run a
-trained model (``translate``, ``generate``, ``sample``), whose ``--checkpoint`` is loaded by
-:func:`load_task_model`: an ``addnorm train`` run or checkpoint, or a folder
-:func:`addnorm.load` opens (``save_pretrained``'s, transformers' or diffusers'), whose model
-must be one the task's data fits.
+commands that train (``train``, ``demo``), ``--weights`` and ``--which`` with them for the
+commands that run a trained model (``translate``, ``generate``, ``sample``), whose
+``--checkpoint`` is loaded by :func:`load_task_model`: an ``addnorm train`` run (its best
+checkpoint when it kept one, saying so on stderr in one line; ``--which last``: its newest) or
+checkpoint, or a folder :func:`addnorm.load` opens (``save_pretrained``'s, transformers' or
+diffusers'), whose model must be one the task's data fits.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from addnorm.cli.checks import UsageError, apply_runtime_flags
 
 __all__ = [
     "add_device_flags", "add_inference_flags", "add_runtime_flags", "add_weights_flag",
-    "check_sound_model", "load_task_model",
+    "add_which_flag", "check_sound_model", "load_task_model",
 ]
 
 
@@ -56,9 +57,21 @@ def add_weights_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_which_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--which",
+        choices=("best", "last"),
+        default="best",
+        help="best (default): a run's best checkpoint by its validation score when it kept "
+        "one (train --keep-best; said on stderr), else its newest; last: its newest "
+        "checkpoint (a checkpoint folder given is used as it is)",
+    )
+
+
 def add_inference_flags(parser: argparse.ArgumentParser) -> None:
     add_device_flags(parser)
     add_weights_flag(parser)
+    add_which_flag(parser)
 
 
 def load_task_model(args: argparse.Namespace, task_name: str):
@@ -66,13 +79,16 @@ def load_task_model(args: argparse.Namespace, task_name: str):
     ``--weights``; a ``UsageError`` if it holds another task's model, a ``CheckpointError``
     (exit 1) if its weights are broken (:func:`check_sound_model`).
 
-    A run or checkpoint brings its own task (tokenizers, diffusion). A folder with a
+    A run or checkpoint brings its own task (tokenizers, diffusion); of a run that kept its
+    best, the best checkpoint is taken (``--which last``: the newest), and one line on
+    stderr says which (:func:`addnorm.training.best_checkpoints.pick_checkpoint`). A folder with a
     ``config.json`` (what :func:`addnorm.load` opens) holds a model only: it gets the task
     that ``addnorm train TASK`` trains by default, and is refused unless its model is of that
     task's family with the fields the task's data sets (vocabulary, special ids, image
     size) equal to the task's."""
     from addnorm.pretrained.files import CONFIG_FILE
     from addnorm.tasks.run import load_trained
+    from addnorm.training.best_checkpoints import pick_checkpoint
 
     device = apply_runtime_flags(args)
     path = Path(args.checkpoint)
@@ -80,15 +96,44 @@ def load_task_model(args: argparse.Namespace, task_name: str):
         task, model = _folder_task_model(path, task_name, device)
         where = path
     else:
-        task, model, checkpoint = load_trained(path, device=device, weights=args.weights)
+        picked, which = pick_checkpoint(path, getattr(args, "which", "best"))
+        task, model, checkpoint = load_trained(picked, device=device, weights=args.weights)
         if task.name != task_name:
             raise UsageError(
                 f"{checkpoint.path} holds a {task.name!r} model; this command needs a "
                 f"{task_name!r} one"
             )
         where = checkpoint.path
+        _say_which(path, which, checkpoint)
     check_sound_model(model, where)
     return task, model
+
+
+def _say_which(run: Path, which: str, checkpoint: Any) -> None:
+    """One line on stderr naming the checkpoint of ``run`` that is used, when the run kept a
+    best (else there is no choice to report: the newest, as before best checkpoints)."""
+    import sys
+
+    from addnorm.training.best_checkpoints import find_best
+    from addnorm.training.checkpoint import find_checkpoint, read_checkpoint_state
+
+    best = find_best(run) if which != "given" else None
+    if best is None:
+        return
+    if which == "best":
+        record = checkpoint.state.get("best")
+        score = (f", {record['metric']} {record['value']:.4f}" if isinstance(record, dict)
+                 and isinstance(record.get("value"), int | float) else "")
+        newest = find_checkpoint(run)
+        print(f"using the best checkpoint of {run}: step {checkpoint.step}{score} "
+              f"(by its validation score; the newest is step "
+              f"{int(newest.name.removeprefix('step-'))}: --which last)",
+              file=sys.stderr, flush=True)
+        return
+    record = read_checkpoint_state(best).get("best")
+    print(f"using the newest checkpoint of {run}: step {checkpoint.step} (its best is step "
+          f"{record.get('step') if isinstance(record, dict) else '?'}: --which best)",
+          file=sys.stderr, flush=True)
 
 
 def _folder_task_model(path: Path, task_name: str, device: Any) -> tuple[Any, Any]:

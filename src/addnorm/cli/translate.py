@@ -40,9 +40,9 @@ def add_parser(subparsers) -> None:
     translate.add_argument("text", nargs="*", help="dates to normalize (default: stdin lines)")
     translate.add_argument(
         "--checkpoint", type=Path, default=Path("runs/translate"),
-        help="a translate run folder (its newest checkpoint), one checkpoint folder, "
-        "or a folder addnorm.load opens (save_pretrained's, transformers' or diffusers') "
-        "whose model the translate task trains",
+        help="a translate run folder (its best checkpoint, else its newest: --which), one "
+        "checkpoint folder, or a folder addnorm.load opens (save_pretrained's, transformers' or "
+        "diffusers') whose model the translate task trains",
     )
     add_inference_flags(translate)
 

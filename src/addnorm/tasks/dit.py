@@ -45,6 +45,7 @@ from addnorm.tasks.dit_data import (
     image_data_from_dict,
 )
 from addnorm.tasks.task import SizeRule, Sizing, TaskConfig
+from addnorm.training.best import Validation
 from addnorm.training.config import TrainConfig
 from addnorm.training.probes import Probe
 from addnorm.training.trainer import LossFn
@@ -390,6 +391,21 @@ class DiTTask:
             return {metric: scores[metric]}
 
         return Probe(every=PROBE_EVERY, score=score)
+
+    def validation(self, task_cfg: DiTTaskConfig) -> Validation:
+        """While training: the probe's samples (``PROBE_PER_CLASS`` per class, at least
+        ``PROBE_MIN_SAMPLES``) drawn from other noise (seed 1) than the final evaluation's
+        (seed 0), scored by its judge, each figure as ``val_<name>``, ranked by the headline
+        (``val_class_agreement``, or ``val_precision`` for one class; higher is better). A
+        run on a user's images keeps its best by default."""
+        per_class = max(PROBE_PER_CLASS, math.ceil(PROBE_MIN_SAMPLES / len(self.class_names)))
+
+        def score(model: nn.Module) -> dict[str, float]:
+            scores = self.evaluate(cast(DiT, model), per_class=per_class, seed=1)
+            return {f"val_{name}": value for name, value in scores.items()}
+
+        return Validation(f"val_{self.metric}", higher_is_better=True, score=score,
+                          keep_by_default=self.record is not None)
 
     def evaluate_run(self, model: DiT, task_cfg: DiTTaskConfig) -> dict[str, float]:
         """The held-out figures of a finished run: ``eval_size`` samples, spread over classes."""

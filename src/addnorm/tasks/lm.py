@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +33,7 @@ from addnorm.tasks.lm_data import (
     text_data_from_dict,
 )
 from addnorm.tasks.task import Sizing, TaskConfig
+from addnorm.training.best import Validation
 from addnorm.training.config import TrainConfig
 from addnorm.training.trainer import LossFn
 from addnorm.transformer import TransformerLM
@@ -283,6 +284,16 @@ class LMTask:
         ``eval_size`` of them)."""
         return self.evaluate(model, seq_len=task_cfg.seq_len, max_windows=task_cfg.eval_size,
                              cache_dir=task_cfg.cache_dir)
+
+    def validation(self, task_cfg: LMTaskConfig) -> Validation:
+        """While training: ``evaluate_run``'s figures, ranked by ``val_bpc`` (lower is
+        better). The text has no test split beside its validation split, so the run's final
+        ``val_bpc`` is scored on the windows the best was chosen by (as nanoGPT keeps its
+        best by validation loss). A run on a user's text keeps its best by default."""
+        return Validation("val_bpc", higher_is_better=False,
+                          score=lambda model: self.evaluate_run(cast(TransformerLM, model),
+                                                                task_cfg),
+                          keep_by_default=self.record is not None)
 
     def run_samples(self, model: TransformerLM) -> list[dict[str, Any]]:
         """``samples`` of ``prompts`` as JSON-ready dicts: prompt and text (the prompt

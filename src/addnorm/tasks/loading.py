@@ -9,8 +9,10 @@ that Hugging Face transformers' ``save_pretrained`` wrote (BERT or GPT-2, conver
 (``model_index.json``: DiT, VAE, scheduler, class names;
 :func:`~addnorm.interop.diffusers_pipeline.from_diffusers_pipeline`), or a run written
 by ``addnorm train`` (its checkpoints; :func:`addnorm.tasks.run.load_trained` rebuilds the
-model through its task). Knowing all five, this function sits above the tasks;
-``addnorm/__init__.py`` exports it without importing the tasks until it is first called.
+model through its task: a run's best checkpoint when it kept one,
+:mod:`addnorm.training.best_checkpoints`, unless ``which="last"`` asks for its newest).
+Knowing all five, this function sits above the tasks; ``addnorm/__init__.py`` exports it
+without importing the tasks until it is first called.
 
 Types: which class a folder holds is known only when it is read, so ``load(path)`` is typed
 ``Any``: ``addnorm.load(path).generate(ids)`` type-checks (under ``mypy --strict`` too) and
@@ -49,6 +51,7 @@ from addnorm.pretrained.mixin import (
     for_inference,
 )
 from addnorm.tasks.run import WEIGHTS, load_trained
+from addnorm.training.best_checkpoints import WHICH, pick_checkpoint
 from addnorm.training.checkpoint import MANIFEST, list_checkpoints
 from addnorm.utils.checks import check_choice
 from addnorm.utils.files import CheckpointError
@@ -64,6 +67,7 @@ def load(
     cls: None = None,
     *,
     weights: str = "ema",
+    which: str = "best",
     dtype: torch.dtype | str | None = None,
     device: torch.device | str | None = None,
 ) -> Any: ...
@@ -75,6 +79,7 @@ def load(
     cls: type[_M],
     *,
     weights: str = "ema",
+    which: str = "best",
     dtype: torch.dtype | str | None = None,
     device: torch.device | str | None = None,
 ) -> _M: ...
@@ -85,6 +90,7 @@ def load(
     cls: type[nn.Module] | None = None,
     *,
     weights: str = "ema",
+    which: str = "best",
     dtype: torch.dtype | str | None = None,
     device: torch.device | str | None = None,
 ) -> Any:
@@ -100,8 +106,10 @@ def load(
     :func:`~addnorm.interop.diffusers.from_diffusers` converts it), a diffusers DiT pipeline
     folder (``model_index.json``; a :class:`~addnorm.interop.dit_pipeline.DiTPipeline`:
     ``load(path).sample(labels)`` draws decoded images; its VAE needs diffusers), or a run
-    directory or one of its
-    checkpoints written by ``addnorm train``. From a run, ``weights="ema"`` (the default) loads
+    directory or one of its checkpoints written by ``addnorm train``: a run's best checkpoint
+    when it kept one (``keep_best``; ``which="last"``: its newest periodic checkpoint instead;
+    a run without a best loads its newest either way). From a run, ``weights="ema"`` (the
+    default) loads
     the exponential moving average of the weights when the run kept one (what a finished run
     was scored with) and the trained weights otherwise; ``"raw"`` always loads the trained
     weights. A pretrained directory holds one set of weights, which either choice loads.
@@ -122,6 +130,7 @@ def load(
     if cls is not None and not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise TypeError(f"cls must be an nn.Module class or None, got {cls!r}")
     check_choice("weights", weights, WEIGHTS)
+    check_choice("which", which, WHICH)
     dtype = check_dtype(dtype)
     device = check_device(device)
     directory = check_path(path)
@@ -144,7 +153,7 @@ def load(
             f"train ({MANIFEST} or checkpoints/step-*/{MANIFEST})"
         )
     else:
-        _, trained, _ = load_trained(directory, weights=weights)
+        _, trained, _ = load_trained(pick_checkpoint(directory, which)[0], weights=weights)
         model = for_inference(trained, dtype=dtype, device=device)
     if cls is not None and not isinstance(model, cls):
         raise CheckpointError(f"{directory} holds a {type(model).__name__}, not a {cls.__name__}")

@@ -11,7 +11,12 @@ the held-out figures and pictures of the loss curve, the quality figure and the 
 ``class_agreement`` and its companions for dit, the headline's key under ``"metric"``;
 ``"weights"``: ``"ema"`` when the run kept an EMA of its weights (``ema_decay > 0``) and was
 scored with it, else ``"raw"``; ``"samples"``: a few held-out predictions for translate, text
-continuations for lm, one generated digit per class for dit). A run on a user's files also
+continuations for lm, one generated digit per class for dit; ``"checkpoint"``: ``"best"`` when
+the figures are of the run's best checkpoint, else ``"last"``, with ``"checkpoint_step"``;
+``"validation"``, in a run that scored its validation split while training: the best step and
+score, the last evaluation's; see :mod:`addnorm.training.best`). A run keeps its best
+(``checkpoints/best-N``) with ``keep_best``, which None decides by the task: on for a user's
+data (:func:`~addnorm.training.best.keeps_best`). A run on a user's files also
 holds what its task writes of them (``WritesRunFiles``): ``data.json`` (the record of the
 data, :class:`addnorm.data.fingerprint.DataRecord`) and its tokenizer files.
 
@@ -48,8 +53,16 @@ from torch import nn
 
 from addnorm.inspection.figure import plot_watch
 from addnorm.tasks.registry import TASKS, task_class
-from addnorm.tasks.task import AnyTask, TaskConfig, WritesRunFiles, split_train_settings
+from addnorm.tasks.task import (
+    AnyTask,
+    TaskConfig,
+    Validates,
+    WritesRunFiles,
+    split_train_settings,
+)
 from addnorm.training import distributed
+from addnorm.training.best import Validation, keeps_best, validates
+from addnorm.training.best_runner import BestRunner
 from addnorm.training.budget import Replan
 from addnorm.training.callbacks import ProgressLines
 from addnorm.training.checkpoint import LoadedCheckpoint, load_checkpoint
@@ -102,6 +115,8 @@ RESUMABLE_FIELDS = (
     "activation_checkpointing",
     "fsdp",
     "compile",
+    "eval_every",
+    "patience",
 )
 
 
@@ -117,6 +132,8 @@ class RunSummary:
         loss_png: the loss curve, or None if nothing was logged.
         replan: how the run was fitted to its time budget while it trained (``TrainResult``'s),
             None if it was not.
+        best: the best checkpoint (``keep_best``), whose weights ``metrics`` scores; None
+            without one.
     """
 
     run_dir: Path
@@ -127,6 +144,7 @@ class RunSummary:
     metrics: dict
     loss_png: Path | None
     replan: Replan | None = None
+    best: Path | None = None
 
 
 def schedule_for(train_cfg: TrainConfig) -> ScheduleConfig:
@@ -275,6 +293,8 @@ def train_run(
             task_cfg = saved_train_configs(type(task), resume, task)[1]
         _check_task_config(type(task), task_cfg)
     task.check(model_cfg, train_cfg, task_cfg)
+    validation = task.validation(task_cfg) if isinstance(task, Validates) else None
+    train_cfg = _with_keep_best(train_cfg, validation)
     main = distributed.is_main()
     with RunLock(run_dir) if main else contextlib.nullcontext():
         if resume is None and main:
@@ -309,6 +329,7 @@ def train_run(
             loggers=loggers,
             metrics_file=report_to != "none",
             callbacks=[ProgressLines(every_steps=train_cfg.log_every)] if progress_lines else [],
+            validation=validation if validates(train_cfg, validation) else None,
         )
         try:
             if resume is not None:
@@ -317,6 +338,9 @@ def train_run(
                     keep_records(run_dir / WATCH_FILE, resume.step)  # as a watched resume would
             result = trainer.fit()
             weights = trainer.scored_weights()  # every rank takes part in gathering them
+            best = _best_checkpoint(trainer)
+            if best is not None:  # (one process) the best's, read back verified
+                weights = load_checkpoint(best).tensors["model" if trainer.ema is None else "ema"]
             if not main:
                 return RunSummary(
                     run_dir, result.checkpoint, result.step, result.stopped_by,
@@ -324,13 +348,22 @@ def train_run(
                 )
             model = _with_context(task.build_model(model_cfg), task_cfg).to(device)
             model.load_state_dict(weights)
-            summary = _finish(task, model, trainer, result, task_cfg, run_dir)
+            summary = _finish(task, model, trainer, result, task_cfg, run_dir, best)
             for logger in loggers:
                 _log_finish(logger, task, summary, run_dir)
             return summary
         finally:
             for logger in loggers:
                 logger.close()
+
+
+def _with_keep_best(train_cfg: TrainConfig, validation: Validation | None) -> TrainConfig:
+    """``train_cfg`` with ``keep_best`` decided (None: the task's choice,
+    :func:`~addnorm.training.best.keeps_best`; off with several processes, where no
+    validation runs), so that its checkpoints record what the run does."""
+    if train_cfg.keep_best is None and distributed.is_distributed():
+        return dataclasses.replace(train_cfg, keep_best=False)
+    return dataclasses.replace(train_cfg, keep_best=keeps_best(train_cfg, validation))
 
 
 def _write_run_files(run_dir: Path, files: dict[str, str]) -> None:
@@ -363,9 +396,11 @@ def _finish(
     result: TrainResult,
     task_cfg: TaskConfig,
     run_dir: Path,
+    best: Path | None = None,
 ) -> RunSummary:
     """Plot the loss curve and, unless a signal stopped the run, score ``model`` (a plain copy
-    of the trained or EMA weights) into metrics.json."""
+    of the trained or EMA weights: the ``best`` checkpoint's, when the run kept one) into
+    metrics.json."""
     png = None
     jsonl = run_dir / "metrics.jsonl"
     if jsonl.is_file() and jsonl.stat().st_size > 0:
@@ -390,6 +425,7 @@ def _finish(
         }
         if result.compile_s is not None:
             metrics["compile_s"] = result.compile_s
+        metrics.update(_validation_figures(trainer, result, best))
         metrics.update(task.evaluate_run(model, task_cfg))
         metrics["samples"] = task.run_samples(model)
         final = (result.elapsed_s, float(metrics[task.metric]))
@@ -403,8 +439,31 @@ def _finish(
         write_file_atomic(run_dir / "metrics.json", lambda tmp: tmp.write_text(text, "utf-8"))
     return RunSummary(
         run_dir, result.checkpoint, result.step, result.stopped_by, result.elapsed_s, metrics, png,
-        result.replan,
+        result.replan, best,
     )
+
+
+def _best_checkpoint(trainer: Trainer) -> Path | None:
+    """The best checkpoint the trainer kept (``keep_best``), or None."""
+    return trainer.probe.best_checkpoint if isinstance(trainer.probe, BestRunner) else None
+
+
+def _validation_figures(trainer: Trainer, result: TrainResult, best: Path | None
+                        ) -> dict[str, Any]:
+    """What ``metrics.json`` says of the evaluations on the validation split: which
+    checkpoint its figures score (``"checkpoint"``: "best" or "last", and its step,
+    ``"checkpoint_step"``) and, in a run that evaluated, ``"validation"``: the metric, its
+    direction, the best step and score, the last evaluation's step and score, the evaluations
+    since the best, ``every`` (``eval_every``) and ``patience``."""
+    runner = trainer.probe if isinstance(trainer.probe, BestRunner) else None
+    figures: dict[str, Any] = {
+        "checkpoint": "last" if best is None else "best",
+        "checkpoint_step": result.step if runner is None or best is None else runner.record.step,
+    }
+    if runner is not None:
+        figures["validation"] = {**runner.record.to_dict(), "every": runner.keeper.every,
+                                 "patience": runner.keeper.patience}
+    return figures
 
 
 def _log_finish(logger: Logger, task: AnyTask, summary: RunSummary, run_dir: Path) -> None:

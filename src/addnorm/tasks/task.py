@@ -24,6 +24,9 @@ A task that trains on a data object (``data``, a :class:`~addnorm.tasks.data_sou
 that knows its ``train_size()``) meets :class:`TrainsOnData`: its runs can count steps in
 epochs and, on a user's data, size their model from the data and the time budget by the
 task's :class:`SizeRule` (``size_rule``, optional; :mod:`addnorm.tasks.budget`).
+A task that can score weights on its validation split while training runs meets
+:class:`Validates` (an optional hook, ``validation``): a run keeps its best checkpoint by it
+and stops early with it (:mod:`addnorm.training.best`).
 
 A task trained on a user's files may also write files of its own into the run folder, such as
 the record of its data (``data.json``) and its tokenizer (``tokenizer.json``): it meets
@@ -50,6 +53,7 @@ from torch import nn
 
 from addnorm.family import FamilyConfig
 from addnorm.tasks.data_source import DataSource
+from addnorm.training.best import Validation
 from addnorm.training.config import FORMER_FIELDS, TrainConfig
 from addnorm.training.probes import Probe
 from addnorm.training.trainer import BatchSource, LossFn
@@ -66,6 +70,7 @@ __all__ = [
     "NotesRun",
     "ReportsFigures",
     "TrainsOnData",
+    "Validates",
     "WritesRunFiles",
     "split_train_settings",
 ]
@@ -286,6 +291,18 @@ class NotesRun(Protocol):
 
     def run_notes(self, cfg: Any) -> list[str]:
         """Lines (no newline) about a run of the model config ``cfg``; [] for none."""
+        ...
+
+
+@runtime_checkable
+class Validates(Protocol):
+    """A task that scores weights on its validation split while training runs (the best
+    checkpoint, early stopping: :mod:`addnorm.training.best`)."""
+
+    def validation(self, task_cfg: Any) -> Validation:
+        """How a run with ``task_cfg`` scores its weights on the validation split (never the
+        split ``evaluate_run`` reports as test figures), the metric that ranks them and its
+        direction, and whether a run keeps its best by default (a run on a user's data)."""
         ...
 
 

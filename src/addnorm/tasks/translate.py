@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +34,7 @@ from addnorm.tasks.translate_data import (
     pair_data_for,
     pair_data_from_dict,
 )
+from addnorm.training.best import Validation, validates
 from addnorm.training.config import TrainConfig
 from addnorm.training.trainer import LossFn
 from addnorm.transformer import Transformer
@@ -78,12 +79,15 @@ class TranslateTaskConfig(TaskConfig):
     Attributes:
         label_smoothing: F.cross_entropy's label_smoothing (the paper: 0.1).
         eval_size: held-out examples scored at the end: test dates (plus a quarter as many
-            validation dates), or at most this many of your held-out pairs.
+            validation dates), or at most this many of your held-out test pairs; a quarter as
+            many validation examples are scored while training (keep_best, patience).
         data: your sentence pairs to train on: a TSV file (source<TAB>target a line) or
             JSON Lines ({"source": ..., "target": ...} a line; named .jsonl, .ndjson or
             .json), or a folder or glob of them; none = the generated dates.
-        valid: held-out pairs (same formats) scored at the end; none = the pairs of data
-            whose source's CRC-32 falls in val_fraction of its range.
+        valid: held-out pairs (same formats); none = the pairs of data whose source's
+            CRC-32 falls in val_fraction of its range. Half of their sources (every other)
+            are the test pairs scored at the end, the rest the validation pairs scored while
+            training.
         tokenizer: char (one id per character), bpe (a byte-level BPE trained on the train
             pairs with the tokenizers library) or the path of a Hugging Face tokenizer.json;
             other than char needs data.
@@ -234,9 +238,11 @@ class TranslateTask:
     ) -> None:
         """Raise ValueError if the configs cannot train this task: a learned position table
         must hold the longest input and the decoder's ``<bos>`` + answer + ``<eos>``; a
-        user's train pairs must fill a batch. The pairs of a run read back from a checkpoint
-        must be as recorded (``DataChangedError`` otherwise)."""
+        user's train pairs must fill a batch; a run that keeps its best or has patience needs
+        validation pairs. The pairs of a run read back from a checkpoint must be as recorded
+        (``DataChangedError`` otherwise)."""
         self.data.check(cfg, train_cfg.batch_size)
+        validates(train_cfg, self.validation(task_cfg))
 
     def sizing(
         self, cfg: TransformerConfig, train_cfg: TrainConfig, task_cfg: TranslateTaskConfig
@@ -305,6 +311,25 @@ class TranslateTask:
     def evaluate_run(self, model: Transformer, task_cfg: TranslateTaskConfig) -> dict[str, float]:
         """The held-out figures of a finished run (``evaluate`` with ``eval_size``)."""
         return self.evaluate(model, n=task_cfg.eval_size)
+
+    def validation(self, task_cfg: TranslateTaskConfig) -> Validation:
+        """While training: exact match (``val_exact_match``, higher is better; with the
+        data's other figures) on a quarter of ``eval_size`` validation examples: the dates'
+        validation split (the validation figures ``evaluate`` reports), or a user's
+        validation pairs (:class:`~addnorm.tasks.translate_data.UserPairs`), never the test
+        pairs. A run on a user's pairs keeps its best by default."""
+        examples = self.held_out("val", max(task_cfg.eval_size // 4, 1))
+        sources, answers = [e.source for e in examples], [e.target for e in examples]
+
+        def score(model: nn.Module) -> dict[str, float]:
+            predictions = self.predict(cast(Transformer, model), sources)
+            return self.data.scores("val", predictions, answers)
+
+        unavailable = None if examples else (
+            "the held-out pairs have one source, all of it test pairs; add pairs, raise "
+            "val_fraction or give a valid file")
+        return Validation("val_exact_match", higher_is_better=True, score=score,
+                          keep_by_default=self.data.record is not None, unavailable=unavailable)
 
     def run_samples(self, model: Transformer) -> list[dict[str, str]]:
         """A few held-out test inputs with the model's predictions and the answers."""

@@ -36,6 +36,7 @@ from addnorm.tasks.task import Sizing
 from addnorm.tasks.text_metrics import sequence_error_rates
 from addnorm.training.sizes import RunSizeError
 from addnorm.transformer.config import TransformerConfig
+from addnorm.utils.checks import check_choice
 
 __all__ = [
     "PREDICT_BATCH_SIZE",
@@ -95,7 +96,8 @@ class PairData(DataSource, Protocol):
         ...
 
     def held_out(self, split: str, n: int) -> list[Example]:
-        """``n`` fixed held-out examples (of ``split``, where the data has more than one)."""
+        """``n`` fixed held-out examples of ``split``: "test" (scored at the end) or "val"
+        (scored while training, to keep the best; possibly empty for a user's pairs)."""
         ...
 
     def evaluation_sets(self, n: int) -> list[tuple[str, list[Example]]]:
@@ -225,6 +227,11 @@ class BundledDates:
 class UserPairs:
     """A user's sentence pairs (:class:`~addnorm.data.PairCorpus`).
 
+    Its held-out pairs are halved by source: the distinct sources in the order they first
+    appear go alternately to the test pairs (the first, third, ...: scored at the end) and
+    the validation pairs (scored while training, to keep the best), so every pair of a
+    source is on one side and the test figures never score the pairs a best was chosen by.
+
     Args:
         src_tok, tgt_tok: the tokenizers (the same object when shared).
         record: the record of the files.
@@ -242,6 +249,7 @@ class UserPairs:
         if max_new_tokens is None:
             max_new_tokens = _MAX_NEW_TOKENS if corpus is None else 2 * corpus.longest_target + 2
         self.max_new_tokens = max_new_tokens
+        self._halves: dict[str, list[Example]] | None = None  # the held-out pairs, by split
 
     @property
     def corpus(self) -> PairCorpus:
@@ -287,11 +295,21 @@ class UserPairs:
         return PairBatches(self.corpus, batch_size=batch_size, seed=seed)
 
     def held_out(self, split: str, n: int) -> list[Example]:
-        """The first ``n`` held-out pairs (whatever ``split``)."""
-        return [Example(*p) for p in self.corpus.held_out[:n]]
+        """The first ``n`` held-out pairs of ``split``: "test" or "val" (the class
+        docstring; "val" is empty when the held-out pairs have one source)."""
+        check_choice("split", split, ("test", "val"))
+        if self._halves is None:
+            sources: dict[str, int] = {}
+            for pair in self.corpus.held_out:
+                sources.setdefault(pair.source, len(sources))
+            self._halves = {
+                "test": [Example(*p) for p in self.corpus.held_out if sources[p.source] % 2 == 0],
+                "val": [Example(*p) for p in self.corpus.held_out if sources[p.source] % 2 == 1],
+            }
+        return self._halves[split][:n]
 
     def evaluation_sets(self, n: int) -> list[tuple[str, list[Example]]]:
-        """At most ``n`` held-out pairs, as the test set."""
+        """At most ``n`` held-out test pairs."""
         return [("test", self.held_out("test", n))]
 
     def scores(self, split: str, predictions: list[str], answers: list[str]

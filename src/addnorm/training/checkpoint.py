@@ -31,6 +31,10 @@ pruned), and in it, or in a leftover, only checkpoint files (``*.safetensors``, 
 ``manifest.json``; never through a symbolic link). A directory that still holds anything else
 is left in place, with a warning logged.
 The newest checkpoint of a run is the highest-numbered ``step-*`` directory with a manifest.
+A run that keeps its best (:mod:`addnorm.training.best`) also writes ``best-NNNNNNNN``
+directories beside them, the same way (``save_checkpoint(kind="best")``: atomic, the manifest
+saying ``"kind": "best"``), which ``keep`` never prunes and ``list_checkpoints`` lists only when
+asked for them (``kind="best"``); ``delete_checkpoints`` deletes both kinds, by the same rule.
 Loading checks the manifest's structure and its sizes and hashes, so a malformed manifest or
 a truncated or altered file raises ``CheckpointError`` naming that file instead of a traceback
 from deep inside a loader. The manifest must list ``model.safetensors``, ``state.json`` and
@@ -77,12 +81,15 @@ from addnorm.utils.files import (
 )
 
 __all__ = [
+    "CHECKPOINT_KINDS",
     "CheckpointWriteError",
     "LoadedCheckpoint",
+    "delete_checkpoint",
     "delete_checkpoints",
     "find_checkpoint",
     "list_checkpoints",
     "load_checkpoint",
+    "read_checkpoint_state",
     "save_checkpoint",
 ]
 
@@ -91,9 +98,13 @@ VERSION = 1
 MANIFEST = "manifest.json"
 STATE = "state.json"
 SHARDED = "sharded"  # the manifest's "layout" of a DCP checkpoint (absent: one file a part)
-_STEP_DIR = re.compile(r"^step-(\d{8,})$")
-# What killed writes and prunings leave: ".tmp-step-N-<mkdtemp's suffix>", ".old-step-N-<id>".
-_LEFTOVER = re.compile(r"^\.(?:tmp|old)-step-\d{8,}-[A-Za-z0-9_]+(?:-[0-9a-f]+)?$")
+# The kinds of checkpoint directory: "step-N" (periodic, pruned to ``keep``) and "best-N" (a
+# run's best weights, :mod:`addnorm.training.best`).
+CHECKPOINT_KINDS = ("step", "best")
+_CHECKPOINT_DIR = re.compile(r"^(step|best)-(\d{8,})$")
+# What killed writes and prunings leave: ".tmp-step-N-<mkdtemp's suffix>", ".old-step-N-<id>"
+# (and the same of "best-N").
+_LEFTOVER = re.compile(r"^\.(?:tmp|old)-(?:step|best)-\d{8,}-[A-Za-z0-9_]+(?:-[0-9a-f]+)?$")
 # Files every checkpoint has (its manifest apart): the weights and the state.
 REQUIRED = ("model.safetensors", STATE)
 _log = logging.getLogger(__name__)
@@ -130,6 +141,7 @@ def save_checkpoint(
     *,
     keep: int = 2,
     sharded: bool = False,
+    kind: str = "step",
 ) -> Path:
     """Write checkpoint ``step`` of ``run_dir`` atomically, then keep only the newest ``keep``.
 
@@ -140,14 +152,19 @@ def save_checkpoint(
             calls it with its own tensors (``DTensor`` shards; tensors that are not sharded
             are written once), rank 0 with ``state``; each rank writes its part into the
             temporary directory, rank 0 seals and publishes it. Every rank returns the path.
+        kind: ``"step"`` (a periodic checkpoint, ``step-N``) or ``"best"`` (``best-N``, a
+            run's best weights: ``keep`` does not apply, and its manifest says
+            ``"kind": "best"``; see :mod:`addnorm.training.best`).
     Returns:
         The checkpoint directory.
     Raises:
         CheckpointWriteError: a file could not be written (its temporary directory is removed,
             the previous checkpoints are untouched).
     """
+    if kind not in CHECKPOINT_KINDS:
+        raise ValueError(f"kind must be one of {CHECKPOINT_KINDS}, got {kind!r}")
     root = Path(run_dir) / "checkpoints"
-    final = root / f"step-{step:08d}"
+    final = root / f"{kind}-{step:08d}"
     main = not sharded or shard_rank() == 0
     tmp = None
     try:
@@ -174,7 +191,7 @@ def save_checkpoint(
         else:
             _write_tensor_files(tmp, tensors)
         if main:
-            _seal(tmp, step, state, layout=SHARDED if sharded else None)
+            _seal(tmp, step, state, layout=SHARDED if sharded else None, kind=kind)
             _replace_dir(tmp, final)
     except BaseException as err:
         if main:
@@ -182,39 +199,50 @@ def save_checkpoint(
         if isinstance(err, (OSError, SafetensorError)) or is_shard_write_error(err):
             raise _write_error(final, err, tensors) from err
         raise
-    if not main:
+    if not main or kind != "step":
         return final
     for old in [p for p in list_checkpoints(run_dir) if _is_ours(p)][:-keep]:
         with contextlib.suppress(OSError):  # the new one is written; the next save retries
-            _delete_checkpoint(old)
+            delete_checkpoint(old)
     return final
 
 
 def delete_checkpoints(run_dir: str | os.PathLike) -> None:
-    """Delete every checkpoint of ``run_dir`` that addnorm wrote and the leftovers of killed
-    writes, then ``checkpoints/`` itself if nothing else is in it (other files and folders
-    stay; see the module docstring)."""
+    """Delete every checkpoint of ``run_dir`` that addnorm wrote (of either kind) and the
+    leftovers of killed writes, then ``checkpoints/`` itself if nothing else is in it (other
+    files and folders stay; see the module docstring)."""
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return
-    for path in list_checkpoints(run_dir):
-        _delete_checkpoint(path)
+    for kind in CHECKPOINT_KINDS:
+        for path in list_checkpoints(run_dir, kind=kind):
+            delete_checkpoint(path)
     _remove_leftovers(root)
     with contextlib.suppress(OSError):
         root.rmdir()
 
 
-def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
-    """The complete checkpoint directories of ``run_dir``, oldest first."""
+def list_checkpoints(run_dir: str | os.PathLike, *, kind: str = "step") -> list[Path]:
+    """The complete checkpoint directories of ``run_dir`` of ``kind`` (``"step"``: the
+    periodic ones; ``"best"``: the best weights kept), oldest first."""
+    if kind not in CHECKPOINT_KINDS:
+        raise ValueError(f"kind must be one of {CHECKPOINT_KINDS}, got {kind!r}")
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return []
     found = {}
     for child in root.iterdir():
-        match = _STEP_DIR.match(child.name)
-        if match is not None and (child / MANIFEST).is_file():
-            found[child] = int(match.group(1))
+        match = _CHECKPOINT_DIR.match(child.name)
+        if match is not None and match.group(1) == kind and (child / MANIFEST).is_file():
+            found[child] = int(match.group(2))
     return sorted(found, key=found.__getitem__)
+
+
+def read_checkpoint_state(path: str | os.PathLike) -> dict:
+    """The ``state.json`` of the checkpoint directory ``path`` (bounded and checked as
+    ``load_checkpoint`` reads it, its tensors not read nor its hashes checked);
+    ``CheckpointError`` naming the file if it is missing or not a JSON object."""
+    return _read_json(Path(path) / STATE)
 
 
 def find_checkpoint(path: str | os.PathLike) -> Path:
@@ -280,6 +308,8 @@ def _check_manifest(where: Path, manifest: dict) -> tuple[int, dict[str, dict]]:
             and isinstance(entry.get("sha256"), str)
         ):
             raise bad(f'files[{name!r}] must be {{"bytes": int, "sha256": str}}, got {entry!r}')
+    if manifest.get("kind", "step") not in CHECKPOINT_KINDS:
+        raise bad(f"kind is {manifest.get('kind')!r}, expected one of {CHECKPOINT_KINDS}")
     layout = manifest.get("layout")
     if layout not in (None, SHARDED):
         raise bad(f"layout is {layout!r}, expected {SHARDED!r} or none")
@@ -307,7 +337,8 @@ def _write_tensor_files(tmp: Path, tensors) -> None:
         save_file({k: v.detach().cpu().contiguous().clone() for k, v in group.items()}, path)
 
 
-def _seal(tmp: Path, step: int, state: dict, *, layout: str | None) -> None:
+def _seal(tmp: Path, step: int, state: dict, *, layout: str | None, kind: str = "step"
+          ) -> None:
     """Write ``state.json`` and then the manifest of every file in ``tmp`` (sizes, hashes),
     and fsync them all."""
     _write_json(tmp / STATE, state)
@@ -315,6 +346,8 @@ def _seal(tmp: Path, step: int, state: dict, *, layout: str | None) -> None:
     manifest = {"format": FORMAT, "version": VERSION, "step": step, "files": files}
     if layout is not None:
         manifest["layout"] = layout
+    if kind != "step":  # (a periodic checkpoint's manifest is as before kinds existed)
+        manifest["kind"] = kind
     _write_json(tmp / MANIFEST, manifest)
     _fsync_dir(tmp)
 
@@ -346,8 +379,9 @@ def _megabytes(n_bytes: int) -> str:
 
 def _is_ours(path: Path) -> bool:
     """Whether ``path`` is a checkpoint directory addnorm wrote: a real directory (not a link)
-    named ``step-N`` whose manifest is an addnorm checkpoint manifest of step N."""
-    match = _STEP_DIR.match(path.name)
+    named ``step-N`` (or ``best-N``) whose manifest is an addnorm checkpoint manifest of step
+    N (of that kind)."""
+    match = _CHECKPOINT_DIR.match(path.name)
     if match is None or path.is_symlink() or not path.is_dir():
         return False
     try:
@@ -358,17 +392,19 @@ def _is_ours(path: Path) -> bool:
     return (
         manifest.get("format") == FORMAT
         and isinstance(step, int) and not isinstance(step, bool)
-        and step == int(match.group(1))
+        and step == int(match.group(2))
+        and manifest.get("kind", "step") == match.group(1)
         and isinstance(manifest.get("files"), dict)
     )
 
 
-def _delete_checkpoint(path: Path) -> None:
+def delete_checkpoint(path: str | os.PathLike) -> None:
     """Delete a checkpoint directory addnorm wrote (any other is left alone): renamed first to
     a hidden leftover name, so from then on it is not listed and a deletion cut short leaves
     an unlisted leftover (removed by the next save), never a listed checkpoint missing files.
     One that also holds other files (put there by someone else) loses only its checkpoint
     files, manifest first, where it is."""
+    path = Path(path)
     if not _is_ours(path):
         _log.warning("addnorm: left %s in place: it is not a checkpoint addnorm wrote", path)
         return

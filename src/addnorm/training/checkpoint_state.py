@@ -9,11 +9,14 @@ training time so far (``elapsed_s``), the run's own record (``run``: what rebuil
 the settings (``train_config``, a task's own among them), the ``ScheduleConfig`` (``schedule``,
 None for a caller's scheduler), the lr scheduler's ``state_dict`` (``scheduler``), the
 optimizer's JSON skeleton, the data order (``data``), Python's and NumPy's generators
-(``rng``), the losses since the last record (``loss_window``) and the EMA's ``n_averaged``.
+(``rng``), the losses since the last record (``loss_window``), the EMA's ``n_averaged`` and
+what the probes keep of the run so far (``ProbeRunner.state_entries``: in a run that
+evaluates on its validation split, the best so far, ``best``; :mod:`addnorm.training.best`).
 
 Checkpoints written before some of these existed still load: without ``scheduler`` the
 schedule is rebuilt and stepped to the checkpoint's step; without the EMA's count it is
-``step + 1``; without ``loss_window`` the window is empty. A sharded (FSDP2) model's ranks each
+``step + 1``; without ``loss_window`` the window is empty; without ``best`` the evaluations
+on the validation split start again. A sharded (FSDP2) model's ranks each
 write their part; a replicated one's rank 0 writes, and the others gather with it.
 """
 
@@ -31,6 +34,7 @@ from addnorm.training.checkpoint import LoadedCheckpoint, save_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.ema import saved_n_averaged
 from addnorm.training.metrics import loss_window_from_state
+from addnorm.training.probes import ProbeRunner
 from addnorm.training.resume import check_checkpoint_fits, refusing
 from addnorm.training.schedules import (
     ScheduleConfig,
@@ -46,6 +50,7 @@ from addnorm.training.state import (
     restore_rng,
 )
 from addnorm.training.wrapping import WrappedModel
+from addnorm.utils.files import CheckpointError
 
 __all__ = [
     "Progress",
@@ -66,7 +71,8 @@ class DataOrder(Protocol):
 
 @dataclass(frozen=True)
 class TrainingParts:
-    """The objects whose state a checkpoint keeps, and the settings it records."""
+    """The objects whose state a checkpoint keeps, and the settings it records (``probe``:
+    what scores the run along the way, :class:`~addnorm.training.probes.ProbeRunner`)."""
 
     wrapped: WrappedModel
     optimizer: torch.optim.Optimizer
@@ -76,6 +82,7 @@ class TrainingParts:
     schedule: ScheduleConfig | SchedulerFactory
     run_info: dict
     extra_config: dict
+    probe: ProbeRunner | None = None
 
 
 @dataclass(frozen=True)
@@ -134,17 +141,23 @@ def save_training(parts: TrainingParts, progress: Progress, run_dir: Path) -> Pa
     }
     if ema is not None:
         state["ema"] = {"n_averaged": int(ema.n_averaged)}
-    return save_checkpoint(
+    if parts.probe is not None:
+        state.update(parts.probe.state_entries())
+    path = save_checkpoint(
         run_dir, progress.step, tensors, state, keep=parts.config.keep_checkpoints,
         sharded=sharded,
     )
+    if parts.probe is not None:
+        parts.probe.checkpoint_written()
+    return path
 
 
 def load_training(
     parts: TrainingParts, checkpoint: LoadedCheckpoint
 ) -> tuple[Progress, LRScheduler]:
     """Put ``parts`` back as ``checkpoint`` saved them (weights, optimizer, lr scheduler, EMA,
-    data order and random generators; a checkpoint of any world size, sharded or whole);
+    data order, random generators and the probes' record; a checkpoint of any world size,
+    sharded or whole);
     returns its progress and the scheduler to go on with (``parts.scheduler``, or one rebuilt
     for a checkpoint that kept none).
 
@@ -152,6 +165,11 @@ def load_training(
     fit (a tensor of another shape, a missing entry); the shapes are checked before anything
     is loaded."""
     model, ema = parts.wrapped.model, parts.wrapped.ema
+    if checkpoint.path.name.startswith("best-") and "optimizer" not in checkpoint.tensors:
+        raise CheckpointError(
+            f"{checkpoint.path} holds a run's best weights only (no optimizer, data order or "
+            "random state); resume from the run's newest step-* checkpoint"
+        )
     check_checkpoint_fits(model, parts.config, checkpoint, optimizer=parts.optimizer)
     tensors, state, path = checkpoint.tensors, checkpoint.state, checkpoint.path
     with refusing(path / "model.safetensors"):
@@ -175,6 +193,8 @@ def load_training(
         restore_rng(tensors["rng"], state["rng"])
     with refusing(path / "state.json"):
         window = loss_window_from_state(state.get("loss_window"))
+    if parts.probe is not None:  # (last: an evaluation it makes up sees the loaded run)
+        parts.probe.resume(state, checkpoint.step, path / "state.json")
     progress = Progress(checkpoint.step, float(state.get("elapsed_s", 0.0)), window)
     return progress, scheduler
 

@@ -77,6 +77,14 @@ class TrainConfig:
             max_steps when the run is planned, epochs * examples / (batch_size * grad_accum)
             rounded up; none = max_steps as given (a run on your data without either: as
             many steps as fit the time budget).
+        keep_best: score the weights on the validation split every eval_every steps (and at
+            the end) and keep the best as a checkpoint of its own (checkpoints/best-N), which
+            translate, generate, sample and addnorm.load then use, and metrics.json scores;
+            none = on for runs on your data (--data), off for the bundled data.
+        eval_every: steps between those evaluations (with keep_best or patience); none = a
+            tenth of max_steps. Their size is the task's eval_size (see the task).
+        patience: stop after this many evaluations in a row without a better score than the
+            best so far (early stopping); none = never.
     """
 
     max_steps: int = 1000
@@ -104,6 +112,11 @@ class TrainConfig:
     # How long the run is planned to be (addnorm.tasks.budget); the fields added for issue 40
     # stay together here.
     epochs: float | None = None
+    # Keeping the best (addnorm.training.best): evaluations on the validation split while
+    # training, the best checkpoint, early stopping.
+    keep_best: bool | None = None
+    eval_every: int | None = None
+    patience: int | None = None
 
     def __post_init__(self) -> None:
         check_int("max_steps", self.max_steps, min_value=1)
@@ -141,6 +154,13 @@ class TrainConfig:
         check_int("log_every", self.log_every, min_value=1)
         if self.epochs is not None:
             check_float("epochs", self.epochs, min_value=0.0, min_inclusive=False)
+        # Keeping the best.
+        if self.keep_best is not None:
+            check_bool("keep_best", self.keep_best)
+        if self.eval_every is not None:
+            check_int("eval_every", self.eval_every, min_value=1)
+        if self.patience is not None:
+            check_int("patience", self.patience, min_value=1)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict of the fields."""

@@ -2,7 +2,8 @@
 
 ``add_dataclass_flags(parser, TransformerConfig)`` adds ``--d-model INT``,
 ``--norm-position {post,pre}``, ``--bias/--no-bias``, ... one flag per field, typed from the
-field's annotation: int, float, str, bool (``--x/--no-x``), ``T | None`` ("none" = None),
+field's annotation: int, float, str, bool (``--x/--no-x``; for ``bool | None`` as well, None
+when neither is given), ``T | None`` ("none" = None),
 ``Literal[...]`` and the model configs' string options (choices). The flags default to "not
 given", so only what a user types overrides the config's defaults. Each flag's help is the
 field's entry in its class's ``Attributes:`` docstring section, then the default.
@@ -130,7 +131,7 @@ def add_dataclass_flags(
             "default": argparse.SUPPRESS,
             "help": _help(docs.get(field.name), getattr(defaults, field.name)),
         }
-        if base is bool and not optional:
+        if base is bool:  # (``bool | None`` too: not giving the flag leaves it None)
             group.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
         elif typing.get_origin(base) is typing.Literal or field.name in CHOICES:
             choices = typing.get_args(base) or CHOICES[field.name]

@@ -20,7 +20,8 @@ SIGTERM and the time cap, agreed between ranks: ``stopped_by``), ``step_boundary
 interrupt inside a step keeps), ``step_errors`` (what a failed step says), ``probes``
 (quality along the way), ``record_window`` (what a metrics record covers), ``callbacks``
 (the progress bar, ``metrics.jsonl``, and hooks for a caller's own code at each step and
-record, handed a ``trainer_state.TrainerState``, not the trainer), ``logger`` (TensorBoard
+record, handed a ``trainer_state.TrainerState``, not the trainer), ``best`` (scores on the
+validation split, the best checkpoint and early stopping: ``validation``), ``logger`` (TensorBoard
 or any tracker: ``loggers``), ``clock`` (training time, probes left out), ``optimizer``,
 ``ema`` (torch's ``AveragedModel``), ``schedules`` (torch's lr schedulers), ``budget`` (a
 fresh run's length fitted to ``max_minutes`` once its first steps are timed), ``resume``
@@ -53,6 +54,8 @@ from torch.optim.swa_utils import AveragedModel
 
 from addnorm.data.batches import RankShard
 from addnorm.training import distributed
+from addnorm.training.best import Validation
+from addnorm.training.best_runner import probe_runner
 from addnorm.training.budget import Replan, StepBudget
 from addnorm.training.callbacks import Callback, MetricsFile, ProgressBar
 from addnorm.training.checkpoint import LoadedCheckpoint
@@ -67,7 +70,7 @@ from addnorm.training.clock import TrainingClock
 from addnorm.training.config import TrainConfig
 from addnorm.training.logger import Logger, LoggerCallback
 from addnorm.training.optimizer import clip_factor, gradient_norm, make_optimizer
-from addnorm.training.probes import Probe, ProbeRunner
+from addnorm.training.probes import Probe
 from addnorm.training.record_window import RecordWindow
 from addnorm.training.resume import check_checkpoint_fits
 from addnorm.training.schedules import ScheduleConfig, SchedulerFactory, make_scheduler
@@ -118,7 +121,8 @@ class TrainResult:
         step: optimizer steps done in total.
         loss: the last step's training loss (None if no step ran).
         checkpoint: the checkpoint written at the end.
-        stopped_by: "max_steps", "max_minutes", "interrupt" (SIGINT, Ctrl-C) or "terminate"
+        stopped_by: "max_steps", "max_minutes", "patience" (``config.patience``
+            evaluations without a better score), "interrupt" (SIGINT, Ctrl-C) or "terminate"
             (SIGTERM).
         elapsed_s: training time of all invocations together, in seconds.
         compile_s: with ``config.compile``, the first step's time in this invocation (it
@@ -166,6 +170,7 @@ class Trainer:
         metrics_file: write ``metrics.jsonl`` (rank 0).
         clock: the seconds training time is read on (the budget's pace, the time cap); None:
             ``time.monotonic`` (a test's fake clock makes them deterministic).
+        validation: keep the best, stop early (:func:`~addnorm.training.best_runner.probe_runner`).
 
     With a process group, ``model`` is wrapped for data parallelism (or sharded, with
     ``config.fsdp``) here, and ``batches`` gives each rank its share of the global batch.
@@ -189,6 +194,7 @@ class Trainer:
         loggers: Sequence[Logger] = (),
         metrics_file: bool = True,
         clock: Callable[[], float] | None = None,
+        validation: Validation | None = None,
     ) -> None:
         if not isinstance(config, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
@@ -204,7 +210,9 @@ class Trainer:
         self.run_info = run_info or {}
         self.callbacks = [*_own_callbacks(self.run_dir, progress, metrics_file, watch, loggers),
                           *callbacks]
-        self.probe = None if distributed.is_distributed() or probe is None else ProbeRunner(probe)
+        self._clock = TrainingClock(clock)
+        self.probe = probe_runner(probe, validation, config, run_dir, clock=self._clock,
+                                  parts=self._parts)
         self.device = next(model.parameters()).device
         self.wrapped = wrap_model(model, config)  # the EMA, DDP or FSDP2, compile
         self.optimizer = make_optimizer(model, config)  # (after sharding: FSDP2's parameters)
@@ -213,7 +221,6 @@ class Trainer:
         self.elapsed_s = 0.0  # training time of the invocations before this ``fit``
         self.resumed_from: int | None = None  # the checkpoint's step, after ``load``
         self._boundary = StepBoundary()
-        self._clock = TrainingClock(clock)
         self._records = RecordWindow()  # the steps since the last metrics record
         self._step_lr = 0.0  # the last step's; its gradients' norm, and what clipping scaled
         self._grad_norm, self._clip_factor = torch.zeros(()), torch.ones(())  # them by
@@ -235,11 +242,10 @@ class Trainer:
         return self._step_lr
 
     def load(self, checkpoint: LoadedCheckpoint) -> None:
-        """Continue from ``checkpoint``: weights, optimizer, lr scheduler, EMA, step, RNG and
-        data order (a checkpoint of any world size, sharded or whole;
-        :func:`~addnorm.training.checkpoint_state.load_training`). Raises ``CheckpointError``
-        naming the file (and the tensor or entry) that does not fit this trainer, before
-        training: the shapes are checked before anything is loaded."""
+        """Continue from ``checkpoint`` (weights, optimizer, lr scheduler, EMA, step, RNG, data
+        order; any world size, sharded or whole: :func:`~.checkpoint_state.load_training`).
+        Raises ``CheckpointError`` naming the file (and the tensor or entry) that does not
+        fit, checked before anything is loaded."""
         progress, self.scheduler = load_training(self._parts(), checkpoint)
         self.step, self.elapsed_s = progress.step, progress.elapsed_s
         self._records.losses = progress.loss_window
@@ -253,12 +259,12 @@ class Trainer:
         self._fit_from_step = self.step  # a non-finite loss before any update: the weights
         self._budget = StepBudget.for_run(  # a resumed run keeps its plan
             self.config, self.schedule, fresh=self.step == 0 and self.resumed_from is None)
-        with StopRequests(self.config.max_minutes, clock=self._clock) as stops:
+        with StopRequests(self.config.max_minutes, self.probe, clock=self._clock) as stops:
             self._clock.start()
             self._records.start()
             try:
                 self._call("on_fit_start")
-                while self.step < self.config.max_steps and not stops.agreed():
+                while self.step < self.config.max_steps and not stops.agreed(self.step):
                     self._boundary.enter(self.batches)
                     began = time.monotonic()
                     loss, tokens = self._train_step()
@@ -366,7 +372,7 @@ class Trainer:
         """The probe's scores, its time set aside (see :mod:`~addnorm.training.probes`)."""
         assert self.probe is not None
         with self._clock.set_aside():
-            return self.probe(self.model, self.wrapped.ema)
+            return self.probe(self.model, self.wrapped.ema, self.step, self.config.max_steps)
 
     def _call(self, hook: str, *args: object) -> None:
         """Call ``hook`` of every callback with where training stands
@@ -382,7 +388,7 @@ class Trainer:
         """What a checkpoint keeps the state of, and the settings it records."""
         return TrainingParts(
             self.wrapped, self.optimizer, self.scheduler, self.batches, self.config,
-            self.schedule, self.run_info, self.extra_config,
+            self.schedule, self.run_info, self.extra_config, self.probe,
         )
 
 
