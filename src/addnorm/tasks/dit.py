@@ -34,6 +34,7 @@ from addnorm.data.fingerprint import DataRecord
 from addnorm.data.images import DEFAULT_VAL_FRACTION, ImageCorpus
 from addnorm.data.sampler import SampledBatches
 from addnorm.diffusion import Diffusion, guided_eps_fn
+from addnorm.diffusion.sampling import METHODS
 from addnorm.dit import DIT_PRESETS, DiT, DiTConfig
 from addnorm.tasks.data_settings import check_image_settings
 from addnorm.tasks.dit_data import (
@@ -67,13 +68,14 @@ RUN_SAMPLE_CLASSES = 10
 
 @dataclass(frozen=True)
 class SampleSettings:
-    """How samples are drawn: ``steps`` respaced steps of ``method`` (``"ddim"`` or
-    ``"ddpm"``), classifier-free guidance of scale ``guidance`` (1 = none), which trades
-    diversity for fidelity (docs/task-defaults.md measures 2 against 3).
+    """How samples are drawn: ``steps`` respaced steps of ``method`` (``"ddim"``, ``"ddpm"``
+    or ``"dpm-solver++"``: :data:`addnorm.diffusion.sampling.METHODS`), classifier-free
+    guidance of scale ``guidance`` (1 = none), which trades diversity for fidelity
+    (docs/task-defaults.md measures 2 against 3).
 
     Accepted: ``steps`` from 1 to the task's ``n_steps``, checked where both bounds are known,
     by the sampler (:meth:`addnorm.diffusion.Diffusion.sample`); any finite
-    ``guidance >= 0``. Every step count works with both methods
+    ``guidance >= 0``. Every step count works with every method
     (:mod:`addnorm.diffusion.spacing`). A guidance scale whose samples overflow
     float32 (far beyond any useful one: measured where ``guidance * |cond - uncond|`` passes
     about 1e19) raises FloatingPointError from the sampler instead of returning NaN; see
@@ -84,7 +86,7 @@ class SampleSettings:
     guidance: float = 3.0
 
     def __post_init__(self) -> None:
-        check_choice("method", self.method, ("ddim", "ddpm"))
+        check_choice("method", self.method, METHODS)
         check_float("guidance", self.guidance, min_value=0.0)
 
 
