@@ -37,14 +37,8 @@ from addnorm.diffusion import Diffusion, guided_eps_fn
 from addnorm.diffusion.sampling import METHODS
 from addnorm.dit import DIT_PRESETS, DiT, DiTConfig
 from addnorm.tasks.data_settings import check_image_settings
-from addnorm.tasks.dit_data import (
-    SAMPLE_CHUNK,
-    ImageData,
-    Judge,
-    image_data,
-    image_data_for,
-    image_data_from_dict,
-)
+from addnorm.tasks.dit_data import SAMPLE_CHUNK, ImageData, Judge, image_data
+from addnorm.tasks.dit_latents import check_vae_setting, latent_data_for, latent_data_from_dict
 from addnorm.tasks.task import SizeRule, Sizing, TaskConfig
 from addnorm.training.best import Validation
 from addnorm.training.config import TrainConfig
@@ -111,6 +105,9 @@ class DiTTaskConfig(TaskConfig):
             or none to weigh every step alike (DiT's loss).
         follow_links: read the links in a data folder that lead outside it (without it they
             are skipped, and named).
+        vae: train on the latents of this VAE (with data): a diffusers AutoencoderKL folder
+            or a DiT pipeline folder (its vae/); images are encoded once into a cache, and
+            samples decoded by it (addnorm.tasks.dit_latents). None: on the pixels.
     """
 
     resumable: ClassVar[tuple[str, ...]] = ("eval_size",)
@@ -122,6 +119,7 @@ class DiTTaskConfig(TaskConfig):
     prediction: Literal["v", "epsilon"] = "v"
     min_snr_gamma: float | None = 5.0
     follow_links: bool = False
+    vae: str | None = None
 
     def __post_init__(self) -> None:
         check_int("eval_size", self.eval_size, min_value=1)
@@ -130,6 +128,7 @@ class DiTTaskConfig(TaskConfig):
         if self.min_snr_gamma is not None:
             check_float("min_snr_gamma", self.min_snr_gamma, min_value=0.0, min_inclusive=False)
         check_image_settings(self)
+        check_vae_setting(self)
 
 
 class DiTTask:
@@ -465,7 +464,7 @@ class DiTTask:
         ``task_cfg.prediction`` with ``task_cfg.min_snr_gamma``'s weighting (1000 linear
         steps). Raises ValueError for a gamma whose weights underflow float32."""
         return cls(prediction=task_cfg.prediction, min_snr_gamma=task_cfg.min_snr_gamma,
-                   data=image_data_for(task_cfg))
+                   data=latent_data_for(task_cfg))
 
     @staticmethod
     def config_from_dict(data: dict) -> DiTConfig:
@@ -486,7 +485,8 @@ class DiTTask:
         existed predicted the noise (``"epsilon"``) with every step weighed alike (None)."""
         settings = {"prediction": "epsilon", "min_snr_gamma": None, **data}
         settings.pop("data", None)
-        return cls(**settings, data=image_data_from_dict(data))
+        settings.pop("vae", None)
+        return cls(**settings, data=latent_data_from_dict(data))
 
     def run_files(self) -> dict[str, str]:
         """For a user's images, ``data.json`` (the record of the data); nothing for the
