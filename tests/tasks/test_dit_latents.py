@@ -1,6 +1,8 @@
 """The ``dit`` task on the latents of a VAE (``DiTTaskConfig.vae``): the model it prepares
 (the VAE's factor and channels), a tiny run that encodes once and resumes bit for bit, its
-samples decoded at the images' size, a changed VAE refused, and the settings refused.
+samples decoded at the images' size, a changed VAE refused, the settings refused, and a
+latent run written as a diffusers pipeline folder that diffusers' own ``DiTPipeline`` samples
+as the task does.
 
 Provenance: the model's input is the image side over the VAE's factor ``2 ** (len(
 block_out_channels) - 1)`` (2 for the small VAE of ``small_pipeline``: 16 -> 8) and its
@@ -20,6 +22,7 @@ import pytest
 import torch
 from data.test_images import write_folder
 from safetensors.torch import load_file
+from small_dit import perturbed
 from small_pipeline import autoencoder, write_pipeline
 
 from addnorm.data.fingerprint import DataChangedError
@@ -168,3 +171,41 @@ def test_the_default_size_is_a_multiple_of_the_factor_times_the_patch(tmp_path):
     cfg = data.prepare(TINY)
     assert cfg.input_size == 8  # 18 rounded down to 16, a multiple of 2 x 2; 16 / 2
     assert "training at 16x16" in data.size_note(TINY) and "8x8 latents" in data.size_note(TINY)
+
+
+def test_a_latent_run_is_written_as_a_pipeline_folder_diffusers_samples(data, tmp_path):
+    """Provenance: diffusers' own ``DiTPipeline.from_pretrained`` of the folder, sampling with
+    the same starting noise (its ``randn_tensor`` and the task both draw ``randn`` of the
+    latents' shape from the generator), DPM-Solver++ over 3 steps without guidance (diffusers'
+    pipeline guides with ImageNet's null class 1000 only), decoded by the same VAE; its images
+    on [0, 1] rounded to 0..255 are the task's uint8 samples, within one level (float32
+    rounding at a pixel's half-level edge)."""
+    import diffusers
+
+    from addnorm.tasks.dit import SampleSettings
+    from addnorm.tasks.dit_latents import save_pipeline
+
+    pics, vae = data
+    task_cfg = DiTTaskConfig(data=str(pics), vae=str(vae), eval_size=2)
+    cfg = dataclasses.replace(TINY, timestep_downscale_freq_shift=1.0)  # diffusers' features
+    train_run("dit", cfg, _train_cfg(max_steps=2), tmp_path / "run", task_cfg=task_cfg)
+    task, model, _ = load_trained(tmp_path / "run")
+    perturbed(model, seed=3, scale=0.05)  # 2 steps leave the zero-initialised gates near zero
+    folder = save_pipeline(task, model, tmp_path / "pipe")
+    theirs = diffusers.DiTPipeline.from_pretrained(folder, low_cpu_mem_usage=False)
+    theirs.set_progress_bar_config(disable=True)
+    assert theirs.labels == {"ants": 0, "bees": 1}
+    assert theirs.scheduler.config.prediction_type == "v_prediction"
+    images = theirs([0, 1], guidance_scale=1.0, num_inference_steps=3, output_type="np",
+                    generator=torch.Generator().manual_seed(0)).images  # (2, 16, 16, 3)
+    ours = task.sample(model, torch.tensor([0, 1]), SampleSettings(3, "dpm-solver++", 1.0),
+                       generator=torch.Generator().manual_seed(0))  # (2, 3, 16, 16) uint8
+    expected = torch.from_numpy(np.round(images * 255)).permute(0, 3, 1, 2)
+    assert (ours.float() - expected).abs().max() <= 1
+    flat = task.sample(model, torch.tensor([0, 1]), SampleSettings(3, "dpm-solver++", 1.0),
+                       generator=torch.Generator().manual_seed(1))
+    assert (flat.float() - expected).abs().max() > 1  # the noise decides: the check can fail
+
+    with pytest.raises(ValueError, match="--timestep-downscale-freq-shift 1"):
+        train_run("dit", TINY, _train_cfg(max_steps=1), tmp_path / "run0", task_cfg=task_cfg)
+        save_pipeline(*load_trained(tmp_path / "run0")[:2], tmp_path / "pipe0")

@@ -35,6 +35,7 @@ from addnorm.data.images import ImageCorpus, to_pixels
 from addnorm.data.latent_cache import cached_latents
 from addnorm.data.sampler import SampledBatches, SeededSampler
 from addnorm.dit import DiTConfig
+from addnorm.interop.diffusers_pipeline import save_diffusers_pipeline
 from addnorm.interop.diffusers_vae import check_vae_config, load_vae, vae_folder, vae_hash
 from addnorm.pretrained.files import read_config_json
 from addnorm.tasks.dit_data import (
@@ -47,7 +48,9 @@ from addnorm.tasks.dit_data import (
 from addnorm.utils.files import CheckpointError
 
 if TYPE_CHECKING:
+    from addnorm.dit.model import DiT
     from addnorm.interop.diffusers_vae import LatentVAE
+    from addnorm.tasks.dit import DiTTask
     from addnorm.tasks.image_quality import ImageJudge
 
 __all__ = [
@@ -56,6 +59,7 @@ __all__ = [
     "check_vae_setting",
     "latent_data_for",
     "latent_data_from_dict",
+    "save_pipeline",
 ]
 
 
@@ -290,3 +294,17 @@ def latent_data_from_dict(data: dict) -> ImageData:
         return images
     assert isinstance(images, UserImages)
     return LatentImages(images, vae["path"], recorded=vae)
+
+
+def save_pipeline(task: DiTTask, model: DiT, folder: str | os.PathLike) -> str:
+    """Write a run trained on a VAE's latents (``task, model, _ =
+    addnorm.tasks.run.load_trained(RUN)``) as a diffusers DiT pipeline folder: its DiT, its VAE,
+    a ``DPMSolverMultistepScheduler`` of its diffusion and its class names
+    (:func:`~addnorm.interop.diffusers_pipeline.save_diffusers_pipeline`, whose ValueErrors
+    say what diffusers cannot hold); ValueError for a run on pixels. Returns the folder."""
+    if not isinstance(task.data, LatentImages):
+        raise ValueError("only a run trained on a VAE's latents (--vae) makes a pipeline; this "
+                         "one trained on pixels")
+    return str(save_diffusers_pipeline(
+        folder, model, task.data.vae, n_steps=task.n_steps, schedule=task.schedule,
+        prediction=task.prediction, class_names=task.class_names))
