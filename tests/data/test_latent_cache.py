@@ -23,6 +23,7 @@ import torch
 from small_pipeline import autoencoder
 from tolerances import FLOAT32_MODEL
 
+import addnorm
 from addnorm.data.latent_cache import cached_latents, encode_rows
 from addnorm.interop.diffusers_vae import LatentVAE, load_vae
 
@@ -115,6 +116,7 @@ def test_a_process_killed_while_encoding_leaves_a_file_the_next_run_replaces(
     vae.autoencoder.save_pretrained(tmp_path / "vae")
     script = f"""
 import os, signal, sys, torch
+import addnorm
 from addnorm.data.latent_cache import cached_latents
 from addnorm.interop.diffusers_vae import LatentVAE, load_vae
 real, calls = LatentVAE.encode, []
@@ -127,8 +129,9 @@ LatentVAE.encode = killed
 cached_latents(torch.load(sys.argv[1]), load_vae(sys.argv[2]), {SPEC!r}, batch_size=4,
                progress=False)
 """
+    src = os.path.dirname(os.path.dirname(addnorm.__file__))  # this addnorm, not another
     env = {**os.environ, "ADDNORM_CACHE": str(cache), "PYTHONPATH": os.pathsep.join(
-        [os.path.abspath("src"), os.environ.get("PYTHONPATH", "")])}
+        [src, os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "pixels.pt"),
                            str(tmp_path / "vae")], env=env, capture_output=True, timeout=300)
     assert done.returncode == -signal.SIGKILL, done.stderr.decode()[-2000:]

@@ -160,8 +160,9 @@ def save_diffusers_pipeline(
         num_train_timesteps=n_steps, beta_start=0.1 / n_steps, beta_end=20 / n_steps,
         beta_schedule=_BETA_SCHEDULES[schedule], prediction_type=_PREDICTION_TYPES[prediction])
     directory = check_path(folder)
-    diffusers.DiTPipeline(transformer=theirs, vae=vae.autoencoder.eval(),
-                          scheduler=scheduler).save_pretrained(directory)
+    pipeline: Any = diffusers.DiTPipeline(transformer=theirs, vae=vae.autoencoder.eval(),
+                                          scheduler=scheduler)
+    pipeline.save_pretrained(directory)
     if class_names is not None:  # where the Hub's folder keeps them (module docstring)
         index_file = directory / PIPELINE_INDEX
         index = json.loads(index_file.read_text(encoding="utf-8"))

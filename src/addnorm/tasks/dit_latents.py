@@ -134,7 +134,8 @@ class LatentImages:
             self.latent_channels = int(recorded["latent_channels"])
             self.downsample = int(recorded["downsample"])
             self._sha256 = str(recorded["sha256"])
-        self._checked, self._vae = recorded is None, None
+        self._checked = recorded is None
+        self._vae: LatentVAE | None = None
 
     @property
     def corpus(self) -> ImageCorpus:
