@@ -1,7 +1,7 @@
 """``addnorm train dit --data DIR --vae VAE`` end to end, in-process, with a small random
 diffusers ``AutoencoderKL`` (``small_pipeline.autoencoder``: factor 2, 4 latent channels): the
 run trains on the latents, ``addnorm sample`` writes images of the data's size decoded by the
-VAE, a resume with a changed VAE is one line and exit 2, and a VAE folder that is no
+VAE, a resume or a sample with a changed VAE is one line and exit 2, and a VAE folder that is no
 ``AutoencoderKL`` is one line and exit 2 before anything is written.
 
 Provenance: the sizes are the test's (16x16 pictures; 16 / 2 = 8 a side of latents); the
@@ -59,6 +59,11 @@ def test_train_on_latents_samples_decoded_images_and_refuses_a_changed_vae(folde
                  "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the VAE changed since the run was trained" in err[0], err
+    assert main(["sample", "--checkpoint", "run", "--n", "2", "--steps", "2", "--out",
+                 "again.png", "--quiet", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the VAE changed since the run was trained" in err[0], err
+    assert not (folder / "again.png").exists()
 
 
 def test_a_folder_that_is_no_autoencoder_is_one_line_and_exit_2(folder, capsys):

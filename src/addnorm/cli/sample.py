@@ -89,13 +89,15 @@ def run(args: argparse.Namespace) -> int:
     Accepted: ``--steps`` 1 .. the run's diffusion steps with any sampler (every count has
     its steps, :mod:`addnorm.diffusion.spacing`), ``--guidance`` finite and >= 0, ``--class``
     one of the run's class names; anything else exits 2 before the checkpoint is read (the
-    steps' upper bound and the class: once it is). Samples that come out non-finite (a
-    guidance scale far past any useful one) exit 1 with one line and nothing written. A
-    pipeline folder is sampled by :func:`~addnorm.cli.sample_pipeline.sample_pipeline`."""
+    steps' upper bound and the class: once it is; a run on a VAE's latents whose VAE changed
+    or is gone: when it decodes). Samples that come out non-finite (a guidance scale far past
+    any useful one) exit 1 with one line and nothing written. A pipeline folder is sampled by
+    :func:`~addnorm.cli.sample_pipeline.sample_pipeline`."""
     import numpy as np
     import torch
 
     from addnorm.cli.grid import save_image_grid
+    from addnorm.data.data_errors import DataChangedError
     from addnorm.tasks.dit import SampleSettings
     from addnorm.utils.publish import publishing
 
@@ -130,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
             model, labels, settings, generator=generator,
             progress=not args.quiet and sys.stderr.isatty(),
         )  # digits (N, 8, 8) on 0..16; your images uint8 (N, C, S, S)
+    except DataChangedError as err:  # a run on a VAE's latents whose VAE changed or is gone
+        raise UsageError(f"--checkpoint {args.checkpoint}: {err}") from None
     except FloatingPointError:  # the parser's main: one line, exit 1
         raise FloatingPointError(
             f"--guidance {settings.guidance:g} (--sampler {method}, --steps "

@@ -165,7 +165,7 @@ class LatentImages:
         try:
             now = vae_hash(self.vae_path)
         except CheckpointError as err:
-            raise DataChangedError(f"vae {self.vae_path}: the run's VAE cannot be read ({err})"
+            raise DataChangedError(f"{err}; the run was trained on that VAE's latents"
                                    ) from None
         if now != self._sha256:
             raise DataChangedError(
