@@ -209,3 +209,27 @@ def test_a_latent_run_is_written_as_a_pipeline_folder_diffusers_samples(data, tm
     with pytest.raises(ValueError, match="--timestep-downscale-freq-shift 1"):
         train_run("dit", TINY, _train_cfg(max_steps=1), tmp_path / "run0", task_cfg=task_cfg)
         save_pipeline(*load_trained(tmp_path / "run0")[:2], tmp_path / "pipe0")
+
+
+def test_grayscale_pictures_go_through_a_colour_vae_as_three_equal_channels(tmp_path):
+    """Provenance: the cached latents of a grayscale picture are those of its three-channel
+    copy (computed here with diffusers: the same generator seed, the row); samples come back
+    with the data's one channel, the mean of the VAE's three."""
+    write_folder(tmp_path / "pics", {"a": 3, "b": 3}, size=16, mode="L")
+    autoencoder().save_pretrained(tmp_path / "vae")
+    task = DiTTask.from_config(DiTTaskConfig(data=str(tmp_path / "pics"),
+                                             vae=str(tmp_path / "vae")))
+    assert task.prepare(TINY).in_channels == 4
+    latents = task.data.latents(16)
+    x = task.corpus.pixels(16)[:1].float().expand(-1, 3, -1, -1) / 127.5 - 1
+    with torch.no_grad():
+        draw = task.data.vae.autoencoder.encode(x).latent_dist.sample(
+            generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(torch.from_numpy(np.array(latents[:1])), draw * 0.18215,
+                               rtol=1e-5, atol=1e-5)  # FLOAT32_MODEL: a batch vs one image
+    two = torch.from_numpy(np.array(latents[:2]))
+    decoded = task.data.to_pixels(two)
+    assert decoded.shape == (2, 1, 16, 16) and decoded.dtype == torch.uint8
+    with torch.no_grad():
+        colour = task.data.vae.autoencoder.decode(two / 0.18215).sample  # (2, 3, 16, 16)
+    assert torch.equal(decoded, to_pixels(colour.mean(dim=1, keepdim=True)))
