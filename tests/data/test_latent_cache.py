@@ -108,6 +108,22 @@ def test_an_encoding_stopped_midway_leaves_no_entry_and_the_next_run_builds_it(
                                                   progress=False)), expected)
 
 
+def test_a_dead_processs_temporary_file_is_removed_and_the_entry_built(vae, pixels, cache):
+    """What a kill -9 while encoding leaves (the test below makes one for real, slowly): a
+    half-written ``.latents.bin.tmp-PID`` and no ``meta.json``."""
+    cached_latents(pixels, vae, SPEC, progress=False)  # a whole entry, made incomplete:
+    folder = _folder(cache)
+    for name in ("meta.json", "latents.bin"):
+        (folder / name).unlink()
+    (folder / ".latents.bin.tmp-99999").write_bytes(b"\0" * 100)
+    latents = cached_latents(pixels, vae, SPEC, batch_size=4, progress=False)
+    expected = np.empty((10, 4, 8, 8), np.float32)
+    encode_rows(pixels, vae, expected, batch_size=4, progress=False)
+    assert np.array_equal(np.array(latents), expected)
+    assert sorted(p.name for p in folder.iterdir()) == ["latents.bin", "meta.json"]
+
+
+@pytest.mark.slow  # a fresh interpreter imports torch and diffusers: about 15 s
 def test_a_process_killed_while_encoding_leaves_a_file_the_next_run_replaces(
         vae, pixels, cache, tmp_path):
     """A real kill -9 (SIGKILL) in the second batch: the dead process's temporary file is
