@@ -11,7 +11,13 @@ import torch
 from small_pipeline import autoencoder, write_pipeline
 from tolerances import FLOAT32_MODEL
 
-from addnorm.interop.diffusers_vae import LatentVAE, PipelinePartError, load_vae
+from addnorm.interop.diffusers_vae import (
+    LatentVAE,
+    PipelinePartError,
+    load_vae,
+    vae_hash,
+)
+from addnorm.interop.diffusers_vae import vae_folder as vae_folder_of
 from addnorm.utils.files import CheckpointError
 
 diffusers = pytest.importorskip("diffusers")
@@ -84,3 +90,19 @@ def test_without_diffusers_the_error_says_how_to_install_it(vae_folder, monkeypa
     with pytest.raises(ImportError, match=r"needs diffusers' AutoencoderKL, and diffusers is "
                                           r"not installed: pip install 'addnorm\[interop\]'"):
         load_vae(vae_folder)
+
+
+def test_the_hash_is_the_folders_config_and_weights(vae_folder, tmp_path):
+    """Provenance: hashlib's SHA-256 of each file's name, a zero byte and its bytes, in name
+    order (the documented rule), computed here."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in ("config.json", "diffusion_pytorch_model.safetensors"):
+        digest.update(name.encode() + b"\0" + (vae_folder / name).read_bytes())
+    assert vae_hash(vae_folder) == digest.hexdigest()
+    pipeline = write_pipeline(tmp_path / "pipe")
+    assert vae_folder_of(pipeline) == pipeline / "vae"
+    assert vae_hash(pipeline) == vae_hash(pipeline / "vae")
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        vae_hash(tmp_path / "missing")

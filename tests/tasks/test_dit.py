@@ -132,6 +132,37 @@ def test_the_task_refuses_a_model_without_a_trained_null_class():
         task.check(cfg, TrainConfig(), DiTTaskConfig())
 
 
+@pytest.mark.parametrize("method", ["ddim", "ddpm", "dpm-solver++"])
+def test_sample_settings_take_every_sampler_of_the_diffusion(method):
+    """Provenance: the task's samples for ``method`` are the diffusion's own sampler run on the
+    same noise and guided predictions (the same generator, drawn in the same order)."""
+    from addnorm.data.digits import to_pixel_scale
+    from addnorm.diffusion import guided_eps_fn
+    from addnorm.tasks.dit import SampleSettings
+
+    torch.manual_seed(0)
+    task = DiTTask()
+    model = task.build_model(task.prepare(DIT_PRESETS["DiT-digits-tiny"])).eval()
+    with torch.no_grad():  # a fresh DiT outputs zero: perturb it so the samplers differ
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    labels = torch.tensor([3, 7])
+    pixels = task.sample(model, labels, SampleSettings(4, method, 2.0),
+                         generator=torch.Generator().manual_seed(5))
+    generator = torch.Generator().manual_seed(5)
+    noise = torch.randn((2, 1, 8, 8), generator=generator)
+    eps_fn = guided_eps_fn(model, labels, guidance_scale=2.0, null_class=10)
+    x = task.diffusion.sample(eps_fn, noise, steps=4, method=method, generator=generator)
+    torch.testing.assert_close(pixels, to_pixel_scale(x[:, 0]), rtol=0, atol=0)
+
+
+def test_sample_settings_refuse_an_unknown_sampler():
+    from addnorm.tasks.dit import SampleSettings
+
+    with pytest.raises(ValueError, match="method"):
+        SampleSettings(method="euler")
+
+
 @pytest.mark.slow
 def test_the_default_dit_run_reaches_95_percent_class_agreement(tmp_path):
     # What the default run promises (task defaults, 2 CPU cores, within its 5-minute cap).

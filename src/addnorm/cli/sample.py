@@ -6,19 +6,16 @@ people and, with ``--save-array``, an array for programs: the digits as (N, 8, 8
 be a diffusers DiT pipeline folder (:mod:`addnorm.cli.sample_pipeline`: decoded RGB images).
 
 ``--sampler`` (``--method`` before it, still accepted) is ``ddim``, ``ddpm`` or
-``dpm-solver++``. The dit task's ``SampleSettings`` (``tasks/dit.py``) takes the first two
-only; DPM-Solver++ reaches its sampler through :func:`_sampling_with`.
+``dpm-solver++``, each the dit task's ``SampleSettings.method``.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import math
 import sys
 from pathlib import Path
-from typing import Any
 
 from addnorm.cli.checks import UsageError, check_out_file, seed
 from addnorm.cli.exits import EXIT_OK
@@ -92,13 +89,15 @@ def run(args: argparse.Namespace) -> int:
     Accepted: ``--steps`` 1 .. the run's diffusion steps with any sampler (every count has
     its steps, :mod:`addnorm.diffusion.spacing`), ``--guidance`` finite and >= 0, ``--class``
     one of the run's class names; anything else exits 2 before the checkpoint is read (the
-    steps' upper bound and the class: once it is). Samples that come out non-finite (a
-    guidance scale far past any useful one) exit 1 with one line and nothing written. A
-    pipeline folder is sampled by :func:`~addnorm.cli.sample_pipeline.sample_pipeline`."""
+    steps' upper bound and the class: once it is; a run on a VAE's latents whose VAE changed
+    or is gone: when it decodes). Samples that come out non-finite (a guidance scale far past
+    any useful one) exit 1 with one line and nothing written. A pipeline folder is sampled by
+    :func:`~addnorm.cli.sample_pipeline.sample_pipeline`."""
     import numpy as np
     import torch
 
     from addnorm.cli.grid import save_image_grid
+    from addnorm.data.data_errors import DataChangedError
     from addnorm.tasks.dit import SampleSettings
     from addnorm.utils.publish import publishing
 
@@ -108,8 +107,7 @@ def run(args: argparse.Namespace) -> int:
     method = args.method or "ddim"
     try:
         guidance = {} if args.guidance is None else {"guidance": args.guidance}
-        settings = SampleSettings(steps=args.steps, method=_TASK_METHOD.get(method, method),
-                                  **guidance)
+        settings = SampleSettings(steps=args.steps, method=method, **guidance)
     except (ValueError, TypeError) as err:
         raise UsageError(f"--{str(err).replace('_', '-')}") from None
     task, model = load_task_model(args, "dit")
@@ -130,10 +128,12 @@ def run(args: argparse.Namespace) -> int:
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(args.seed)
     try:
-        pixels = _sampling_with(task, method).sample(
+        pixels = task.sample(
             model, labels, settings, generator=generator,
             progress=not args.quiet and sys.stderr.isatty(),
         )  # digits (N, 8, 8) on 0..16; your images uint8 (N, C, S, S)
+    except DataChangedError as err:  # a run on a VAE's latents whose VAE changed or is gone
+        raise UsageError(f"--checkpoint {args.checkpoint}: {err}") from None
     except FloatingPointError:  # the parser's main: one line, exit 1
         raise FloatingPointError(
             f"--guidance {settings.guidance:g} (--sampler {method}, --steps "
@@ -176,29 +176,3 @@ def check_sample_flags(args: argparse.Namespace) -> None:
     if args.guidance is not None and args.guidance < 0:
         raise UsageError(f"--guidance must be >= 0.0, got {args.guidance}")
 
-
-# What the dit task's SampleSettings is handed for a sampler it does not name (it checks the
-# method against ddim and ddpm); _sampling_with then puts the real one in.
-_TASK_METHOD = {"dpm-solver++": "ddim"}
-
-
-class _SamplerWith:
-    """A task's Diffusion that samples with ``method`` whatever it is asked for."""
-
-    def __init__(self, diffusion: Any, method: str) -> None:
-        self.diffusion, self.method = diffusion, method
-
-    def sample(self, eps_fn: Any, noise: Any, /, **kwargs: Any) -> Any:
-        return self.diffusion.sample(eps_fn, noise, **{**kwargs, "method": self.method})
-
-
-def _sampling_with(task: Any, method: str) -> Any:
-    """``task`` itself for the samplers its SampleSettings names; for DPM-Solver++ a shallow
-    copy whose diffusion samples with it (the same noise, guidance, chunks and pixels as
-    ``task.sample``, only the update differs). The hook goes once SampleSettings takes every
-    sampler of ``addnorm.diffusion``."""
-    if method not in _TASK_METHOD:
-        return task
-    with_method = copy.copy(task)
-    with_method.diffusion = _SamplerWith(task.diffusion, method)
-    return with_method

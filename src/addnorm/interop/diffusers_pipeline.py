@@ -19,6 +19,12 @@ are read: a folder that is not such a pipeline (another ``_class_name``, a part 
 :class:`~addnorm.interop.diffusers_vae.PipelinePartError` naming the file; a damaged file, a
 :class:`~addnorm.utils.files.CheckpointError`. The scheduler config is read here and checked
 when sampling (a sampler asked for may replace it).
+
+:func:`save_diffusers_pipeline` writes such a folder: a DiT (trained by addnorm on a VAE's
+latents), that VAE, the scheduler config of its diffusion (diffusers'
+``DPMSolverMultistepScheduler``, the sampler DiT users reach for, with the diffusion's steps,
+schedule and prediction) and its class names as ``id2label``, by diffusers' own
+``DiTPipeline.save_pretrained``, so that ``DiTPipeline.from_pretrained`` loads it.
 """
 
 from __future__ import annotations
@@ -31,12 +37,19 @@ from typing import Any
 import torch
 
 from addnorm.dit.class_names import ClassNames
+from addnorm.dit.model import DiT
+from addnorm.interop.diffusers import to_diffusers
 from addnorm.interop.diffusers_folder import (
     PIPELINE_INDEX,
     diffusers_class_of,
     from_diffusers_folder,
 )
-from addnorm.interop.diffusers_vae import PipelinePartError, check_vae_config, load_vae
+from addnorm.interop.diffusers_vae import (
+    LatentVAE,
+    PipelinePartError,
+    check_vae_config,
+    load_vae,
+)
 from addnorm.interop.dit_pipeline import DiTPipeline
 from addnorm.pretrained.files import CONFIG_FILE, read_config_json
 from addnorm.pretrained.mixin import check_device, check_dtype, check_path
@@ -49,7 +62,7 @@ from addnorm.utils.files import (
 )
 
 __all__ = ["PIPELINE_CLASS", "PIPELINE_PARTS", "SCHEDULER_CONFIG", "from_diffusers_pipeline",
-           "is_pipeline_folder"]
+           "is_pipeline_folder", "save_diffusers_pipeline"]
 
 PIPELINE_CLASS = "DiTPipeline"
 PIPELINE_PARTS = ("transformer", "vae", "scheduler")
@@ -101,6 +114,61 @@ def from_diffusers_pipeline(
     vae = load_vae(directory / "vae", dtype=dtype, device=device)  # no AutoencoderKL: refused
     transformer = from_diffusers_folder(directory / "transformer", dtype=dtype, device=device)
     return DiTPipeline(transformer, vae, scheduler_config, class_names).eval()
+
+
+# addnorm's schedules as diffusers' beta_schedule names (diffusers_scheduler reads them back).
+_BETA_SCHEDULES = {"linear": "linear", "cosine": "squaredcos_cap_v2"}
+_PREDICTION_TYPES = {"epsilon": "epsilon", "v": "v_prediction"}
+
+
+def save_diffusers_pipeline(
+    folder: str | os.PathLike, transformer: DiT, vae: LatentVAE, *, n_steps: int = 1000,
+    schedule: str = "linear", prediction: str = "epsilon",
+    class_names: tuple[str, ...] | None = None,
+) -> Path:
+    """Write ``transformer`` and ``vae`` as a diffusers DiT pipeline folder (module
+    docstring) that ``DiTPipeline.from_pretrained`` and :func:`from_diffusers_pipeline` load;
+    returns the folder. The diffusion is ``n_steps`` steps of ``schedule`` (``"linear"``:
+    betas ``0.1 / n`` to ``20 / n``, DiT's; ``"cosine"``) predicting ``prediction``
+    (``"epsilon"`` or ``"v"``).
+
+    Raises:
+        ValueError: the DiT cannot be a diffusers ``DiTTransformer2DModel`` (diffusers fixes
+            the timestep features' shift at 1, DiT's is 0: train with
+            ``--timestep-downscale-freq-shift 1``), its input channels are not the VAE's
+            latent channels, or the schedule or prediction has no diffusers name.
+        ImportError: diffusers is not installed.
+
+    diffusers' ``DiTPipeline.__call__`` guides with the null class 1000 (ImageNet's), so it
+    guides a model of other classes only at ``guidance_scale <= 1`` (no guidance);
+    addnorm's :class:`DiTPipeline` guides with the model's own null class.
+    """
+    import diffusers
+
+    if transformer.cfg.in_channels != vae.latent_channels:
+        raise ValueError(f"the DiT takes {transformer.cfg.in_channels} channels but the VAE's "
+                         f"latents have {vae.latent_channels}")
+    if schedule not in _BETA_SCHEDULES or prediction not in _PREDICTION_TYPES:
+        raise ValueError(f"schedule {schedule!r} and prediction {prediction!r} must be one of "
+                         f"{list(_BETA_SCHEDULES)} and {list(_PREDICTION_TYPES)}")
+    try:
+        theirs = to_diffusers(transformer).eval()
+    except ValueError as err:
+        raise ValueError(f"{err} (train with --timestep-downscale-freq-shift 1 for a DiT "
+                         "that diffusers holds)") from None
+    scheduler = diffusers.DPMSolverMultistepScheduler(
+        num_train_timesteps=n_steps, beta_start=0.1 / n_steps, beta_end=20 / n_steps,
+        beta_schedule=_BETA_SCHEDULES[schedule], prediction_type=_PREDICTION_TYPES[prediction])
+    directory = check_path(folder)
+    pipeline: Any = diffusers.DiTPipeline(transformer=theirs, vae=vae.autoencoder.eval(),
+                                          scheduler=scheduler)
+    pipeline.save_pretrained(directory)
+    if class_names is not None:  # where the Hub's folder keeps them (module docstring)
+        index_file = directory / PIPELINE_INDEX
+        index = json.loads(index_file.read_text(encoding="utf-8"))
+        index["id2label"] = {str(i): name for i, name in enumerate(class_names)}
+        index_file.write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+    return directory
 
 
 def _check_index(index: dict[str, Any], directory: Path) -> None:

@@ -11,11 +11,15 @@ module, which does the work: addnorm does not reimplement the VAE, so diffusers 
 
 :func:`load_vae` opens a folder of diffusers' ``save_pretrained`` (a VAE's own folder such as
 ``stabilityai/sd-vae-ft-ema``, or a pipeline folder, whose ``vae/`` it takes), checking first,
-without diffusers, that its ``config.json`` names an ``AutoencoderKL``.
+without diffusers, that its ``config.json`` names an ``AutoencoderKL``. :func:`vae_folder` is
+the folder it reads and :func:`vae_hash` the SHA-256 of that folder's config and weights: what
+a run trained on the VAE's latents records, so that a cache of latents is keyed by it and a
+resumed run refuses a VAE that changed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -28,7 +32,14 @@ from addnorm.pretrained.files import CONFIG_FILE, read_config_json
 from addnorm.pretrained.mixin import check_device, check_dtype, check_path
 from addnorm.utils.files import CheckpointError
 
-__all__ = ["LatentVAE", "PipelinePartError", "check_vae_config", "load_vae"]
+__all__ = [
+    "LatentVAE",
+    "PipelinePartError",
+    "check_vae_config",
+    "load_vae",
+    "vae_folder",
+    "vae_hash",
+]
 
 VAE_CLASS = "AutoencoderKL"
 # config fields DiTPipeline's decoding ignores; a VAE that sets them (SD3's, Flux's: a shift, or
@@ -83,9 +94,11 @@ class LatentVAE(nn.Module):
         self.image_channels = int(config.in_channels)
         self.downsample = 2 ** (len(config.block_out_channels) - 1)
 
-    def encode(self, images: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
+    def encode(self, images: Tensor, *,
+               generator: torch.Generator | list[torch.Generator] | None = None) -> Tensor:
         """Latents of ``images`` in [-1, 1]: a draw of the encoder's Gaussian (``generator``
-        draws its noise) times ``scaling_factor``, as DiT's ``train.py``.
+        draws its noise; a list: one generator per image, as diffusers' ``randn_tensor``
+        takes them) times ``scaling_factor``, as DiT's ``train.py``.
 
         Shapes: images (B, image_channels, H, W) -> (B, latent_channels, H / f, W / f),
         f = ``downsample``
@@ -114,6 +127,35 @@ def check_vae_config(config: dict[str, Any], directory: Path) -> None:
         )
 
 
+def vae_folder(path: str | os.PathLike) -> Path:
+    """The folder holding the VAE that ``path`` names: ``path`` itself, or a pipeline
+    folder's ``vae/`` (a folder with ``model_index.json`` and no ``config.json``).
+    CheckpointError if ``path`` is no folder."""
+    directory = check_path(path)
+    if (directory / PIPELINE_INDEX).is_file() and not (directory / CONFIG_FILE).exists():
+        return directory / "vae"
+    return directory
+
+
+def vae_hash(path: str | os.PathLike) -> str:
+    """The SHA-256 (hex) of the VAE folder ``path`` names (:func:`vae_folder`): its
+    ``config.json`` and its ``*.safetensors`` weights, in name order, each name and its bytes
+    hashed. CheckpointError if the folder or its config cannot be read."""
+    directory = vae_folder(path)
+    files = [directory / CONFIG_FILE, *sorted(directory.glob("*.safetensors"))]
+    digest = hashlib.sha256()
+    try:
+        for file in files:
+            digest.update(file.name.encode() + b"\0")
+            with open(file, "rb") as f:
+                while block := f.read(1 << 22):
+                    digest.update(block)
+    except OSError as err:
+        raise CheckpointError(f"{directory}: its VAE cannot be read "
+                              f"({err.strerror or err}: {err.filename})") from None
+    return digest.hexdigest()
+
+
 def load_vae(
     path: str | os.PathLike,
     *,
@@ -132,10 +174,8 @@ def load_vae(
             read its weights (pickled weights are refused).
         ImportError: diffusers is not installed.
     """
-    directory = check_path(path)
+    directory = vae_folder(path)
     dtype, device = check_dtype(dtype), check_device(device)
-    if (directory / PIPELINE_INDEX).is_file() and not (directory / CONFIG_FILE).exists():
-        directory = directory / "vae"  # a pipeline folder: its VAE
     check_vae_config(read_config_json(directory), directory)
     cls = _autoencoder_class()
     try:

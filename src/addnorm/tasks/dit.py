@@ -34,16 +34,11 @@ from addnorm.data.fingerprint import DataRecord
 from addnorm.data.images import DEFAULT_VAL_FRACTION, ImageCorpus
 from addnorm.data.sampler import SampledBatches
 from addnorm.diffusion import Diffusion, guided_eps_fn
+from addnorm.diffusion.sampling import METHODS
 from addnorm.dit import DIT_PRESETS, DiT, DiTConfig
 from addnorm.tasks.data_settings import check_image_settings
-from addnorm.tasks.dit_data import (
-    SAMPLE_CHUNK,
-    ImageData,
-    Judge,
-    image_data,
-    image_data_for,
-    image_data_from_dict,
-)
+from addnorm.tasks.dit_data import SAMPLE_CHUNK, ImageData, Judge, image_data
+from addnorm.tasks.dit_latents import check_vae_setting, latent_data_for, latent_data_from_dict
 from addnorm.tasks.task import SizeRule, Sizing, TaskConfig
 from addnorm.training.best import Validation
 from addnorm.training.config import TrainConfig
@@ -67,13 +62,14 @@ RUN_SAMPLE_CLASSES = 10
 
 @dataclass(frozen=True)
 class SampleSettings:
-    """How samples are drawn: ``steps`` respaced steps of ``method`` (``"ddim"`` or
-    ``"ddpm"``), classifier-free guidance of scale ``guidance`` (1 = none), which trades
-    diversity for fidelity (docs/task-defaults.md measures 2 against 3).
+    """How samples are drawn: ``steps`` respaced steps of ``method`` (``"ddim"``, ``"ddpm"``
+    or ``"dpm-solver++"``: :data:`addnorm.diffusion.sampling.METHODS`), classifier-free
+    guidance of scale ``guidance`` (1 = none), which trades diversity for fidelity
+    (docs/task-defaults.md measures 2 against 3).
 
     Accepted: ``steps`` from 1 to the task's ``n_steps``, checked where both bounds are known,
     by the sampler (:meth:`addnorm.diffusion.Diffusion.sample`); any finite
-    ``guidance >= 0``. Every step count works with both methods
+    ``guidance >= 0``. Every step count works with every method
     (:mod:`addnorm.diffusion.spacing`). A guidance scale whose samples overflow
     float32 (far beyond any useful one: measured where ``guidance * |cond - uncond|`` passes
     about 1e19) raises FloatingPointError from the sampler instead of returning NaN; see
@@ -84,7 +80,7 @@ class SampleSettings:
     guidance: float = 3.0
 
     def __post_init__(self) -> None:
-        check_choice("method", self.method, ("ddim", "ddpm"))
+        check_choice("method", self.method, METHODS)
         check_float("guidance", self.guidance, min_value=0.0)
 
 
@@ -109,6 +105,9 @@ class DiTTaskConfig(TaskConfig):
             or none to weigh every step alike (DiT's loss).
         follow_links: read the links in a data folder that lead outside it (without it they
             are skipped, and named).
+        vae: train on the latents of this VAE (with data): a diffusers AutoencoderKL folder
+            or a DiT pipeline folder (its vae/); images are encoded once into a cache, and
+            samples decoded by it (addnorm.tasks.dit_latents). None: on the pixels.
     """
 
     resumable: ClassVar[tuple[str, ...]] = ("eval_size",)
@@ -120,6 +119,7 @@ class DiTTaskConfig(TaskConfig):
     prediction: Literal["v", "epsilon"] = "v"
     min_snr_gamma: float | None = 5.0
     follow_links: bool = False
+    vae: str | None = None
 
     def __post_init__(self) -> None:
         check_int("eval_size", self.eval_size, min_value=1)
@@ -128,6 +128,7 @@ class DiTTaskConfig(TaskConfig):
         if self.min_snr_gamma is not None:
             check_float("min_snr_gamma", self.min_snr_gamma, min_value=0.0, min_inclusive=False)
         check_image_settings(self)
+        check_vae_setting(self)
 
 
 class DiTTask:
@@ -463,7 +464,7 @@ class DiTTask:
         ``task_cfg.prediction`` with ``task_cfg.min_snr_gamma``'s weighting (1000 linear
         steps). Raises ValueError for a gamma whose weights underflow float32."""
         return cls(prediction=task_cfg.prediction, min_snr_gamma=task_cfg.min_snr_gamma,
-                   data=image_data_for(task_cfg))
+                   data=latent_data_for(task_cfg))
 
     @staticmethod
     def config_from_dict(data: dict) -> DiTConfig:
@@ -484,7 +485,8 @@ class DiTTask:
         existed predicted the noise (``"epsilon"``) with every step weighed alike (None)."""
         settings = {"prediction": "epsilon", "min_snr_gamma": None, **data}
         settings.pop("data", None)
-        return cls(**settings, data=image_data_from_dict(data))
+        settings.pop("vae", None)
+        return cls(**settings, data=latent_data_from_dict(data))
 
     def run_files(self) -> dict[str, str]:
         """For a user's images, ``data.json`` (the record of the data); nothing for the

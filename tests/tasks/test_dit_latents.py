@@ -1,0 +1,235 @@
+"""The ``dit`` task on the latents of a VAE (``DiTTaskConfig.vae``): the model it prepares
+(the VAE's factor and channels), a tiny run that encodes once and resumes bit for bit, its
+samples decoded at the images' size, a changed VAE refused, the settings refused, and a
+latent run written as a diffusers pipeline folder that diffusers' own ``DiTPipeline`` samples
+as the task does.
+
+Provenance: the model's input is the image side over the VAE's factor ``2 ** (len(
+block_out_channels) - 1)`` (2 for the small VAE of ``small_pipeline``: 16 -> 8) and its
+channels the VAE's ``latent_channels`` (4), as DiT's ``train.py`` sizes its model
+(``latent_size = image_size // 8``); a batch's rows are the cache's rows (identity: the same
+latents, read back); a resumed run's checkpoint equals the uninterrupted run's, tensor for
+tensor (the same batches from the saved data order, the same arithmetic); samples are the
+VAE's decoding of the sampler's latents, computed here with diffusers' own module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from data.test_images import write_folder
+from safetensors.torch import load_file
+from small_dit import perturbed
+from small_pipeline import autoencoder, write_pipeline
+
+from addnorm.data.fingerprint import DataChangedError
+from addnorm.data.images import to_pixels
+from addnorm.dit import DIT_PRESETS
+from addnorm.interop.diffusers_vae import LatentVAE
+from addnorm.tasks.dit import DiTTask, DiTTaskConfig
+from addnorm.tasks.dit_latents import LatentImages
+from addnorm.tasks.plan import plan_resumed_run
+from addnorm.tasks.run import load_trained, train_run
+
+pytest.importorskip("diffusers")
+TINY = DIT_PRESETS["DiT-digits-tiny"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run many times slower when threads oversubscribe the cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ADDNORM_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def data(tmp_path):
+    """20 16x16 RGB pictures in two class folders, and a small VAE's folder."""
+    write_folder(tmp_path / "pics", {"ants": 10, "bees": 10}, size=16)
+    autoencoder().save_pretrained(tmp_path / "vae")
+    return tmp_path / "pics", tmp_path / "vae"
+
+
+def _train_cfg(**overrides):
+    settings = dict(max_steps=4, max_minutes=None, batch_size=4, warmup=1, log_every=1,
+                    checkpoint_every=2, ema_decay=0.0, schedule="constant", keep_best=False)
+    return dataclasses.replace(DiTTask.default_train_config(), **{**settings, **overrides})
+
+
+def _encodes(monkeypatch):
+    calls: list[int] = []
+    real = LatentVAE.encode
+    monkeypatch.setattr(LatentVAE, "encode", lambda self, x, **k: calls.append(x.shape[0])
+                        or real(self, x, **k))
+    return calls
+
+
+def test_the_model_follows_the_vae_and_batches_are_cached_rows(data):
+    pics, vae = data
+    task = DiTTask.from_config(DiTTaskConfig(data=str(pics), vae=str(vae)))
+    cfg = task.prepare(TINY)
+    assert (cfg.input_size, cfg.in_channels, cfg.n_classes) == (8, 4, 2)
+    latents = task.data.latents(16)
+    assert latents.shape == (40, 4, 8, 8)  # every image and its mirror
+    batch = task.batches(cfg, _train_cfg(), DiTTaskConfig()).next_batch()
+    assert batch["images"].shape == batch["noise"].shape == (4, 4, 8, 8)
+    rows = [next(r for r in range(40) if np.array_equal(latents[r], image.numpy()))
+            for image in batch["images"]]
+    labels = task.corpus.labels
+    assert [int(labels[r // 2]) for r in rows] == batch["labels"].tolist()
+    assert all(r // 2 in task.corpus.train_index for r in rows)
+
+
+def test_a_tiny_run_encodes_once_resumes_exactly_and_samples_at_the_images_size(
+        data, tmp_path, monkeypatch):
+    pics, vae = data
+    task_cfg = DiTTaskConfig(data=str(pics), vae=str(vae), eval_size=2)
+    calls = _encodes(monkeypatch)
+    whole = train_run("dit", TINY, _train_cfg(), tmp_path / "whole", task_cfg=task_cfg)
+    assert sum(calls) == 40  # 20 images and their mirrors, once
+    assert np.isfinite(whole.metrics["frechet_distance"])
+    assert np.array(whole.metrics["samples"][0]["pixels"]).shape == (16, 16, 3)
+    calls.clear()
+    train_run("dit", TINY, _train_cfg(max_steps=2), tmp_path / "half", task_cfg=task_cfg)
+    plan = plan_resumed_run("dit", tmp_path / "half", train_overrides={"max_steps": 4})
+    train_run("dit", plan.model_cfg, plan.train_cfg, tmp_path / "half",
+              task_cfg=plan.task_cfg, resume=plan.resume)
+    assert calls == []  # both runs read the cache
+    for name in ("model.safetensors", "optimizer.safetensors"):
+        ours = load_file(tmp_path / "half" / "checkpoints" / "step-00000004" / name)
+        theirs = load_file(tmp_path / "whole" / "checkpoints" / "step-00000004" / name)
+        assert ours.keys() == theirs.keys()
+        assert all(torch.equal(ours[k], theirs[k]) for k in ours), name
+
+    task, model, _ = load_trained(tmp_path / "whole")
+    assert task.to_dict()["vae"]["path"] == str(vae) and model.cfg.input_size == 8
+    generator = torch.Generator().manual_seed(0)
+    images = task.sample(model, torch.tensor([0, 1]), generator=generator)
+    assert images.dtype == torch.uint8 and images.shape == (2, 3, 16, 16)
+    latents = task._generate(model, torch.tensor([0, 1]), task.sample_settings,
+                             torch.Generator().manual_seed(0), False, torch.device("cpu"))
+    decoded = task.data.vae.autoencoder.decode(latents / 0.18215).sample  # DiTPipeline's
+    assert torch.equal(images, to_pixels(decoded))
+
+
+def test_a_changed_vae_refuses_the_resume_in_one_line(data, tmp_path):
+    pics, vae = data
+    task_cfg = DiTTaskConfig(data=str(pics), vae=str(vae), eval_size=2)
+    train_run("dit", TINY, _train_cfg(max_steps=2), tmp_path / "run", task_cfg=task_cfg)
+    other = autoencoder()
+    with torch.no_grad():
+        next(other.parameters()).add_(1.0)
+    other.save_pretrained(vae)
+    with pytest.raises(DataChangedError, match=r"^vae .*: the VAE changed since the run was "
+                                               r"trained on its latents \(sha256 [0-9a-f]{12}"):
+        plan_resumed_run("dit", tmp_path / "run", train_overrides={"max_steps": 4})
+    with pytest.raises(ValueError, match="vae cannot change when resuming"):
+        plan_resumed_run("dit", tmp_path / "run", train_overrides={"vae": str(tmp_path)})
+
+
+def test_a_pipeline_folder_gives_its_vae(data, tmp_path):
+    pics, _ = data
+    folder = write_pipeline(tmp_path / "pipe")
+    task = DiTTask.from_config(DiTTaskConfig(data=str(pics), vae=str(folder)))
+    assert task.prepare(TINY).in_channels == 4
+    assert task.data.vae.latent_channels == 4
+
+
+def test_the_settings_refused(data, tmp_path):
+    pics, vae = data
+    with pytest.raises(ValueError, match="vae needs data"):
+        DiTTaskConfig(vae=str(vae))
+    with pytest.raises(ValueError, match=r"image_size \(14\) must be divisible by 4: the VAE's "
+                                         r"downsampling factor 2 times patch_size \(2\)"):
+        DiTTask.from_config(DiTTaskConfig(data=str(pics), vae=str(vae), image_size=14)
+                            ).prepare(TINY)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "config.json").write_text('{"_class_name": "UNet2DModel"}')
+    with pytest.raises(ValueError, match="not an AutoencoderKL"):
+        DiTTask.from_config(DiTTaskConfig(data=str(pics), vae=str(tmp_path / "other")))
+    with pytest.raises(ValueError, match="not found"):
+        DiTTask.from_config(DiTTaskConfig(data=str(pics), vae=str(tmp_path / "none")))
+
+
+def test_the_default_size_is_a_multiple_of_the_factor_times_the_patch(tmp_path):
+    write_folder(tmp_path / "pics", {"a": 3, "b": 3}, size=18)
+    autoencoder().save_pretrained(tmp_path / "vae")
+    data = DiTTask.from_config(DiTTaskConfig(data=str(tmp_path / "pics"),
+                                             vae=str(tmp_path / "vae"))).data
+    assert isinstance(data, LatentImages)
+    cfg = data.prepare(TINY)
+    assert cfg.input_size == 8  # 18 rounded down to 16, a multiple of 2 x 2; 16 / 2
+    assert "training at 16x16" in data.size_note(TINY) and "8x8 latents" in data.size_note(TINY)
+
+
+def test_a_latent_run_is_written_as_a_pipeline_folder_diffusers_samples(data, tmp_path):
+    """Provenance: diffusers' own ``DiTPipeline.from_pretrained`` of the folder, sampling with
+    the same starting noise (its ``randn_tensor`` and the task both draw ``randn`` of the
+    latents' shape from the generator), DPM-Solver++ over 3 steps without guidance (diffusers'
+    pipeline guides with ImageNet's null class 1000 only), decoded by the same VAE; its images
+    on [0, 1] rounded to 0..255 are the task's uint8 samples, within one level (float32
+    rounding at a pixel's half-level edge)."""
+    import diffusers
+
+    from addnorm.tasks.dit import SampleSettings
+    from addnorm.tasks.dit_latents import save_pipeline
+
+    pics, vae = data
+    task_cfg = DiTTaskConfig(data=str(pics), vae=str(vae), eval_size=2)
+    cfg = dataclasses.replace(TINY, timestep_downscale_freq_shift=1.0)  # diffusers' features
+    train_run("dit", cfg, _train_cfg(max_steps=2), tmp_path / "run", task_cfg=task_cfg)
+    task, model, _ = load_trained(tmp_path / "run")
+    perturbed(model, seed=3, scale=0.05)  # 2 steps leave the zero-initialised gates near zero
+    folder = save_pipeline(task, model, tmp_path / "pipe")
+    theirs = diffusers.DiTPipeline.from_pretrained(folder, low_cpu_mem_usage=False)
+    theirs.set_progress_bar_config(disable=True)
+    assert theirs.labels == {"ants": 0, "bees": 1}
+    assert theirs.scheduler.config.prediction_type == "v_prediction"
+    images = theirs([0, 1], guidance_scale=1.0, num_inference_steps=3, output_type="np",
+                    generator=torch.Generator().manual_seed(0)).images  # (2, 16, 16, 3)
+    ours = task.sample(model, torch.tensor([0, 1]), SampleSettings(3, "dpm-solver++", 1.0),
+                       generator=torch.Generator().manual_seed(0))  # (2, 3, 16, 16) uint8
+    expected = torch.from_numpy(np.round(images * 255)).permute(0, 3, 1, 2)
+    assert (ours.float() - expected).abs().max() <= 1
+    flat = task.sample(model, torch.tensor([0, 1]), SampleSettings(3, "dpm-solver++", 1.0),
+                       generator=torch.Generator().manual_seed(1))
+    assert (flat.float() - expected).abs().max() > 1  # the noise decides: the check can fail
+
+    with pytest.raises(ValueError, match="--timestep-downscale-freq-shift 1"):
+        train_run("dit", TINY, _train_cfg(max_steps=1), tmp_path / "run0", task_cfg=task_cfg)
+        save_pipeline(*load_trained(tmp_path / "run0")[:2], tmp_path / "pipe0")
+
+
+def test_grayscale_pictures_go_through_a_colour_vae_as_three_equal_channels(tmp_path):
+    """Provenance: the cached latents of a grayscale picture are those of its three-channel
+    copy (computed here with diffusers: the same generator seed, the row); samples come back
+    with the data's one channel, the mean of the VAE's three."""
+    write_folder(tmp_path / "pics", {"a": 3, "b": 3}, size=16, mode="L")
+    autoencoder().save_pretrained(tmp_path / "vae")
+    task = DiTTask.from_config(DiTTaskConfig(data=str(tmp_path / "pics"),
+                                             vae=str(tmp_path / "vae")))
+    assert task.prepare(TINY).in_channels == 4
+    latents = task.data.latents(16)
+    x = task.corpus.pixels(16)[:1].float().expand(-1, 3, -1, -1) / 127.5 - 1
+    with torch.no_grad():
+        draw = task.data.vae.autoencoder.encode(x).latent_dist.sample(
+            generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(torch.from_numpy(np.array(latents[:1])), draw * 0.18215,
+                               rtol=1e-5, atol=1e-5)  # FLOAT32_MODEL: a batch vs one image
+    two = torch.from_numpy(np.array(latents[:2]))
+    decoded = task.data.to_pixels(two)
+    assert decoded.shape == (2, 1, 16, 16) and decoded.dtype == torch.uint8
+    with torch.no_grad():
+        colour = task.data.vae.autoencoder.decode(two / 0.18215).sample  # (2, 3, 16, 16)
+    assert torch.equal(decoded, to_pixels(colour.mean(dim=1, keepdim=True)))
