@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -50,7 +50,6 @@ from addnorm.utils.files import CheckpointError
 if TYPE_CHECKING:
     from addnorm.dit.model import DiT
     from addnorm.interop.diffusers_vae import LatentVAE
-    from addnorm.tasks.dit import DiTTask
     from addnorm.tasks.image_quality import ImageJudge
 
 __all__ = [
@@ -297,7 +296,18 @@ def latent_data_from_dict(data: dict) -> ImageData:
     return LatentImages(images, vae["path"], recorded=vae)
 
 
-def save_pipeline(task: DiTTask, model: DiT, folder: str | os.PathLike) -> str:
+class _DiffusionTask(Protocol):
+    """What :func:`save_pipeline` reads of a ``DiTTask`` (named so to keep dit_latents below
+    dit, which imports it)."""
+
+    data: ImageData
+    n_steps: int
+    schedule: str
+    prediction: str
+    class_names: Any
+
+
+def save_pipeline(task: _DiffusionTask, model: DiT, folder: str | os.PathLike) -> str:
     """Write a run trained on a VAE's latents (``task, model, _ =
     addnorm.tasks.run.load_trained(RUN)``) as a diffusers DiT pipeline folder: its DiT, its VAE,
     a ``DPMSolverMultistepScheduler`` of its diffusion and its class names
