@@ -88,6 +88,23 @@ def sample_run(run: Path, corpus, per_class: int) -> tuple[torch.Tensor, torch.T
     return task.sample(model, labels, task.sample_settings, generator=generator), labels
 
 
+HEADER = ("| side | images | budget | wall | load | steps | SVC held-out | agreement (SVC) "
+          "| agreement (3-NN) | run's judge held-out | run's agreement |")
+
+
+def table_row(record: dict) -> str:
+    """A record as a row under ``HEADER`` (the README quotes such rows)."""
+    agreement = record["run_class_agreement"]
+    return (f"| {record['side']}x{record['side']} | {record['images']} | "
+            f"{record['budget_minutes']:g} min | {record['wall_s']:.0f} s | "
+            f"{record['load_before'][0]}-{record['load_after'][0]} | {record['steps']} | "
+            f"{record['independent_svc_held_out_accuracy']:.3f} | "
+            f"{record['class_agreement_independent_svc']:.3f} | "
+            f"{record['class_agreement_independent_knn']:.3f} | "
+            f"{record['run_judge_test_accuracy']:.3f} | "
+            + ("not judged" if agreement is None else f"{agreement:.3f}") + " |")
+
+
 def load_average() -> list[float]:
     """The 1, 5 and 15-minute load averages."""
     return [round(v, 2) for v in os.getloadavg()]
@@ -113,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     done = subprocess.run([sys.executable, "-m", "addnorm", *command[1:]], check=True,
                           capture_output=True, text=True)
     wall_s, load_after = time.time() - started, load_average()
-    sys.stderr.write(done.stdout)
+    sys.stderr.write(done.stderr + done.stdout)
     pixels, labels = sample_run(run, corpus, args.per_class)
     x = flat(pixels)
     agreement = {name: float((judge.predict(x) == labels.numpy()).mean())
@@ -124,8 +141,8 @@ def main(argv: list[str] | None = None) -> None:
         "command": " ".join(command), "budget_minutes": args.minutes,
         "wall_s": round(wall_s, 1), "load_before": load_before, "load_after": load_after,
         "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-        "plan": [line for line in done.stdout.splitlines()
-                 if line.startswith(("training dit", "  "))],
+        "plan": [line for line in (done.stderr + done.stdout).splitlines()
+                 if line.startswith(("training dit", "  ", "trained "))],
         "steps": metrics.get("step"), "checkpoint": metrics.get("checkpoint"),
         "independent_svc_held_out_accuracy": accuracy["svc"],
         "independent_knn_held_out_accuracy": accuracy["knn"],
@@ -137,12 +154,8 @@ def main(argv: list[str] | None = None) -> None:
         "run_judge_trusted": metrics.get("judge_trusted"),
         "run_metric": metrics.get("metric"),
     }
-    print("| side | images | budget | wall | load | steps | SVC held-out | agreement (SVC) "
-          "| agreement (3-NN) | run's judge held-out | run's agreement |")
-    print(f"| {args.side} | {record['images']} | {args.minutes:g} min | {wall_s:.0f} s | "
-          f"{load_before[0]}-{load_after[0]} | {record['steps']} | {accuracy['svc']:.3f} | "
-          f"{agreement['svc']:.3f} | {agreement['knn']:.3f} | "
-          f"{record['run_judge_test_accuracy']} | {record['run_class_agreement']} |")
+    print(HEADER)
+    print(table_row(record))
     if args.record is not None:
         records = json.loads(args.record.read_text()) if args.record.exists() else []
         args.record.write_text(json.dumps([*records, record], indent=1) + "\n")

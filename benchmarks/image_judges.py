@@ -96,6 +96,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     rows = []
+    print("| folder | classes | train/held out | pixels SVC held-out | features SVC held-out "
+          "| picked | judge held-out | trusted |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, size, write in (("digits8", 8, lambda f: write_digits(f, 8)),
                               ("digits16", 16, lambda f: write_digits(f, 16)),
                               ("photo-regions16", 16, lambda f: write_photo_regions(f, 16)),
