@@ -171,3 +171,73 @@ def test_the_default_dit_run_reaches_95_percent_class_agreement(tmp_path):
         "dit", task.default_model_config(), task.default_train_config(), tmp_path
     )
     assert summary.metrics["class_agreement"] >= 0.95
+
+
+@pytest.mark.parametrize(("side", "image_size", "patch"), [
+    (8, None, 2), (16, None, 4), (12, None, 4), (32, None, 8), (64, None, 8),
+    (32, 24, 8), (32, 10, 2),
+])
+def test_the_data_recipe_patch_is_the_smallest_that_keeps_four_patches_a_side(
+        tmp_path, side, image_size, patch):
+    """Restated: of the patch sizes 2, 4 and 8, the smallest at which the side the images
+    train at (``image_size``, else theirs, capped at 8 patches of that patch size and rounded
+    down to a multiple of it) is at most 4 patches a side; none: the largest that divides it.
+    8x8: 2 (4 a side); 16x16 and 12x12: 4; 32x32: 8 (4 a side); 64x64 capped at 8 patches of
+    8: 64, 8 a side, none fits: 8; image_size 24: 8 (3 a side); 10: only 2 divides it."""
+    from data.test_images import write_folder
+
+    from addnorm.tasks.plan import plan_fresh_run
+
+    write_folder(tmp_path / "pics", {"a": 2, "b": 2}, size=side, mode="L")
+    values = {"data": str(tmp_path / "pics"), "image_size": image_size, "max_minutes": None,
+              "batch_size": 2}
+    plan = plan_fresh_run("dit", train_values=values)
+    assert plan.model_cfg.patch_size == patch
+    given = plan_fresh_run("dit", train_values=values, model_values={"patch_size": 1})
+    assert given.model_cfg.patch_size == 1  # asked for: kept
+    preset = plan_fresh_run("dit", preset="DiT-digits-tiny", train_values=values)
+    assert preset.model_cfg.patch_size == DIT_PRESETS["DiT-digits-tiny"].patch_size
+    assert plan_fresh_run("dit").model_cfg.patch_size == 2  # the digits: as before
+
+
+def test_the_data_recipe_weighs_every_step_alike_unless_asked(tmp_path):
+    """Restated: on a user's images min_snr_gamma is none (v-prediction alone, the faster
+    learner in docs/dit-min-snr.json) unless given; the digits keep Min-SNR-5."""
+    from data.test_images import write_folder
+
+    from addnorm.tasks.plan import plan_fresh_run
+
+    write_folder(tmp_path / "pics", {"a": 2, "b": 2}, size=8, mode="L")
+    values = {"data": str(tmp_path / "pics"), "max_minutes": None, "batch_size": 2}
+    plan = plan_fresh_run("dit", train_values=values)
+    assert plan.task_cfg.min_snr_gamma is None and plan.task.min_snr_gamma is None
+    asked = plan_fresh_run("dit", train_values={**values, "min_snr_gamma": 5.0})
+    assert asked.task_cfg.min_snr_gamma == 5.0 and asked.task.min_snr_gamma == 5.0
+    digits = plan_fresh_run("dit")
+    assert digits.task_cfg.min_snr_gamma == 5.0 == digits.task.min_snr_gamma
+
+
+def test_flips_are_a_setting_off_by_default(tmp_path):
+    """``DiTTaskConfig.flip`` adds addnorm.data.flips' coins to the batches; off, the batches
+    have none (and are the same draws as before the setting existed)."""
+    task = DiTTask()
+    cfg = task.prepare(DIT_PRESETS["DiT-digits-tiny"])
+    train_cfg = dataclasses.replace(DiTTask.default_train_config(), batch_size=8)
+    assert DiTTaskConfig().flip is False
+    plain = task.batches(cfg, train_cfg, DiTTaskConfig()).next_batch()
+    flipped = task.batches(cfg, train_cfg, DiTTaskConfig(flip=True)).next_batch()
+    assert "flipped" not in plain and flipped["flipped"].dtype == torch.bool
+    coins = flipped["flipped"]
+    assert torch.equal(flipped["images"][coins], plain["images"][coins].flip(-1))
+    assert torch.equal(flipped["images"][~coins], plain["images"][~coins])
+
+
+def test_the_figures_say_when_class_agreement_is_not_judged():
+    figures = {"frechet_distance": 9.0, "frechet_distance_real": 3.0, "precision": 0.5,
+               "recall": 0.4, "precision_real": 0.9, "recall_real": 0.8,
+               "nearest_train_distance": 2.0, "nearest_train_distance_real": 2.1,
+               "judge_test_accuracy": 0.51}
+    weak = DiTTask.figures_text({**figures, "judge_trusted": 0.0})
+    assert "judge_test_accuracy: 0.5100" in weak
+    assert "class_agreement: not judged (a judge must score 0.8 or more" in weak
+    assert "not judged" not in DiTTask.figures_text({**figures, "judge_trusted": 1.0})

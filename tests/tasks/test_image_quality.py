@@ -7,7 +7,11 @@ brute-force ``torch.cdist`` over every pair; the feature space's purpose, rankin
 above blurred and noisy ones, is checked on crops of scikit-learn's two sample photos (real
 images that ship with the install), with the same train images blurred (Pillow's Gaussian
 blur) or noised as the degraded sets; the judge's agreement on real held-out images is its
-held-out accuracy (the same predictions, an identity).
+held-out accuracy (the same predictions, an identity), which is itself recounted from the
+judge's predictions on the held-out images; the too-weak rule (judge_verdict: held-out
+accuracy >= 0.8 and a one-sided binomial test against the largest class's share at p < 0.01)
+is restated with scipy's binomtest, and checked to fire on noise images with random labels
+(a judge of them is at chance) and not on the photo crops.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ import torch
 from PIL import Image, ImageFilter, ImageOps
 
 from addnorm.tasks.image_quality import (
+    MIN_JUDGE_ACCURACY,
     ImageJudge,
     RandomFeatures,
     frechet_distance,
+    judge_verdict,
     manifold_coverage,
     nearest_distance,
 )
@@ -136,6 +142,7 @@ def test_real_held_out_images_score_as_real_and_the_judge_agrees_as_accurately_a
     scores = judge.score(held, held_labels)
     assert scores["class_agreement"] == judge.test_accuracy  # the same predictions
     assert scores["judge_test_accuracy"] == judge.test_accuracy
+    assert scores["judge_trusted"] == 1.0
     assert scores["precision"] == scores["precision_real"]  # the held-out images themselves
     assert scores["nearest_train_distance"] == scores["nearest_train_distance_real"]
     assert set(scores) >= {"class_agreement_china", "class_agreement_flower", "recall",
@@ -153,3 +160,37 @@ def test_a_judge_of_one_class_scores_without_classes(judged):
     with pytest.raises(ValueError, match="at least 2 train and 2 held-out images"):
         ImageJudge.fit(train[:5], torch.zeros(5, dtype=torch.long), held[:1],
                        torch.zeros(1, dtype=torch.long), ("all",))
+
+
+def test_the_judges_held_out_accuracy_is_recounted_from_its_predictions(judged):
+    judge, _, _, held, held_labels = judged
+    hits = judge.predict(held) == held_labels.numpy()  # held out: never fitted on
+    assert judge.test_accuracy == hits.mean()
+    assert judge.judge_space in ("pixels", "features") and judge.verdict is None
+
+
+def test_the_too_weak_rule_is_a_floor_and_a_binomial_test_against_the_largest_class():
+    from scipy.stats import binomtest
+
+    balanced = np.arange(10) % 2  # chance 0.5
+    # 9 of 10: above the floor, but p = P(X >= 9 | 10, 0.5) = 11/1024 > 0.01: too few images
+    assert binomtest(9, 10, 0.5, alternative="greater").pvalue == 11 / 1024
+    assert "not clearly above chance with 10 held-out images" in judge_verdict(0.9, balanced)
+    assert judge_verdict(1.0, balanced) is None  # p = 1/1024
+    many = np.arange(100) % 10  # chance 0.1
+    assert judge_verdict(MIN_JUDGE_ACCURACY, many) is None
+    assert f"below {MIN_JUDGE_ACCURACY:g}" in judge_verdict(0.79, many)
+    skewed = np.array([0] * 90 + [1] * 10)  # always naming class 0 scores 0.9
+    assert judge_verdict(0.9, skewed) is not None and judge_verdict(0.98, skewed) is None
+
+
+def test_a_judge_of_noise_with_random_labels_is_too_weak_and_gives_no_agreement():
+    generator = torch.Generator().manual_seed(0)
+    noise = torch.randint(0, 256, (200, 3, 8, 8), generator=generator, dtype=torch.uint8)
+    labels = torch.randint(0, 4, (200,), generator=generator)
+    judge = ImageJudge.fit(noise[:150], labels[:150], noise[150:], labels[150:],
+                           ("a", "b", "c", "d"))
+    assert judge.verdict is not None and judge.verdict.startswith("class agreement not judged")
+    scores = judge.score(noise[150:], labels[150:])
+    assert scores["judge_trusted"] == 0.0 and scores["judge_test_accuracy"] < 0.5
+    assert not any(name.startswith("class_agreement") for name in scores)

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from addnorm.data.fingerprint import DataRecord
+from addnorm.data.flips import with_flips
 from addnorm.data.images import DEFAULT_VAL_FRACTION, ImageCorpus
 from addnorm.data.sampler import SampledBatches
 from addnorm.diffusion import Diffusion, guided_eps_fn
@@ -58,6 +59,10 @@ PROBE_PER_CLASS = 5
 PROBE_MIN_SAMPLES = 50
 # Classes whose sample a run keeps in metrics.json.
 RUN_SAMPLE_CLASSES = 10
+# The --data recipe's patches a side (``DiTTask.data_recipe``): the digits default's 8x8 at
+# patch size 2, whose steps and quality docs/task-defaults.md measures.
+RECIPE_PATCHES = 4
+RECIPE_PATCH_SIZES = (2, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,10 @@ class DiTTaskConfig(TaskConfig):
         vae: train on the latents of this VAE (with data): a diffusers AutoencoderKL folder
             or a DiT pipeline folder (its vae/); images are encoded once into a cache, and
             samples decoded by it (addnorm.tasks.dit_latents). None: on the pixels.
+        flip: mirror each training image left to right with probability 1/2, the DiT
+            reference's augmentation (addnorm.data.flips): for photos of things, whose
+            class a mirror keeps; off by default, since it changes the class of writing
+            (digits, letters) and the data cannot say which it holds.
     """
 
     resumable: ClassVar[tuple[str, ...]] = ("eval_size",)
@@ -120,9 +129,11 @@ class DiTTaskConfig(TaskConfig):
     min_snr_gamma: float | None = 5.0
     follow_links: bool = False
     vae: str | None = None
+    flip: bool = False
 
     def __post_init__(self) -> None:
         check_int("eval_size", self.eval_size, min_value=1)
+        check_bool("flip", self.flip)
         check_choice("prediction", self.prediction, ("v", "epsilon"))
         check_bool("follow_links", self.follow_links)
         if self.min_snr_gamma is not None:
@@ -187,6 +198,7 @@ class DiTTask:
         self.data = image_data(data, image_size)
         self.class_names: tuple[str, ...] = self.data.class_names
         self.channels = self.data.channels
+        self._checked_size: int | None = None  # the image size ``check`` last saw
 
     @property
     def record(self) -> DataRecord | None:
@@ -196,8 +208,14 @@ class DiTTask:
     @property
     def metric(self) -> str:
         """The headline figure: ``class_agreement``, or ``precision`` for a data set of one
-        class (no classes to agree with)."""
-        return "precision" if len(self.class_names) == 1 else "class_agreement"
+        class (no classes to agree with) or a user's images whose class judge, at the size
+        :meth:`check` saw, is too weak to judge (``ImageJudge.verdict``)."""
+        if len(self.class_names) == 1:
+            return "precision"
+        if self._checked_size is not None and self.record is not None and getattr(
+                self.judge(self._checked_size), "verdict", None) is not None:
+            return "precision"
+        return "class_agreement"
 
     @property
     def pixel_max(self) -> float:
@@ -272,6 +290,46 @@ class DiTTask:
         ``cfg.input_size``), channels and classes."""
         return self.data.prepare(cfg)
 
+    def data_recipe(self, cfg: DiTConfig, task_cfg: DiTTaskConfig, given: frozenset[str]
+                    ) -> tuple[DiTTask, DiTConfig, DiTTaskConfig]:
+        """A fresh run's task, model and task settings on a user's images (itself and the
+        configs unchanged for the digits):
+
+        - where neither ``patch_size`` nor a preset is ``given``, the patch size is the
+          smallest of ``RECIPE_PATCH_SIZES`` at which the size the images train at (their
+          ``image_size``, else :func:`~addnorm.tasks.dit_data.default_image_size`'s at that
+          patch) is at most ``RECIPE_PATCHES`` patches a side (else the largest that divides
+          it; none: ``cfg``'s), so that an image is at most 16 tokens, as the digits
+          default's is: 16x16 images train at patch size 4, 8x8 at 2, 32x32 at 8. A step's
+          time grows faster than the tokens (docs/task-defaults.md), and a budget buys more
+          steps of fewer tokens;
+        - where ``min_snr_gamma`` is not ``given``, none: every step weighed alike. A run on
+          a user's data is planned to its budget, and v-prediction alone learns the digits in
+          fewer steps (class agreement 0.86-0.95 at step 200 over six seeds, against
+          0.23-0.50 with Min-SNR-5; both 0.99-1.0 by step 500: docs/dit-min-snr.json)."""
+        if self.record is None:
+            return self, cfg, task_cfg
+        task = self
+        if "min_snr_gamma" not in given and task_cfg.min_snr_gamma is not None:
+            task_cfg = dataclasses.replace(task_cfg, min_snr_gamma=None)
+            task = DiTTask(n_steps=self.n_steps, schedule=self.schedule,
+                           prediction=task_cfg.prediction, min_snr_gamma=None, data=self.data)
+        if {"preset", "patch_size"} & given:
+            return task, cfg, task_cfg
+        from addnorm.tasks.dit_data import default_image_size
+
+        wanted = getattr(self.data, "image_size", "data")
+        fitting = []  # (patch, patches a side) of the patch sizes that divide the size
+        for patch in RECIPE_PATCH_SIZES:
+            size = (default_image_size(self.corpus.sizes, patch)[0] if wanted == "data"
+                    else wanted)
+            if isinstance(size, int) and size % patch == 0:
+                fitting.append((patch, size // patch))
+        if not fitting:  # an image_size none of them divides: the patch size given
+            return task, cfg, task_cfg
+        patch = next((p for p, side in fitting if side <= RECIPE_PATCHES), fitting[-1][0])
+        return task, dataclasses.replace(cfg, patch_size=patch), task_cfg
+
     def run_notes(self, cfg: DiTConfig) -> list[str]:
         """How the size a user's images train at for ``cfg`` differs from their own, and
         why, where the data picked it (:func:`~addnorm.tasks.dit_data.default_image_size`);
@@ -290,6 +348,7 @@ class DiTTask:
                 "classifier-free guidance, which needs the null class to be trained"
             )
         self.data.check(cfg, train_cfg.batch_size)
+        self._checked_size = cfg.input_size
 
     def sizing(self, cfg: DiTConfig, train_cfg: TrainConfig, task_cfg: DiTTaskConfig) -> Sizing:
         """One image's patches; the evaluation samples every image at once (a user's images:
@@ -306,10 +365,11 @@ class DiTTask:
         self, cfg: DiTConfig, train_cfg: TrainConfig, task_cfg: DiTTaskConfig
     ) -> SampledBatches:
         """Random train images with their timesteps and noise (and, for a user's images, the
-        label dropout)."""
+        label dropout; with ``task_cfg.flip``, random horizontal flips)."""
         self.check(cfg, train_cfg, task_cfg)
-        return self.data.batches(cfg, batch_size=train_cfg.batch_size, n_steps=self.n_steps,
-                                 seed=train_cfg.seed)
+        batches = self.data.batches(cfg, batch_size=train_cfg.batch_size, n_steps=self.n_steps,
+                                    seed=train_cfg.seed)
+        return with_flips(batches) if task_cfg.flip else batches
 
     def loss_fn(self, task_cfg: DiTTaskConfig) -> LossFn:
         """``(model, batch) -> (loss, n_images)``: the diffusion training loss (with the
@@ -446,6 +506,12 @@ class DiTTask:
             lines.append("judge_test_accuracy: "
                          f"{metrics['judge_test_accuracy']:.4f} (the class judge, trained on "
                          "your train images, on the held-out ones)")
+        if metrics.get("judge_trusted") == 0.0:
+            from addnorm.tasks.image_quality import MIN_JUDGE_ACCURACY
+
+            lines.append(f"class_agreement: not judged (a judge must score {MIN_JUDGE_ACCURACY:g} "
+                         "or more on held-out images, clearly above chance, to judge samples; "
+                         "the headline is precision)")
         lines += [
             f"frechet_distance: {metrics['frechet_distance']:.2f} (real held-out images vs "
             f"train images: {metrics['frechet_distance_real']:.2f}; lower is better)",

@@ -39,12 +39,25 @@ The figures (``ImageJudge.score``):
   pixel) from each sample to its nearest train image; ``nearest_train_distance_real``, the
   same for the held-out images. Far below the real figure means the model copies its training
   set.
-- Where there are classes, ``class_agreement``: the share of samples that a judge, an RBF
-  support-vector machine trained on the train images' standardised features, puts in the
-  class they were generated for (and ``class_agreement_<name>`` per class);
-  ``judge_test_accuracy`` is the judge's accuracy on the held-out images, without which the
-  agreement means little (a judge that cannot tell the real classes apart cannot tell the
-  samples').
+- Where there are classes, ``class_agreement``: the share of samples that a judge puts in
+  the class they were generated for (and ``class_agreement_<name>`` per class). The judge is
+  an RBF support-vector machine (C = 10, gamma "scale") fitted on the train images, in one of
+  two spaces, whichever scores better in a ``CV_FOLDS``-fold cross-validation on the train
+  images (ties: the pixels): the pixels on [0, 1] (images of at most ``PIXEL_JUDGE_MAX``
+  numbers; kernels over larger pixel vectors cost too much) or the standardised features
+  above (``judge_space`` says which; docs/image-judges.json measures both on real folders).
+  ``judge_test_accuracy`` is its accuracy on the held-out images, a set it never saw, without
+  which the agreement means little: a judge that cannot tell the real classes apart cannot
+  tell the samples'. ``judge_trusted`` is 1 where :func:`judge_verdict` finds it strong
+  enough; where it does not (0), ``class_agreement`` and its per-class figures are left out
+  and the verdict says why (``ImageJudge.verdict``).
+
+The rule of :func:`judge_verdict`: a judge is trusted when its held-out accuracy is at least
+``MIN_JUDGE_ACCURACY`` (0.8: a perfect generator then scores at least 0.8, so the agreement
+spans most of the way from chance to 1 and a poor model cannot hide among the judge's
+errors) and clearly above chance (a one-sided binomial test of its held-out hits against the
+share of the largest held-out class, what always naming that class scores, at
+``JUDGE_SIGNIFICANCE`` = 0.01: a handful of held-out images cannot show a judge competent).
 
 Large data sets are subsampled, with a fixed draw, to ``MAX_REFERENCE`` train images for the
 judge, the PCA and the manifolds; the nearest-train distance searches every train image.
@@ -60,12 +73,17 @@ import torch
 import torch.nn.functional as F
 
 __all__ = [
+    "CV_FOLDS",
+    "JUDGE_SIGNIFICANCE",
     "KNN_K",
     "MAX_REFERENCE",
+    "MIN_JUDGE_ACCURACY",
     "PCA_DIMS",
+    "PIXEL_JUDGE_MAX",
     "ImageJudge",
     "RandomFeatures",
     "frechet_distance",
+    "judge_verdict",
     "manifold_coverage",
     "nearest_distance",
 ]
@@ -74,6 +92,10 @@ PCA_DIMS = 16
 KNN_K = 3
 MAX_REFERENCE = 5000
 FEATURE_SEED = 20261124
+MIN_JUDGE_ACCURACY = 0.8
+JUDGE_SIGNIFICANCE = 0.01
+PIXEL_JUDGE_MAX = 3072  # numbers an image (32 x 32 RGB) up to which the pixels are a candidate
+CV_FOLDS = 3
 _WIDTHS = (32, 64, 64)
 _CHUNK = 256  # images (or feature rows) per chunk of a feature pass or a distance search
 
@@ -166,15 +188,57 @@ class RandomFeatures:
         return torch.cat(out).numpy()
 
 
+def judge_verdict(accuracy: float, held_labels: np.ndarray) -> str | None:
+    """None where a class judge of held-out ``accuracy`` on images of ``held_labels`` (N,) is
+    trusted (the rule of the module docstring), else one line saying why not."""
+    from scipy.stats import binomtest
+
+    n = len(held_labels)
+    chance = float(np.bincount(held_labels).max() / n)
+    hits = round(accuracy * n)
+    p_value = binomtest(hits, n, chance, alternative="greater").pvalue
+    if accuracy >= MIN_JUDGE_ACCURACY and p_value < JUDGE_SIGNIFICANCE:
+        return None
+    why = (f"below {MIN_JUDGE_ACCURACY:g}" if accuracy < MIN_JUDGE_ACCURACY else
+           f"not clearly above chance with {n} held-out images (p = {p_value:.2g})")
+    return (f"class agreement not judged: the class judge scores {accuracy:.3f} on your "
+            f"held-out images ({hits} of {n}; chance {chance:.3f}), {why}, too weak to judge "
+            "samples")
+
+
 def _unit(pixels: torch.Tensor) -> torch.Tensor:
     """uint8 0..255 images as float32 on [0, 1]."""
     return pixels.float() / 255.0
 
 
+def _classifier(spaces: dict[str, np.ndarray], labels: np.ndarray) -> tuple[str, object]:
+    """The RBF support-vector machine of the module docstring fitted in the space (of
+    ``spaces``: name -> inputs (N, F), "pixels" first) that scores best in a stratified
+    cross-validation on ``labels`` (N,); without CV_FOLDS images of each class, the first."""
+    from sklearn.model_selection import StratifiedKFold, cross_val_score
+    from sklearn.svm import SVC
+
+    def svc() -> SVC:
+        return SVC(C=10.0, gamma="scale")
+
+    names = list(spaces)
+    if len(names) > 1 and np.bincount(labels)[np.unique(labels)].min() >= CV_FOLDS:
+        folds = StratifiedKFold(CV_FOLDS, shuffle=True, random_state=0)
+        scores = [cross_val_score(svc(), spaces[n], labels, cv=folds).mean() for n in names]
+        names = [names[int(np.argmax(scores))]]  # argmax: the first of equal scores
+    return names[0], svc().fit(spaces[names[0]], labels)
+
+
 @dataclass
 class ImageJudge:
     """The features, PCA and classifier every score uses, fitted once on a user's train
-    images (:meth:`fit`), and the held-out images they are compared with."""
+    images (:meth:`fit`), and the held-out images they are compared with.
+
+    Attributes (beyond the fitted parts):
+        judge_space: the class judge's inputs, "pixels" or "features" (None: one class).
+        test_accuracy: the class judge's accuracy on the held-out images.
+        verdict: None where the class judge is trusted (:func:`judge_verdict`), else why not.
+    """
 
     features: RandomFeatures
     mean: np.ndarray
@@ -187,6 +251,8 @@ class ImageJudge:
     reference: np.ndarray  # standardised features of (at most MAX_REFERENCE) train images
     held_flat: torch.Tensor
     held: np.ndarray  # standardised features of the held-out images
+    judge_space: str | None = None
+    verdict: str | None = None
 
     @classmethod
     def fit(
@@ -200,7 +266,6 @@ class ImageJudge:
         """Fit on ``train`` (uint8 (N, C, S, S)) and its labels; ``held_out`` (at least 2
         images) is what samples are compared with and the judge is tested on."""
         from sklearn.decomposition import PCA
-        from sklearn.svm import SVC
 
         if held_out.shape[0] < 2 or train.shape[0] < 2:
             raise ValueError(f"the judge needs at least 2 train and 2 held-out images, got "
@@ -210,19 +275,25 @@ class ImageJudge:
         if len(pick) > MAX_REFERENCE:  # a fixed draw
             pick = np.sort(np.random.default_rng(0).choice(len(pick), MAX_REFERENCE,
                                                            replace=False))
-        raw = features(_unit(train[torch.from_numpy(pick)]))
+        picked = train[torch.from_numpy(pick)]
+        raw = features(_unit(picked))
         mean, std = raw.mean(axis=0), raw.std(axis=0) + 1e-8
         reference = (raw - mean) / std
         held = (features(_unit(held_out)) - mean) / std
         dims = min(PCA_DIMS, reference.shape[0], reference.shape[1])
         pca = PCA(n_components=dims, random_state=0).fit(reference)
-        classifier, accuracy = None, None
+        judge = cls(features, mean, std, pca, None, None, tuple(class_names),
+                    _unit(train).flatten(1), reference, _unit(held_out).flatten(1), held)
         labels = train_labels.numpy()[pick]
         if len(class_names) > 1 and len(np.unique(labels)) > 1:
-            classifier = SVC(C=10.0, gamma="scale").fit(reference, labels)
-            accuracy = float((classifier.predict(held) == held_labels.numpy()).mean())
-        return cls(features, mean, std, pca, classifier, accuracy, tuple(class_names),
-                   _unit(train).flatten(1), reference, _unit(held_out).flatten(1), held)
+            spaces = {"features": reference}
+            if picked[0].numel() <= PIXEL_JUDGE_MAX:
+                spaces = {"pixels": _unit(picked).flatten(1).double().numpy(), **spaces}
+            judge.judge_space, judge.classifier = _classifier(spaces, labels)
+            truth = held_labels.numpy()
+            judge.test_accuracy = float((judge.predict(held_out) == truth).mean())
+            judge.verdict = judge_verdict(judge.test_accuracy, truth)
+        return judge
 
     def standardised(self, pixels: torch.Tensor) -> np.ndarray:
         """Standardised features (N, F) of uint8 images (N, C, S, S)."""
@@ -233,7 +304,9 @@ class ImageJudge:
         class."""
         if self.classifier is None:
             raise ValueError("a data set of one class has no judge of classes")
-        return self.classifier.predict(self.standardised(pixels))  # type: ignore[attr-defined]
+        inputs = (_unit(pixels).flatten(1).double().numpy() if self.judge_space == "pixels"
+                  else self.standardised(pixels))
+        return self.classifier.predict(inputs)  # type: ignore[attr-defined]
 
     def _real_like(self, n: int) -> np.ndarray:
         """Standardised features of ``n`` train images (a fixed draw; all of them if fewer),
@@ -243,7 +316,8 @@ class ImageJudge:
                                                               replace=False)]
 
     def score(self, pixels: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
-        """The figures of the module docstring for samples generated for ``labels``.
+        """The figures of the module docstring for samples generated for ``labels``
+        (``class_agreement`` only where the class judge is trusted).
 
         Shapes:
             pixels: (N, C, S, S) uint8, N >= 2; labels: (N,) the requested class ids
@@ -256,13 +330,15 @@ class ImageJudge:
         real = self._real_like(len(samples))
         out: dict[str, float] = {}
         if self.classifier is not None:
-            agree = self.classifier.predict(samples) == labels.numpy()  # type: ignore[attr-defined]
-            out["class_agreement"] = float(agree.mean())
-            for c in sorted(set(labels.tolist())):
-                out[f"class_agreement_{self.class_names[c]}"] = float(
-                    agree[labels.numpy() == c].mean())
+            if self.verdict is None:
+                agree = self.predict(pixels) == labels.numpy()
+                out["class_agreement"] = float(agree.mean())
+                for c in sorted(set(labels.tolist())):
+                    out[f"class_agreement_{self.class_names[c]}"] = float(
+                        agree[labels.numpy() == c].mean())
             assert self.test_accuracy is not None
             out["judge_test_accuracy"] = self.test_accuracy
+            out["judge_trusted"] = float(self.verdict is None)
         out.update({
             "precision": manifold_coverage(samples, self.reference),
             "precision_real": manifold_coverage(self.held, self.reference),

@@ -117,6 +117,8 @@ def plan_fresh_run(
     given = frozenset({*(["preset"] if preset else []), *(model_values or {}),
                        *(model_overrides or {}), *(train_values or {}), *(train_overrides or {})})
     task = task_cls.from_config(task_cfg)
+    if hasattr(task, "data_recipe"):  # settings the data decides (the DiT's patch size)
+        task, model_cfg, task_cfg = task.data_recipe(model_cfg, task_cfg, given)
     if train_cfg.epochs is not None:
         if "max_steps" in given:
             raise ValueError(f"epochs ({train_cfg.epochs:g}) and max_steps "
