@@ -28,7 +28,8 @@ from addnorm.training.budget import Replan
 from addnorm.training.logger import Logger, read_png
 from addnorm.training.metrics import draw_samples, plot_loss_curve, plot_quality
 from addnorm.training.stopping import STOP_SIGNALS
-from addnorm.training.trainer import Trainer, TrainResult
+from addnorm.training.trainer import Trainer
+from addnorm.training.trainer_io import TrainResult
 from addnorm.training.watch import WATCH_FIGURE, WATCH_FILE, read_watch
 from addnorm.utils.files import write_file_atomic
 

@@ -36,7 +36,7 @@ from addnorm.tasks.translate_data import (
 )
 from addnorm.training.best import Validation, validates
 from addnorm.training.config import TrainConfig
-from addnorm.training.trainer import LossFn
+from addnorm.training.trainer_io import LossFn
 from addnorm.transformer import Transformer
 from addnorm.transformer.config import TRANSFORMER_PRESETS, TransformerConfig
 from addnorm.utils.checks import check_int, check_probability
