@@ -44,7 +44,7 @@ class GenerationConfig:
             included. The division is done on the logits minus their row maximum (softmax
             does not change), so nothing overflows into NaN: a tiny temperature sends every
             non-maximal logit to -inf, which is the limit T -> 0 (uniform over the argmax set;
-            ``_divide_by_temperature`` of :mod:`addnorm.generation.loop`). 0 itself is
+            ``divide_by_temperature`` of :mod:`addnorm.generation.sampling`). 0 itself is
             refused: use ``strategy="greedy"``.
         top_k: sampling only; keep the ``top_k`` largest logits (applied after temperature).
         top_p: sampling only; nucleus: keep the smallest set of most likely tokens whose
