@@ -93,7 +93,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from addnorm.tasks.run import load_trained
+    from addnorm.tasks.trained import load_trained
 
     run = args.run if args.run is not None else train(args.train_out)
     task, model, checkpoint = load_trained(run)

@@ -32,7 +32,7 @@ import time
 import torch
 
 from addnorm.generation.scoring import decode_log_probs
-from addnorm.tasks.run import load_trained
+from addnorm.tasks.trained import load_trained
 
 
 def _blocks(bits: torch.Tensor, context: int) -> list[float]:

@@ -74,7 +74,7 @@ def check_batch_effect(run_dir: Path, n_batches: int = 64) -> dict[str, dict[str
     from addnorm.inspection import statistics as stats
     from addnorm.norms import BatchNorm
     from addnorm.tasks.lm import LMTask
-    from addnorm.tasks.run import load_trained, task_of_checkpoint
+    from addnorm.tasks.trained import load_trained, task_of_checkpoint
 
     task, model, checkpoint = load_trained(run_dir, weights="raw")
     _, cfg = task_of_checkpoint(checkpoint)

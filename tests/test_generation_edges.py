@@ -20,7 +20,8 @@ from tolerances import FLOAT64_EXACT
 
 from addnorm.cache import check_cache_fits
 from addnorm.generation.config import GenerationConfig
-from addnorm.generation.loop import _sampling_probs, generate_tokens
+from addnorm.generation.loop import generate_tokens
+from addnorm.generation.sampling import sampling_probs
 from addnorm.transformer.config import LMConfig, TransformerConfig
 from addnorm.transformer.encoder_decoder import Transformer
 from addnorm.transformer.lm import TransformerLM
@@ -87,7 +88,7 @@ def test_a_vanishing_temperature_samples_the_argmax(temperature, dtype, seed):
     # every other token's probability exp(-0.25 / T) is exactly 0 in float64.
     logits = spaced_logits(seed, 6, 9, dtype)
     config = GenerationConfig(max_new_tokens=1, strategy="sample", temperature=temperature)
-    probs = _sampling_probs(logits, config)
+    probs = sampling_probs(logits, config)
     assert torch.isfinite(probs).all()
     assert torch.equal(probs, torch.nn.functional.one_hot(logits.argmax(-1), 9).to(probs.dtype))
     assert torch.equal(one_step(logits, config, seed)[:, 0], logits.argmax(dim=-1))
@@ -102,7 +103,7 @@ def test_a_vanishing_temperature_spreads_over_tied_maxima(temperature, seed):
     second = logits.masked_fill(torch.zeros_like(logits, dtype=torch.bool).scatter(1, top, True),
                                 float("-inf")).argmax(dim=-1, keepdim=True)
     logits = logits.scatter(1, second, logits.gather(1, top))  # tie the two largest
-    probs = _sampling_probs(logits, GenerationConfig(strategy="sample", temperature=temperature))
+    probs = sampling_probs(logits, GenerationConfig(strategy="sample", temperature=temperature))
     expected = torch.zeros_like(probs).scatter(1, top, 0.5).scatter(1, second, 0.5)
     assert torch.equal(probs, expected)
 
@@ -120,7 +121,7 @@ def test_sampling_probabilities_are_the_softmax_of_logits_over_temperature(tempe
     logits = spaced_logits(seed, 4, 20, torch.float64)
     config = GenerationConfig(strategy="sample", temperature=temperature)
     expected = torch.softmax(logits / temperature, dim=-1)
-    torch.testing.assert_close(_sampling_probs(logits, config), expected, **FLOAT64_EXACT)
+    torch.testing.assert_close(sampling_probs(logits, config), expected, **FLOAT64_EXACT)
 
 
 @BOUNDED
@@ -132,7 +133,7 @@ def test_a_nucleus_no_heavier_than_the_likeliest_token_is_greedy(data, dtype, se
     p_max = float(torch.softmax(logits.double(), dim=-1).amax(dim=-1).min())
     top_p = data.draw(st.one_of(st.floats(SUBNORMAL_64, p_max), st.just(SUBNORMAL_64)))
     config = GenerationConfig(max_new_tokens=1, strategy="sample", top_p=top_p)
-    probs = _sampling_probs(logits, config)
+    probs = sampling_probs(logits, config)
     assert torch.isfinite(probs).all()
     assert torch.equal(one_step(logits, config, seed)[:, 0], logits.argmax(dim=-1))
 
@@ -153,7 +154,7 @@ def test_every_accepted_sampling_setting_draws_a_valid_token_of_the_top_k(
     config = GenerationConfig(
         max_new_tokens=1, strategy="sample", top_k=top_k, top_p=top_p, temperature=temperature
     )
-    probs = _sampling_probs(logits, config)
+    probs = sampling_probs(logits, config)
     assert torch.isfinite(probs).all() and (probs >= 0).all()
     # float32 sum of <= 12 probabilities that add to 1: <= 12 u(float32) = 7.2e-7 off 1.
     ones = torch.ones_like(probs[:, 0])
@@ -381,7 +382,7 @@ def test_the_rows_bound_is_exact_at_the_most_copies_it_names(strategy, name, kin
                                                              monkeypatch):
     """Identity: with the device's memory set to what ``most`` copies of every row take, the
     check accepts ``most`` (and decoding runs) and refuses ``most + 1``, naming ``most``."""
-    import addnorm.generation.loop as loop_module
+    import addnorm.generation.decode_checks as checks_module
     from addnorm.generation.generate import cache_bytes_per_row
 
     model = cached_model(kind, "rotary")
@@ -393,7 +394,7 @@ def test_the_rows_bound_is_exact_at_the_most_copies_it_names(strategy, name, kin
     per_row = (cache + 11 * 4) * 2 + 3 * 8 if strategy == "beam" else cache + 11 * 4
     most = 3
     limit = PROMPT.shape[0] * most * per_row
-    monkeypatch.setattr(loop_module, "device_memory", lambda device: limit)
+    monkeypatch.setattr(checks_module, "device_memory", lambda device: limit)
     fits = dataclasses.replace(config, **{name: most})
     out = model.generate(PROMPT, fits, generator=torch.Generator().manual_seed(0))
     assert out.shape[0] == PROMPT.shape[0] * (1 if strategy == "beam" else most)

@@ -33,7 +33,7 @@ def test_import_addnorm_loads_nothing_above_the_models():
 
 def test_addnorm_load_is_the_tasks_loader_imported_on_first_use():
     loaded = _modules_after("import addnorm\naddnorm.load")
-    assert "addnorm.tasks.loading" in loaded and "addnorm.tasks.run" in loaded
+    assert "addnorm.tasks.loading" in loaded and "addnorm.tasks.trained" in loaded
     assert addnorm.load is load
     assert "load" in dir(addnorm) and "load" in addnorm.__all__
 

@@ -18,7 +18,7 @@ from cli_runs import TINY_TRANSLATE
 
 from addnorm.cli.checks import check_out_file
 from addnorm.cli.parser import main
-from addnorm.tasks.run import load_trained
+from addnorm.tasks.trained import load_trained
 
 
 def test_out_must_be_a_directory_path(tmp_path, capsys):

@@ -19,7 +19,7 @@ import torch
 
 from addnorm.cli.parser import main
 from addnorm.data import tokenize_pass
-from addnorm.tasks.run import load_trained
+from addnorm.tasks.trained import load_trained
 from addnorm.training.best_checkpoints import find_best, pick_checkpoint
 
 TINY_LM = ["--d-model", "32", "--n-heads", "2", "--d-ff", "64", "--n-layers", "1",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from addnorm.tasks.run import load_trained
+from addnorm.tasks.trained import load_trained
 
 
 def test_demo_trains_then_prints_the_table_and_accuracy(tmp_path, capsys):

@@ -35,6 +35,7 @@ from properties import examples
 import addnorm.bench
 import addnorm.cli.demo
 import addnorm.tasks.run
+import addnorm.tasks.trained
 from addnorm.cli.parser import main
 from addnorm.tasks.run import TASKS
 from addnorm.training import sizes
@@ -216,7 +217,7 @@ def test_generate_flags_are_checked_before_the_checkpoint_is_read(name, value, c
     flag = GENERATE[name]
     threads = torch.get_num_threads()
     try:
-        with mock.patch.object(addnorm.tasks.run, "load_trained", _stop):
+        with mock.patch.object(addnorm.tasks.trained, "load_trained", _stop):
             code, err = _run(["generate", "--prompt=ab", f"{flag}={value}"], capsys)
     finally:
         torch.set_num_threads(threads)
@@ -304,7 +305,7 @@ def test_sample_draws_finite_digits_or_refuses_naming_the_flag(
 def test_sample_refuses_an_output_it_could_not_write_before_sampling(name, tmp_path, capsys):
     target = tmp_path / name
     target.mkdir() if name.startswith("dir") else os.mkfifo(target)
-    with mock.patch.object(addnorm.tasks.run, "load_trained", _stop):
+    with mock.patch.object(addnorm.tasks.trained, "load_trained", _stop):
         code, err = _run(["sample", "--out", str(target)], capsys)
     _refused_naming(code, err, "--out")
 
@@ -317,7 +318,7 @@ def test_sample_refuses_an_output_it_could_not_write_before_sampling(name, tmp_p
 def test_translate_threads_is_checked_before_the_checkpoint_is_read(value, capsys):
     threads = torch.get_num_threads()
     try:
-        with mock.patch.object(addnorm.tasks.run, "load_trained", _stop):
+        with mock.patch.object(addnorm.tasks.trained, "load_trained", _stop):
             code, err = _run(["translate", "x", f"--threads={value}"], capsys)
     finally:
         torch.set_num_threads(threads)

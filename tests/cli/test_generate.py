@@ -16,7 +16,7 @@ import torch
 
 from addnorm.cli.parser import main
 from addnorm.tasks.lm import LMTask
-from addnorm.tasks.run import load_trained
+from addnorm.tasks.trained import load_trained
 from addnorm.training.checkpoint import save_checkpoint
 
 PROMPT = "def "

@@ -19,7 +19,7 @@ import torch
 from addnorm.cli.parser import main
 from addnorm.generation.config import GenerationConfig
 from addnorm.tasks.lm import LMTask, LMTaskConfig
-from addnorm.tasks.run import load_trained
+from addnorm.tasks.trained import load_trained
 from addnorm.training.checkpoint import save_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.transformer.lm import TransformerLM

@@ -26,7 +26,7 @@ import torch
 
 from addnorm.cli.parser import main
 from addnorm.cli.translate_input import stdin_inputs
-from addnorm.tasks.run import load_trained
+from addnorm.tasks.trained import load_trained
 from addnorm.training.checkpoint import find_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.state import seed_everything

@@ -17,7 +17,7 @@ from addnorm.cli.parser import main
 from addnorm.data.digits import to_pixel_scale
 from addnorm.diffusion import guided_eps_fn
 from addnorm.tasks.dit import SampleSettings
-from addnorm.tasks.run import load_trained
+from addnorm.tasks.trained import load_trained
 
 TINY_DIT = [
     "--preset", "DiT-digits-tiny", "--batch-size", "8", "--eval-size", "20",

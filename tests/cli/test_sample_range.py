@@ -17,7 +17,7 @@ import pytest
 import torch
 from cli.test_sample import dit_run  # noqa: F401  (the module's tiny trained DiT run)
 
-import addnorm.tasks.run as run_module
+import addnorm.tasks.trained as trained_module
 from addnorm.cli.parser import main
 from addnorm.tasks.dit import SampleSettings
 
@@ -89,7 +89,7 @@ def test_counts_that_crashed_sample_what_the_task_samples(
     code, _, array = sample(dit_run, tmp_path, "--n", "2", "--steps", str(steps), "--method",
                             method, "--guidance", repr(guidance), "--seed", "3")
     assert code == 0
-    task, model, _ = run_module.load_trained(dit_run)
+    task, model, _ = trained_module.load_trained(dit_run)
     expected = task.sample(model, torch.arange(2), SampleSettings(steps, method, guidance),
                            generator=torch.Generator().manual_seed(3))
     saved = np.load(array)
@@ -101,7 +101,7 @@ def test_counts_that_crashed_sample_what_the_task_samples(
 def with_unit_scale_weights(monkeypatch):
     """The CLI loads a run whose every weight matrix is redrawn: unit-scale outputs whose
     conditional and null halves differ, which a huge guidance scale amplifies to overflow."""
-    real = run_module.load_trained
+    real = trained_module.load_trained
 
     def load_trained(*args, **kwargs):
         task, model, checkpoint = real(*args, **kwargs)
@@ -112,7 +112,7 @@ def with_unit_scale_weights(monkeypatch):
                     p.copy_(torch.randn(p.shape, generator=gen) * 0.5 / math.sqrt(p.shape[-1]))
         return task, model, checkpoint
 
-    monkeypatch.setattr(run_module, "load_trained", load_trained)
+    monkeypatch.setattr(trained_module, "load_trained", load_trained)
 
 
 def test_a_guidance_scale_whose_samples_overflow_exits_1_and_writes_nothing(

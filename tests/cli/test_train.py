@@ -15,7 +15,7 @@ import pytest
 from cli_runs import TINY_LM, TINY_TRANSLATE
 
 from addnorm.cli.parser import main
-from addnorm.tasks.run import load_trained
+from addnorm.tasks.trained import load_trained
 from addnorm.training.metrics import read_metrics
 
 

@@ -22,7 +22,7 @@ from data.test_images import write_folder
 from PIL import Image
 
 from addnorm.cli.parser import main
-from addnorm.tasks.run import load_trained
+from addnorm.tasks.trained import load_trained
 
 TINY = ["--preset", "DiT-digits-tiny", "--batch-size", "4", "--eval-size", "6",
         "--max-steps", "2", "--quiet"]

@@ -17,7 +17,7 @@ from data.test_images import write_folder
 from small_pipeline import autoencoder
 
 from addnorm.cli.parser import main
-from addnorm.tasks.run import load_trained
+from addnorm.tasks.trained import load_trained
 
 pytest.importorskip("diffusers")
 TINY = ["--preset", "DiT-digits-tiny", "--batch-size", "4", "--eval-size", "2",

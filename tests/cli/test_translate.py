@@ -15,7 +15,7 @@ import sys
 import threading
 
 from addnorm.cli.parser import main
-from addnorm.tasks.run import load_trained
+from addnorm.tasks.trained import load_trained
 
 
 def is_real_date(text: str) -> bool:

@@ -91,17 +91,3 @@ def test_from_transformers_maps_the_token_names_and_the_rules():
         eos_id=(7, 8), pad_id=None, max_new_tokens=9, repetition_penalty=1.1,
         no_repeat_ngram_size=3,
     )
-
-
-def test_from_transformers_refuses_what_has_no_meaning_here():
-    with pytest.raises(ValueError, match="beam sampling"):
-        GenerationConfig.from_transformers(do_sample=True, num_beams=4)
-    with pytest.warns(UserWarning, match=r"sampling settings are ignored.*temperature=0\.5"):
-        assert GenerationConfig.from_transformers(temperature=0.5) == (
-            GenerationConfig.from_transformers())  # greedy: ignored, as transformers does
-    with pytest.raises(ValueError, match="repetition_penalty must be > 0"):
-        GenerationConfig.from_transformers(repetition_penalty=0.0)
-    with pytest.raises(ValueError, match="no_repeat_ngram_size must be >= 0"):
-        GenerationConfig.from_transformers(no_repeat_ngram_size=-1)
-    with pytest.raises(TypeError, match="do_sample must be a bool"):
-        GenerationConfig.from_transformers(do_sample=1)  # type: ignore[arg-type]

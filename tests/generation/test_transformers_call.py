@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from addnorm.family import GenerationSpec
-from addnorm.generation.config import TRANSFORMERS_DEFAULT_NEW_TOKENS, GenerationConfig
+from addnorm.generation.config import GenerationConfig
+from addnorm.generation.hf_settings import TRANSFORMERS_DEFAULT_NEW_TOKENS
 from addnorm.generation.transformers_call import (
     padding_from_attention_mask,
     padding_from_pad_id,

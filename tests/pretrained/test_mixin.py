@@ -3,7 +3,7 @@
 Provenance: identities. A model read back computes exactly what the saved one computed on
 the same inputs; a tied weight is one Parameter again; ``addnorm.load`` of a training run
 holds exactly the tensors of the run's checkpoint (its EMA or its trained weights), the same
-as ``tasks.run.load_trained``; the files hold what the format says (each tensor once).
+as ``tasks.trained.load_trained``; the files hold what the format says (each tensor once).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from addnorm import DiT, Transformer, TransformerLM
 from addnorm.dit.config import DiTConfig
 from addnorm.pretrained.mixin import CONFIG_FILE, WEIGHTS_FILE, PretrainedMixin
 from addnorm.tasks.lm import LMTask, LMTaskConfig
-from addnorm.tasks.run import load_trained, train_run
+from addnorm.tasks.run import train_run
+from addnorm.tasks.trained import load_trained
 from addnorm.training.checkpoint import load_checkpoint, save_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.utils.files import CheckpointError

@@ -38,7 +38,8 @@ from addnorm.tasks.dit_data import (
     image_data,
 )
 from addnorm.tasks.plan import plan_fresh_run, plan_resumed_run
-from addnorm.tasks.run import load_trained, train_run
+from addnorm.tasks.run import train_run
+from addnorm.tasks.trained import load_trained
 from addnorm.training.config import TrainConfig
 
 TINY = DIT_PRESETS["DiT-digits-tiny"]

@@ -32,7 +32,8 @@ from addnorm.interop.diffusers_vae import LatentVAE
 from addnorm.tasks.dit import DiTTask, DiTTaskConfig
 from addnorm.tasks.dit_latents import LatentImages
 from addnorm.tasks.plan import plan_resumed_run
-from addnorm.tasks.run import load_trained, train_run
+from addnorm.tasks.run import train_run
+from addnorm.tasks.trained import load_trained
 
 pytest.importorskip("diffusers")
 TINY = DIT_PRESETS["DiT-digits-tiny"]

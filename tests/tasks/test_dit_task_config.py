@@ -19,7 +19,7 @@ from addnorm.cli.parser import main
 from addnorm.diffusion import Diffusion
 from addnorm.tasks.dit import DiTTask, DiTTaskConfig
 from addnorm.tasks.plan import plan_fresh_run, plan_resumed_run
-from addnorm.tasks.run import task_of_checkpoint
+from addnorm.tasks.trained import task_of_checkpoint
 from addnorm.training.checkpoint import load_checkpoint, save_checkpoint
 
 TINY_DIT = ["--preset", "DiT-digits-tiny", "--batch-size", "8", "--eval-size", "10",

@@ -30,7 +30,8 @@ from addnorm.tasks.lm_data import (
     text_data_from_dict,
 )
 from addnorm.tasks.plan import plan_fresh_run, plan_resumed_run
-from addnorm.tasks.run import load_trained, train_run
+from addnorm.tasks.run import train_run
+from addnorm.tasks.trained import load_trained
 from addnorm.training.metrics import read_metrics
 
 TINY = dict(d_model=32, n_heads=2, d_ff=64, n_layers=1)

@@ -18,7 +18,8 @@ import torch
 import addnorm
 from addnorm import EncoderModel, TransformerLM
 from addnorm.tasks.lm import LMTask, LMTaskConfig
-from addnorm.tasks.run import load_trained, train_run
+from addnorm.tasks.run import train_run
+from addnorm.tasks.trained import load_trained
 from addnorm.training.config import TrainConfig
 from addnorm.utils.files import CheckpointError
 

@@ -23,8 +23,9 @@ import addnorm
 from addnorm.cli.parser import main
 from addnorm.tasks.lm import LMTask, LMTaskConfig
 from addnorm.tasks.plan import check_run_fits, plan_fresh_run, plan_resumed_run
-from addnorm.tasks.run import load_trained, train_run
+from addnorm.tasks.run import train_run
 from addnorm.tasks.task import split_train_settings
+from addnorm.tasks.trained import load_trained
 from addnorm.tasks.translate import TranslateTask, TranslateTaskConfig
 from addnorm.training.checkpoint import load_checkpoint
 from addnorm.training.metrics import read_metrics

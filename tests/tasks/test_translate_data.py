@@ -23,13 +23,14 @@ import pytest
 from addnorm.data.fingerprint import DataChangedError
 from addnorm.data.hf_tokenizer import HFTokenizer
 from addnorm.data.pairs import PairCorpus
+from addnorm.tasks.pair_data import Example
 from addnorm.tasks.plan import plan_fresh_run, plan_resumed_run
-from addnorm.tasks.run import load_trained, train_run
+from addnorm.tasks.run import train_run
 from addnorm.tasks.text_metrics import error_rate
+from addnorm.tasks.trained import load_trained
 from addnorm.tasks.translate import TranslateTask, TranslateTaskConfig
 from addnorm.tasks.translate_data import (
     BundledDates,
-    Example,
     UserPairs,
     pair_data,
     pair_data_from_dict,

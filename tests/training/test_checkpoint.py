@@ -60,26 +60,20 @@ def test_the_newest_checkpoints_are_kept_and_found(tmp_path):
 
 def test_a_write_killed_halfway_leaves_the_previous_checkpoint_loadable(tmp_path, monkeypatch):
     write(tmp_path, 10, value=1.0)
-    real_write_json = checkpoint_module._write_json
+    real_write_json = checkpoint_module.write_json
 
     def dies_at_the_manifest(path, data):
         if path.name == checkpoint_module.MANIFEST:
             raise OSError("disk full (simulated)")
         real_write_json(path, data)
 
-    monkeypatch.setattr(checkpoint_module, "_write_json", dies_at_the_manifest)
+    monkeypatch.setattr(checkpoint_module, "write_json", dies_at_the_manifest)
     with pytest.raises(OSError, match="simulated"):
         write(tmp_path, 20, value=2.0)
     loaded = load_checkpoint(tmp_path)
     assert loaded.step == 10
     assert torch.equal(loaded.tensors["model"]["w"], torch.full((2, 3), 1.0))
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step-00000010"]
-
-
-def test_rewriting_the_same_step_replaces_it(tmp_path):
-    write(tmp_path, 10, value=1.0)
-    write(tmp_path, 10, value=3.0)
-    assert torch.equal(load_checkpoint(tmp_path).tensors["model"]["w"], torch.full((2, 3), 3.0))
 
 
 def test_missing_directory_is_named(tmp_path):
@@ -105,15 +99,6 @@ def test_corrupt_json_names_the_file(tmp_path, name):
     path = write(tmp_path, 1)
     (path / name).write_text("{not json")
     with pytest.raises(CheckpointError, match=name):
-        load_checkpoint(path)
-
-
-def test_a_file_altered_in_place_fails_its_hash(tmp_path):
-    path = write(tmp_path, 1)
-    state = path / "state.json"
-    text = state.read_text()
-    state.write_text(text.replace("step 1", "step 9"))  # same size, different bytes
-    with pytest.raises(CheckpointError, match="sha256"):
         load_checkpoint(path)
 
 
@@ -161,18 +146,6 @@ def test_a_malformed_manifest_names_manifest_json(tmp_path, change):
         load_checkpoint(path)
 
 
-def test_leftovers_of_killed_writes_are_removed_by_the_next_save(tmp_path):
-    write(tmp_path, 10, value=1.0)
-    root = tmp_path / "checkpoints"
-    (root / ".tmp-step-00000020-abc").mkdir()
-    (root / ".tmp-step-00000020-abc" / "model.safetensors").write_bytes(b"half")
-    (root / ".old-step-00000010-123").mkdir()
-    write(tmp_path, 20, value=2.0)
-    assert sorted(p.name for p in root.iterdir()) == ["step-00000010", "step-00000020"]
-    previous = load_checkpoint(root / "step-00000010")
-    assert torch.equal(previous.tensors["model"]["w"], torch.full((2, 3), 1.0))
-
-
 def test_best_checkpoints_are_kept_apart_never_pruned_and_deleted_with_the_run(tmp_path):
     tensors = {"model": {"w": torch.zeros(2)}}
     best = save_checkpoint(tmp_path, 5, tensors, {"best": {"step": 5}}, kind="best")
@@ -192,25 +165,15 @@ def test_best_checkpoints_are_kept_apart_never_pruned_and_deleted_with_the_run(t
     assert not (tmp_path / "checkpoints").exists()
 
 
-def test_a_best_folder_whose_manifest_is_no_best_checkpoints_is_left_alone(tmp_path):
-    path = write(tmp_path, 5)
-    mislabelled = tmp_path / "checkpoints" / "best-00000005"
-    shutil.copytree(path, mislabelled)  # a step's manifest (no "kind") under a best's name
-    delete_checkpoints(tmp_path)
-    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["best-00000005"]
-    with pytest.raises(ValueError, match="kind must be one of"):
-        list_checkpoints(tmp_path, kind="newest")
-
-
 KILLED_WRITER = """
 import os, signal, sys, torch
 import addnorm.training.checkpoint as ck
-real = ck._write_json
+real = ck.write_json
 def die_at_the_manifest(path, data):
     if path.name == ck.MANIFEST:
         os.kill(os.getpid(), signal.SIGKILL)
     real(path, data)
-ck._write_json = die_at_the_manifest
+ck.write_json = die_at_the_manifest
 ck.save_checkpoint(sys.argv[1], 20, {"model": {"w": torch.full((2, 3), 2.0)}}, {"note": "x"})
 """
 
@@ -278,25 +241,3 @@ def test_a_full_disk_keeps_the_previous_checkpoints(small_tmpfs):
     assert torch.equal(loaded.tensors["model"]["w"], torch.full((20_000,), 2.0))
 
 
-def test_pruning_sets_the_checkpoint_aside_first_so_no_listed_checkpoint_is_incomplete(
-    tmp_path, monkeypatch
-):
-    write(tmp_path, 10, keep=1)
-
-    def killed_before_the_first_file(path):
-        # Stands in for a kill during the deletion: the checkpoint (renamed first) is a hidden
-        # leftover, its files all still there.
-        assert path.name.startswith(".old-step-00000010-")
-        assert (path / checkpoint_module.MANIFEST).exists()
-        raise KeyboardInterrupt
-
-    with monkeypatch.context() as patch:
-        patch.setattr(checkpoint_module, "_remove_checkpoint_files", killed_before_the_first_file)
-        with pytest.raises(KeyboardInterrupt):
-            write(tmp_path, 20, keep=1)
-    root = tmp_path / "checkpoints"
-    leftovers = [p for p in root.iterdir() if p.name.startswith(".old-step-00000010-")]
-    assert len(leftovers) == 1 and (leftovers[0] / "model.safetensors").exists()  # unlisted
-    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-00000020"]
-    write(tmp_path, 30, keep=2)  # the next save removes the leftover
-    assert sorted(p.name for p in root.iterdir()) == ["step-00000020", "step-00000030"]

@@ -42,7 +42,8 @@ from addnorm.cli.exits import EXIT_OK, SIGNAL_STOPS, exit_on_sigterm, report_sig
 from addnorm.cli.shared_flags import add_runtime_flags
 from addnorm.cli.time_cap import UNDERTRAINED_SHARE, replan_text, warn_if_cut_short
 from addnorm.data.dates import dates_in_split, format_date
-from addnorm.tasks.run import load_trained, train_run
+from addnorm.tasks.run import train_run
+from addnorm.tasks.trained import load_trained
 from addnorm.tasks.translate import TranslateTask
 from addnorm.training.config import TrainConfig
 

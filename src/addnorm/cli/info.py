@@ -26,7 +26,7 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handle ``addnorm info``; returns the exit code."""
-    from addnorm.tasks.run import read_run_metrics
+    from addnorm.tasks.trained import read_run_metrics
     from addnorm.training.checkpoint import load_checkpoint
 
     require_stdout("the report")

@@ -87,7 +87,7 @@ def load_task_model(args: argparse.Namespace, task_name: str):
     task's family with the fields the task's data sets (vocabulary, special ids, image
     size) equal to the task's."""
     from addnorm.pretrained.files import CONFIG_FILE
-    from addnorm.tasks.run import load_trained
+    from addnorm.tasks.trained import load_trained
     from addnorm.training.best_checkpoints import pick_checkpoint
 
     device = apply_runtime_flags(args)

@@ -16,7 +16,7 @@ GPT-2's) bans nothing as padding. Rows that stopped are filled with the config's
 (``GenerationConfig.fill_id``).
 
 Before the rows are expanded to beams or return sequences, their number is held to the
-memory of the device, as ``max_new_tokens`` is (:func:`~addnorm.generation.loop.
+memory of the device, as ``max_new_tokens`` is (:func:`~addnorm.generation.decode_checks.
 check_rows_fit`, given the bytes of each row's cache).
 
 A decoder-only model continues its prompt: the prompt counts as seen for the repetition rules
@@ -40,13 +40,12 @@ from torch import Tensor
 from addnorm.cache import check_cache_room
 from addnorm.generation.config import GenerationConfig
 from addnorm.generation.deadline import Deadline
-from addnorm.generation.loop import (
+from addnorm.generation.decode_checks import (
     check_decoding_options,
     check_rows_fit,
     check_token_ids,
-    decode,
-    prompt_history,
 )
+from addnorm.generation.loop import decode, prompt_history
 from addnorm.generation.output import GenerateOutput, Recorder
 from addnorm.generation.step import compiled_step, held_buffers
 from addnorm.generation.stop_strings import StopFn

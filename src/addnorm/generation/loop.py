@@ -29,13 +29,14 @@ Before a token is picked, the rules of :mod:`addnorm.generation.logit_rules` res
 logits (``repetition_penalty``, ``no_repeat_ngram_size``, ``bad_words_ids``,
 ``min_new_tokens``, ``forced_eos_id``, ``suppress_tokens``; Hugging Face's conventions and
 order), given the real (unpadded) tokens of ``prompt_ids`` followed by the tokens generated
-so far. Then come temperature, top-k, top-p and min-p (sampling); beam search, as Hugging
-Face's, applies the rules to its log-probs.
+so far. Then come temperature, top-k, top-p and min-p (sampling,
+:mod:`addnorm.generation.sampling`); beam search, as Hugging Face's, applies the rules to its
+log-probs.
 
 ``max_time`` ends every row once that many seconds have passed (:mod:`addnorm.generation.
 deadline`: the host's clock, read after the step's stop check, so no read is added).
 ``B * num_beams`` or ``B * num_return_sequences`` rows that no memory holds are refused
-before the rows are expanded (:func:`check_rows_fit`).
+before the rows are expanded (:func:`~addnorm.generation.decode_checks.check_rows_fit`).
 """
 
 from __future__ import annotations
@@ -44,23 +45,24 @@ from functools import partial
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from addnorm.generation.beam_search import beam_search
 from addnorm.generation.config import GenerationConfig
 from addnorm.generation.deadline import Deadline
+from addnorm.generation.decode_checks import (
+    check_decoding_options,
+    check_rows_fit,
+    check_token_ids,
+)
 from addnorm.generation.logit_rules import LogitRules
 from addnorm.generation.output import Recorder
+from addnorm.generation.sampling import pick_token
 from addnorm.generation.step import LogitWatch, StepFn, check_logits
 from addnorm.generation.stop_strings import StopFn, StopStrings
 from addnorm.utils.checks import check_bool_mask, check_tensor
-from addnorm.utils.memory import device_memory
 
-__all__ = [
-    "check_decoding_options", "check_rows_fit", "check_token_ids", "decode", "generate_tokens",
-    "prompt_history",
-]
+__all__ = ["decode", "generate_tokens", "prompt_history"]
 
 
 @torch.no_grad()
@@ -128,87 +130,6 @@ def generate_tokens(
     checked_step = _checked_outputs(step_fn, (rows, vocab))
     return decode(checked_step, logits, cache, config, generator=generator, seen=seen,
                   stop_fn=stop_fn, deadline=deadline)
-
-
-def check_token_ids(config: GenerationConfig, vocab: int) -> None:
-    """Every id a config names (``pad_id``, the stop ids, ``forced_eos_id``,
-    ``suppress_tokens``, ``bad_words_ids``) must be in the vocabulary [0, V)."""
-    named = [("pad_id", config.pad_id), ("eos_id", config.eos_id),
-             ("forced_eos_id", config.forced_eos_id), ("suppress_tokens", config.suppress_tokens),
-             ("bad_words_ids", config.bad_words_ids)]
-    for name, value in named:
-        outside = [token for token in _flat(value) if token >= vocab]
-        if outside:
-            where = f"{name} ({outside[0]})" if name in ("pad_id", "eos_id", "forced_eos_id") else (
-                f"{name} ({value!r}) holds {outside[0]}, which")
-            raise ValueError(f"{where} must be < the vocabulary size V ({vocab})")
-
-
-def _flat(value: object) -> list[int]:
-    if value is None:
-        return []
-    if isinstance(value, int):
-        return [value]
-    return [token for item in value for token in _flat(item)]  # type: ignore[attr-defined]
-
-
-def check_rows_fit(
-    config: GenerationConfig, batch: int, vocab: int, row_bytes: int,
-    device: torch.device | str,
-) -> None:
-    """Refuse, before the B input rows become ``B * num_beams`` beams (beam search) or ``B *
-    num_return_sequences`` rows (sampling), more rows than the memory of ``device`` holds.
-
-    Each row needs at least ``row_bytes`` (its decoding cache: the caller's count; 0 when
-    unknown) and a float32 row of V logits (beam search: twice the cache, which every step
-    reorders to follow the beams' parents, ``index_select`` writing a copy of each tensor
-    before the old one is freed; two rows of logits, its log-probs and their sums with the
-    beam scores; and ``max_new_tokens`` long ids of finished hypotheses): a lower bound of
-    what the rows allocate, as :func:`~addnorm.cache.check_cache_fits` is of the cache, so
-    what it refuses could not run.
-    """
-    beam = config.strategy == "beam"
-    name, copies = ("num_beams", config.num_beams) if beam else (
-        "num_return_sequences", config.num_return_sequences)
-    if copies == 1 or torch.compiler.is_compiling():
-        return
-    per_row = (row_bytes + vocab * 4) * (2 if beam else 1) + (config.max_new_tokens * 8 if beam
-                                                              else 0)
-    rows = batch * copies
-    limit = device_memory(device)
-    if limit is not None and rows * per_row > limit:
-        most = limit // (batch * per_row)
-        raise ValueError(
-            f"{name} ({copies}) with max_new_tokens ({config.max_new_tokens}) makes {batch} x "
-            f"{copies} = {rows:,} rows of decoding state, at least {rows * per_row:,} bytes "
-            f"({per_row:,} per row: its cache{' and its reordered copy' if beam else ''}, "
-            f"float32 logits over {vocab} tokens{', its finished hypotheses' if beam else ''}),"
-            f" more than the {limit:,} bytes of memory the device ({torch.device(device)}) "
-            f"has: at most {most:,} fit {batch} input rows"
-        )
-
-
-def check_decoding_options(
-    config: GenerationConfig,
-    generator: object,
-    stop_fn: object,
-    device: torch.device,
-) -> None:
-    """The options of a generation beside its config, checked once before it starts."""
-    if stop_fn is not None:
-        if not callable(stop_fn):
-            raise TypeError(f"stop_fn must be callable, got {type(stop_fn).__name__}")
-        if config.strategy == "beam":
-            raise ValueError("stop_fn is not supported by beam search; use greedy or sample")
-        if config.fill_id is None:
-            raise ValueError(
-                "stop_fn needs an id for the positions after a row ends: set pad_id or eos_id"
-            )
-    if generator is not None:
-        if not isinstance(generator, torch.Generator):
-            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
-        if generator.device.type != device.type:
-            raise ValueError(f"generator is on {generator.device} but the logits are on {device}")
 
 
 def _checked_outputs(step_fn: StepFn, shape: tuple[int, int]) -> StepFn:
@@ -349,7 +270,7 @@ def _decode_token_by_token(
             logits = torch.where(ended[:, None], logits, reshaped)  # ended rows: filler follows
             bad = watch.note(_logits_name(step), step, logits, partial(_no_token_left, config,
                                                                        step))
-        next_token, scores = _next_token(logits, config, generator, bad, want_scores)  # (B,)
+        next_token, scores = pick_token(logits, config, generator, bad, want_scores)  # (B,)
         if record is not None and scores is not None:
             record.add_scores(scores)
         if config.fill_id is not None:
@@ -444,99 +365,3 @@ def _no_token_left(config: GenerationConfig, step: int, row: int) -> str:
         f"{step} (every token the model allows is banned); ban fewer tokens, use a larger "
         "no_repeat_ngram_size or fewer new tokens"
     )
-
-
-def _next_token(
-    logits: Tensor, config: GenerationConfig, generator: torch.Generator | None, bad: Tensor,
-    want_scores: bool = False,
-) -> tuple[Tensor, Tensor | None]:
-    """Argmax, or one draw from the shaped softmax; and, when ``want_scores``, the scores
-    the token was picked from (Hugging Face's: the logits for greedy decoding; divided by
-    the temperature, -inf where top-k, top-p or min-p removed a token, for sampling).
-    Rows in ``bad`` (B,) (no finite maximum: :class:`LogitWatch` reports them) draw from
-    zeros instead, which ``torch.multinomial`` accepts; argmax accepts any row.
-
-    Shapes:
-        logits: (B, V); bad: (B,); returns: (B,) long, (B, V) or None
-    """
-    if config.strategy == "greedy":
-        return logits.argmax(dim=-1), logits if want_scores else None
-    probs, keep = _filtered_probs(logits.masked_fill(bad[:, None], 0.0), config)
-    token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
-    if not want_scores:
-        return token, None
-    scores = logits.to(torch.float32) / config.temperature  # (B, V), transformers' order
-    return token, scores if keep is None else scores.masked_fill(~keep, float("-inf"))
-
-
-def _sampling_probs(logits: Tensor, config: GenerationConfig) -> Tensor:
-    """softmax(logits / temperature), restricted to the top-k, then to the top-p nucleus,
-    then to the tokens min-p keeps (see :func:`_filtered_probs`)."""
-    return _filtered_probs(logits, config)[0]
-
-
-def _filtered_probs(logits: Tensor, config: GenerationConfig) -> tuple[Tensor, Tensor | None]:
-    """The sampling distribution and the tokens it keeps (None: every token).
-
-    softmax(logits / temperature), restricted to the top-k, then to the top-p nucleus, then
-    to the tokens whose probability is at least ``min_p`` times the likeliest's (Hugging
-    Face's order: temperature, top-k, top-p, min-p). Rows need a finite maximum. Never NaN,
-    for any temperature > 0 (see :func:`_divide_by_temperature`); top-p and min-p always
-    keep each row's most likely token.
-
-    Shapes:
-        logits: (B, V); returns: probs (B, V) float32 or wider, keep (B, V) bool or None
-    """
-    logits = _divide_by_temperature(logits, config.temperature)  # (B, V), <= 0
-    vocab = logits.shape[-1]
-    keep = None
-    if config.top_k is not None and config.top_k < vocab:
-        top = logits.topk(config.top_k, dim=-1).indices  # (B, k)
-        keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, top, True)
-        logits = logits.masked_fill(~keep, float("-inf"))
-    probs = F.softmax(logits, dim=-1)
-    if config.top_p is not None and config.top_p < 1.0:
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        cumulative = sorted_probs.cumsum(dim=-1)  # (B, V)
-        mass_before = F.pad(cumulative[..., :-1], (1, 0))  # (B, V): mass of likelier tokens
-        # a token is in the nucleus iff the more likely tokens have not yet reached top_p;
-        # the likeliest always is (Hugging Face's min_tokens_to_keep=1), also for a top_p
-        # that rounds to 0 in the probabilities' dtype
-        in_nucleus = mass_before < config.top_p
-        in_nucleus[..., 0] = True
-        nucleus = torch.zeros_like(probs, dtype=torch.bool).scatter_(-1, order, in_nucleus)
-        probs = probs.masked_fill(~nucleus, 0.0)
-        probs = probs / probs.sum(dim=-1, keepdim=True)
-        keep = nucleus if keep is None else keep & nucleus
-    if config.min_p is not None:
-        # at least min_p times the likeliest token's probability (which min_p <= 1 keeps)
-        kept = probs >= config.min_p * probs.amax(dim=-1, keepdim=True)  # (B, V)
-        probs = probs.masked_fill(~kept, 0.0)
-        probs = probs / probs.sum(dim=-1, keepdim=True)
-        keep = kept if keep is None else keep & kept
-    return probs, keep
-
-
-def _divide_by_temperature(logits: Tensor, temperature: float) -> Tensor:
-    """``(logits - row max) / temperature`` (``logits / temperature`` for T >= 1, which
-    cannot overflow): softmax's input, which the shift leaves unchanged.
-
-    Below 1 every value lies in [-inf, 0] and each row's maxima are exactly 0, so no temperature > 0
-    overflows into NaN: a tiny one sends the others to -inf, which is the limit T -> 0
-    (softmax(x / T) -> uniform over the argmax set). Computed in float32 or wider; in
-    float64 when T is below the smallest normal number of that dtype (it would round to 0
-    or lose digits there), and on a device without float64 (``mps``) such a T is that limit.
-
-    Shapes:
-        logits: (B, V), every row with a finite maximum
-        returns: (B, V), float32 or wider
-    """
-    dtype = torch.promote_types(logits.dtype, torch.float32)
-    if temperature >= 1.0:  # |logits / T| <= |logits|: no overflow, no shift needed
-        return logits.to(dtype) / temperature
-    shifted = logits.to(dtype) - logits.amax(dim=-1, keepdim=True).to(dtype)  # (B, V), <= 0
-    if temperature >= torch.finfo(dtype).tiny:
-        return shifted / temperature
-    if logits.device.type == "mps":  # no float64: the limit, every non-maximum at -inf
-        return shifted.masked_fill(shifted < 0, float("-inf"))
-    return shifted.double() / temperature  # exact to float64's rounding, subnormal T too

@@ -1,7 +1,7 @@
 """A ``generate`` call in Hugging Face's terms, read once before decoding starts:
 :func:`transformers_call` turns its names (``input_ids``, ``attention_mask``,
 ``generation_config``, ``return_dict_in_generate``, the settings of
-:class:`~addnorm.generation.config.TransformersSettings`) into a :class:`GenerationCall`.
+:class:`~addnorm.generation.hf_settings.TransformersSettings`) into a :class:`GenerationCall`.
 
 A call is in Hugging Face's terms when it passes no addnorm ``config`` but one of those
 names. Its settings are then Hugging Face's: its defaults (20 new tokens, greedy,
@@ -24,12 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from addnorm.generation.config import (
+from addnorm.generation.config import GenerationConfig, transformers_settings
+from addnorm.generation.hf_settings import (
     OUTPUT_NAMES,
     TRANSFORMERS_DEFAULT_NEW_TOKENS,
-    GenerationConfig,
-    _warn_caller,
-    transformers_settings,
+    warn_caller,
 )
 from addnorm.utils.checks import check_bool
 
@@ -156,7 +155,7 @@ def _outputs(settings: Mapping[str, Any]) -> tuple[bool, bool, bool]:
     wanted = [check_bool(name, settings.get(name, False)) for name in OUTPUT_NAMES]
     if not return_dict and any(wanted):
         named = [name for name, want in zip(OUTPUT_NAMES, wanted, strict=True) if want]
-        _warn_caller(
+        warn_caller(
             f"{' and '.join(named)} {'ask' if len(named) > 1 else 'asks'} for what only "
             "return_dict_in_generate=True returns; without it they are ignored, as transformers "
             "ignores them"

@@ -309,7 +309,7 @@ class _DiffusionTask(Protocol):
 
 def save_pipeline(task: _DiffusionTask, model: DiT, folder: str | os.PathLike) -> str:
     """Write a run trained on a VAE's latents (``task, model, _ =
-    addnorm.tasks.run.load_trained(RUN)``) as a diffusers DiT pipeline folder: its DiT, its VAE,
+    addnorm.tasks.trained.load_trained(RUN)``) as a diffusers DiT pipeline folder: its DiT, its VAE,
     a ``DPMSolverMultistepScheduler`` of its diffusion and its class names
     (:func:`~addnorm.interop.diffusers_pipeline.save_diffusers_pipeline`, whose ValueErrors
     say what diffusers cannot hold); ValueError for a run on pixels. Returns the folder."""

@@ -35,7 +35,7 @@ from addnorm.tasks.lm_data import (
 from addnorm.tasks.task import Sizing, TaskConfig
 from addnorm.training.best import Validation
 from addnorm.training.config import TrainConfig
-from addnorm.training.trainer import LossFn
+from addnorm.training.trainer_io import LossFn
 from addnorm.transformer import TransformerLM
 from addnorm.transformer.config import LM_PRESETS, LMConfig
 from addnorm.utils.checks import check_int, check_probability

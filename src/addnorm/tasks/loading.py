@@ -8,7 +8,7 @@ that Hugging Face transformers' ``save_pretrained`` wrote (BERT or GPT-2, conver
 :func:`~addnorm.interop.diffusers_folder.from_diffusers_folder`), a diffusers DiT pipeline
 (``model_index.json``: DiT, VAE, scheduler, class names;
 :func:`~addnorm.interop.diffusers_pipeline.from_diffusers_pipeline`), or a run written
-by ``addnorm train`` (its checkpoints; :func:`addnorm.tasks.run.load_trained` rebuilds the
+by ``addnorm train`` (its checkpoints; :func:`addnorm.tasks.trained.load_trained` rebuilds the
 model through its task: a run's best checkpoint when it kept one,
 :mod:`addnorm.training.best_checkpoints`, unless ``which="last"`` asks for its newest).
 Knowing all five, this function sits above the tasks; ``addnorm/__init__.py`` exports it
@@ -50,7 +50,7 @@ from addnorm.pretrained.mixin import (
     check_path,
     for_inference,
 )
-from addnorm.tasks.run import WEIGHTS, load_trained
+from addnorm.tasks.trained import WEIGHTS, load_trained
 from addnorm.training.best_checkpoints import WHICH, pick_checkpoint
 from addnorm.training.checkpoint import MANIFEST, list_checkpoints
 from addnorm.utils.checks import check_choice

@@ -35,8 +35,9 @@ from typing import Any
 
 from addnorm.tasks.budget import BudgetPlan, budget_plan, scaled_warmup, steps_for_epochs
 from addnorm.tasks.registry import task_class
-from addnorm.tasks.run import resume_configs, task_of_checkpoint
+from addnorm.tasks.run import resume_configs
 from addnorm.tasks.task import AnyTask, TaskConfig, split_train_settings
+from addnorm.tasks.trained import task_of_checkpoint
 from addnorm.training.checkpoint import LoadedCheckpoint, load_checkpoint
 from addnorm.training.config import TrainConfig
 from addnorm.training.sizes import RunSizeError

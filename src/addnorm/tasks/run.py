@@ -1,4 +1,4 @@
-"""A training run of a named task, start to finish, and loading a trained model back.
+"""A training run of a named task, start to finish.
 
 A run directory holds ``addnorm-run.json`` (the marker that proves addnorm started the run;
 see ``addnorm.training.run_dir``), ``checkpoints/`` (see ``addnorm.training.checkpoint``),
@@ -7,14 +7,8 @@ see ``addnorm.training.run_dir``), ``checkpoints/`` (see ``addnorm.training.chec
 the held-out figures and pictures of the loss curve, the quality figure and the samples), with
 ``--watch`` ``watch.jsonl`` and ``watch.png`` (per-layer measurements,
 :mod:`addnorm.training.watch`) and, after a run that was not stopped by a signal,
-``metrics.json`` (the held-out figures: ``test_exact_match`` for translate, ``val_bpc`` for lm,
-``class_agreement`` and its companions for dit, the headline's key under ``"metric"``;
-``"weights"``: ``"ema"`` when the run kept an EMA of its weights (``ema_decay > 0``) and was
-scored with it, else ``"raw"``; ``"samples"``: a few held-out predictions for translate, text
-continuations for lm, one generated digit per class for dit; ``"checkpoint"``: ``"best"`` when
-the figures are of the run's best checkpoint, else ``"last"``, with ``"checkpoint_step"``;
-``"validation"``, in a run that scored its validation split while training: the best step and
-score, the last evaluation's; see :mod:`addnorm.training.best`). A run keeps its best
+``metrics.json`` (the held-out figures; :mod:`addnorm.tasks.run_finish` says what it holds).
+A run keeps its best
 (``checkpoints/best-N``) with ``keep_best``, which None decides by the task: on for a user's
 data (:func:`~addnorm.training.best.keeps_best`). A run on a user's files also
 holds what its task writes of them (``WritesRunFiles``): ``data.json`` (the record of the
@@ -31,28 +25,21 @@ Started by ``torchrun`` (a process group exists; see ``addnorm.training.distribu
 rank trains and only rank 0 takes the lock, writes the marker, the loss curve and
 ``metrics.json`` and evaluates; the other ranks return a summary without metrics.
 
-``load_trained`` rebuilds a model from a checkpoint with its EMA weights when the checkpoint
-has them (``weights="ema"``, the default, the weights a finished run was scored with) or its
-raw trained weights (``weights="raw"``). A language model, loaded or scored at the end of its
-run, knows the windows it trained on (its ``context``, the run's ``seq_len``), within which it
-generates.
+A finished run is read back by :mod:`addnorm.tasks.trained` (``load_trained``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
-from addnorm.inspection.figure import plot_watch
 from addnorm.tasks.registry import TASKS, task_class
+from addnorm.tasks.run_finish import RunSummary, best_checkpoint, finish_run, log_finish
 from addnorm.tasks.task import (
     AnyTask,
     TaskConfig,
@@ -60,15 +47,13 @@ from addnorm.tasks.task import (
     WritesRunFiles,
     split_train_settings,
 )
+from addnorm.tasks.trained import saved_train_configs, task_of_checkpoint, with_context
 from addnorm.training import distributed
 from addnorm.training.best import Validation, keeps_best, validates
-from addnorm.training.best_runner import BestRunner
-from addnorm.training.budget import Replan
 from addnorm.training.callbacks import ProgressLines
 from addnorm.training.checkpoint import LoadedCheckpoint, load_checkpoint
 from addnorm.training.config import TrainConfig
-from addnorm.training.logger import REPORT_TO, Logger, TensorBoardLogger, read_png
-from addnorm.training.metrics import draw_samples, plot_loss_curve, plot_quality
+from addnorm.training.logger import REPORT_TO, Logger, TensorBoardLogger
 from addnorm.training.run_dir import (
     RUN_FILES,
     TENSORBOARD_DIR,
@@ -79,31 +64,21 @@ from addnorm.training.run_dir import (
     write_marker,
 )
 from addnorm.training.schedules import ScheduleConfig
-from addnorm.training.sizes import SizeError, check_model_fits
 from addnorm.training.state import seed_everything
-from addnorm.training.stopping import STOP_SIGNALS
-from addnorm.training.trainer import Trainer, TrainResult
-from addnorm.training.watch import WATCH_FIGURE, WATCH_FILE, keep_records, read_watch
-from addnorm.transformer.lm import TransformerLM
+from addnorm.training.trainer import Trainer
+from addnorm.training.watch import WATCH_FILE, keep_records
 from addnorm.utils.checks import check_known_fields
-from addnorm.utils.files import CheckpointError, parse_json, write_file_atomic
+from addnorm.utils.files import CheckpointError, write_file_atomic
 
 __all__ = [
     "RESUMABLE_FIELDS",
     "TASKS",
-    "WEIGHTS",
-    "RunSummary",
-    "load_trained",
-    "read_run_metrics",
     "has_run",
     "resume_configs",
-    "saved_train_configs",
     "schedule_for",
-    "task_of_checkpoint",
     "train_run",
 ]
 
-WEIGHTS = ("ema", "raw")
 # TrainConfig fields a resumed run may change (and a task config's ``resumable`` ones); any
 # other change would break exact resume.
 RESUMABLE_FIELDS = (
@@ -118,33 +93,6 @@ RESUMABLE_FIELDS = (
     "eval_every",
     "patience",
 )
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """What ``train_run`` did.
-
-    Attributes:
-        run_dir, checkpoint: where the run and its last checkpoint are.
-        step, stopped_by, elapsed_s: as in ``TrainResult``.
-        metrics: the held-out figures (empty if a signal stopped the run: ``stopped_by`` is
-            "interrupt" or "terminate").
-        loss_png: the loss curve, or None if nothing was logged.
-        replan: how the run was fitted to its time budget while it trained (``TrainResult``'s),
-            None if it was not.
-        best: the best checkpoint (``keep_best``), whose weights ``metrics`` scores; None
-            without one.
-    """
-
-    run_dir: Path
-    checkpoint: Path
-    step: int
-    stopped_by: str
-    elapsed_s: float
-    metrics: dict
-    loss_png: Path | None
-    replan: Replan | None = None
-    best: Path | None = None
 
 
 def schedule_for(train_cfg: TrainConfig) -> ScheduleConfig:
@@ -170,37 +118,6 @@ def _saved_schedule(checkpoint: LoadedCheckpoint) -> ScheduleConfig:
         return ScheduleConfig(**check_known_fields(ScheduleConfig, saved, "schedule"))
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"{where} does not describe an lr schedule: {err}") from None
-
-
-def saved_train_configs(
-    task_cls: type[AnyTask], checkpoint: LoadedCheckpoint, task: AnyTask | None = None
-) -> tuple[TrainConfig, TaskConfig]:
-    """The trainer's and the task's configs a checkpoint of ``task_cls`` saved, both in its
-    ``train_config`` (a checkpoint written before the task configs existed holds the task's
-    fields among ``TrainConfig``'s, and maybe ``FORMER_FIELDS`` the task ignores: read so).
-    A task config field the ``train_config`` lacks (written before the field existed) takes
-    the value of ``task``'s attribute of that name where it has one (the checkpoint's task,
-    which saved it in its own data: the DiT's ``prediction``), else the field's default.
-    Raises ``CheckpointError`` naming ``state.json`` if it has no ``train_config`` object or
-    one with a field that is unknown or out of range."""
-    where = checkpoint.path / "state.json"
-    saved = checkpoint.state.get("train_config")
-    if not isinstance(saved, dict):
-        raise CheckpointError(
-            f"{where} has no 'train_config' object (the run's trainer settings), so the run "
-            "cannot be continued exactly"
-        )
-    try:
-        trainer, own = split_train_settings(task_cls, saved)
-        defaults = task_cls.default_task_config()
-        older = {f.name: getattr(task, f.name) for f in dataclasses.fields(defaults)
-                 if f.name not in own and hasattr(task, f.name)}
-        return (
-            TrainConfig.from_dict(trainer),
-            dataclasses.replace(defaults, **{**older, **own}),
-        )
-    except (ValueError, TypeError) as err:
-        raise CheckpointError(f"{where}: train_config: {err}") from None
 
 
 def resume_configs(
@@ -338,7 +255,7 @@ def train_run(
                     keep_records(run_dir / WATCH_FILE, resume.step)  # as a watched resume would
             result = trainer.fit()
             weights = trainer.scored_weights()  # every rank takes part in gathering them
-            best = _best_checkpoint(trainer)
+            best = best_checkpoint(trainer)
             if best is not None:  # (one process) the best's, read back verified
                 weights = load_checkpoint(best).tensors["model" if trainer.ema is None else "ema"]
             if not main:
@@ -346,11 +263,11 @@ def train_run(
                     run_dir, result.checkpoint, result.step, result.stopped_by,
                     result.elapsed_s, {}, None, result.replan,
                 )
-            model = _with_context(task.build_model(model_cfg), task_cfg).to(device)
+            model = with_context(task.build_model(model_cfg), task_cfg).to(device)
             model.load_state_dict(weights)
-            summary = _finish(task, model, trainer, result, task_cfg, run_dir, best)
+            summary = finish_run(task, model, trainer, result, task_cfg, run_dir, best)
             for logger in loggers:
-                _log_finish(logger, task, summary, run_dir)
+                log_finish(logger, task, summary, run_dir)
             return summary
         finally:
             for logger in loggers:
@@ -389,163 +306,6 @@ def _check_task_config(task_cls: type[AnyTask], task_cfg: object) -> None:
         )
 
 
-def _finish(
-    task: AnyTask,
-    model: nn.Module,
-    trainer: Trainer,
-    result: TrainResult,
-    task_cfg: TaskConfig,
-    run_dir: Path,
-    best: Path | None = None,
-) -> RunSummary:
-    """Plot the loss curve and, unless a signal stopped the run, score ``model`` (a plain copy
-    of the trained or EMA weights: the ``best`` checkpoint's, when the run kept one) into
-    metrics.json."""
-    png = None
-    jsonl = run_dir / "metrics.jsonl"
-    if jsonl.is_file() and jsonl.stat().st_size > 0:
-        png = plot_loss_curve(
-            run_dir / "metrics.jsonl", run_dir / "loss.png", title=task.name,
-            ylabel=task.loss_label,
-        )
-    watched = read_watch(run_dir / WATCH_FILE)
-    if watched:
-        plot_watch(watched, run_dir / WATCH_FIGURE, title=task.name)
-    metrics: dict = {}
-    if result.stopped_by not in STOP_SIGNALS.values():
-        metrics = {
-            "task": task.name,
-            "metric": task.metric,
-            "step": result.step,
-            "train_loss": result.loss,
-            "stopped_by": result.stopped_by,
-            "elapsed_s": result.elapsed_s,
-            "weights": "raw" if trainer.ema is None else "ema",
-            "world_size": distributed.world_size(),
-        }
-        if result.compile_s is not None:
-            metrics["compile_s"] = result.compile_s
-        metrics.update(_validation_figures(trainer, result, best))
-        metrics.update(task.evaluate_run(model, task_cfg))
-        metrics["samples"] = task.run_samples(model)
-        final = (result.elapsed_s, float(metrics[task.metric]))
-        quality = plot_quality(
-            jsonl, run_dir / "quality.png", metric=task.metric,
-            final=final, ylabel=task.loss_label, title=f"{task.name}: where quality arrives",
-        ) if jsonl.is_file() else None
-        if quality is not None:
-            metrics["quality_figure"] = quality.name
-        text = json.dumps(metrics, indent=1)
-        write_file_atomic(run_dir / "metrics.json", lambda tmp: tmp.write_text(text, "utf-8"))
-    return RunSummary(
-        run_dir, result.checkpoint, result.step, result.stopped_by, result.elapsed_s, metrics, png,
-        result.replan, best,
-    )
-
-
-def _best_checkpoint(trainer: Trainer) -> Path | None:
-    """The best checkpoint the trainer kept (``keep_best``), or None."""
-    return trainer.probe.best_checkpoint if isinstance(trainer.probe, BestRunner) else None
-
-
-def _validation_figures(trainer: Trainer, result: TrainResult, best: Path | None
-                        ) -> dict[str, Any]:
-    """What ``metrics.json`` says of the evaluations on the validation split: which
-    checkpoint its figures score (``"checkpoint"``: "best" or "last", and its step,
-    ``"checkpoint_step"``) and, in a run that evaluated, ``"validation"``: the metric, its
-    direction, the best step and score, the last evaluation's step and score, the evaluations
-    since the best, ``every`` (``eval_every``) and ``patience``."""
-    runner = trainer.probe if isinstance(trainer.probe, BestRunner) else None
-    figures: dict[str, Any] = {
-        "checkpoint": "last" if best is None else "best",
-        "checkpoint_step": result.step if runner is None or best is None else runner.record.step,
-    }
-    if runner is not None:
-        figures["validation"] = {**runner.record.to_dict(), "every": runner.keeper.every,
-                                 "patience": runner.keeper.patience}
-    return figures
-
-
-def _log_finish(logger: Logger, task: AnyTask, summary: RunSummary, run_dir: Path) -> None:
-    """A finished run for ``logger``, at its last step: the held-out figures (numbers) under
-    ``final/<name>``, and as images the samples (``samples``), the loss curve
-    (``figures/loss``) and the quality figure (``figures/quality``) when drawn."""
-    step, metrics = summary.step, summary.metrics
-    numbers = {
-        f"final/{name}": float(value) for name, value in metrics.items()
-        if isinstance(value, int | float) and not isinstance(value, bool)
-    }
-    if numbers:
-        logger.log_scalars(step, numbers)
-    if metrics.get("samples"):
-        logger.log_image(step, "samples", draw_samples(
-            metrics["samples"], title=f"{task.name}: samples at step {step}"
-        ))
-    figures = {"figures/loss": summary.loss_png}
-    if "quality_figure" in metrics:
-        figures["figures/quality"] = run_dir / metrics["quality_figure"]
-    for tag, png in figures.items():
-        if png is not None and Path(png).is_file():
-            logger.log_image(step, tag, read_png(png))
-    logger.flush()
-
-
-def load_trained(
-    path: str | os.PathLike, *, device: torch.device | str = "cpu", weights: str = "ema"
-) -> tuple[AnyTask, nn.Module, LoadedCheckpoint]:
-    """``(task, model in eval mode, checkpoint)`` from a checkpoint or run directory.
-
-    ``weights="ema"`` loads the EMA of the weights when the checkpoint has one (what a
-    finished run was scored with) and the trained weights otherwise; ``"raw"`` always loads
-    the trained weights. Raises ``CheckpointError`` (naming the file) if the checkpoint is
-    missing or damaged.
-    """
-    if weights not in WEIGHTS:
-        raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
-    checkpoint = load_checkpoint(path)
-    task, cfg = task_of_checkpoint(checkpoint)
-    try:
-        task_cfg: TaskConfig | None = saved_train_configs(type(task), checkpoint, task)[1]
-    except CheckpointError:  # no record of the run's settings: the model's own (max_len)
-        task_cfg = None
-    model: nn.Module = _with_context(task.build_model(cfg), task_cfg)
-    stem = "ema" if weights == "ema" and "ema" in checkpoint.tensors else "model"
-    try:
-        model.load_state_dict(checkpoint.tensors[stem])
-    except (KeyError, RuntimeError) as err:
-        raise CheckpointError(
-            f"{checkpoint.path / f'{stem}.safetensors'} does not fit the model in its config: "
-            f"{str(err).splitlines()[0]}"
-        ) from None
-    return task, model.to(device).eval(), checkpoint
-
-
-def _with_context(model: nn.Module, task_cfg: TaskConfig | None) -> nn.Module:
-    """``model``, a language model told the length of the windows its run trained on (the
-    task's ``seq_len``): it generates within them (``TransformerLM.context``)."""
-    seq_len = getattr(task_cfg, "seq_len", None)
-    if isinstance(model, TransformerLM) and isinstance(seq_len, int):
-        model.context = seq_len
-    return model
-
-
-def read_run_metrics(checkpoint: LoadedCheckpoint) -> dict | None:
-    """The ``metrics.json`` of the run a checkpoint belongs to, if there is one (None also for
-    one that is not a JSON object, or is nested deeper than ``parse_json`` takes)."""
-    path = checkpoint.path.parent.parent / "metrics.json"
-    try:
-        metrics = parse_json(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        return None
-    return metrics if isinstance(metrics, dict) else None
-
-
-def has_run(run_dir: str | os.PathLike) -> bool:
-    """Whether ``run_dir`` holds an addnorm run (its marker; a fresh run there would replace
-    it)."""
-    return read_marker(run_dir) is not None
-
-
 def _check_same_task(checkpoint: LoadedCheckpoint, task: AnyTask, task_name: str) -> None:
     if task.name != task_name:
         raise ValueError(
@@ -553,22 +313,7 @@ def _check_same_task(checkpoint: LoadedCheckpoint, task: AnyTask, task_name: str
         )
 
 
-def task_of_checkpoint(checkpoint: LoadedCheckpoint) -> tuple[AnyTask, Any]:
-    """The task (``from_dict`` of its saved data: tokenizers, settings) and the model config a
-    checkpoint describes in its ``state.json``; ``CheckpointError`` naming the file if it
-    describes none, or a model no memory here holds."""
-    where = checkpoint.path / "state.json"
-    info = checkpoint.state.get("run")
-    if not isinstance(info, dict):
-        raise CheckpointError(f"{where} does not describe a trainable model: no 'run' object")
-    try:
-        task_cls = TASKS[info["task"]]
-        task = task_cls.from_dict(info["task_data"])
-        cfg = task_cls.config_from_dict(info["model_config"])
-    except (KeyError, TypeError, ValueError) as err:
-        raise CheckpointError(f"{where} does not describe a trainable model: {err!r}") from None
-    try:  # before anything is allocated: sizes no machine can hold end in a clear error
-        check_model_fits(cfg)
-    except SizeError as err:
-        raise CheckpointError(f"{where}: {err}") from None
-    return task, cfg
+def has_run(run_dir: str | os.PathLike) -> bool:
+    """Whether ``run_dir`` holds an addnorm run (its marker; a fresh run there would replace
+    it)."""
+    return read_marker(run_dir) is not None

@@ -56,7 +56,7 @@ from addnorm.tasks.data_source import DataSource
 from addnorm.training.best import Validation
 from addnorm.training.config import FORMER_FIELDS, TrainConfig
 from addnorm.training.probes import Probe
-from addnorm.training.trainer import BatchSource, LossFn
+from addnorm.training.trainer_io import BatchSource, LossFn
 from addnorm.utils.checks import check_known_fields
 
 __all__ = [

@@ -25,18 +25,17 @@ from addnorm.data.pairs import PairCorpus
 from addnorm.data.sampler import SampledBatches
 from addnorm.data.tokenizers import CharTokenizer
 from addnorm.tasks.data_settings import check_data_settings
+from addnorm.tasks.pair_data import Example, PairData
 from addnorm.tasks.task import Sizing, TaskConfig
 from addnorm.tasks.translate_data import (
     PREDICT_BATCH_SIZE,
-    Example,
-    PairData,
     pair_data,
     pair_data_for,
     pair_data_from_dict,
 )
 from addnorm.training.best import Validation, validates
 from addnorm.training.config import TrainConfig
-from addnorm.training.trainer import LossFn
+from addnorm.training.trainer_io import LossFn
 from addnorm.transformer import Transformer
 from addnorm.transformer.config import TRANSFORMER_PRESETS, TransformerConfig
 from addnorm.utils.checks import check_int, check_probability
@@ -126,7 +125,7 @@ class TranslateTask:
     Args:
         src_tok, tgt_tok: the tokenizers; None takes the data's (the dates' for no data).
         data: the pairs (:func:`~addnorm.tasks.translate_data.pair_data`): a
-            :class:`~addnorm.tasks.translate_data.PairData`, a :class:`~addnorm.data.PairCorpus`
+            :class:`~addnorm.tasks.pair_data.PairData`, a :class:`~addnorm.data.PairCorpus`
             (a user's, read and tokenized), the :class:`~addnorm.data.fingerprint.DataRecord`
             of one (a run read back from its checkpoint: the files are read again, and
             checked unchanged, when training or scoring needs them; translating never does),
@@ -135,7 +134,7 @@ class TranslateTask:
             longest target of the data, plus 2).
 
     Attributes:
-        data: the pairs (:class:`~addnorm.tasks.translate_data.PairData`).
+        data: the pairs (:class:`~addnorm.tasks.pair_data.PairData`).
     """
 
     name: ClassVar[str] = "translate"

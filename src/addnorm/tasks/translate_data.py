@@ -1,8 +1,8 @@
-"""The ``translate`` task's pairs: :class:`PairData`, what the task needs of them, and their two
-kinds: :class:`BundledDates` (dates as people write them, and their ISO 8601 answers,
-generated) and :class:`UserPairs` (a user's sentence pairs, a
+"""The ``translate`` task's pairs, of two kinds: :class:`BundledDates` (dates as people write
+them, and their ISO 8601 answers, generated) and :class:`UserPairs` (a user's sentence pairs, a
 :class:`~addnorm.data.PairCorpus`, or the record of one, read again when training or scoring
-needs it).
+needs it). What the task needs of either (``PairData``) and their scores:
+:mod:`addnorm.tasks.pair_data`.
 
 :func:`pair_data` makes the pairs a ``TranslateTask`` is given, :func:`pair_data_for` the
 pairs a task config names and :func:`pair_data_from_dict` the pairs a checkpoint saved.
@@ -14,7 +14,7 @@ import datetime as dt
 import logging
 import random
 import re
-from typing import Any, NamedTuple, Protocol
+from typing import Any
 
 from addnorm.data.batches import DateBatches
 from addnorm.data.dates import (
@@ -29,11 +29,10 @@ from addnorm.data.dates import (
 from addnorm.data.fingerprint import DataRecord
 from addnorm.data.hf_tokenizer import HFTokenizer, TextTokenizer, tokenizer_from_dict
 from addnorm.data.pairs import PairBatches, PairCorpus
-from addnorm.data.sampler import SampledBatches
 from addnorm.data.tokenizers import date_source_tokenizer, date_target_tokenizer
-from addnorm.tasks.data_source import DataSource, is_data_source, record_files
+from addnorm.tasks.data_source import is_data_source, record_files
+from addnorm.tasks.pair_data import Example, PairData, answer_scores
 from addnorm.tasks.task import Sizing
-from addnorm.tasks.text_metrics import sequence_error_rates
 from addnorm.training.sizes import RunSizeError
 from addnorm.transformer.config import TransformerConfig
 from addnorm.utils.checks import check_choice
@@ -41,8 +40,6 @@ from addnorm.utils.checks import check_choice
 __all__ = [
     "PREDICT_BATCH_SIZE",
     "BundledDates",
-    "Example",
-    "PairData",
     "UserPairs",
     "pair_data",
     "pair_data_for",
@@ -55,80 +52,6 @@ _EVAL_SEED = 20261121
 # Inputs translated per forward pass (also what ``addnorm translate`` reads at a time).
 PREDICT_BATCH_SIZE = 500
 _log = logging.getLogger(__name__)
-
-
-class Example(NamedTuple):
-    """A source text and its answer (a date example, or a user's held-out pair)."""
-
-    source: str
-    target: str
-
-
-class PairData(DataSource, Protocol):
-    """The pairs a translation model trains on and is scored on.
-
-    Attributes:
-        src_tok, tgt_tok: the tokenizers (the same object when shared).
-        shared: whether one tokenizer serves both sides (and the embeddings are shared).
-        max_new_tokens: the longest answer generated.
-    """
-
-    src_tok: TextTokenizer
-    tgt_tok: TextTokenizer
-    shared: bool
-    max_new_tokens: int
-
-    @property
-    def corpus(self) -> PairCorpus:
-        """A user's pairs; ValueError for the dates, which have none."""
-        ...
-
-    def check(self, cfg: TransformerConfig, batch_size: int) -> None:
-        """Raise ValueError if ``cfg`` cannot take the pairs or a batch cannot be drawn."""
-        ...
-
-    def sizing(self, eval_size: int) -> Sizing:
-        """The longest source with its answer, and the evaluation's batch."""
-        ...
-
-    def batches(self, batch_size: int, seed: int) -> SampledBatches:
-        """The training batches (``src``, ``tgt_in``, ``tgt_out``)."""
-        ...
-
-    def held_out(self, split: str, n: int) -> list[Example]:
-        """``n`` fixed held-out examples of ``split``: "test" (scored at the end) or "val"
-        (scored while training, to keep the best; possibly empty for a user's pairs)."""
-        ...
-
-    def evaluation_sets(self, n: int) -> list[tuple[str, list[Example]]]:
-        """The held-out examples scored at the end, by split name, ``n`` the test set's."""
-        ...
-
-    def scores(self, split: str, predictions: list[str], answers: list[str]
-               ) -> dict[str, float]:
-        """The held-out figures of a split's predictions."""
-        ...
-
-    def answer_problem(self, answer: str) -> str | None:
-        """Why an answer is wrong on its face, or None."""
-        ...
-
-
-def exact_match(split: str, predictions: list[str], answers: list[str]) -> dict[str, float]:
-    """``{split}_exact_match`` (the share of predictions equal to their answer) and
-    ``n_{split}``."""
-    hits = sum(p == a for p, a in zip(predictions, answers, strict=True))
-    return {f"{split}_exact_match": hits / len(answers), f"n_{split}": len(answers)}
-
-
-def answer_scores(split: str, predictions: list[str], answers: list[str],
-                  tgt_tok: TextTokenizer) -> dict[str, float]:
-    """Exact match and the error rates of :func:`~addnorm.tasks.text_metrics.
-    sequence_error_rates`, the token error rate in ``tgt_tok``'s tokens (both texts encoded
-    by it, without specials: a prediction as its canonical tokens, not the ids it was
-    generated as)."""
-    return {**exact_match(split, predictions, answers),
-            **sequence_error_rates(split, predictions, answers, tgt_tok.encode)}
 
 
 class BundledDates:
@@ -205,8 +128,8 @@ class BundledDates:
 
     def scores(self, split: str, predictions: list[str], answers: list[str]
                ) -> dict[str, float]:
-        """Exact match and the error rates (:func:`answer_scores`; the tokens are
-        characters)."""
+        """Exact match and the error rates (:func:`~addnorm.tasks.pair_data.answer_scores`;
+        the tokens are characters)."""
         return answer_scores(split, predictions, answers, self.tgt_tok)
 
     def answer_problem(self, answer: str) -> str | None:
@@ -314,8 +237,8 @@ class UserPairs:
 
     def scores(self, split: str, predictions: list[str], answers: list[str]
                ) -> dict[str, float]:
-        """Exact match and the error rates (:func:`answer_scores`), and sacrebleu's chrF
-        (0-100) when sacrebleu is installed (the ``text`` extra)."""
+        """Exact match and the error rates (:func:`~addnorm.tasks.pair_data.answer_scores`),
+        and sacrebleu's chrF (0-100) when sacrebleu is installed (the ``text`` extra)."""
         metrics = answer_scores(split, predictions, answers, self.tgt_tok)
         try:
             from sacrebleu.metrics import CHRF

@@ -12,7 +12,8 @@ from addnorm.training.config import TrainConfig
 from addnorm.training.ema import make_ema
 from addnorm.training.logger import Logger, TensorBoardLogger
 from addnorm.training.schedules import ScheduleConfig, noam_lr
-from addnorm.training.trainer import Trainer, TrainResult
+from addnorm.training.trainer import Trainer
+from addnorm.training.trainer_io import TrainResult
 from addnorm.training.trainer_state import TrainerState
 from addnorm.utils.files import CheckpointError
 

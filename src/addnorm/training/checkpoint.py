@@ -25,11 +25,8 @@ needs. Old checkpoints are pruned by renaming each to a hidden ``.old-step-*`` n
 then on it is not listed, so a deletion cut short never leaves a listed checkpoint incomplete)
 and then deleting its files.
 
-Only what addnorm wrote is deleted: a ``step-*`` directory only when its manifest is an addnorm
-checkpoint manifest of that step (a user's folder of that name is left alone, and never
-pruned), and in it, or in a leftover, only checkpoint files (``*.safetensors``, ``state.json``,
-``manifest.json``; never through a symbolic link). A directory that still holds anything else
-is left in place, with a warning logged.
+Only what addnorm wrote is deleted (:mod:`addnorm.training.checkpoint_dir`, which also
+holds the directory mechanics: fsync, rename into place, hashes).
 The newest checkpoint of a run is the highest-numbered ``step-*`` directory with a manifest.
 A run that keeps its best (:mod:`addnorm.training.best`) also writes ``best-NNNNNNNN``
 directories beside them, the same way (``save_checkpoint(kind="best")``: atomic, the manifest
@@ -47,13 +44,8 @@ same way (``parse_json``). ``CheckpointError``, the JSON limits and ``write_file
 from __future__ import annotations
 
 import contextlib
-import errno
-import hashlib
-import json
-import logging
 import os
 import re
-import secrets
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -64,6 +56,21 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from addnorm.training.checkpoint_dir import (
+    CHECKPOINT_DIR,
+    FORMAT,
+    MANIFEST,
+    STATE,
+    delete_checkpoint,
+    describe,
+    fsync_dir,
+    is_ours,
+    read_json,
+    remove_leftovers,
+    replace_dir,
+    verify,
+    write_json,
+)
 from addnorm.training.checkpoint_shards import (
     SHARD_FILE,
     agree_on_directory,
@@ -72,13 +79,7 @@ from addnorm.training.checkpoint_shards import (
     shard_rank,
     write_shards,
 )
-from addnorm.utils.files import (
-    MAX_JSON_BYTES,
-    CheckpointError,
-    UnsafeFileError,
-    parse_json,
-    read_text,
-)
+from addnorm.utils.files import CheckpointError
 
 __all__ = [
     "CHECKPOINT_KINDS",
@@ -93,21 +94,13 @@ __all__ = [
     "save_checkpoint",
 ]
 
-FORMAT = "addnorm-checkpoint"
 VERSION = 1
-MANIFEST = "manifest.json"
-STATE = "state.json"
 SHARDED = "sharded"  # the manifest's "layout" of a DCP checkpoint (absent: one file a part)
 # The kinds of checkpoint directory: "step-N" (periodic, pruned to ``keep``) and "best-N" (a
 # run's best weights, :mod:`addnorm.training.best`).
 CHECKPOINT_KINDS = ("step", "best")
-_CHECKPOINT_DIR = re.compile(r"^(step|best)-(\d{8,})$")
-# What killed writes and prunings leave: ".tmp-step-N-<mkdtemp's suffix>", ".old-step-N-<id>"
-# (and the same of "best-N").
-_LEFTOVER = re.compile(r"^\.(?:tmp|old)-(?:step|best)-\d{8,}-[A-Za-z0-9_]+(?:-[0-9a-f]+)?$")
 # Files every checkpoint has (its manifest apart): the weights and the state.
 REQUIRED = ("model.safetensors", STATE)
-_log = logging.getLogger(__name__)
 
 
 class CheckpointWriteError(CheckpointError, OSError):
@@ -170,7 +163,7 @@ def save_checkpoint(
     try:
         if main:
             root.mkdir(parents=True, exist_ok=True)
-            _remove_leftovers(root)
+            remove_leftovers(root)
             tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=root))
     except OSError as err:
         if not sharded:
@@ -192,7 +185,7 @@ def save_checkpoint(
             _write_tensor_files(tmp, tensors)
         if main:
             _seal(tmp, step, state, layout=SHARDED if sharded else None, kind=kind)
-            _replace_dir(tmp, final)
+            replace_dir(tmp, final)
     except BaseException as err:
         if main:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -201,7 +194,7 @@ def save_checkpoint(
         raise
     if not main or kind != "step":
         return final
-    for old in [p for p in list_checkpoints(run_dir) if _is_ours(p)][:-keep]:
+    for old in [p for p in list_checkpoints(run_dir) if is_ours(p)][:-keep]:
         with contextlib.suppress(OSError):  # the new one is written; the next save retries
             delete_checkpoint(old)
     return final
@@ -217,7 +210,7 @@ def delete_checkpoints(run_dir: str | os.PathLike) -> None:
     for kind in CHECKPOINT_KINDS:
         for path in list_checkpoints(run_dir, kind=kind):
             delete_checkpoint(path)
-    _remove_leftovers(root)
+    remove_leftovers(root)
     with contextlib.suppress(OSError):
         root.rmdir()
 
@@ -232,7 +225,7 @@ def list_checkpoints(run_dir: str | os.PathLike, *, kind: str = "step") -> list[
         return []
     found = {}
     for child in root.iterdir():
-        match = _CHECKPOINT_DIR.match(child.name)
+        match = CHECKPOINT_DIR.match(child.name)
         if match is not None and match.group(1) == kind and (child / MANIFEST).is_file():
             found[child] = int(match.group(2))
     return sorted(found, key=found.__getitem__)
@@ -242,7 +235,7 @@ def read_checkpoint_state(path: str | os.PathLike) -> dict:
     """The ``state.json`` of the checkpoint directory ``path`` (bounded and checked as
     ``load_checkpoint`` reads it, its tensors not read nor its hashes checked);
     ``CheckpointError`` naming the file if it is missing or not a JSON object."""
-    return _read_json(Path(path) / STATE)
+    return read_json(Path(path) / STATE)
 
 
 def find_checkpoint(path: str | os.PathLike) -> Path:
@@ -266,10 +259,10 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
 def load_checkpoint(path: str | os.PathLike) -> LoadedCheckpoint:
     """Load and verify a checkpoint (or a run directory's newest one); tensors on the CPU."""
     path = find_checkpoint(path)
-    manifest = _read_json(path / MANIFEST)
+    manifest = read_json(path / MANIFEST)
     step, files = _check_manifest(path / MANIFEST, manifest)
     for name, expected in files.items():
-        _verify(path / name, expected)
+        verify(path / name, expected)
     tensors: dict[str, dict[str, torch.Tensor]] = {}
     if manifest.get("layout") == SHARDED:
         tensors = read_shards(path, sorted(n for n in files if n.endswith(".safetensors")))
@@ -279,7 +272,7 @@ def load_checkpoint(path: str | os.PathLike) -> LoadedCheckpoint:
                 tensors[name.removesuffix(".safetensors")] = load_file(path / name, device="cpu")
             except (SafetensorError, OSError, ValueError) as err:
                 raise CheckpointError(f"cannot read {path / name}: {err}") from None
-    state = _read_json(path / STATE)
+    state = read_json(path / STATE)
     return LoadedCheckpoint(path=path, step=step, state=state, tensors=tensors)
 
 
@@ -341,15 +334,15 @@ def _seal(tmp: Path, step: int, state: dict, *, layout: str | None, kind: str = 
           ) -> None:
     """Write ``state.json`` and then the manifest of every file in ``tmp`` (sizes, hashes),
     and fsync them all."""
-    _write_json(tmp / STATE, state)
-    files = {child.name: _describe(child) for child in sorted(tmp.iterdir())}
+    write_json(tmp / STATE, state)
+    files = {child.name: describe(child) for child in sorted(tmp.iterdir())}
     manifest = {"format": FORMAT, "version": VERSION, "step": step, "files": files}
     if layout is not None:
         manifest["layout"] = layout
     if kind != "step":  # (a periodic checkpoint's manifest is as before kinds existed)
         manifest["kind"] = kind
-    _write_json(tmp / MANIFEST, manifest)
-    _fsync_dir(tmp)
+    write_json(tmp / MANIFEST, manifest)
+    fsync_dir(tmp)
 
 
 def _write_error(
@@ -375,166 +368,3 @@ def _write_error(
 
 def _megabytes(n_bytes: int) -> str:
     return f"{n_bytes / 1e6:.1f} MB"
-
-
-def _is_ours(path: Path) -> bool:
-    """Whether ``path`` is a checkpoint directory addnorm wrote: a real directory (not a link)
-    named ``step-N`` (or ``best-N``) whose manifest is an addnorm checkpoint manifest of step
-    N (of that kind)."""
-    match = _CHECKPOINT_DIR.match(path.name)
-    if match is None or path.is_symlink() or not path.is_dir():
-        return False
-    try:
-        manifest = _read_json(path / MANIFEST)
-    except (CheckpointError, OSError):
-        return False
-    step = manifest.get("step")
-    return (
-        manifest.get("format") == FORMAT
-        and isinstance(step, int) and not isinstance(step, bool)
-        and step == int(match.group(2))
-        and manifest.get("kind", "step") == match.group(1)
-        and isinstance(manifest.get("files"), dict)
-    )
-
-
-def delete_checkpoint(path: str | os.PathLike) -> None:
-    """Delete a checkpoint directory addnorm wrote (any other is left alone): renamed first to
-    a hidden leftover name, so from then on it is not listed and a deletion cut short leaves
-    an unlisted leftover (removed by the next save), never a listed checkpoint missing files.
-    One that also holds other files (put there by someone else) loses only its checkpoint
-    files, manifest first, where it is."""
-    path = Path(path)
-    if not _is_ours(path):
-        _log.warning("addnorm: left %s in place: it is not a checkpoint addnorm wrote", path)
-        return
-    if any(not _is_checkpoint_file(child.name) for child in path.iterdir()):
-        _remove_checkpoint_files(path)  # in place: what else is there stays where it was put
-        return
-    aside = path.with_name(f".old-{path.name}-{os.getpid()}-{secrets.token_hex(4)}")
-    os.rename(path, aside)
-    _fsync_dir_entry(path.parent)
-    _remove_checkpoint_files(aside)
-
-
-def _remove_leftovers(root: Path) -> None:
-    """Delete what killed writes and prunings left: the hidden temporary and set-aside
-    directories (only their checkpoint files; see ``_remove_checkpoint_files``)."""
-    for child in root.iterdir():
-        if _LEFTOVER.match(child.name) and child.is_dir() and not child.is_symlink():
-            _remove_checkpoint_files(child)
-
-
-def _is_checkpoint_file(name: str) -> bool:
-    return name in (MANIFEST, STATE) or name.endswith(".safetensors")
-
-
-def _remove_checkpoint_files(path: Path) -> None:
-    """Delete the checkpoint files in ``path`` (the manifest first) and then ``path`` itself if
-    that empties it; anything else there (a user's file, a folder, a link) is kept, and said
-    so in a warning."""
-    children = sorted(path.iterdir(), key=lambda child: child.name != MANIFEST)
-    kept = []
-    for child in children:
-        if _is_checkpoint_file(child.name) and child.is_file() and not child.is_symlink():
-            with contextlib.suppress(FileNotFoundError):
-                child.unlink()
-        else:
-            kept.append(child.name)
-    if kept:
-        _log.warning(
-            "addnorm: left %s in place: it holds %s, which addnorm did not write", path,
-            ", ".join(sorted(kept)[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else ""),
-        )
-        return
-    with contextlib.suppress(FileNotFoundError):
-        path.rmdir()
-
-
-def _describe(path: Path) -> dict:
-    """A manifest entry: size in bytes and sha256 of the file's contents."""
-    return {"bytes": path.stat().st_size, "sha256": _sha256(path)}
-
-
-def _verify(path: Path, expected: dict) -> None:
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint file missing: {path}")
-    size = path.stat().st_size
-    if size != expected.get("bytes"):
-        raise CheckpointError(
-            f"checkpoint file truncated or altered: {path} has {size} bytes, "
-            f"the manifest says {expected.get('bytes')}"
-        )
-    if _sha256(path) != expected.get("sha256"):
-        raise CheckpointError(f"checkpoint file corrupt: {path} does not match its sha256")
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        data = parse_json(read_text(path, max_bytes=MAX_JSON_BYTES, what="checkpoint file"))
-    except FileNotFoundError:
-        raise CheckpointError(f"checkpoint file missing: {path}") from None
-    except UnsafeFileError as err:
-        raise CheckpointError(str(err)) from None
-    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
-        raise CheckpointError(f"checkpoint file is not valid JSON: {path} ({err})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"checkpoint file {path} must hold a JSON object")
-    return data
-
-
-def _write_json(path: Path, data: dict) -> None:
-    """Write JSON and fsync it (the file is still in the temporary directory)."""
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    """fsync every file in ``path`` and the directory entry itself (POSIX; no-op elsewhere)."""
-    for child in path.iterdir():
-        with open(child, "rb") as f:
-            os.fsync(f.fileno())
-    _fsync_dir_entry(path)
-
-
-def _replace_dir(tmp: Path, final: Path) -> None:
-    """Rename ``tmp`` to ``final``; an existing ``final`` (same step, rewritten) is set aside
-    first and removed after, so a complete checkpoint of some step always exists."""
-    old = None
-    if final.exists() or final.is_symlink():
-        if not _is_ours(final):
-            raise FileExistsError(
-                errno.EEXIST, f"{final} exists and is not a checkpoint addnorm wrote; move it away"
-            )
-        old = final.with_name(f".old-{final.name}-{os.getpid()}-{secrets.token_hex(4)}")
-        os.rename(final, old)
-    try:
-        os.rename(tmp, final)
-    except BaseException:
-        if old is not None:  # put the previous one back
-            os.rename(old, final)
-        raise
-    _fsync_dir_entry(final.parent)
-    if old is not None:
-        with contextlib.suppress(OSError):  # a leftover: the next save retries
-            _remove_checkpoint_files(old)
-
-
-def _fsync_dir_entry(path: Path) -> None:
-    """fsync a directory, so the names in it (a rename) reach the disk."""
-    if hasattr(os, "O_DIRECTORY"):
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

@@ -44,9 +44,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import torch
 from torch import nn
@@ -56,7 +54,7 @@ from addnorm.data.batches import RankShard
 from addnorm.training import distributed
 from addnorm.training.best import Validation
 from addnorm.training.best_runner import probe_runner
-from addnorm.training.budget import Replan, StepBudget
+from addnorm.training.budget import StepBudget
 from addnorm.training.callbacks import Callback, MetricsFile, ProgressBar
 from addnorm.training.checkpoint import LoadedCheckpoint
 from addnorm.training.checkpoint_state import (
@@ -77,12 +75,15 @@ from addnorm.training.schedules import ScheduleConfig, SchedulerFactory, make_sc
 from addnorm.training.step_boundary import StepBoundary
 from addnorm.training.step_errors import non_finite_loss, out_of_memory
 from addnorm.training.stopping import STOP_SIGNALS, StopRequests
+from addnorm.training.trainer_io import BatchSource, LossFn, TrainResult
 from addnorm.training.trainer_state import TrainerState
 from addnorm.training.watch import WATCH_FILE, WatchCallback, logger_sink
 from addnorm.training.wrapping import wrap_model
 from addnorm.utils.memory import is_out_of_memory
 
-__all__ = [  # (Probe, STOP_SIGNALS, make_optimizer, check_checkpoint_fits: from their modules)
+# (BatchSource, LossFn, TrainResult, Probe, STOP_SIGNALS, make_optimizer, check_checkpoint_fits:
+# from their modules)
+__all__ = [
     "STOP_SIGNALS",
     "BatchSource",
     "LossFn",
@@ -93,52 +94,6 @@ __all__ = [  # (Probe, STOP_SIGNALS, make_optimizer, check_checkpoint_fits: from
     "make_optimizer",
     "time_steps",
 ]
-
-LossFn = Callable[[nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, int]]
-
-
-class BatchSource(Protocol):
-    """Where training batches come from; its JSON state is the data order."""
-
-    def next_batch(self) -> dict[str, torch.Tensor]:
-        """The next training batch (CPU tensors)."""
-        ...
-
-    def state_dict(self) -> dict:
-        """The data order as JSON."""
-        ...
-
-    def load_state_dict(self, state: dict) -> None:
-        """Continue the data order saved by ``state_dict``."""
-        ...
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    """How ``Trainer.fit`` ended.
-
-    Attributes:
-        step: optimizer steps done in total.
-        loss: the last step's training loss (None if no step ran).
-        checkpoint: the checkpoint written at the end.
-        stopped_by: "max_steps", "max_minutes", "patience" (``config.patience``
-            evaluations without a better score), "interrupt" (SIGINT, Ctrl-C) or "terminate"
-            (SIGTERM).
-        elapsed_s: training time of all invocations together, in seconds.
-        compile_s: with ``config.compile``, the first step's time in this invocation (it
-            includes compiling the forward and backward); else None.
-        replan: how the run was fitted to its time budget in this invocation
-            (:mod:`~addnorm.training.budget`), None if it was not.
-    """
-
-    step: int
-    loss: float | None
-    checkpoint: Path
-    stopped_by: str
-    elapsed_s: float
-    compile_s: float | None = None
-    replan: Replan | None = None
-
 
 class Trainer:
     """Trains ``model`` (already on its device) with ``loss_fn`` on ``batches``.

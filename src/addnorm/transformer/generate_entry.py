@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, overload
 
 import torch
 
-from addnorm.generation.config import GenerationConfig, TransformersSettings
+from addnorm.generation.config import GenerationConfig
 from addnorm.generation.generate import default_config, generate, inputs_of
+from addnorm.generation.hf_settings import TransformersSettings
 from addnorm.generation.stop_strings import StopFn
 from addnorm.transformer.embedding import id_tensor
 
@@ -144,7 +145,7 @@ class GenerateEntry:
         Hugging Face's call: ``input_ids`` (the inputs by transformers' name),
         ``attention_mask`` (1 = real token; give it or the padding mask),
         ``generation_config``, ``return_dict_in_generate`` and the settings of
-        :class:`~addnorm.generation.config.TransformersSettings`, with transformers'
+        :class:`~addnorm.generation.hf_settings.TransformersSettings`, with transformers'
         meaning and defaults; it returns the prompt (an encoder-decoder's ``bos_id``)
         followed by the new tokens, or a :class:`~addnorm.generation.output.GenerateOutput`.
         Which names are accepted, at which values, and how they are read:
