@@ -67,6 +67,7 @@ __all__ = [
     "LayerCache",
     "check_cache_fits",
     "check_cache_room",
+    "check_ids_room",
     "check_decoding_step",
     "memory_attention_mask",
 ]
@@ -616,10 +617,21 @@ def check_cache_room(max_new_tokens: int, *, n_layers: int, d_model: int) -> Non
     :func:`check_cache_fits` is the exact check, once the batch, prompt and dtype are known.
     """
     per_token = 2 * n_layers * d_model  # bytes at batch 1, 1-byte dtype
+    _check_largest_memory(f"max_new_tokens ({max_new_tokens})", max_new_tokens * per_token)
+
+
+def check_ids_room(max_new_tokens: int) -> None:
+    """Refuse a ``max_new_tokens`` whose new ids alone (int64, at batch 1) fit no memory of
+    this machine: what a model that slides its window keeps of every token, though its cache
+    holds the window only."""
+    _check_largest_memory(f"max_new_tokens ({max_new_tokens})", max_new_tokens * 8)
+
+
+def _check_largest_memory(name: str, n_bytes: int) -> None:
+    """``check_fits`` against the largest memory here: the CPU's, or the CUDA device's in use."""
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_initialized() else [])
-    limits = [(device_memory(d) or 0, d) for d in devices]
-    _limit, device = max(limits)
-    check_fits(f"max_new_tokens ({max_new_tokens})", max_new_tokens * per_token, device)
+    _limit, device = max((device_memory(d) or 0, d) for d in devices)
+    check_fits(name, n_bytes, device)
 
 
 def check_decoding_step(tokens: torch.Tensor, cache: object, *, needs_memory: bool) -> None:

@@ -89,9 +89,10 @@ def test_a_hugging_face_call_takes_its_defaults_and_returns_the_prompt():
     assert read.config.eos_id == 2  # the model's eos id, under the call's names
     capped = call(IDS, do_sample=False, model=spec(max_positions=10))
     assert capped.config.max_new_tokens == 10 - IDS.shape[1]  # the position table's room
-    # a model that slides its window within the table keeps every position in it: no cap
+    # a model that could slide its window is capped alike: transformers' length, as its
+    # GPT-2 gives it (tests/transformer/test_generate_like_transformers.py)
     windowed = call(IDS, do_sample=False, model=spec(max_positions=10, context=10))
-    assert windowed.config.max_new_tokens == TRANSFORMERS_DEFAULT_NEW_TOKENS
+    assert windowed.config.max_new_tokens == 10 - IDS.shape[1]
 
 
 def test_output_scores_without_return_dict_in_generate_warn_and_are_ignored():

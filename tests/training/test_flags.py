@@ -62,10 +62,15 @@ def test_each_field_gets_a_flag_of_its_type_and_untyped_flags_leave_the_defaults
                                                        True)
     assert parse(["--limit", "3"])[1] == {"limit": 3}
     assert parse(["--no-keep"])[1] == {"keep": False}  # (bool | None: --x / --no-x as well)
+    # ... and, as a bool | None flag took before (--final-norm true), a value of its own
+    for value, expected in (("true", True), ("FALSE", False), ("none", None)):
+        assert parse(["--keep", value])[1] == {"keep": expected}
+    assert parse(["--keep", "--width", "2"])[1] == {"keep": True, "width": 2}
 
 
 @pytest.mark.parametrize("argv", [["--width", "2.5"], ["--mode", "medium"],
-                                  ["--limit", "many"]])
+                                  ["--limit", "many"], ["--keep", "maybe"],
+                                  ["--no-keep", "true"]])
 def test_a_value_of_the_wrong_type_or_choice_is_refused(argv):
     with pytest.raises((argparse.ArgumentError, SystemExit)):
         parse(argv)

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import Tensor
 
-from addnorm.cache import check_cache_room
+from addnorm.cache import check_cache_room, check_ids_room
 from addnorm.generation.config import GenerationConfig
 from addnorm.generation.deadline import Deadline
 from addnorm.generation.decode_checks import (
@@ -193,7 +193,8 @@ def check_generation_config(spec: GenerationSpec, config: object) -> GenerationC
     generation never emits (it could never stop a row), nor may ``forced_eos_id`` (it could
     never be forced). ``max_new_tokens`` must fit a learned position table, and a cache of
     the model in some memory of this machine (:func:`~addnorm.cache.check_cache_room`),
-    unless the model slides a window (``spec.context``), whose cache holds the window.
+    unless the model slides a window (``spec.context``), whose cache holds the window: then
+    its new ids must fit (:func:`~addnorm.cache.check_ids_room`).
     """
     if config is None:
         return default_config(spec)
@@ -208,8 +209,9 @@ def check_generation_config(spec: GenerationSpec, config: object) -> GenerationC
                     f"{field} {getattr(config, field)!r} includes {name} ({token}), which "
                     f"generation never emits, so {why}"
                 )
-    if spec.context is not None:
-        return config  # a window: any number of new tokens, a cache of the window
+    if spec.context is not None:  # a window: a cache of the window, but every new id is kept
+        check_ids_room(config.max_new_tokens)
+        return config
     if spec.max_positions is not None and config.max_new_tokens > spec.max_positions:
         raise ValueError(
             f"max_new_tokens ({config.max_new_tokens}) exceeds max_len ({spec.max_positions}) "

@@ -222,9 +222,10 @@ def _check_start_token(spec: GenerationSpec, settings: Mapping[str, Any]) -> Non
 def _default_new_tokens(spec: GenerationSpec, prompt_length: int) -> int:
     """Hugging Face's length when none is set: 20 new tokens, capped so that the prompt and
     the new tokens fit a learned position table (transformers caps at
-    ``max_position_embeddings``), unless the model slides a window (``spec.context``), which
-    keeps every position within it."""
-    if spec.max_positions is None or spec.context is not None:
+    ``max_position_embeddings``), even for a model that could slide its window past it: a
+    call in transformers' names gives transformers' tokens; an explicit ``max_new_tokens``
+    slides the window."""
+    if spec.max_positions is None:
         return TRANSFORMERS_DEFAULT_NEW_TOKENS
     room = spec.max_positions - prompt_length
     if room < 1:

@@ -3,7 +3,7 @@
 ``add_dataclass_flags(parser, TransformerConfig)`` adds ``--d-model INT``,
 ``--norm-position {post,pre}``, ``--bias/--no-bias``, ... one flag per field, typed from the
 field's annotation: int, float, str, bool (``--x/--no-x``; for ``bool | None`` as well, None
-when neither is given), ``T | None`` ("none" = None),
+when neither is given, and ``--x true|false|none``), ``T | None`` ("none" = None),
 ``Literal[...]`` and the model configs' string options (choices). The flags default to "not
 given", so only what a user types overrides the config's defaults. Each flag's help is the
 field's entry in its class's ``Attributes:`` docstring section, then the default.
@@ -51,6 +51,27 @@ def _parse_bool(text: str) -> bool:
     if lowered not in ("true", "false"):
         raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
     return lowered == "true"
+
+
+class _OptionalBool(argparse.BooleanOptionalAction):
+    """A ``bool | None`` field's flag: ``--x`` / ``--no-x`` as a bool's, and, as before they
+    were, ``--x true|false|none``."""
+
+    def __init__(self, option_strings, dest, **kwargs) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.nargs = "?"
+        self.metavar = "{true,false,none}"
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if values is None:  # --x or --no-x
+            super().__call__(parser, namespace, values, option_string)
+        elif option_string is not None and option_string.startswith("--no-"):
+            parser.error(f"argument {option_string}: takes no value (got {values!r})")
+        else:
+            try:
+                setattr(namespace, self.dest, _optional(_parse_bool)(values))
+            except argparse.ArgumentTypeError as err:
+                parser.error(f"argument {option_string}: {err}")
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -132,7 +153,8 @@ def add_dataclass_flags(
             "help": _help(docs.get(field.name), getattr(defaults, field.name)),
         }
         if base is bool:  # (``bool | None`` too: not giving the flag leaves it None)
-            group.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
+            action = _OptionalBool if optional else argparse.BooleanOptionalAction
+            group.add_argument(flag, action=action, **kwargs)
         elif typing.get_origin(base) is typing.Literal or field.name in CHOICES:
             choices = typing.get_args(base) or CHOICES[field.name]
             group.add_argument(flag, choices=choices, **kwargs)

@@ -309,6 +309,10 @@ class LMConfig(_ModelConfig):
     ids lie outside its vocabulary, which transformers runs): generation then stops only at
     ``max_new_tokens`` or a ``stop_fn``. ``embed_scale="none"`` with
     ``position_encoding="learned"`` is GPT-2's input layer, ``E[ids] + P[positions]``.
+
+    Attributes:
+        vocab_size: V, the one vocabulary.
+        n_layers: N, the decoder blocks.
     """
 
     vocab_size: int = 256
