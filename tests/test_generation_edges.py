@@ -245,12 +245,16 @@ def test_a_max_new_tokens_no_memory_holds_is_refused_before_allocating(
         model.generate(PROMPT, config)
 
 
-@pytest.mark.parametrize("kind", ["lm", "seq2seq"])
-def test_a_learned_table_bounds_max_new_tokens_by_its_rows(kind):
-    model = lm(position_encoding="learned") if kind == "lm" else seq2seq(
-        position_encoding="learned")
+def test_a_learned_table_bounds_max_new_tokens_or_the_window_by_its_rows():
+    # an encoder-decoder's decoder positions are the table's rows; a decoder-only model
+    # slides its window past them (generation/window.py), a window no wider than the table
+    model = seq2seq(position_encoding="learned")
     config = dataclasses.replace(model.generation_config, max_new_tokens=10**9)
     with pytest.raises(ValueError, match=r"max_new_tokens \(1000000000\) exceeds max_len \(32\)"):
+        model.generate(PROMPT, config)
+    model = lm(position_encoding="learned")
+    config = dataclasses.replace(model.generation_config, max_new_tokens=10**9, window=33)
+    with pytest.raises(ValueError, match=r"window \(33\) exceeds max_len \(32\)"):
         model.generate(PROMPT, config)
 
 
