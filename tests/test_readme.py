@@ -455,3 +455,24 @@ def test_the_readmes_user_images_run_is_the_recorded_benchmark():
     assert "benchmarks/dit_user_images.py" in text
     command = r["command"].replace(r["command"].split("--data ")[1].split()[0], "FOLDER")
     assert command.split(" --out")[0] in text  # addnorm train dit --data FOLDER --max-minutes M
+
+
+def test_the_readmes_own_data_table_is_the_recorded_runs():
+    # docs/own-data-quality.json: benchmarks/own_data_quality.py's record; the README's rows
+    # are its table() (min-max over the seeds), and the sentence under them its runs' steps.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "own_data_quality", ROOT / "benchmarks" / "own_data_quality.py")
+    assert spec is not None and spec.loader is not None
+    odq = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(odq)
+    record = json.loads((ROOT / "docs" / "own-data-quality.json").read_text(encoding="utf-8"))
+    readme = README.read_text(encoding="utf-8")
+    assert odq.table(record) in readme
+    assert sorted({r["seed"] for r in record["runs"]}) == [0, 1, 2]
+    assert all("--max-minutes 1.5" in r["command"] for r in record["runs"])
+    text = _flat(readme)
+    cut = [r for r in record["runs"] if r["stopped_by"] == "max_minutes"]
+    shown = ", ".join(str(r["step"]) for r in cut[:-1]) + f" and {cut[-1]['step']}"
+    assert f"were cut by the time cap at {shown} of their" in text
