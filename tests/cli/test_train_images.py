@@ -58,7 +58,11 @@ def test_a_folder_of_classes_trains_reports_its_figures_and_samples_by_class_nam
     assert code == 0
     metrics = json.loads((image_run / "run" / "metrics.json").read_text())
     text = "\n".join(out)
-    assert f"class_agreement: {metrics['class_agreement']:.4f}" in text
+    # random pictures under random class names: no judge can tell them apart, so the run
+    # says class agreement is not judged and its headline is precision (image_quality's rule)
+    assert metrics["judge_trusted"] == 0 and "class_agreement" not in metrics
+    assert "class_agreement: not judged (a judge must score" in text
+    assert f"precision: {metrics['precision']:.4f}" in text
     assert f"judge_test_accuracy: {metrics['judge_test_accuracy']:.4f}" in text
     assert (f"frechet_distance: {metrics['frechet_distance']:.2f} (real held-out images vs "
             f"train images: {metrics['frechet_distance_real']:.2f}") in text
