@@ -72,7 +72,9 @@ def test_a_run_on_your_data_prints_its_plan_then_trains_it(task, tmp_path, capsy
     assert "as many as fit the budget" in captured.err
     saved = load_checkpoint(out)
     planned = int(steps.group(1).replace(",", ""))
-    assert saved.state["train_config"]["max_steps"] in (planned, saved.step)  # or re-planned
+    # the plan, or fewer steps: a re-plan in training only shortens a run (training/budget.py),
+    # and on a busy machine the time cap may still end it before its last planned step
+    assert saved.step <= saved.state["train_config"]["max_steps"] <= planned
     assert saved.state["run"]["model_config"]["d_model"] == int(model.group(2))
     assert f"trained {saved.step} steps" in captured.out
     data_json = json.loads((out / "data.json").read_text())
