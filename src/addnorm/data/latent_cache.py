@@ -42,9 +42,10 @@ from addnorm.data.token_cache import (
     clean_stale,
     entry_key,
     entry_lock,
+    read_entry_meta,
 )
 from addnorm.utils.checks import check_int
-from addnorm.utils.files import parse_json, write_file_atomic
+from addnorm.utils.files import write_file_atomic
 
 if TYPE_CHECKING:
     from addnorm.interop.diffusers_vae import LatentVAE
@@ -95,14 +96,10 @@ def read_latents(folder: Path, spec: dict[str, Any]) -> np.memmap | None:
     this layout's and names ``spec``, ``latents.bin`` has the recorded shape's bytes and
     CRC-32 (up to ``CHECKSUM_BYTES``). None if there is no ``meta.json`` (never completed);
     :class:`~addnorm.data.token_cache.DamagedEntry` saying what fails otherwise."""
-    try:
-        text = (folder / "meta.json").read_text(encoding="utf-8")
-    except FileNotFoundError:
+    meta = read_entry_meta(folder)
+    if meta is None:
         return None
-    except (OSError, UnicodeDecodeError) as err:
-        raise DamagedEntry(f"meta.json cannot be read ({err})") from None
     try:
-        meta: Any = parse_json(text)
         shape, crc, fmt = tuple(int(v) for v in meta["shape"]), meta["crc32"], meta["format"]
         same = meta["spec"] == spec
     except (ValueError, KeyError, TypeError) as err:

@@ -126,19 +126,31 @@ def checksum(path: Path) -> int:
     return crc
 
 
-def read_entry(folder: Path) -> tuple[np.memmap, dict[str, Any]] | None:
-    """The ids (a read-only memmap) and ``meta.json`` of the entry ``folder``, checked as the
-    module docstring says; None if it has no ``meta.json`` (never completed). Raises
-    :class:`DamagedEntry` saying what is wrong."""
-    meta_path, token_path = folder / "meta.json", folder / "tokens.bin"
+def read_entry_meta(folder: Path) -> Any:
+    """The parsed ``meta.json`` of a cache entry (the token cache's and the latent cache's),
+    or None if it has none (never completed); :class:`DamagedEntry` if it cannot be read or
+    parsed."""
     try:
-        text = meta_path.read_text(encoding="utf-8")
+        text = (folder / "meta.json").read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as err:
         raise DamagedEntry(f"meta.json cannot be read ({err})") from None
     try:
-        meta: Any = parse_json(text)
+        return parse_json(text)
+    except ValueError as err:
+        raise DamagedEntry(f"meta.json is not an entry's ({err!r})") from None
+
+
+def read_entry(folder: Path) -> tuple[np.memmap, dict[str, Any]] | None:
+    """The ids (a read-only memmap) and ``meta.json`` of the entry ``folder``, checked as the
+    module docstring says; None if it has no ``meta.json`` (never completed). Raises
+    :class:`DamagedEntry` saying what is wrong."""
+    token_path = folder / "tokens.bin"
+    meta = read_entry_meta(folder)
+    if meta is None:
+        return None
+    try:
         dtype, n_tokens = np.dtype(meta["dtype"]), int(meta["n_tokens"])
         n_train, vocab_size = int(meta["n_train"]), int(meta["vocab_size"])
         recorded_crc, fmt = meta["crc32"], meta["format"]
