@@ -1,9 +1,12 @@
-"""``addnorm export MODEL --out MODEL.onnx``: a model as an ONNX file, any family.
+"""``addnorm export MODEL --out MODEL.onnx``: a model as an ONNX file, any family; with
+``--format pipeline``, a DiT run on a VAE's latents as a diffusers pipeline folder
+(:mod:`addnorm.cli.export_pipeline`).
 
     addnorm export runs/lm --out lm.onnx                       # ids, padding_mask -> logits
     addnorm export runs/translate --out enc.onnx --part encoder  # src_ids, mask -> memory
     addnorm export runs/dit --out dit.onnx                     # x, t, y -> noise (| variance)
     addnorm export my-encoder --out enc.onnx                   # ids, padding_mask -> hidden
+    addnorm export runs/latent-dit --format pipeline --out latent-dit-pipeline  # a folder
 
 ``MODEL`` is whatever :func:`addnorm.load` opens: an ``addnorm train`` run or checkpoint, a
 ``save_pretrained`` folder (the BERT-family ``EncoderModel`` included), or a transformers
@@ -27,17 +30,14 @@ lines.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import os
 import sys
-import tempfile
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["TOLERANCE", "CapturedOutput", "add_parser", "run"]
+from addnorm.cli.captured_output import CapturedOutput
 
+__all__ = ["FORMATS", "TOLERANCE", "CapturedOutput", "add_parser", "run"]
+
+FORMATS = ("onnx", "pipeline")
 TOLERANCE = 1e-3  # largest |onnxruntime - PyTorch| accepted (float32 kernels differ slightly)
 
 
@@ -48,102 +48,48 @@ def add_parser(subparsers) -> None:
 
     export = subparsers.add_parser(
         "export",
-        help="write a model as ONNX, checked against PyTorch",
+        help="write a model as ONNX (or a DiT run as a diffusers pipeline), checked",
         description="Write a model (an addnorm train run or checkpoint, a save_pretrained "
         "folder of any family, or a transformers BERT or GPT-2 folder) as an ONNX file with a "
         "dynamic batch and sequence lengths, then check it with onnxruntime against PyTorch "
-        "on padded batches of other sizes.",
+        "on padded batches of other sizes. With --format pipeline: a DiT run trained on a "
+        "VAE's latents (train dit --vae) as a diffusers DiTPipeline folder, then check that "
+        "diffusers samples the images addnorm samples from the same noise.",
     )
     export.add_argument(
         "checkpoint", type=Path,
         help="a run or checkpoint directory, or a pretrained folder (what addnorm.load opens)",
     )
     export.add_argument(
-        "--out", type=Path, required=True, metavar="MODEL.onnx",
-        help="the ONNX file to write (its folder must exist; an existing file is replaced)",
+        "--out", type=Path, required=True, metavar="MODEL.onnx|FOLDER",
+        help="the ONNX file to write (its folder must exist; an existing file is replaced); "
+        "with --format pipeline, the folder to write (new or empty, or --overwrite)",
     )
     export.add_argument(
-        "--part", choices=PARTS, default="forward",
-        help="forward: the whole forward; encoder: the translator's encoder only",
+        "--format", choices=FORMATS, default="onnx",
+        help="onnx (default): an ONNX file; pipeline: a diffusers DiTPipeline folder of a DiT "
+        "run on a VAE's latents",
+    )
+    export.add_argument(
+        "--part", choices=PARTS, default=None,
+        help="forward (default): the whole forward; encoder: the translator's encoder only "
+        "(ONNX only)",
+    )
+    export.add_argument(
+        "--overwrite", action="store_true",
+        help="with --format pipeline: replace an existing non-empty --out folder (once the "
+        "new one is complete)",
     )
     add_weights_flag(export)
     export.add_argument(
-        "--no-check", action="store_true", help="skip the onnxruntime comparison"
+        "--no-check", action="store_true",
+        help="skip the onnxruntime (or diffusers) comparison",
     )
     export.add_argument(
         "--verbose", action="store_true",
-        help="show what torch's exporter and onnxruntime print (else only if they fail)",
+        help="show what torch's exporter, onnxruntime or diffusers print (else only if they "
+        "fail)",
     )
-
-
-class CapturedOutput(contextlib.AbstractContextManager):
-    """Hold what is printed inside the block (Python's stdout, stderr and warnings, and the
-    file descriptors 1 and 2 that C++ code and logging handlers write to) in ``text``,
-    instead of showing it; ``show()`` writes it to stderr. With ``enabled=False`` nothing is
-    held."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
-        self.text = ""
-        self._stack = contextlib.ExitStack()
-
-    def __enter__(self) -> CapturedOutput:
-        if not self.enabled:
-            return self
-        python = io.StringIO()
-        stack = self._stack
-        stack.enter_context(contextlib.redirect_stdout(python))
-        stack.enter_context(contextlib.redirect_stderr(python))
-        stack.enter_context(warnings.catch_warnings())
-        warnings.simplefilter("always")
-
-        def hold(message, category, filename, lineno, file=None, line=None) -> None:
-            python.write(warnings.formatwarning(message, category, filename, lineno, line))
-
-        warnings.showwarning = hold  # restored by catch_warnings
-        sink = stack.enter_context(tempfile.TemporaryFile(mode="w+b"))
-        for fd in (1, 2):
-            stack.enter_context(_fd_redirected(fd, sink.fileno()))
-        stack.callback(self._collect, python, sink)
-        return self
-
-    def _collect(self, python: io.StringIO, sink) -> None:
-        sink.flush()
-        sink.seek(0)
-        self.text = sink.read().decode("utf-8", "replace") + python.getvalue()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stack.close()
-
-    def show(self) -> None:
-        if self.text.strip():
-            sys.stderr.write(self.text if self.text.endswith("\n") else self.text + "\n")
-
-
-@contextlib.contextmanager
-def _fd_redirected(fd: int, target: int) -> Iterator[None]:
-    """File descriptor ``fd`` pointed at ``target`` for the block (nothing where ``fd`` is
-    closed or cannot be duplicated)."""
-    try:
-        saved = os.dup(fd)
-    except OSError:
-        yield
-        return
-    try:
-        _flush_standard_streams()
-        os.dup2(target, fd)
-        yield
-    finally:
-        _flush_standard_streams()  # what was written inside goes to ``target``
-        os.dup2(saved, fd)
-        os.close(saved)
-
-
-def _flush_standard_streams() -> None:
-    for stream in (sys.__stdout__, sys.__stderr__):
-        if stream is not None:
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -153,6 +99,14 @@ def run(args: argparse.Namespace) -> int:
     from addnorm.export import onnx_max_error, to_onnx
     from addnorm.tasks.loading import load
 
+    if args.format == "pipeline":
+        from addnorm.cli.export_pipeline import export_pipeline
+
+        return export_pipeline(args)
+    if args.overwrite:
+        raise UsageError("--overwrite: an ONNX file is always replaced; the flag is for "
+                         "--format pipeline")
+    args.part = args.part or "forward"
     check_out_file(args.out)
     model = load(args.checkpoint, weights=args.weights, device="cpu")
     name = type(model).__name__

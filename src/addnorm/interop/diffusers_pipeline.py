@@ -24,7 +24,14 @@ when sampling (a sampler asked for may replace it).
 latents), that VAE, the scheduler config of its diffusion (diffusers'
 ``DPMSolverMultistepScheduler``, the sampler DiT users reach for, with the diffusion's steps,
 schedule and prediction) and its class names as ``id2label``, by diffusers' own
-``DiTPipeline.save_pretrained``, so that ``DiTPipeline.from_pretrained`` loads it.
+``DiTPipeline.save_pretrained``, so that ``DiTPipeline.from_pretrained`` loads it. diffusers'
+pipeline guides with the null class 1000 whatever the model's classes, so a DiT of K < 1000
+classes is written as one of 1000 (:func:`~addnorm.interop.pipeline_classes.widen_classes`:
+its classes, then copies of its null row up to row 1000): diffusers' images are addnorm's at
+every guidance scale. :func:`from_diffusers_pipeline` reads such a folder back as the DiT of K
+classes (:func:`~addnorm.interop.pipeline_classes.narrow_classes`: when ``id2label`` names
+exactly ids 0 .. K-1 and the rows after them are the null row), so ``addnorm.load`` and
+``addnorm sample --checkpoint FOLDER`` see the run's classes, named as in the run.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from addnorm.interop.diffusers_vae import (
     load_vae,
 )
 from addnorm.interop.dit_pipeline import DiTPipeline
+from addnorm.interop.pipeline_classes import narrow_classes, widen_classes
 from addnorm.pretrained.files import CONFIG_FILE, read_config_json
 from addnorm.pretrained.mixin import check_device, check_dtype, check_path
 from addnorm.utils.files import (
@@ -113,6 +121,9 @@ def from_diffusers_pipeline(
         raise PipelinePartError(f"{directory / PIPELINE_INDEX}: {err}") from None
     vae = load_vae(directory / "vae", dtype=dtype, device=device)  # no AutoencoderKL: refused
     transformer = from_diffusers_folder(directory / "transformer", dtype=dtype, device=device)
+    transformer = narrow_classes(transformer, class_names.labels)  # K classes written as 1000
+    if transformer.cfg.n_classes != class_names.n_classes:
+        class_names = ClassNames(transformer.cfg.n_classes, class_names.labels)
     return DiTPipeline(transformer, vae, scheduler_config, class_names).eval()
 
 
@@ -132,16 +143,19 @@ def save_diffusers_pipeline(
     betas ``0.1 / n`` to ``20 / n``, DiT's; ``"cosine"``) predicting ``prediction``
     (``"epsilon"`` or ``"v"``).
 
+    A DiT of fewer than 1000 classes is written as one of 1000 whose null row is row 1000,
+    where diffusers' ``DiTPipeline.__call__`` looks for it (module docstring), with
+    ``id2label`` naming its classes (``class_names``, else their ids): diffusers' pipeline
+    then makes addnorm's images at any ``guidance_scale``.
+
     Raises:
         ValueError: the DiT cannot be a diffusers ``DiTTransformer2DModel`` (diffusers fixes
             the timestep features' shift at 1, DiT's is 0: train with
-            ``--timestep-downscale-freq-shift 1``), its input channels are not the VAE's
-            latent channels, or the schedule or prediction has no diffusers name.
+            ``--timestep-downscale-freq-shift 1``), has no null class or more than 1000
+            classes (diffusers' pipeline guides with id 1000), its input channels are not
+            the VAE's latent channels, ``class_names`` are not one per class, or the schedule
+            or prediction has no diffusers name.
         ImportError: diffusers is not installed.
-
-    diffusers' ``DiTPipeline.__call__`` guides with the null class 1000 (ImageNet's), so it
-    guides a model of other classes only at ``guidance_scale <= 1`` (no guidance);
-    addnorm's :class:`DiTPipeline` guides with the model's own null class.
     """
     import diffusers
 
@@ -151,8 +165,12 @@ def save_diffusers_pipeline(
     if schedule not in _BETA_SCHEDULES or prediction not in _PREDICTION_TYPES:
         raise ValueError(f"schedule {schedule!r} and prediction {prediction!r} must be one of "
                          f"{list(_BETA_SCHEDULES)} and {list(_PREDICTION_TYPES)}")
+    n_classes = transformer.cfg.n_classes
+    if class_names is not None and len(class_names) != n_classes:
+        raise ValueError(f"class_names must name the DiT's {n_classes} classes, got "
+                         f"{len(class_names)}")
     try:
-        theirs = to_diffusers(transformer).eval()
+        theirs = to_diffusers(widen_classes(transformer)).eval()
     except ValueError as err:
         raise ValueError(f"{err} (train with --timestep-downscale-freq-shift 1 for a DiT "
                          "that diffusers holds)") from None
@@ -163,6 +181,8 @@ def save_diffusers_pipeline(
     pipeline: Any = diffusers.DiTPipeline(transformer=theirs, vae=vae.autoencoder.eval(),
                                           scheduler=scheduler)
     pipeline.save_pretrained(directory)
+    if class_names is None and n_classes != theirs.config.num_embeds_ada_norm:
+        class_names = tuple(str(i) for i in range(n_classes))  # the ids narrow_classes reads
     if class_names is not None:  # where the Hub's folder keeps them (module docstring)
         index_file = directory / PIPELINE_INDEX
         index = json.loads(index_file.read_text(encoding="utf-8"))

@@ -14,7 +14,9 @@ One call of :meth:`DiTPipeline.sample`, given diffusers' arguments, makes diffus
 
 Two differences, both where diffusers' pipeline assumes ImageNet or ignores its argument: its
 null class is always 1000 (``num_embeds_ada_norm`` of DiT-XL/2), here ``n_classes`` (the same
-for the paper's models; a model of other classes would index past diffusers' table); and it
+for the paper's models, and for a model of K < 1000 classes written back by
+:func:`~addnorm.interop.diffusers_pipeline.save_diffusers_pipeline`, which pads its label table
+to 1000 classes so that diffusers' row 1000 is its null row); and it
 guides only for scales above 1 (it runs the conditional model alone for any scale <= 1), here
 every scale but 1 guides, as the formula says (1 is the conditional model alone, as there).
 """
@@ -22,7 +24,7 @@ every scale but 1 guides, as the formula says (1 is the conditional model alone,
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import torch
 from torch import Tensor, nn
@@ -35,10 +37,22 @@ from addnorm.interop.diffusers_scheduler import SchedulerSettings, scheduler_set
 from addnorm.interop.diffusers_vae import LatentVAE
 from addnorm.utils.checks import check_bool, check_float, check_int
 
-__all__ = ["DEFAULT_GUIDANCE", "DEFAULT_STEPS", "DiTPipeline"]
+__all__ = ["DEFAULT_GUIDANCE", "DEFAULT_STEPS", "DiTPipeline", "SampleOptions"]
 
 DEFAULT_GUIDANCE = 4.0  # DiTPipeline.__call__'s guidance_scale (DiT's sample.py: cfg_scale 4)
 DEFAULT_STEPS = 50  # DiTPipeline.__call__'s num_inference_steps
+
+
+class SampleOptions(TypedDict, total=False):
+    """The keyword arguments of :meth:`DiTPipeline.sample_latents`, which
+    :meth:`DiTPipeline.sample` passes on (documented and defaulted there)."""
+
+    steps: int
+    method: str | None
+    guidance: float
+    generator: torch.Generator | None
+    noise: Tensor | None
+    progress: bool
 
 
 class DiTPipeline(nn.Module):
@@ -87,36 +101,14 @@ class DiTPipeline(nn.Module):
                                   where="the pipeline's scheduler config")
 
     @torch.no_grad()
-    def sample(
-        self,
-        labels: Tensor | Sequence[int | str],
-        *,
-        steps: int = DEFAULT_STEPS,
-        method: str | None = None,
-        guidance: float = DEFAULT_GUIDANCE,
-        generator: torch.Generator | None = None,
-        noise: Tensor | None = None,
-        progress: bool = False,
-    ) -> Tensor:
-        """Images of the classes ``labels``, on [0, 1] (diffusers' ``output_type="pt"``).
-
-        Args:
-            labels: (B,) class ids, or names of them (``"goldfish"``: any synonym of
-                ``class_names``, or an id as a string).
-            steps: sampling steps (``num_inference_steps``), 1 .. the schedule's steps.
-            method: ``"ddim"`` or ``"dpm-solver++"``; default: the pipeline's scheduler's.
-            guidance: the classifier-free guidance scale, finite (1: the conditional model
-                alone; diffusers' pipeline also runs that for any scale below 1, which here
-                guides, as the formula says).
-            generator: draws the starting latents (when ``noise`` is not given).
-            noise: the starting latents (B, C, S, S); default: drawn.
-            progress: a tqdm bar on stderr.
+    def sample(self, labels: Tensor | Sequence[int | str], **options: Unpack[SampleOptions]
+               ) -> Tensor:
+        """Images of the classes ``labels``, on [0, 1] (diffusers' ``output_type="pt"``): the
+        latents of :meth:`sample_latents` (its keyword arguments), decoded.
 
         Shapes: returns (B, image_channels, image_size, image_size)
         """
-        latents = self.sample_latents(labels, steps=steps, method=method, guidance=guidance,
-                                      generator=generator, noise=noise, progress=progress)
-        return self.decode(latents)
+        return self.decode(self.sample_latents(labels, **options))
 
     @torch.no_grad()
     def sample_latents(
@@ -130,7 +122,19 @@ class DiTPipeline(nn.Module):
         noise: Tensor | None = None,
         progress: bool = False,
     ) -> Tensor:
-        """The sampled latents of :meth:`sample`, not yet decoded; arguments as there.
+        """The latents :meth:`sample` decodes: a sample of the DiT, not yet decoded.
+
+        Args:
+            labels: (B,) class ids, or names of them (``"goldfish"``: any synonym of
+                ``class_names``, or an id as a string).
+            steps: sampling steps (``num_inference_steps``), 1 .. the schedule's steps.
+            method: ``"ddim"`` or ``"dpm-solver++"``; default: the pipeline's scheduler's.
+            guidance: the classifier-free guidance scale, finite (1: the conditional model
+                alone; diffusers' pipeline also runs that for any scale below 1, which here
+                guides, as the formula says).
+            generator: draws the starting latents (when ``noise`` is not given).
+            noise: the starting latents (B, C, S, S); default: drawn.
+            progress: a tqdm bar on stderr.
 
         Shapes: returns (B, C, S, S), C and S the DiT's ``in_channels`` and ``input_size``
         """
