@@ -92,6 +92,35 @@ def test_the_folder_is_checked_against_diffusers_and_read_back_as_the_run(
     assert all(torch.equal(ours[k], v) for k, v in model.state_dict().items())
 
 
+def test_diffusers_samples_the_written_run_as_addnorm_at_guidance_4_and_1(
+        runs, tmp_path, perturbed_runs):
+    # Tolerance: FLOAT32_MODEL, as tests/interop/test_dit_pipeline.py's parity (<= 6e-7
+    # measured there); DDIM made from the folder's config as diffusers users swap schedulers
+    # (clip_sample off and DDIM's leading spacing: what addnorm's DDIM runs).
+    from tolerances import FLOAT32_MODEL
+
+    from addnorm.dit.class_names import ClassNames
+    from addnorm.interop.dit_pipeline import DiTPipeline
+
+    assert _export(runs / "latent", "--out", tmp_path / "pipe", "--no-check") == 0
+    task, model, _ = perturbed_runs(runs / "latent")
+    theirs = diffusers_pipeline(tmp_path / "pipe")
+    schedulers = {"dpm-solver++": theirs.scheduler, "ddim": diffusers.DDIMScheduler.from_config(
+        theirs.scheduler.config, clip_sample=False, timestep_spacing="leading")}
+    for method, scheduler in schedulers.items():
+        theirs.scheduler = scheduler
+        config = {**scheduler.config, "_class_name": type(scheduler).__name__}
+        ours = DiTPipeline(model, task.data.vae, config, ClassNames(2))
+        for guidance in (4.0, 1.0):
+            expected = theirs([1, 0], guidance_scale=guidance, num_inference_steps=4,
+                              generator=torch.Generator().manual_seed(5),
+                              output_type="pt").images
+            images = ours.sample([1, 0], steps=4, guidance=guidance,
+                                 generator=torch.Generator().manual_seed(5))
+            assert float(expected.std()) > 0.05, (method, guidance)  # not flat
+            torch.testing.assert_close(images, expected, **FLOAT32_MODEL)
+
+
 def test_the_check_fails_a_folder_whose_guidance_is_wrong(runs, tmp_path, capfd, monkeypatch):
     import addnorm.interop.pipeline_classes as classes
 

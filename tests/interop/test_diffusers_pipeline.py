@@ -5,18 +5,31 @@ images: test_dit_pipeline.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
 import pytest
 import torch
-from small_pipeline import ID2LABEL, autoencoder, transformer, write_pipeline
+from small_dit import config, perturbed
+from small_pipeline import (
+    ID2LABEL,
+    autoencoder,
+    diffusers_pipeline,
+    transformer,
+    write_pipeline,
+)
 from tolerances import FLOAT32_MODEL
 
 import addnorm
+import addnorm.interop.diffusers_pipeline as diffusers_pipeline_module
 from addnorm.dit import DiT
-from addnorm.interop.diffusers_pipeline import from_diffusers_pipeline, is_pipeline_folder
-from addnorm.interop.diffusers_vae import PipelinePartError
+from addnorm.interop.diffusers_pipeline import (
+    from_diffusers_pipeline,
+    is_pipeline_folder,
+    save_diffusers_pipeline,
+)
+from addnorm.interop.diffusers_vae import LatentVAE, PipelinePartError
 from addnorm.interop.dit_pipeline import DiTPipeline
 from addnorm.utils.files import CheckpointError
 
@@ -131,10 +144,6 @@ def test_damaged_json_is_a_checkpoint_error(folder, tmp_path):
 
 def few_classes_dit(n_classes: int = 3):
     """A perturbed addnorm DiT of ``n_classes`` classes in diffusers' conventions (shift 1)."""
-    import dataclasses
-
-    from small_dit import config, perturbed
-
     torch.manual_seed(0)
     cfg = dataclasses.replace(config(True), n_classes=n_classes,
                               timestep_downscale_freq_shift=1.0)
@@ -144,9 +153,6 @@ def few_classes_dit(n_classes: int = 3):
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
     """A DiT of 3 classes and the folder save_diffusers_pipeline writes of it."""
-    from addnorm.interop.diffusers_pipeline import save_diffusers_pipeline
-    from addnorm.interop.diffusers_vae import LatentVAE
-
     dit, vae = few_classes_dit(), LatentVAE(autoencoder())
     folder = save_diffusers_pipeline(tmp_path_factory.mktemp("written") / "pipe", dit, vae,
                                      class_names=("ants", "bees", "wasps, hornets"))
@@ -159,8 +165,6 @@ def test_a_written_dit_of_3_classes_samples_in_diffusers_as_in_addnorm(written, 
                                                                        guidance):
     # Tolerance: FLOAT32_MODEL, as test_dit_pipeline.py's parity (measured <= 6e-7 there):
     # diffusers' pipeline guides with its hard-coded null id 1000, here the DiT's null row.
-    from small_pipeline import diffusers_pipeline
-
     dit, vae, folder = written
     theirs = diffusers_pipeline(folder)
     if method == "ddim":
@@ -168,8 +172,8 @@ def test_a_written_dit_of_3_classes_samples_in_diffusers_as_in_addnorm(written, 
             theirs.scheduler.config, clip_sample=False,  # diffusers_scheduler.py
             timestep_spacing="leading")  # its default; the folder's DPM-Solver++ has linspace
     scheduler = theirs.scheduler
-    config = {**scheduler.config, "_class_name": type(scheduler).__name__}
-    ours = DiTPipeline(dit, vae, config)  # the DiT as addnorm trained it: 3 classes, null 3
+    scheduler_config = {**scheduler.config, "_class_name": type(scheduler).__name__}
+    ours = DiTPipeline(dit, vae, scheduler_config)  # the DiT itself: 3 classes, null row 3
     expected = theirs([0, 2, 1], guidance_scale=guidance, num_inference_steps=5,
                       generator=torch.Generator().manual_seed(3), output_type="pt").images
     images = ours.sample([0, 2, 1], steps=5, guidance=guidance, method=method,
@@ -181,12 +185,9 @@ def test_a_written_dit_of_3_classes_samples_in_diffusers_as_in_addnorm(written, 
 def test_written_unpadded_diffusers_could_not_guide_it(written, tmp_path, monkeypatch):
     # Why the table is padded: diffusers' DiTPipeline.__call__ asks the DiT for class 1000,
     # past the 4 rows (3 classes and the null) of the DiT as it is.
-    import addnorm.interop.diffusers_pipeline as writer
-    from small_pipeline import diffusers_pipeline
-
     dit, vae, _ = written
-    monkeypatch.setattr(writer, "widen_classes", lambda model: model)
-    theirs = diffusers_pipeline(writer.save_diffusers_pipeline(tmp_path / "pipe", dit, vae))
+    monkeypatch.setattr(diffusers_pipeline_module, "widen_classes", lambda model: model)
+    theirs = diffusers_pipeline(save_diffusers_pipeline(tmp_path / "pipe", dit, vae))
     theirs([0], guidance_scale=1.0, num_inference_steps=2)  # unguided: no null class asked
     with pytest.raises(IndexError):
         theirs([0], guidance_scale=4.0, num_inference_steps=2)
@@ -196,8 +197,8 @@ def test_a_written_dit_of_3_classes_is_read_back_as_itself(written):
     dit, _, folder = written
     index = json.loads((folder / "model_index.json").read_text())
     assert index["id2label"] == {"0": "ants", "1": "bees", "2": "wasps, hornets"}
-    config = json.loads((folder / "transformer" / "config.json").read_text())
-    assert config["num_embeds_ada_norm"] == 1000  # diffusers' null id is its null row
+    transformer_config = json.loads((folder / "transformer" / "config.json").read_text())
+    assert transformer_config["num_embeds_ada_norm"] == 1000  # diffusers' null id is its null row
     pipe = addnorm.load(folder)
     assert pipe.transformer.cfg.n_classes == 3 and pipe.class_names.n_classes == 3
     assert pipe.class_names.index("hornets") == 2
@@ -209,9 +210,6 @@ def test_a_written_dit_of_3_classes_is_read_back_as_itself(written):
 
 
 def test_a_dit_without_names_is_written_with_its_ids_as_names(tmp_path):
-    from addnorm.interop.diffusers_pipeline import save_diffusers_pipeline
-    from addnorm.interop.diffusers_vae import LatentVAE
-
     folder = save_diffusers_pipeline(tmp_path / "pipe", few_classes_dit(2),
                                      LatentVAE(autoencoder()))
     assert json.loads((folder / "model_index.json").read_text())["id2label"] == {
@@ -225,9 +223,6 @@ def test_a_dit_without_names_is_written_with_its_ids_as_names(tmp_path):
 ])
 def test_what_diffusers_cannot_guide_is_refused_before_writing(tmp_path, n_classes, names,
                                                                 message):
-    from addnorm.interop.diffusers_pipeline import save_diffusers_pipeline
-    from addnorm.interop.diffusers_vae import LatentVAE
-
     with pytest.raises(ValueError, match=message):
         save_diffusers_pipeline(tmp_path / "pipe", few_classes_dit(n_classes),
                                 LatentVAE(autoencoder()), class_names=names)

@@ -24,7 +24,7 @@ every scale but 1 guides, as the formula says (1 is the conditional model alone,
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 from torch import Tensor, nn
@@ -36,6 +36,9 @@ from addnorm.dit.model import DiT
 from addnorm.interop.diffusers_scheduler import SchedulerSettings, scheduler_settings
 from addnorm.interop.diffusers_vae import LatentVAE
 from addnorm.utils.checks import check_bool, check_float, check_int
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11's; annotations are not evaluated
+    from typing_extensions import Unpack
 
 __all__ = ["DEFAULT_GUIDANCE", "DEFAULT_STEPS", "DiTPipeline", "SampleOptions"]
 

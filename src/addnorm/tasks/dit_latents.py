@@ -312,7 +312,9 @@ def save_pipeline(task: _DiffusionTask, model: DiT, folder: str | os.PathLike) -
     addnorm.tasks.trained.load_trained(RUN)``) as a diffusers DiT pipeline folder: its DiT, its VAE,
     a ``DPMSolverMultistepScheduler`` of its diffusion and its class names
     (:func:`~addnorm.interop.diffusers_pipeline.save_diffusers_pipeline`, whose ValueErrors
-    say what diffusers cannot hold); ValueError for a run on pixels. Returns the folder."""
+    say what diffusers cannot hold; a DiT of fewer than 1000 classes padded so that diffusers'
+    guidance is exact); ValueError for a run on pixels. Returns the folder. The command is
+    ``addnorm export RUN --format pipeline --out FOLDER``, which also checks the folder."""
     if not isinstance(task.data, LatentImages):
         raise ValueError("only a run trained on a VAE's latents (--vae) makes a pipeline; this "
                          "one trained on pixels")
