@@ -19,7 +19,11 @@ import pytest
 import torch
 from data.test_images import write_folder
 from small_dit import perturbed
-from small_pipeline import autoencoder, diffusers_pipeline
+from small_pipeline import (
+    autoencoder,
+    diffusers_pipeline,
+    one_thread,  # noqa: F401  (autouse: one thread)
+)
 
 import addnorm
 from addnorm.cli.export_pipeline import TOLERANCE
@@ -30,17 +34,9 @@ TINY = ["--preset", "DiT-digits-tiny", "--batch-size", "4", "--eval-size", "2",
         "--max-steps", "2", "--no-keep-best", "--quiet", "--ema-decay", "0"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """A latent run diffusers can hold (shift 1, weights perturbed), a pixel run and the VAE."""
+    """A latent run diffusers can hold (shift 1), a pixel run, and the VAE."""
     root = tmp_path_factory.mktemp("export-pipeline")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ADDNORM_CACHE", str(root / "cache"))
@@ -122,9 +118,9 @@ def test_diffusers_samples_the_written_run_as_addnorm_at_guidance_4_and_1(
 
 
 def test_the_check_fails_a_folder_whose_guidance_is_wrong(runs, tmp_path, capfd, monkeypatch):
-    import addnorm.interop.pipeline_classes as classes
+    import addnorm.interop.diffusers_pipeline as writer
 
-    real = classes.widen_classes
+    real = writer.widen_classes
 
     def wrong_null(dit):  # the null row (1000) a class's row: diffusers guides off the mark
         wide = real(dit)
@@ -132,8 +128,6 @@ def test_the_check_fails_a_folder_whose_guidance_is_wrong(runs, tmp_path, capfd,
             wide.class_embed.table.weight[1000] = wide.class_embed.table.weight[0]
         return wide
 
-    monkeypatch.setattr(classes, "widen_classes", wrong_null)
-    import addnorm.interop.diffusers_pipeline as writer
     monkeypatch.setattr(writer, "widen_classes", wrong_null)
     assert _export(runs / "latent", "--out", tmp_path / "pipe") == 1
     captured = capfd.readouterr()
