@@ -14,6 +14,7 @@ tests/tasks/test_dit_latents.py does).
 from __future__ import annotations
 
 import re
+import shutil
 
 import pytest
 import torch
@@ -148,12 +149,14 @@ def test_an_existing_folder_is_refused_unless_overwrite_and_then_replaced(runs, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
 
 
-@pytest.mark.parametrize("case", ["pixels", "lm", "missing", "file", "part"])
+@pytest.mark.parametrize("case", ["pixels", "lm", "missing", "file", "part", "run"])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(runs, lm_run, tmp_path, capfd, case):
-    run = {"pixels": runs / "pixels", "lm": lm_run, "missing": tmp_path / "nowhere"}.get(
-        case, runs / "latent")
+    run = {"pixels": runs / "pixels", "lm": lm_run, "missing": tmp_path / "nowhere",
+           "run": tmp_path / "pipe" / "run"}.get(case, runs / "latent")
     out = tmp_path / "pipe"
-    extra = ["--part", "encoder"] if case == "part" else []
+    extra = {"part": ["--part", "encoder"], "run": ["--overwrite"]}.get(case, [])
+    if case == "run":  # the run inside --out: --overwrite would remove it
+        shutil.copytree(runs / "latent", run)
     if case == "file":
         out.write_text("a file")
     before = sorted(tmp_path.iterdir())
@@ -161,7 +164,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(runs, lm_run, tmp_path
     err = capfd.readouterr().err.strip().splitlines()
     expected = {"pixels": "trained on pixels", "lm": "--format pipeline writes a DiT run",
                 "missing": "does not exist", "file": "exists and is not a folder",
-                "part": "--part encoder"}[case]
+                "part": "--part encoder", "run": "holds the run"}[case]
     assert len(err) == 1 and expected in err[0], err
     assert sorted(tmp_path.iterdir()) == before
 
@@ -184,3 +187,18 @@ def test_overwrite_is_refused_for_onnx(runs, tmp_path, capfd):
                  "--overwrite"])
     err = capfd.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--format pipeline" in err[0], err
+
+
+def test_a_write_that_fails_half_way_leaves_nothing(runs, tmp_path, capfd, monkeypatch):
+    import addnorm.tasks.dit_latents as dit_latents
+
+    def half_written(task, model, folder):
+        (folder / "model_index.json").write_text("{}")
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(dit_latents, "save_pipeline", half_written)
+    assert _export(runs / "latent", "--out", tmp_path / "pipe") == 1
+    err = capfd.readouterr().err.strip().splitlines()
+    assert err[-1] == ("addnorm export: error: writing the pipeline failed (OSError: No space "
+                       "left on device)"), err
+    assert list(tmp_path.iterdir()) == []

@@ -13,7 +13,8 @@ run's own DiT from the same noise (:class:`~addnorm.interop.dit_pipeline.DiTPipe
 images (on [0, 1]) differing by more than ``TOLERANCE`` is a failure (exit 1).
 
 Exit 2 with one line, nothing written: ``--out`` an existing non-empty folder (unless
-``--overwrite``, which replaces it once the new folder is complete) or a file, ``RUN`` no
+``--overwrite``, which replaces it once the new folder is complete), a file, or the run's
+own folder or one holding it, ``RUN`` no
 ``addnorm train`` run, a run of another task, a run on pixels (no ``--vae``), a DiT diffusers
 cannot hold (``--timestep-downscale-freq-shift 0``, no null class, over 1000 classes), or a
 VAE that changed since the run. What diffusers prints while saving and loading (progress bars,
@@ -57,9 +58,10 @@ def export_pipeline(args: argparse.Namespace) -> int:
     if args.part is not None:
         raise UsageError(f"--part {args.part}: --format pipeline writes the whole DiT, its VAE "
                          "and its scheduler")
-    out = args.out
+    out, run = args.out, args.checkpoint
     _check_out_folder(out, overwrite=args.overwrite)
-    run = args.checkpoint
+    if out.resolve() == run.resolve() or out.resolve() in run.resolve().parents:
+        raise UsageError(f"--out {out}: holds the run {run}, which the pipeline would replace")
     try:
         find_checkpoint(run)
     except CheckpointError as err:
