@@ -87,6 +87,8 @@ def test_the_folder_is_checked_against_diffusers_and_read_back_as_the_run(
     ours = pipe.transformer.state_dict()
     assert ours.keys() == model.state_dict().keys()
     assert all(torch.equal(ours[k], v) for k, v in model.state_dict().items())
+    assert main(["sample", "--checkpoint", str(out), "--class", "bees", "--n", "2", "--steps",
+                 "2", "--out", str(tmp_path / "bees.png"), "--quiet", "--device", "cpu"]) == 0
 
 
 def test_diffusers_samples_the_written_run_as_addnorm_at_guidance_4_and_1(

@@ -8,7 +8,7 @@ fewer than 1000 classes padded so that diffusers' guidance is exact:
 :mod:`addnorm.interop.pipeline_classes`). It is written under a temporary name beside
 ``--out`` and renamed into place when complete, so a failure leaves nothing behind. Then
 diffusers' ``DiTPipeline.from_pretrained`` loads it and samples ``CHECK_STEPS`` steps at
-guidance ``DEFAULT_GUIDANCE`` (4) for up to ``CHECK_IMAGES`` classes, and addnorm samples the
+guidance ``CHECK_GUIDANCE`` (4) for up to ``CHECK_IMAGES`` classes, and addnorm samples the
 run's own DiT from the same noise (:class:`~addnorm.interop.dit_pipeline.DiTPipeline`); the
 images (on [0, 1]) differing by more than ``TOLERANCE`` is a failure (exit 1).
 
@@ -35,10 +35,12 @@ from addnorm.cli.captured_output import CapturedOutput
 from addnorm.cli.checks import UsageError
 from addnorm.cli.exits import EXIT_FAILED, EXIT_OK
 
-__all__ = ["CHECK_IMAGES", "CHECK_STEPS", "TOLERANCE", "export_pipeline", "pipeline_max_error"]
+__all__ = ["CHECK_GUIDANCE", "CHECK_IMAGES", "CHECK_STEPS", "TOLERANCE", "export_pipeline",
+           "pipeline_max_error"]
 
 CHECK_STEPS = 4  # sampling steps of the check: a few, each of which guides
 CHECK_IMAGES = 2  # images of the check: classes 0 and 1 (or 0 alone)
+CHECK_GUIDANCE = 4.0  # DiTPipeline.__call__'s default guidance_scale, which guides
 # Largest |diffusers - addnorm| accepted on images in [0, 1]: a tenth of one 8-bit level.
 # float32 kernels of two implementations: the tests' small pipelines differ by <= 6e-7, a
 # DiT-S-sized one (d 384, 12 layers) under a four-level VAE at 128x128 by 2e-6; a guidance of
@@ -85,7 +87,7 @@ def export_pipeline(args: argparse.Namespace) -> int:
         print(f"addnorm export: error: writing the pipeline failed ({_first_line(err)})",
               file=sys.stderr)
         return EXIT_FAILED
-    n_classes = len(task.class_names)
+    n_classes = model.cfg.n_classes
     print(f"wrote {out}: a diffusers DiTPipeline of {run}'s DiT ({n_classes} classes), its VAE "
           "and a DPMSolverMultistepScheduler")
     if args.no_check:
@@ -100,7 +102,7 @@ def export_pipeline(args: argparse.Namespace) -> int:
               f"({_first_line(err)})", file=sys.stderr)
         return EXIT_FAILED
     print(f"diffusers' DiTPipeline vs addnorm, {len(labels)} images of {CHECK_STEPS} steps at "
-          f"guidance 4: max |difference| {error:.1e}")
+          f"guidance {CHECK_GUIDANCE:g}: max |difference| {error:.1e}")
     if not error <= TOLERANCE:
         writing.show()
         checking.show()
@@ -113,22 +115,22 @@ def export_pipeline(args: argparse.Namespace) -> int:
 def pipeline_max_error(folder: Path, task, model, labels: list[int]) -> float:
     """max |diffusers' images - addnorm's| (on [0, 1]): diffusers' ``DiTPipeline`` loaded from
     ``folder`` against the run's DiT ``model`` and its task's VAE sampled by addnorm with the
-    folder's scheduler, both from the seed-0 noise, ``CHECK_STEPS`` steps at guidance 4."""
+    folder's scheduler, both from the seed-0 noise, ``CHECK_STEPS`` steps at ``CHECK_GUIDANCE``."""
     import diffusers
     import torch
 
     from addnorm.dit.class_names import ClassNames
-    from addnorm.interop.dit_pipeline import DEFAULT_GUIDANCE, DiTPipeline
+    from addnorm.interop.dit_pipeline import DiTPipeline
 
     theirs = diffusers.DiTPipeline.from_pretrained(folder, low_cpu_mem_usage=False)
     theirs.set_progress_bar_config(disable=True)
-    expected = theirs(labels, guidance_scale=DEFAULT_GUIDANCE, num_inference_steps=CHECK_STEPS,
+    expected = theirs(labels, guidance_scale=CHECK_GUIDANCE, num_inference_steps=CHECK_STEPS,
                       generator=torch.Generator().manual_seed(0), output_type="pt").images
     scheduler = theirs.scheduler  # what scheduler_config.json holds: its config and class
     scheduler_config = {**scheduler.config, "_class_name": type(scheduler).__name__}
     names = ClassNames(model.cfg.n_classes, dict(enumerate(task.class_names)))
     ours = DiTPipeline(model, task.data.vae, scheduler_config, names).eval()
-    images = ours.sample(labels, steps=CHECK_STEPS, guidance=DEFAULT_GUIDANCE,
+    images = ours.sample(labels, steps=CHECK_STEPS, guidance=CHECK_GUIDANCE,
                          generator=torch.Generator().manual_seed(0))
     return float((images - expected.to(images)).abs().max())
 
