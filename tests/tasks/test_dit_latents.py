@@ -183,7 +183,7 @@ def test_a_latent_run_is_written_as_a_pipeline_folder_diffusers_samples(data, tm
     rounding at a pixel's half-level edge)."""
     import diffusers
 
-    from addnorm.tasks.dit import SampleSettings
+    from addnorm.tasks.dit_evaluation import SampleSettings
     from addnorm.tasks.dit_latents import save_pipeline
 
     pics, vae = data
