@@ -114,7 +114,7 @@ def test_the_data_recipe_patch_is_the_smallest_that_keeps_four_patches_a_side(
     down to a multiple of it) is at most 4 patches a side; none: the largest that divides it.
     8x8: 2 (4 a side); 16x16 and 12x12: 4; 32x32: 8 (4 a side); 64x64 capped at 8 patches of
     8: 64, 8 a side, none fits: 8; image_size 24: 8 (3 a side); 10: only 2 divides it."""
-    from data.test_images import write_folder
+    from image_folders import write_folder
 
     from addnorm.tasks.plan import plan_fresh_run
 
@@ -133,7 +133,7 @@ def test_the_data_recipe_patch_is_the_smallest_that_keeps_four_patches_a_side(
 def test_the_data_recipe_weighs_every_step_alike_unless_asked(tmp_path):
     """Restated: on a user's images min_snr_gamma is none (v-prediction alone, the faster
     learner in docs/dit-min-snr.json) unless given; the digits keep Min-SNR-5."""
-    from data.test_images import write_folder
+    from image_folders import write_folder
 
     from addnorm.tasks.plan import plan_fresh_run
 
