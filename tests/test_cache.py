@@ -299,21 +299,3 @@ def test_a_reorder_moves_the_ids_with_their_rows(static):
     cache.reorder(torch.tensor([1, 1]))
     assert torch.equal(cache.ids[:, :2], torch.tensor([[7, 8], [7, 8]]))
 
-
-@given(n_layers=st.integers(1, 48), d_model=st.integers(1, 8192))
-def test_the_room_checks_refuse_what_no_memory_holds_and_pass_what_it_does(
-        monkeypatch, n_layers, d_model):
-    # A machine of 1 MiB (device_memory patched): the cache's lower bound is 2 * n_layers *
-    # d_model bytes a token (keys and values at batch 1, one-byte dtype), the ids' 8 (int64).
-    from addnorm import cache
-    from addnorm.utils import memory
-
-    for module in (cache, memory):  # which memory is largest, and what check_fits compares
-        monkeypatch.setattr(module, "device_memory", lambda device: 2**20)
-    tokens = 2**20 // (2 * n_layers * d_model)  # the most that fit
-    cache.check_cache_room(tokens, n_layers=n_layers, d_model=d_model)
-    with pytest.raises(ValueError, match=rf"max_new_tokens \({tokens + 1}\) needs at least"):
-        cache.check_cache_room(tokens + 1, n_layers=n_layers, d_model=d_model)
-    cache.check_ids_room(2**17)  # 2**17 ids of 8 bytes: 1 MiB exactly
-    with pytest.raises(ValueError, match=r"max_new_tokens \(131073\) needs at least 1,048,584"):
-        cache.check_ids_room(2**17 + 1)

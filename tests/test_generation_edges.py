@@ -18,14 +18,12 @@ from hypothesis import strategies as st
 from properties import examples
 from tolerances import FLOAT64_EXACT
 
-from addnorm.cache import check_cache_fits
 from addnorm.generation.config import GenerationConfig
 from addnorm.generation.loop import generate_tokens
 from addnorm.generation.sampling import sampling_probs
 from addnorm.transformer.config import LMConfig, TransformerConfig
 from addnorm.transformer.encoder_decoder import Transformer
 from addnorm.transformer.lm import TransformerLM
-from addnorm.utils.memory import device_memory
 
 BOUNDED = examples(25)
 SUBNORMAL_64 = 5e-324  # the smallest positive float64
@@ -270,29 +268,12 @@ def test_an_accepted_max_new_tokens_gives_at_most_that_many_tokens(max_new_token
     assert ((out >= 0) & (out < 11)).all()
 
 
-def test_the_cache_bound_is_exact_at_the_most_tokens_it_names():
-    # Identity: check_cache_fits accepts the "at most M" it names and refuses M + 1.
-    limit = device_memory("cpu")
-    if limit is None:
-        pytest.skip("this machine does not tell its memory")
-    cfg = LMConfig(vocab_size=11, d_model=16, n_heads=2, n_layers=1, d_ff=32)
-    batch = 2**20  # 2 * 1 layer * 2**20 rows * 16 * 4 bytes = 128 MiB per position
-    per_position = 2 * 1 * batch * 16 * 4
-    most = limit // per_position - 3
-    args = {"batch_size": batch, "prompt_len": 3, "dtype": torch.float32,
-            "device": torch.device("cpu")}
-    args.update(n_layers=cfg.n_layers, d_model=cfg.d_model)
-    check_cache_fits(max_new_tokens=most, **args)
-    with pytest.raises(ValueError, match=rf"max_new_tokens \({most + 1}\).* at most {most} new"):
-        check_cache_fits(max_new_tokens=most + 1, **args)
-
-
 @pytest.mark.parametrize("kind", ["lm", "seq2seq"])
 def test_start_refuses_a_cache_beyond_the_memory_before_allocating(kind, monkeypatch):
     """Both models' ``start`` ask check_cache_fits before DecodingCache.allocate: with the
     device's memory set to what M positions of cache take, M new tokens start and M + 1 are
     refused naming M (the LM's prompt positions count too; the seq2seq decoder has none)."""
-    import addnorm.cache as cache_module
+    import addnorm.cache_checks as cache_module
 
     model = cached_model(kind, "rotary")
     cfg = model.cfg

@@ -201,7 +201,8 @@ def _range(values: list[float], digits: int) -> str:
 
 def test_the_readme_gives_both_sides_of_min_snr_as_measured_over_seeds():
     from addnorm.experiments.repeats import rank_sum_p
-    from addnorm.tasks.dit import PROBE_EVERY, DiTTask
+    from addnorm.tasks.dit import DiTTask
+    from addnorm.tasks.dit_evaluation import PROBE_EVERY
 
     runs = _dit_runs()
     assert DiTTask().min_snr_gamma == 5 and set(runs) == {"v", "v + Min-SNR-5"}

@@ -129,7 +129,7 @@ def _write(tmp_path, name: str, content: bytes):
 
 def _latin1_class(tmp_path):
     """An image folder whose class ``café`` is named in Latin-1 bytes (not UTF-8)."""
-    from data.test_images import write_folder
+    from image_folders import write_folder
 
     write_folder(tmp_path / "pics", {"ants": 3, "bees": 3}, size=8)
     (tmp_path / "pics" / "ants").rename(os.fsdecode(bytes(tmp_path / "pics") + b"/caf\xe9"))
@@ -270,7 +270,7 @@ def test_crlf_text_is_read_as_lf(tmp_path):
 
 def test_a_class_folder_without_images_is_named_in_a_note(tmp_path, caplog):
     """An empty class folder was dropped without a note."""
-    from data.test_images import write_folder
+    from image_folders import write_folder
 
     from addnorm.data.images import ImageCorpus
 

@@ -16,7 +16,7 @@ import torch
 from addnorm.cli.parser import main
 from addnorm.data.digits import to_pixel_scale
 from addnorm.diffusion import guided_eps_fn
-from addnorm.tasks.dit import SampleSettings
+from addnorm.tasks.dit_evaluation import SampleSettings
 from addnorm.tasks.trained import load_trained
 
 TINY_DIT = [

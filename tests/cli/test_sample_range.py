@@ -19,7 +19,7 @@ from cli.test_sample import dit_run  # noqa: F401  (the module's tiny trained Di
 
 import addnorm.tasks.trained as trained_module
 from addnorm.cli.parser import main
-from addnorm.tasks.dit import SampleSettings
+from addnorm.tasks.dit_evaluation import SampleSettings
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -18,7 +18,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from data.test_images import write_folder
+from image_folders import write_folder
 from PIL import Image
 
 from addnorm.cli.parser import main

@@ -13,8 +13,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from data.test_images import write_folder
-from small_pipeline import autoencoder
+from image_folders import pictures_and_vae
+from small_pipeline import (
+    autoencoder,
+    one_thread,  # noqa: F401  (autouse: one thread)
+)
 
 from addnorm.cli.parser import main
 from addnorm.tasks.trained import load_trained
@@ -24,20 +27,11 @@ TINY = ["--preset", "DiT-digits-tiny", "--batch-size", "4", "--eval-size", "2",
         "--max-steps", "2", "--no-keep-best", "--quiet"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture
 def folder(tmp_path, monkeypatch):
     monkeypatch.setenv("ADDNORM_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
-    write_folder(tmp_path / "pics", {"ants": 10, "bees": 10}, size=16)
-    autoencoder().save_pretrained(tmp_path / "vae")
+    pictures_and_vae(tmp_path)
     return tmp_path
 
 

@@ -16,7 +16,7 @@ import re
 
 import pytest
 import torch
-from data.test_images import write_folder
+from image_folders import write_folder
 
 from addnorm.cli.parser import main
 from addnorm.training.checkpoint import load_checkpoint

@@ -16,36 +16,19 @@ from __future__ import annotations
 import io
 import random
 import zlib
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from image_folders import pixels as _pixels
+from image_folders import write_folder
 from PIL import Image
 from properties import examples
 
 from addnorm.data.fingerprint import DataChangedError, DataError, DataReadError
 from addnorm.data.images import ImageBatches, ImageCorpus, ImageDataset, to_model_scale
-
-
-def _pixels(seed: int, shape: tuple[int, ...]) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 256, shape, dtype=np.uint8)
-
-
-def write_folder(root: Path, classes: dict[str, int], *, size: int = 8, mode: str = "RGB",
-                 suffix: str = "png", seed: int = 0) -> dict[str, np.ndarray]:
-    """``classes``: name -> count of random images; returns each file's pixels by name."""
-    written = {}
-    for k, (name, count) in enumerate(classes.items()):
-        (root / name).mkdir(parents=True, exist_ok=True)
-        for i in range(count):
-            shape = (size, size) if mode == "L" else (size, size, 3)
-            array = _pixels(1000 * seed + 100 * k + i, shape)
-            Image.fromarray(array).save(root / name / f"img{i}.{suffix}")
-            written[f"{name}/img{i}.{suffix}"] = array
-    return written
 
 
 def _channels_first(array: np.ndarray) -> np.ndarray:

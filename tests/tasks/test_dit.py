@@ -1,7 +1,8 @@
 """The ``dit`` task: its loss is the MSE to the prediction target at q_sample (restated
-here, for v and for eps), a tiny run lowers the loss, resuming is exact, a run probes its
-quality into quality.png, runs saved before ``prediction`` existed load as eps, and (slow)
-the default run's samples are labelled as their requested class at least 95% of the time."""
+here, for v and for eps), a tiny run lowers the loss, resuming is exact, runs saved before
+``prediction`` existed load as eps, the data recipe picks a user's images' patch size and
+weighting, and (slow) the default run's samples are labelled as their requested class at least
+95% of the time. Sampling and scoring: tests/tasks/test_dit_evaluation.py."""
 
 from __future__ import annotations
 
@@ -85,82 +86,11 @@ def test_a_run_saved_before_the_prediction_settings_loads_as_dits_unweighted_eps
     assert (new.prediction, new.min_snr_gamma) == ("v", 5.0)
 
 
-def test_a_run_probes_its_quality_into_quality_png(tmp_path, monkeypatch):
-    import addnorm.tasks.dit as dit_task
-    from addnorm.training.metrics import read_metrics
-
-    monkeypatch.setattr(dit_task, "PROBE_EVERY", 5)
-    monkeypatch.setattr(dit_task, "PROBE_PER_CLASS", 1)
-    train_cfg = dataclasses.replace(
-        DiTTask.default_train_config(), max_steps=10, max_minutes=None, batch_size=8,
-        warmup=2, log_every=5, checkpoint_every=0,
-    )
-    summary = train_run(
-        "dit", DIT_PRESETS["DiT-digits-tiny"], train_cfg, tmp_path,
-        task_cfg=DiTTaskConfig(eval_size=20),
-    )
-    records = read_metrics(tmp_path / "metrics.jsonl")
-    assert [r["step"] for r in records if "probe_class_agreement" in r] == [5]  # 10: the end
-    assert summary.metrics["quality_figure"] == "quality.png"
-    assert (tmp_path / "quality.png").read_bytes()[:4] == b"\x89PNG"
-
-
-def test_the_validation_draws_other_noise_than_the_final_evaluation(monkeypatch):
-    import addnorm.tasks.dit as dit_task
-
-    monkeypatch.setattr(dit_task, "PROBE_PER_CLASS", 1)
-    monkeypatch.setattr(dit_task, "PROBE_MIN_SAMPLES", 10)
-    task = DiTTask()
-    seeds = []
-    real = task.evaluate
-    monkeypatch.setattr(task, "evaluate", lambda model, *, per_class, seed=0: (
-        seeds.append((per_class, seed)) or real(model, per_class=per_class, seed=seed)))
-    torch.manual_seed(0)
-    model = task.build_model(task.prepare(DIT_PRESETS["DiT-digits-tiny"]))
-    validation = task.validation(DiTTaskConfig())
-    scores = validation.score(model)
-    assert seeds == [(1, 1)]  # the probe's size, seed 1 (the final evaluation: seed 0)
-    assert scores == {f"val_{k}": v for k, v in real(model, per_class=1, seed=1).items()}
-    assert (validation.metric, validation.higher_is_better) == ("val_class_agreement", True)
-    assert not validation.keep_by_default
-
-
 def test_the_task_refuses_a_model_without_a_trained_null_class():
     task = DiTTask()
     cfg = dataclasses.replace(task.prepare(DIT_PRESETS["DiT-digits"]), class_dropout=0.0)
     with pytest.raises(ValueError, match=r"class_dropout \(0.0\) must be > 0"):
         task.check(cfg, TrainConfig(), DiTTaskConfig())
-
-
-@pytest.mark.parametrize("method", ["ddim", "ddpm", "dpm-solver++"])
-def test_sample_settings_take_every_sampler_of_the_diffusion(method):
-    """Provenance: the task's samples for ``method`` are the diffusion's own sampler run on the
-    same noise and guided predictions (the same generator, drawn in the same order)."""
-    from addnorm.data.digits import to_pixel_scale
-    from addnorm.diffusion import guided_eps_fn
-    from addnorm.tasks.dit import SampleSettings
-
-    torch.manual_seed(0)
-    task = DiTTask()
-    model = task.build_model(task.prepare(DIT_PRESETS["DiT-digits-tiny"])).eval()
-    with torch.no_grad():  # a fresh DiT outputs zero: perturb it so the samplers differ
-        for p in model.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    labels = torch.tensor([3, 7])
-    pixels = task.sample(model, labels, SampleSettings(4, method, 2.0),
-                         generator=torch.Generator().manual_seed(5))
-    generator = torch.Generator().manual_seed(5)
-    noise = torch.randn((2, 1, 8, 8), generator=generator)
-    eps_fn = guided_eps_fn(model, labels, guidance_scale=2.0, null_class=10)
-    x = task.diffusion.sample(eps_fn, noise, steps=4, method=method, generator=generator)
-    torch.testing.assert_close(pixels, to_pixel_scale(x[:, 0]), rtol=0, atol=0)
-
-
-def test_sample_settings_refuse_an_unknown_sampler():
-    from addnorm.tasks.dit import SampleSettings
-
-    with pytest.raises(ValueError, match="method"):
-        SampleSettings(method="euler")
 
 
 @pytest.mark.slow
@@ -184,7 +114,7 @@ def test_the_data_recipe_patch_is_the_smallest_that_keeps_four_patches_a_side(
     down to a multiple of it) is at most 4 patches a side; none: the largest that divides it.
     8x8: 2 (4 a side); 16x16 and 12x12: 4; 32x32: 8 (4 a side); 64x64 capped at 8 patches of
     8: 64, 8 a side, none fits: 8; image_size 24: 8 (3 a side); 10: only 2 divides it."""
-    from data.test_images import write_folder
+    from image_folders import write_folder
 
     from addnorm.tasks.plan import plan_fresh_run
 
@@ -203,7 +133,7 @@ def test_the_data_recipe_patch_is_the_smallest_that_keeps_four_patches_a_side(
 def test_the_data_recipe_weighs_every_step_alike_unless_asked(tmp_path):
     """Restated: on a user's images min_snr_gamma is none (v-prediction alone, the faster
     learner in docs/dit-min-snr.json) unless given; the digits keep Min-SNR-5."""
-    from data.test_images import write_folder
+    from image_folders import write_folder
 
     from addnorm.tasks.plan import plan_fresh_run
 
@@ -230,14 +160,3 @@ def test_flips_are_a_setting_off_by_default(tmp_path):
     coins = flipped["flipped"]
     assert torch.equal(flipped["images"][coins], plain["images"][coins].flip(-1))
     assert torch.equal(flipped["images"][~coins], plain["images"][~coins])
-
-
-def test_the_figures_say_when_class_agreement_is_not_judged():
-    figures = {"frechet_distance": 9.0, "frechet_distance_real": 3.0, "precision": 0.5,
-               "recall": 0.4, "precision_real": 0.9, "recall_real": 0.8,
-               "nearest_train_distance": 2.0, "nearest_train_distance_real": 2.1,
-               "judge_test_accuracy": 0.51}
-    weak = DiTTask.figures_text({**figures, "judge_trusted": 0.0})
-    assert "judge_test_accuracy: 0.5100" in weak
-    assert "class_agreement: not judged (a judge must score 0.8 or more" in weak
-    assert "not judged" not in DiTTask.figures_text({**figures, "judge_trusted": 1.0})

@@ -21,8 +21,9 @@ import json
 import numpy as np
 import pytest
 import torch
-from data.test_images import write_folder
+from image_folders import write_folder
 from PIL import Image
+from small_pipeline import one_thread  # noqa: F401  (autouse: one thread)
 
 from addnorm.data.digits import to_pixel_scale
 from addnorm.data.fingerprint import DataChangedError, DataRecord
@@ -43,15 +44,6 @@ from addnorm.tasks.trained import load_trained
 from addnorm.training.config import TrainConfig
 
 TINY = DIT_PRESETS["DiT-digits-tiny"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny DiT forwards run many times slower when threads oversubscribe the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture

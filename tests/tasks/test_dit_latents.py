@@ -20,10 +20,14 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from data.test_images import write_folder
+from image_folders import pictures_and_vae, write_folder
 from safetensors.torch import load_file
 from small_dit import perturbed
-from small_pipeline import autoencoder, write_pipeline
+from small_pipeline import (
+    autoencoder,
+    one_thread,  # noqa: F401  (autouse: one thread)
+    write_pipeline,
+)
 
 from addnorm.data.fingerprint import DataChangedError
 from addnorm.data.images import to_pixels
@@ -39,15 +43,6 @@ pytest.importorskip("diffusers")
 TINY = DIT_PRESETS["DiT-digits-tiny"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run many times slower when threads oversubscribe the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(autouse=True)
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ADDNORM_CACHE", str(tmp_path / "cache"))
@@ -57,9 +52,7 @@ def cache(tmp_path, monkeypatch):
 @pytest.fixture
 def data(tmp_path):
     """20 16x16 RGB pictures in two class folders, and a small VAE's folder."""
-    write_folder(tmp_path / "pics", {"ants": 10, "bees": 10}, size=16)
-    autoencoder().save_pretrained(tmp_path / "vae")
-    return tmp_path / "pics", tmp_path / "vae"
+    return pictures_and_vae(tmp_path)
 
 
 def _train_cfg(**overrides):
@@ -183,7 +176,7 @@ def test_a_latent_run_is_written_as_a_pipeline_folder_diffusers_samples(data, tm
     rounding at a pixel's half-level edge)."""
     import diffusers
 
-    from addnorm.tasks.dit import SampleSettings
+    from addnorm.tasks.dit_evaluation import SampleSettings
     from addnorm.tasks.dit_latents import save_pipeline
 
     pics, vae = data

@@ -227,7 +227,8 @@ def run_dit_demo(
     are as for :func:`run_demo`."""
     from addnorm.cli.grid import save_digit_grid
     from addnorm.dit import DiT
-    from addnorm.tasks.dit import DiTTask, SampleSettings
+    from addnorm.tasks.dit import DiTTask
+    from addnorm.tasks.dit_evaluation import SampleSettings
 
     run_dir = Path(run_dir)
     task = DiTTask()

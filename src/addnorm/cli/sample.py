@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
 
     from addnorm.cli.grid import save_image_grid
     from addnorm.data.data_errors import DataChangedError
-    from addnorm.tasks.dit import SampleSettings
+    from addnorm.tasks.dit_evaluation import SampleSettings
     from addnorm.utils.publish import publishing
 
     check_sample_flags(args)

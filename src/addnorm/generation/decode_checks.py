@@ -49,7 +49,7 @@ def check_rows_fit(
     reorders to follow the beams' parents, ``index_select`` writing a copy of each tensor
     before the old one is freed; two rows of logits, its log-probs and their sums with the
     beam scores; and ``max_new_tokens`` long ids of finished hypotheses): a lower bound of
-    what the rows allocate, as :func:`~addnorm.cache.check_cache_fits` is of the cache, so
+    what the rows allocate, as :func:`~addnorm.cache_checks.check_cache_fits` is of the cache, so
     what it refuses could not run.
     """
     beam = config.strategy == "beam"

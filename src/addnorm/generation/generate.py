@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import Tensor
 
-from addnorm.cache import check_cache_room, check_ids_room
+from addnorm.cache_checks import check_cache_room, check_ids_room
 from addnorm.generation.config import GenerationConfig
 from addnorm.generation.deadline import Deadline
 from addnorm.generation.decode_checks import (
@@ -192,9 +192,9 @@ def check_generation_config(spec: GenerationSpec, config: object) -> GenerationC
     rows that stopped, as Hugging Face's ``pad_token_id``). A stop token may not be one that
     generation never emits (it could never stop a row), nor may ``forced_eos_id`` (it could
     never be forced). ``max_new_tokens`` must fit a learned position table, and a cache of
-    the model in some memory of this machine (:func:`~addnorm.cache.check_cache_room`),
+    the model in some memory of this machine (:func:`~addnorm.cache_checks.check_cache_room`),
     unless the model slides a window (``spec.context``), whose cache holds the window: then
-    its new ids must fit (:func:`~addnorm.cache.check_ids_room`).
+    its new ids must fit (:func:`~addnorm.cache_checks.check_ids_room`).
     """
     if config is None:
         return default_config(spec)

@@ -81,13 +81,6 @@ class ModelMap:
         groups["total"] = list(range(len(params)))
         return cls(names, layers, params, {k: tuple(v) for k, v in groups.items()})
 
-    def layer_of(self, path: str) -> str | None:
-        """The layer a module path lies in (or is), or None."""
-        for layer in self.layers:
-            if path == layer or path.startswith(layer + "."):
-                return layer
-        return None
-
 
 def _groups_of(name: str, layers: tuple[str, ...], per_parameter: bool) -> list[str]:
     """The reported names a parameter counts in: its layer and sublayer, or its owner."""

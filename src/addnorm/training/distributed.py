@@ -61,7 +61,6 @@ __all__ = [
     "barrier",
     "checkpoint_layers",
     "full_model_state",
-    "full_tensors",
     "global_mean_weight",
     "in_process_group",
     "init_distributed",
@@ -289,17 +288,6 @@ def is_fsdp(model: nn.Module) -> bool:
     from torch.distributed.fsdp import FSDPModule
 
     return isinstance(model, FSDPModule)
-
-
-def full_tensors(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``tensors`` with every sharded ``DTensor`` gathered into a whole CPU tensor (a
-    collective: every rank must call it); plain tensors are returned as they are."""
-    from torch.distributed.tensor import DTensor
-
-    return {
-        name: value.full_tensor().cpu() if isinstance(value, DTensor) else value
-        for name, value in tensors.items()
-    }
 
 
 def _options(**kwargs):

@@ -19,7 +19,8 @@ import torch
 from torch import nn
 from torch.export import Dim
 
-from addnorm.cache import DecodingCache, check_cache_fits, check_decoding_step
+from addnorm.cache import DecodingCache
+from addnorm.cache_checks import check_cache_fits, check_decoding_step
 from addnorm.family import DynamicShapes, ExportPart, GenerationSpec, padded_tokens
 from addnorm.pretrained.mixin import PretrainedMixin
 from addnorm.transformer.config import TransformerConfig

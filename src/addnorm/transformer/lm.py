@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from addnorm.cache import DecodingCache, check_cache_fits, check_decoding_step
+from addnorm.cache import DecodingCache
+from addnorm.cache_checks import check_cache_fits, check_decoding_step
 from addnorm.family import DynamicShapes, ExportPart, GenerationSpec
 from addnorm.pretrained.mixin import PretrainedMixin
 from addnorm.transformer.config import LMConfig
