@@ -59,8 +59,12 @@ errors) and clearly above chance (a one-sided binomial test of its held-out hits
 share of the largest held-out class, what always naming that class scores, at
 ``JUDGE_SIGNIFICANCE`` = 0.01: a handful of held-out images cannot show a judge competent).
 
-Large data sets are subsampled, with a fixed draw, to ``MAX_REFERENCE`` train images for the
-judge, the PCA and the manifolds; the nearest-train distance searches every train image.
+Large data sets are subsampled, with a fixed draw (:func:`reference_draw`), to
+``MAX_REFERENCE`` train images for the judge, the PCA and the manifolds; the nearest-train
+distance searches every train image it is given. A run on a VAE's latents, whose data may
+not fit in memory, gives it only that draw of the train images and as fixed a draw of at most
+``MAX_REFERENCE`` held-out images (``UserImages.judge``'s ``bounded``): the same fit, its
+nearest-train distance searched over the draw.
 """
 
 from __future__ import annotations
@@ -86,6 +90,7 @@ __all__ = [
     "judge_verdict",
     "manifold_coverage",
     "nearest_distance",
+    "reference_draw",
 ]
 
 PCA_DIMS = 16
@@ -98,6 +103,14 @@ PIXEL_JUDGE_MAX = 3072  # numbers an image (32 x 32 RGB) up to which the pixels 
 CV_FOLDS = 3
 _WIDTHS = (32, 64, 64)
 _CHUNK = 256  # images (or feature rows) per chunk of a feature pass or a distance search
+
+
+def reference_draw(n: int, bound: int = MAX_REFERENCE) -> np.ndarray:
+    """The fixed draw of at most ``bound`` of ``n`` images (sorted positions; all of them if
+    ``n <= bound``): the same in every process and run."""
+    if n <= bound:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(0).choice(n, bound, replace=False))
 
 
 def frechet_distance(a: np.ndarray, b: np.ndarray) -> float:
@@ -271,10 +284,7 @@ class ImageJudge:
             raise ValueError(f"the judge needs at least 2 train and 2 held-out images, got "
                              f"{train.shape[0]} and {held_out.shape[0]}")
         features = RandomFeatures(train.shape[1])
-        pick = np.arange(train.shape[0])
-        if len(pick) > MAX_REFERENCE:  # a fixed draw
-            pick = np.sort(np.random.default_rng(0).choice(len(pick), MAX_REFERENCE,
-                                                           replace=False))
+        pick = reference_draw(train.shape[0])
         picked = train[torch.from_numpy(pick)]
         raw = features(_unit(picked))
         mean, std = raw.mean(axis=0), raw.std(axis=0) + 1e-8
