@@ -105,9 +105,10 @@ _WIDTHS = (32, 64, 64)
 _CHUNK = 256  # images (or feature rows) per chunk of a feature pass or a distance search
 
 
-def reference_draw(n: int, bound: int = MAX_REFERENCE) -> np.ndarray:
-    """The fixed draw of at most ``bound`` of ``n`` images (sorted positions; all of them if
-    ``n <= bound``): the same in every process and run."""
+def reference_draw(n: int) -> np.ndarray:
+    """The fixed draw of at most ``MAX_REFERENCE`` of ``n`` images (sorted positions; all
+    of them if ``n <= MAX_REFERENCE``): the same in every process and run."""
+    bound = MAX_REFERENCE
     if n <= bound:
         return np.arange(n)
     return np.sort(np.random.default_rng(0).choice(n, bound, replace=False))
