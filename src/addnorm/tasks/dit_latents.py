@@ -11,6 +11,10 @@ image size must be a multiple of ``f`` times ``patch_size`` (the default one is,
 :func:`~addnorm.tasks.dit_data.default_image_size` at that step, so its cap is the same
 patches a side as in pixel space). The judge scores the decoded images at the image size.
 
+The run records the VAE (the folder given, its SHA-256 over config and weights, ``f`` and
+the latent channels) in its checkpoint; a run read back refuses a VAE whose folder no
+longer hashes as recorded (``DataChangedError``, one line).
+
 Memory is bounded in the number of images, for folders larger than memory: the pixels of
 the whole data are never held (``ImageCorpus.pixels`` is the pixel path's). The images are
 decoded a batch at a time as they are encoded (``ImageCorpus.rows`` through
@@ -21,9 +25,6 @@ or the one that does not is named, before the run writes anything; a cache entry
 needs no decoding at all, since its key holds the fingerprint of files that all decoded
 when it was written. Under ``torchrun`` every rank asks for the entry under its lock: one
 encodes, the others wait and read it (the ranks do not share the encoding itself).
-The run records the VAE (the folder given, its SHA-256 over config and weights, ``f`` and
-the latent channels) in its checkpoint; a run read back refuses a VAE whose folder no
-longer hashes as recorded (``DataChangedError``, one line).
 
 :func:`latent_data_for` and :func:`latent_data_from_dict` are the task's entry points: the
 images a config or a checkpoint names, through the VAE where it names one (else
