@@ -261,9 +261,7 @@ class ImageCorpus:
         the first call for that size (a progress bar on a terminal). Raises
         :class:`DataError` naming an image Pillow cannot decode and :class:`DataReadError`
         for a file that cannot be read or changed since it was fingerprinted."""
-        check_int("image_size", image_size, min_value=1)
-        if image_size > MAX_IMAGE_SIZE:
-            raise ValueError(f"image_size ({image_size}) must be <= {MAX_IMAGE_SIZE}")
+        _check_image_size(image_size)
         if image_size not in self._pixels:
             if len(self._pixels) >= 2:  # one size a run trains at, and one more at most
                 self._pixels.pop(next(iter(self._pixels)))
@@ -337,9 +335,7 @@ class PixelRows:
     """
 
     def __init__(self, corpus: ImageCorpus, image_size: int) -> None:
-        check_int("image_size", image_size, min_value=1)
-        if image_size > MAX_IMAGE_SIZE:
-            raise ValueError(f"image_size ({image_size}) must be <= {MAX_IMAGE_SIZE}")
+        _check_image_size(image_size)
         self.corpus, self.image_size = corpus, image_size
         self.shape = (len(corpus), corpus.channels, image_size, image_size)
 
@@ -349,6 +345,13 @@ class PixelRows:
     def __getitem__(self, index: torch.Tensor) -> torch.Tensor:
         """The images ``index`` (n,) as uint8 (n, C, S, S)."""
         return self.corpus.rows(index, self.image_size)
+
+
+def _check_image_size(image_size: int) -> None:
+    """A side the images can be decoded at: 1 .. ``MAX_IMAGE_SIZE``."""
+    check_int("image_size", image_size, min_value=1)
+    if image_size > MAX_IMAGE_SIZE:
+        raise ValueError(f"image_size ({image_size}) must be <= {MAX_IMAGE_SIZE}")
 
 
 def _check_class_sizes(where: str, classes: Sequence[str], labels: np.ndarray,
