@@ -324,3 +324,21 @@ def test_a_file_that_does_not_decode_is_named_by_the_check_and_leaves_no_entry(
     assert not (tmp_path / "run").exists()
     assert not list((cache / "latents").rglob("meta.json"))
     assert not list((cache / "latents").rglob("latents.bin"))
+
+
+def test_past_the_bound_the_latent_judge_fits_as_the_whole_datas_judge(data, monkeypatch):
+    """Provenance: the whole data's judge fits its features, PCA and class judge on the
+    same fixed draw (``reference_draw``) the bounded one decodes alone (identity); only the
+    nearest-train search (over the draw) and the held-out images (their draw) differ."""
+    from addnorm.tasks import image_quality
+
+    pics, vae = data
+    monkeypatch.setattr(image_quality, "MAX_REFERENCE", 5)  # of 16 train, 4 held-out images
+    task = DiTTask.from_config(DiTTaskConfig(data=str(pics), vae=str(vae)))
+    bounded, whole = task.data.judge(8), task.data.images.judge(16)
+    assert np.array_equal(bounded.reference, whole.reference)
+    assert np.array_equal(bounded.pca.components_, whole.pca.components_)
+    assert bounded.judge_space == whole.judge_space
+    assert bounded.train_flat.shape[0] == 5 and whole.train_flat.shape[0] == 16
+    assert torch.equal(bounded.train_flat, whole.train_flat[image_quality.reference_draw(16)])
+    assert torch.equal(bounded.held_flat, whole.held_flat)  # 4 held out: within the bound
