@@ -346,3 +346,30 @@ def test_damaged_image_bytes_decode_or_are_refused_naming_the_file(
             message
         return
     assert pixels.shape == (3, 3, 8, 8)  # what Pillow could decode of it, and the others
+
+
+@pytest.mark.parametrize("size", [8, 6])
+def test_rows_decode_only_the_images_asked_for_as_the_pixels_have_them(tmp_path, size):
+    """Provenance: ``pixels`` of another corpus of the same files (the decoding rows must
+    equal, identity); at 8 the files' own size, at 6 a bicubic resize."""
+    write_folder(tmp_path / "d", {"a": 3, "b": 4})
+    np.savez(tmp_path / "d.npz", images=_pixels(5, (5, 8, 8, 3)), labels=np.arange(5) % 2)
+    for path in (tmp_path / "d", tmp_path / "d.npz"):
+        corpus, reference = ImageCorpus.build(path), ImageCorpus.build(path)
+        index = torch.tensor([4, 0, 4, 2])
+        rows = corpus.rows(index, size)
+        assert rows.dtype == torch.uint8 and rows.shape == (4, 3, size, size)
+        assert torch.equal(rows, reference.pixels(size)[index])
+        assert corpus._pixels == {}  # nothing kept: rows hold what was asked, no more
+        corpus.pixels(size)
+        assert torch.equal(corpus.rows(np.array([1]), size), reference.pixels(size)[1:2])
+
+
+def test_check_unchanged_names_a_file_that_changed_after_the_corpus_was_built(tmp_path):
+    write_folder(tmp_path, {"a": 3})
+    corpus = ImageCorpus.build(tmp_path)
+    corpus.rows(torch.arange(3), 8)
+    corpus.check_unchanged()  # nothing changed: no error
+    Image.fromarray(_pixels(9, (8, 8, 3))).save(tmp_path / "a" / "img0.png")
+    with pytest.raises(DataReadError, match=r"changed while it was read \(.*img0.png"):
+        corpus.check_unchanged()

@@ -179,3 +179,56 @@ def test_an_unwritable_cache_encodes_in_memory(vae, pixels, tmp_path, monkeypatc
     expected = np.empty((10, 4, 8, 8), np.float32)
     encode_rows(pixels, vae, expected, progress=False)
     assert np.array_equal(cached_latents(pixels, vae, SPEC, progress=False), expected)
+
+
+def _encoded_as_before_streaming(pixels, vae, batch_size):
+    """The encoding loop as it was when it held every image in memory (``pixels[rows //
+    2]``, each row indexed on its own): the reference a streamed entry must equal bit for
+    bit, so that entries written before streaming stay valid."""
+    n = pixels.shape[0]
+    out = np.empty((2 * n, 4, 8, 8), np.float32)
+    with torch.no_grad():
+        for start in range(0, 2 * n, batch_size):
+            rows = torch.arange(start, min(start + batch_size, 2 * n))
+            x = pixels[rows // 2].float() / 127.5 - 1.0
+            mirrored = rows % 2 == 1
+            x[mirrored] = x[mirrored].flip(-1)
+            generators = [torch.Generator().manual_seed(int(r)) for r in rows]
+            out[start : start + len(rows)] = vae.encode(x, generator=generators).numpy()
+    return out
+
+
+@pytest.mark.parametrize("batch_size", [3, 16])
+def test_streamed_rows_encode_bit_for_bit_as_the_images_in_memory(vae, tmp_path, batch_size):
+    """Provenance: the all-in-memory loop above on ``ImageCorpus.pixels``; at batch size 3 an
+    image's two rows fall in two batches (decoded twice, identically)."""
+    from data.test_images import write_folder
+
+    from addnorm.data.images import ImageCorpus, PixelRows
+
+    write_folder(tmp_path / "pics", {"a": 4, "b": 3}, size=16)
+    corpus = ImageCorpus.build(tmp_path / "pics")
+    streamed = np.empty((14, 4, 8, 8), np.float32)
+    encode_rows(PixelRows(corpus, 16), vae, streamed, batch_size=batch_size, progress=False)
+    assert corpus._pixels == {}  # the rows were decoded a batch at a time, none kept
+    expected = _encoded_as_before_streaming(corpus.pixels(16), vae, batch_size)
+    assert np.array_equal(streamed, expected)
+    in_memory = np.empty_like(streamed)
+    encode_rows(corpus.pixels(16), vae, in_memory, batch_size=batch_size, progress=False)
+    assert np.array_equal(in_memory, expected)
+
+
+def test_a_failed_read_check_publishes_nothing_and_the_next_run_encodes(vae, pixels, cache):
+    """``check_read`` (the corpus's fingerprint check) runs after the last batch: its error
+    leaves neither ``latents.bin`` nor ``meta.json``."""
+    def changed():
+        raise OSError("changed while it was read")
+
+    with pytest.raises(OSError, match="changed while it was read"):
+        cached_latents(pixels, vae, SPEC, progress=False, check_read=changed)
+    assert sorted(p.name for p in _folder(cache).iterdir()) == []
+    checks = []
+    latents = cached_latents(pixels, vae, SPEC, progress=False,
+                             check_read=lambda: checks.append(1))
+    assert checks == [1] and np.array_equal(np.array(latents),
+                                            _encoded_as_before_streaming(pixels, vae, 16))

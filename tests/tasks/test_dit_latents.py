@@ -227,3 +227,111 @@ def test_grayscale_pictures_go_through_a_colour_vae_as_three_equal_channels(tmp_
     with torch.no_grad():
         colour = task.data.vae.autoencoder.decode(two / 0.18215).sample  # (2, 3, 16, 16)
     assert torch.equal(decoded, to_pixels(colour.mean(dim=1, keepdim=True)))
+
+
+def _watched_rows(monkeypatch):
+    """Every ``ImageCorpus.rows`` call as (images asked for, decoded images alive then, the
+    call's included), alive counted by weak references to the tensors rows returned; and
+    ``ImageCorpus.pixels`` / ``split`` (the whole data in memory) made to fail."""
+    import weakref
+
+    from addnorm.data.images import ImageCorpus
+
+    calls, alive = [], []
+    real = ImageCorpus.rows
+
+    def rows(self, index, image_size):
+        out = real(self, index, image_size)
+        alive[:] = [(ref, n) for ref, n in alive if ref() is not None]
+        alive.append((weakref.ref(out), len(out)))
+        calls.append((len(out), sum(n for _, n in alive)))
+        return out
+
+    def whole(self, *args, **kwargs):
+        raise AssertionError("a latent run asked for every image's pixels at once")
+
+    monkeypatch.setattr(ImageCorpus, "rows", rows)
+    monkeypatch.setattr(ImageCorpus, "pixels", whole)
+    monkeypatch.setattr(ImageCorpus, "split", whole)
+    return calls
+
+
+def test_a_latent_run_decodes_a_batch_at_a_time_and_judges_a_bounded_draw(
+        tmp_path, monkeypatch):
+    """Provenance: the bound is the design's (``ENCODE_BATCH`` rows encoded at once: at most
+    that many images decoded, each once a batch; the judge's draws, ``MAX_REFERENCE``,
+    lowered here to 5 of 16 train images); the latents equal the pixel-space encoding of
+    the same images (``encode_rows`` on ``ImageCorpus.pixels``, bit for bit)."""
+    from addnorm.data.images import ImageCorpus
+    from addnorm.data.latent_cache import ENCODE_BATCH, encode_rows
+    from addnorm.tasks import image_quality
+
+    write_folder(tmp_path / "pics", {"ants": 10, "bees": 10}, size=16)  # 40 rows: 3 batches
+    autoencoder().save_pretrained(tmp_path / "vae")
+    task_cfg = DiTTaskConfig(data=str(tmp_path / "pics"), vae=str(tmp_path / "vae"),
+                             eval_size=2)
+    calls = _watched_rows(monkeypatch)
+    monkeypatch.setattr(image_quality, "MAX_REFERENCE", 5)
+    run = train_run("dit", TINY, _train_cfg(max_steps=2), tmp_path / "run", task_cfg=task_cfg)
+    assert np.isfinite(run.metrics["frechet_distance"])
+    encoding, judging = calls[:-2], calls[-2:]  # check's encoding pass; the judge's fit
+    assert [n for n, _ in encoding] == [8, 8, 4]  # 16 rows a batch: each image once
+    assert max(alive for _, alive in encoding) <= ENCODE_BATCH // 2
+    assert judging == [(5, 5), (4, 9)]  # 5 of the 16 train images, then the 4 held out
+
+    monkeypatch.undo()
+    task = DiTTask.from_config(task_cfg)
+    corpus = ImageCorpus.build(tmp_path / "pics")
+    expected = np.empty((40, 4, 8, 8), np.float32)
+    encode_rows(corpus.pixels(16), task.data.vae, expected, progress=False)
+    assert np.array_equal(np.array(task.data.latents(16)), expected)
+
+
+def test_the_bounded_judge_is_the_whole_datas_judge_where_the_data_is_within_the_bound(data):
+    """Provenance: with every image within ``MAX_REFERENCE`` the draws are all the images, so
+    the latent run's judge is the pixel run's, figure for figure (identity)."""
+    pics, vae = data
+    task = DiTTask.from_config(DiTTaskConfig(data=str(pics), vae=str(vae)))
+    assert isinstance(task.data, LatentImages)
+    pixels = torch.randint(0, 256, (4, 3, 16, 16), dtype=torch.uint8,
+                           generator=torch.Generator().manual_seed(0))
+    labels = torch.tensor([0, 1, 0, 1])
+    bounded = task.data.judge(8).score(pixels, labels)
+    assert bounded == task.data.images.judge(16).score(pixels, labels)
+
+
+def test_a_file_that_does_not_decode_is_named_by_the_check_and_leaves_no_entry(
+        tmp_path, cache):
+    """Provenance: the file the test truncated (its header survives: found only when it is
+    decoded, here by the encoding pass ``check`` runs)."""
+    from addnorm.data.fingerprint import DataError
+
+    write_folder(tmp_path / "pics", {"a": 4, "b": 4}, size=16, suffix="jpg")
+    bad = tmp_path / "pics" / "b" / "img2.jpg"
+    bad.write_bytes(bad.read_bytes()[:200])
+    autoencoder().save_pretrained(tmp_path / "vae")
+    task_cfg = DiTTaskConfig(data=str(tmp_path / "pics"), vae=str(tmp_path / "vae"),
+                             eval_size=2)
+    with pytest.raises(DataError, match=f"^{bad}: cannot be decoded as an image"):
+        train_run("dit", TINY, _train_cfg(max_steps=1), tmp_path / "run", task_cfg=task_cfg)
+    assert not (tmp_path / "run").exists()
+    assert not list((cache / "latents").rglob("meta.json"))
+    assert not list((cache / "latents").rglob("latents.bin"))
+
+
+def test_past_the_bound_the_latent_judge_fits_as_the_whole_datas_judge(data, monkeypatch):
+    """Provenance: the whole data's judge fits its features, PCA and class judge on the
+    same fixed draw (``reference_draw``) the bounded one decodes alone (identity); only the
+    nearest-train search (over the draw) and the held-out images (their draw) differ."""
+    from addnorm.tasks import image_quality
+
+    pics, vae = data
+    monkeypatch.setattr(image_quality, "MAX_REFERENCE", 5)  # of 16 train, 4 held-out images
+    task = DiTTask.from_config(DiTTaskConfig(data=str(pics), vae=str(vae)))
+    bounded, whole = task.data.judge(8), task.data.images.judge(16)
+    assert np.array_equal(bounded.reference, whole.reference)
+    assert np.array_equal(bounded.pca.components_, whole.pca.components_)
+    assert bounded.judge_space == whole.judge_space
+    assert bounded.train_flat.shape[0] == 5 and whole.train_flat.shape[0] == 16
+    assert torch.equal(bounded.train_flat, whole.train_flat[image_quality.reference_draw(16)])
+    assert torch.equal(bounded.held_flat, whole.held_flat)  # 4 held out: within the bound

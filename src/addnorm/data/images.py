@@ -20,7 +20,9 @@ Each image is center-cropped to a square and resized to the image size
 :meth:`ImageCorpus.build` reads the names, classes, modes and sizes (the images' headers
 only) and fingerprints the files (:mod:`addnorm.data.fingerprint`); the pixels are decoded
 on first use at the size asked for (:meth:`ImageCorpus.pixels`), into memory (N * C * S * S
-bytes: 400 images of 32 x 32 RGB are 1.2 MB), once per size. Held out: in each class, the
+bytes: 400 images of 32 x 32 RGB are 1.2 MB), once per size; or a few rows at a time
+(:meth:`ImageCorpus.rows`, :class:`PixelRows`), kept nowhere, for data larger than memory
+(the latent cache's encoding). Held out: in each class, the
 ``round(val_fraction * n)`` images (at least 1, at most n - 1) whose names' CRC-32 is
 smallest (a folder's: the file's path below the folder; an npz's: ``images[i]``), the same
 in every process and run, so each class needs at least 2 images.
@@ -86,6 +88,7 @@ __all__ = [
     "ImageBatches",
     "ImageCorpus",
     "ImageDataset",
+    "PixelRows",
     "image_suffixes",
     "to_model_scale",
     "to_pixels",
@@ -258,9 +261,7 @@ class ImageCorpus:
         the first call for that size (a progress bar on a terminal). Raises
         :class:`DataError` naming an image Pillow cannot decode and :class:`DataReadError`
         for a file that cannot be read or changed since it was fingerprinted."""
-        check_int("image_size", image_size, min_value=1)
-        if image_size > MAX_IMAGE_SIZE:
-            raise ValueError(f"image_size ({image_size}) must be <= {MAX_IMAGE_SIZE}")
+        _check_image_size(image_size)
         if image_size not in self._pixels:
             if len(self._pixels) >= 2:  # one size a run trains at, and one more at most
                 self._pixels.pop(next(iter(self._pixels)))
@@ -274,30 +275,83 @@ class ImageCorpus:
         index = torch.from_numpy(self.train_index if split == "train" else self.val_index)
         return self.pixels(image_size)[index], torch.from_numpy(self.labels)[index]
 
-    def _decode(self, size: int, progress: bool) -> torch.Tensor:
-        out = np.empty((len(self), self.channels, size, size), dtype=np.uint8)
-        if self._array is not None:
-            if self._array.shape[1:3] == (size, size):  # already square at this size: exact
-                return torch.from_numpy(np.ascontiguousarray(self._array.transpose(0, 3, 1, 2)))
-            for i, image in enumerate(self._array):
-                out[i] = fit_image(array_image(image), size, self.mode)
-            return torch.from_numpy(out)
-        from tqdm import tqdm
+    def rows(self, index: torch.Tensor | np.ndarray, image_size: int) -> torch.Tensor:
+        """The images ``index`` (positions, any order) at ``image_size`` as uint8 (n, C, S,
+        S), the very pixels :meth:`pixels` gives: taken from them where that size was decoded,
+        else decoded now and kept nowhere (memory bounded by ``n``, not the data's size).
+        The files are not fingerprinted again here: :meth:`check_unchanged` does that once
+        after a pass. Raises as :meth:`pixels` does for a file that cannot be decoded."""
+        index = torch.as_tensor(index, dtype=torch.int64)
+        if image_size in self._pixels:
+            return self._pixels[image_size][index]
+        out = np.empty((len(index), self.channels, image_size, image_size), dtype=np.uint8)
+        for j, i in enumerate(index.tolist()):
+            out[j] = self._decode_one(i, image_size)
+        return torch.from_numpy(out)
 
-        assert self._root is not None
-        for i, file in enumerate(tqdm(self._files, desc="decoding images", unit="image",
-                                      disable=None if progress else True, leave=False)):
-            out[i] = fit_image(decode_file(file, size), size, self.mode)
+    def check_unchanged(self) -> None:
+        """:class:`DataReadError` if a folder's files no longer fingerprint as when the corpus
+        was built (changed while they were read); an npz was read whole when built."""
+        if self._root is None:
+            return
         now = fingerprint_files(self._files, self._root)
         if now.digest != self.record.fingerprint.digest:
             changed = "; ".join(self.record.fingerprint.changes(now)[:SHOWN])
             raise DataReadError(f"{self.record.path}: changed while it was read ({changed})")
+
+    def _decode_one(self, i: int, size: int) -> np.ndarray:
+        """Image ``i`` at ``size`` as uint8 (C, S, S)."""
+        if self._array is None:
+            return fit_image(decode_file(self._files[i], size), size, self.mode)
+        if self._array.shape[1:3] == (size, size):  # already square at this size: exact
+            return self._array[i].transpose(2, 0, 1)
+        return fit_image(array_image(self._array[i]), size, self.mode)
+
+    def _decode(self, size: int, progress: bool) -> torch.Tensor:
+        if self._array is not None and self._array.shape[1:3] == (size, size):
+            return torch.from_numpy(np.ascontiguousarray(self._array.transpose(0, 3, 1, 2)))
+        from tqdm import tqdm
+
+        out = np.empty((len(self), self.channels, size, size), dtype=np.uint8)
+        for i in tqdm(range(len(self)), desc="decoding images", unit="image", leave=False,
+                      disable=None if progress and self._array is None else True):
+            out[i] = self._decode_one(i, size)
+        self.check_unchanged()
         return torch.from_numpy(out)
 
     def __repr__(self) -> str:
         return (f"ImageCorpus({self.record.path!r}, {len(self)} {self.mode} images, "
                 f"classes={list(self.classes)[:SHOWN]}{'...' if self.n_classes > SHOWN else ''}"
                 f", train={len(self.train_index)}, held_out={len(self.val_index)})")
+
+
+class PixelRows:
+    """An :class:`ImageCorpus`'s images at one size, decoded when indexed (``rows[index]``:
+    :meth:`ImageCorpus.rows`), so a pass over them a batch at a time holds a batch, not the
+    data: what the latent cache encodes from.
+
+    Attributes:
+        shape: (N, C, S, S), as the tensor of :meth:`ImageCorpus.pixels` would have it.
+    """
+
+    def __init__(self, corpus: ImageCorpus, image_size: int) -> None:
+        _check_image_size(image_size)
+        self.corpus, self.image_size = corpus, image_size
+        self.shape = (len(corpus), corpus.channels, image_size, image_size)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, index: torch.Tensor) -> torch.Tensor:
+        """The images ``index`` (n,) as uint8 (n, C, S, S)."""
+        return self.corpus.rows(index, self.image_size)
+
+
+def _check_image_size(image_size: int) -> None:
+    """A side the images can be decoded at: 1 .. ``MAX_IMAGE_SIZE``."""
+    check_int("image_size", image_size, min_value=1)
+    if image_size > MAX_IMAGE_SIZE:
+        raise ValueError(f"image_size ({image_size}) must be <= {MAX_IMAGE_SIZE}")
 
 
 def _check_class_sizes(where: str, classes: Sequence[str], labels: np.ndarray,

@@ -20,6 +20,13 @@ latents are 1/12 of the uint8 pixels' bytes for an 8x, 4-channel VAE). The encod
 is drawn once per row (as fast-DiT fixes it once per image) by a generator seeded with the
 row's number (diffusers' ``latent_dist.sample`` with one generator per image), so an entry
 does not depend on the batch size it was encoded with.
+
+The images come as a tensor or as :class:`~addnorm.data.images.PixelRows`, decoded a batch at
+a time: encoding holds ``batch_size`` images (each decoded once per batch, for both its rows),
+never the data, so a folder larger than memory encodes in bounded memory; the memory map
+takes the latents as they come. ``check_read`` (the corpus's fingerprint check) runs once
+after the last batch and before ``latents.bin`` is published, so an entry of files that
+changed while they were read is never kept.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,25 +56,27 @@ from addnorm.utils.checks import check_int
 from addnorm.utils.files import write_file_atomic
 
 if TYPE_CHECKING:
+    from addnorm.data.images import PixelRows
     from addnorm.interop.diffusers_vae import LatentVAE
 
 __all__ = ["ENCODE_BATCH", "FORMAT", "cached_latents", "encode_rows", "read_latents"]
 
 # The entry layout (part of every key).
 FORMAT = 1
-# Images encoded at once: the VAE's activations are what this bounds (the latents go to the
-# memory map as they come).
+# Rows encoded at once: the VAE's activations and the decoded images are what this bounds
+# (the latents go to the memory map as they come).
 ENCODE_BATCH = 16
 _TEMPORARY = (".latents.bin.tmp-", ".meta.json.tmp-")
 _log = logging.getLogger("addnorm")
 
 
-def encode_rows(pixels: torch.Tensor, vae: LatentVAE, out: np.ndarray, *,
+def encode_rows(pixels: torch.Tensor | PixelRows, vae: LatentVAE, out: np.ndarray, *,
                 batch_size: int = ENCODE_BATCH, progress: bool = True) -> None:
     """Encode ``pixels`` into ``out`` as the module docstring says: row ``2 i`` image ``i``,
     row ``2 i + 1`` its mirror, each the VAE's latent draw (generator seeded with the row)
     times its ``scaling_factor``. Grayscale images go to a colour VAE as three equal
-    channels.
+    channels. ``pixels`` is indexed once a batch, with the batch's distinct images (a
+    :class:`~addnorm.data.images.PixelRows` decodes them then).
 
     Shapes: pixels (N, C, S, S) uint8 0..255; out (2N, latent_channels, S / f, S / f)
     float32, f the VAE's ``downsample``
@@ -80,7 +90,8 @@ def encode_rows(pixels: torch.Tensor, vae: LatentVAE, out: np.ndarray, *,
                                disable=None if progress else True, leave=False) as bar:
         for start in range(0, 2 * n, batch_size):
             rows = torch.arange(start, min(start + batch_size, 2 * n))
-            x = pixels[rows // 2].float() / 127.5 - 1.0  # (B, C, S, S) on [-1, 1]
+            images, which = (rows // 2).unique(return_inverse=True)
+            x = pixels[images][which].float() / 127.5 - 1.0  # (B, C, S, S) on [-1, 1]
             mirrored = rows % 2 == 1
             x[mirrored] = x[mirrored].flip(-1)
             if x.shape[1] != vae.image_channels:
@@ -118,13 +129,17 @@ def read_latents(folder: Path, spec: dict[str, Any]) -> np.memmap | None:
     return np.memmap(path, dtype=np.float32, mode="r", shape=shape)
 
 
-def cached_latents(pixels: torch.Tensor, vae: LatentVAE, spec: dict[str, Any], *,
+def cached_latents(pixels: torch.Tensor | PixelRows, vae: LatentVAE, spec: dict[str, Any], *,
                    cache_dir: str | os.PathLike | None = None, progress: bool = True,
-                   batch_size: int = ENCODE_BATCH) -> np.ndarray:
+                   batch_size: int = ENCODE_BATCH,
+                   check_read: Callable[[], None] | None = None) -> np.ndarray:
     """The latents of ``pixels`` (:func:`encode_rows`), from the cache entry ``spec`` keys
     (the images' fingerprint, size and mode and the VAE's hash: the caller's), encoded and
-    written there first if it holds none (or a damaged one). Where the cache cannot be
-    written, a complete entry is still read; otherwise the latents are encoded in memory.
+    written there first if it holds none (or a damaged one), under the entry's lock (another
+    process asking meanwhile, a ``torchrun`` rank, waits and reads it). ``check_read`` runs
+    after encoding, before anything is published (its error leaves no entry). Where the
+    cache cannot be written, a complete entry is still read; otherwise the latents are
+    encoded in memory.
 
     Shapes: pixels (N, C, S, S) uint8; returns (2N, latent_channels, S / f, S / f) float32
     """
@@ -146,16 +161,19 @@ def cached_latents(pixels: torch.Tensor, vae: LatentVAE, spec: dict[str, Any], *
         if unwritable is not None:  # nowhere to keep them: in memory, this run only
             latents = np.empty(shape, dtype=np.float32)
             encode_rows(pixels, vae, latents, batch_size=batch_size, progress=progress)
+            if check_read is not None:
+                check_read()
             return latents
-        _write_entry(folder, pixels, vae, spec, shape, batch_size, progress)
+        _write_entry(folder, pixels, vae, spec, shape, batch_size, progress, check_read)
         written = read_latents(folder, spec)
     if written is None:  # pragma: no cover - written just above
         raise DataReadError(f"{folder}: the latent file just written cannot be opened")
     return written
 
 
-def _write_entry(folder: Path, pixels: torch.Tensor, vae: LatentVAE, spec: dict[str, Any],
-                 shape: tuple[int, ...], batch_size: int, progress: bool) -> None:
+def _write_entry(folder: Path, pixels: torch.Tensor | PixelRows, vae: LatentVAE,
+                 spec: dict[str, Any], shape: tuple[int, ...], batch_size: int, progress: bool,
+                 check_read: Callable[[], None] | None) -> None:
     """Encode into ``latents.bin`` (a memory map under a temporary name, renamed when whole),
     then publish ``meta.json``: until then the entry is incomplete."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -166,6 +184,8 @@ def _write_entry(folder: Path, pixels: torch.Tensor, vae: LatentVAE, spec: dict[
         encode_rows(pixels, vae, out, batch_size=batch_size, progress=progress)
         out.flush()
         del out
+        if check_read is not None:  # before the rename: a changed file's entry is never kept
+            check_read()
 
     path = folder / "latents.bin"
     write_file_atomic(path, encode)

@@ -195,7 +195,7 @@ class UserImages:
             image_size if image_size is None or image_size == "data"
             else check_int("image_size", image_size, min_value=1))
         self.class_names, self.channels = _classes_of(record)
-        self._judges: dict[int, ImageJudge] = {}
+        self._judges: dict[tuple[int, bool], ImageJudge] = {}
 
     @property
     def corpus(self) -> ImageCorpus:
@@ -234,10 +234,15 @@ class UserImages:
         return default_image_size(self.corpus.sizes, cfg.patch_size)[1]
 
     def check(self, cfg: DiTConfig, batch_size: int) -> None:
+        """The splits' sizes (:meth:`check_splits`), and every image must decode at the
+        model's size (done here, so a damaged file is named before anything is written)."""
+        self.check_splits(batch_size)
+        self.corpus.pixels(cfg.input_size)
+
+    def check_splits(self, batch_size: int) -> None:
         """The train split must fill a batch and the held-out split hold 2 images (a
-        Fréchet distance needs a spread), and every image must decode at the model's size
-        (done here, so a damaged file is named before anything is written); a run read back
-        from its checkpoint must find them as recorded (``DataChangedError`` otherwise)."""
+        Fréchet distance needs a spread); a run read back from its checkpoint must find them
+        as recorded (``DataChangedError`` otherwise)."""
         corpus = self.corpus
         n_train, n_held = len(corpus.train_index), len(corpus.val_index)
         if n_train < batch_size:
@@ -250,7 +255,6 @@ class UserImages:
                 f"the held-out split holds {n_held} image; scoring needs at least 2 (a "
                 "Fréchet distance needs a spread): add images or raise val_fraction"
             )
-        corpus.pixels(cfg.input_size)
 
     def batches(self, cfg: DiTConfig, *, batch_size: int, n_steps: int, seed: int
                 ) -> ImageBatches:
@@ -270,17 +274,28 @@ class UserImages:
         """(N, C, S, S) uint8 0..255 (:func:`~addnorm.data.images.to_pixels`)."""
         return to_pixels(x)
 
-    def judge(self, image_size: int) -> ImageJudge:
+    def judge(self, image_size: int, *, bounded: bool = False) -> ImageJudge:
         """The judge at ``image_size``, fitted once on the train split and compared with the
-        held-out one (:class:`~addnorm.tasks.image_quality.ImageJudge`)."""
-        from addnorm.tasks.image_quality import ImageJudge
+        held-out one (:class:`~addnorm.tasks.image_quality.ImageJudge`). ``bounded`` (a run on
+        a VAE's latents, whose images may not fit in memory): only the fixed draws of at most
+        ``MAX_REFERENCE`` train and held-out images (``reference_draw``) are decoded, the
+        pixels of the whole data never: the same fit, its nearest-train distance searched
+        over the draw, and the held-out figures over theirs."""
+        from addnorm.tasks.image_quality import ImageJudge, reference_draw
 
-        if image_size not in self._judges:
-            train, train_labels = self.corpus.split("train", image_size)
-            held, held_labels = self.corpus.split("val", image_size)
-            self._judges[image_size] = ImageJudge.fit(train, train_labels, held, held_labels,
-                                                      self.class_names)
-        return self._judges[image_size]
+        if (image_size, bounded) not in self._judges:
+            corpus, labels = self.corpus, torch.from_numpy(self.corpus.labels)
+            if bounded:
+                parts = [index[reference_draw(len(index))]
+                         for index in (corpus.train_index, corpus.val_index)]
+                (train, held) = (corpus.rows(index, image_size) for index in parts)
+                train_labels, held_labels = (labels[torch.from_numpy(i)] for i in parts)
+            else:
+                train, train_labels = corpus.split("train", image_size)
+                held, held_labels = corpus.split("val", image_size)
+            self._judges[image_size, bounded] = ImageJudge.fit(
+                train, train_labels, held, held_labels, self.class_names)
+        return self._judges[image_size, bounded]
 
     def sample_record(self, class_id: int, image: torch.Tensor) -> dict[str, Any]:
         """The class's name and the (S, S) or (S, S, C) pixels (``"max": 255``)."""

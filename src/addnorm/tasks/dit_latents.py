@@ -10,9 +10,21 @@ model's ``input_size`` is the image size over the VAE's downsampling factor ``f`
 image size must be a multiple of ``f`` times ``patch_size`` (the default one is, picked by
 :func:`~addnorm.tasks.dit_data.default_image_size` at that step, so its cap is the same
 patches a side as in pixel space). The judge scores the decoded images at the image size.
+
 The run records the VAE (the folder given, its SHA-256 over config and weights, ``f`` and
 the latent channels) in its checkpoint; a run read back refuses a VAE whose folder no
 longer hashes as recorded (``DataChangedError``, one line).
+
+Memory is bounded in the number of images, for folders larger than memory: the pixels of
+the whole data are never held (``ImageCorpus.pixels`` is the pixel path's). The images are
+decoded a batch at a time as they are encoded (``ImageCorpus.rows`` through
+:class:`~addnorm.data.images.PixelRows`), the latents read from a memory map, and the judge
+fitted on fixed draws of at most ``MAX_REFERENCE`` train and held-out images
+(``UserImages.judge``'s ``bounded``). ``check`` is that encoding pass: every file decodes,
+or the one that does not is named, before the run writes anything; a cache entry found
+needs no decoding at all, since its key holds the fingerprint of files that all decoded
+when it was written. Under ``torchrun`` every rank asks for the entry under its lock: one
+encodes, the others wait and read it (the ranks do not share the encoding itself).
 
 :func:`latent_data_for` and :func:`latent_data_from_dict` are the task's entry points: the
 images a config or a checkpoint names, through the VAE where it names one (else
@@ -31,7 +43,7 @@ import torch
 from addnorm.data.batches import DiffusionDraws, image_batch
 from addnorm.data.data_errors import DataChangedError
 from addnorm.data.fingerprint import absolute_path
-from addnorm.data.images import ImageCorpus, to_pixels
+from addnorm.data.images import ImageCorpus, PixelRows, to_pixels
 from addnorm.data.latent_cache import cached_latents
 from addnorm.data.sampler import SampledBatches, SeededSampler
 from addnorm.dit import DiTConfig
@@ -135,6 +147,7 @@ class LatentImages:
             self._sha256 = str(recorded["sha256"])
         self._checked = recorded is None
         self._vae: LatentVAE | None = None
+        self._latents: dict[int, np.ndarray] = {}
 
     @property
     def corpus(self) -> ImageCorpus:
@@ -213,18 +226,25 @@ class LatentImages:
                 f"latents, factor {self.downsample})")
 
     def check(self, cfg: DiTConfig, batch_size: int) -> None:
-        """The VAE unchanged (a trained run's) and the images' checks at the image size
-        (:meth:`UserImages.check`)."""
+        """The VAE unchanged (a trained run's), the splits' sizes
+        (:meth:`UserImages.check_splits`), and every image decoding at the image size: the
+        latents encoded (or found) here (:meth:`latents`; see the module docstring)."""
         self.check_vae()
-        self.images.check(dataclasses.replace(cfg, input_size=self.pixel_size(cfg)),
-                          batch_size)
+        self.images.check_splits(batch_size)
+        self.latents(self.pixel_size(cfg))
 
     def latents(self, image_size: int) -> np.ndarray:
         """Every image and its mirror encoded at ``image_size``, from the latent cache
-        (encoded there on first use): (2N, latent_channels, S / f, S / f) float32."""
-        spec = {"data": self.record.fingerprint.digest, "image_size": image_size,
-                "mode": self.corpus.mode, "vae": self.sha256}
-        return cached_latents(self.corpus.pixels(image_size), self.vae, spec)
+        (encoded there on first use, the images decoded a batch at a time and the files'
+        fingerprint checked after the last): (2N, latent_channels, S / f, S / f) float32, a
+        read-only memory map (kept for the next call)."""
+        if image_size not in self._latents:
+            spec = {"data": self.record.fingerprint.digest, "image_size": image_size,
+                    "mode": self.corpus.mode, "vae": self.sha256}
+            self._latents[image_size] = cached_latents(
+                PixelRows(self.corpus, image_size), self.vae, spec,
+                check_read=self.corpus.check_unchanged)
+        return self._latents[image_size]
 
     def batches(self, cfg: DiTConfig, *, batch_size: int, n_steps: int, seed: int
                 ) -> SampledBatches:
@@ -254,8 +274,9 @@ class LatentImages:
 
     def judge(self, input_size: int) -> ImageJudge:
         """The images' judge at the image size of a model of ``input_size`` (the latents'
-        side times the factor)."""
-        return self.images.judge(input_size * self.downsample)
+        side times the factor), on bounded draws of the images (``bounded``: see the module
+        docstring)."""
+        return self.images.judge(input_size * self.downsample, bounded=True)
 
     def sample_record(self, class_id: int, image: torch.Tensor) -> dict[str, Any]:
         """As the images' (:meth:`UserImages.sample_record`)."""

@@ -59,8 +59,12 @@ errors) and clearly above chance (a one-sided binomial test of its held-out hits
 share of the largest held-out class, what always naming that class scores, at
 ``JUDGE_SIGNIFICANCE`` = 0.01: a handful of held-out images cannot show a judge competent).
 
-Large data sets are subsampled, with a fixed draw, to ``MAX_REFERENCE`` train images for the
-judge, the PCA and the manifolds; the nearest-train distance searches every train image.
+Large data sets are subsampled, with a fixed draw (:func:`reference_draw`), to
+``MAX_REFERENCE`` train images for the judge, the PCA and the manifolds; the nearest-train
+distance searches every train image it is given. A run on a VAE's latents, whose data may
+not fit in memory, gives it only that draw of the train images and as fixed a draw of at most
+``MAX_REFERENCE`` held-out images (``UserImages.judge``'s ``bounded``): the same fit, its
+nearest-train distance searched over the draw.
 """
 
 from __future__ import annotations
@@ -86,6 +90,7 @@ __all__ = [
     "judge_verdict",
     "manifold_coverage",
     "nearest_distance",
+    "reference_draw",
 ]
 
 PCA_DIMS = 16
@@ -98,6 +103,15 @@ PIXEL_JUDGE_MAX = 3072  # numbers an image (32 x 32 RGB) up to which the pixels 
 CV_FOLDS = 3
 _WIDTHS = (32, 64, 64)
 _CHUNK = 256  # images (or feature rows) per chunk of a feature pass or a distance search
+
+
+def reference_draw(n: int) -> np.ndarray:
+    """The fixed draw of at most ``MAX_REFERENCE`` of ``n`` images (sorted positions; all
+    of them if ``n <= MAX_REFERENCE``): the same in every process and run."""
+    bound = MAX_REFERENCE
+    if n <= bound:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(0).choice(n, bound, replace=False))
 
 
 def frechet_distance(a: np.ndarray, b: np.ndarray) -> float:
@@ -115,10 +129,13 @@ def frechet_distance(a: np.ndarray, b: np.ndarray) -> float:
 
 def nearest_distance(queries: torch.Tensor, references: torch.Tensor) -> float:
     """Mean over ``queries`` (N, F) of the L2 distance to the nearest row of ``references``
-    (M, F), searched in chunks (no N x M matrix at once)."""
+    (M, F), searched in chunks (no N x M matrix at once). Either may be uint8 pixels, put
+    on [0, 1] a chunk at a time (the same numbers as scaling them whole, in a chunk's
+    memory)."""
     best = []
     for chunk in queries.split(_CHUNK):
-        d = torch.cat([torch.cdist(chunk, r).min(dim=1, keepdim=True).values
+        chunk = _as_unit(chunk)
+        d = torch.cat([torch.cdist(chunk, _as_unit(r)).min(dim=1, keepdim=True).values
                        for r in references.split(4 * _CHUNK)], dim=1)  # (n, chunks)
         best.append(d.min(dim=1).values)
     return float(torch.cat(best).double().mean())
@@ -170,13 +187,14 @@ class RandomFeatures:
 
     @torch.no_grad()
     def __call__(self, images: torch.Tensor) -> np.ndarray:
-        """Features (N, 2C + 160) float64 of images (N, C, H, W) on [0, 1]."""
+        """Features (N, 2C + 160) float64 of images (N, C, H, W) on [0, 1], or of uint8
+        pixels (put on [0, 1] a chunk at a time)."""
         if images.ndim != 4 or images.shape[1] != self.channels:
             raise ValueError(f"images must be (N, {self.channels}, H, W), got "
                              f"{tuple(images.shape)}")
         out = []
-        for chunk in images.float().split(_CHUNK):
-            x = chunk * 2.0 - 1.0  # (n, C, H, W)
+        for chunk in images.split(_CHUNK):
+            x = _as_unit(chunk) * 2.0 - 1.0  # (n, C, H, W)
             parts = [x.mean(dim=(2, 3)), x.std(dim=(2, 3), correction=0)]
             h = x
             for layer, w in enumerate(self.weights):
@@ -209,6 +227,11 @@ def judge_verdict(accuracy: float, held_labels: np.ndarray) -> str | None:
 def _unit(pixels: torch.Tensor) -> torch.Tensor:
     """uint8 0..255 images as float32 on [0, 1]."""
     return pixels.float() / 255.0
+
+
+def _as_unit(x: torch.Tensor) -> torch.Tensor:
+    """uint8 pixels on [0, 1] (:func:`_unit`); anything else as float32, as it is."""
+    return _unit(x) if x.dtype == torch.uint8 else x.float()
 
 
 def _classifier(spaces: dict[str, np.ndarray], labels: np.ndarray) -> tuple[str, object]:
@@ -247,9 +270,9 @@ class ImageJudge:
     classifier: object | None
     test_accuracy: float | None
     class_names: tuple[str, ...]
-    train_flat: torch.Tensor  # (N, C*S*S) on [0, 1]
+    train_flat: torch.Tensor  # (N, C*S*S) uint8, put on [0, 1] a chunk at a time when used
     reference: np.ndarray  # standardised features of (at most MAX_REFERENCE) train images
-    held_flat: torch.Tensor
+    held_flat: torch.Tensor  # (n, C*S*S) uint8, as train_flat
     held: np.ndarray  # standardised features of the held-out images
     judge_space: str | None = None
     verdict: str | None = None
@@ -271,19 +294,16 @@ class ImageJudge:
             raise ValueError(f"the judge needs at least 2 train and 2 held-out images, got "
                              f"{train.shape[0]} and {held_out.shape[0]}")
         features = RandomFeatures(train.shape[1])
-        pick = np.arange(train.shape[0])
-        if len(pick) > MAX_REFERENCE:  # a fixed draw
-            pick = np.sort(np.random.default_rng(0).choice(len(pick), MAX_REFERENCE,
-                                                           replace=False))
+        pick = reference_draw(train.shape[0])
         picked = train[torch.from_numpy(pick)]
-        raw = features(_unit(picked))
+        raw = features(picked)  # uint8 in: no float copy of every image at once
         mean, std = raw.mean(axis=0), raw.std(axis=0) + 1e-8
         reference = (raw - mean) / std
-        held = (features(_unit(held_out)) - mean) / std
+        held = (features(held_out) - mean) / std
         dims = min(PCA_DIMS, reference.shape[0], reference.shape[1])
         pca = PCA(n_components=dims, random_state=0).fit(reference)
         judge = cls(features, mean, std, pca, None, None, tuple(class_names),
-                    _unit(train).flatten(1), reference, _unit(held_out).flatten(1), held)
+                    train.flatten(1), reference, held_out.flatten(1), held)
         labels = train_labels.numpy()[pick]
         if len(class_names) > 1 and len(np.unique(labels)) > 1:
             spaces = {"features": reference}
@@ -297,7 +317,7 @@ class ImageJudge:
 
     def standardised(self, pixels: torch.Tensor) -> np.ndarray:
         """Standardised features (N, F) of uint8 images (N, C, S, S)."""
-        return (self.features(_unit(pixels)) - self.mean) / self.std
+        return (self.features(pixels) - self.mean) / self.std
 
     def predict(self, pixels: torch.Tensor) -> np.ndarray:
         """The judge's class ids (N,) for uint8 images (N, C, S, S); ValueError with one
@@ -346,8 +366,7 @@ class ImageJudge:
             "recall_real": manifold_coverage(self.held, real),
             "frechet_distance": frechet_distance(project(samples), project(self.held)),
             "frechet_distance_real": frechet_distance(project(real), project(self.held)),
-            "nearest_train_distance": nearest_distance(_unit(pixels).flatten(1),
-                                                       self.train_flat),
+            "nearest_train_distance": nearest_distance(pixels.flatten(1), self.train_flat),
             "nearest_train_distance_real": nearest_distance(self.held_flat, self.train_flat),
         })
         return out
