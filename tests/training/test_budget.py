@@ -88,7 +88,11 @@ def test_the_pace_is_checked_inside_a_warm_up_that_holds_enough_timed_steps():
     assert pace_step(2 + MIN_PACE_STEPS, 600) == 1 + MIN_PACE_STEPS
     assert pace_step(1 + MIN_PACE_STEPS, 600) == 1 + PACE_STEPS  # too short a warm-up
     assert pace_step(0, 600) == 1 + PACE_STEPS
-    assert pace_step(100, 1 + PACE_STEPS) is None  # the run ends by then
+    # A plan shorter than twice that is checked at its half, after 3 timed steps at least.
+    assert pace_step(100, 2 * (1 + PACE_STEPS)) == 1 + PACE_STEPS
+    assert pace_step(100, 21) == 10 and pace_step(100, 12) == 6
+    assert pace_step(100, 5) == 1 + MIN_PACE_STEPS == 4
+    assert pace_step(100, 1 + MIN_PACE_STEPS) is None  # the run ends by then
 
 
 def test_the_fitted_steps_fill_the_budgets_share():
@@ -221,7 +225,8 @@ def test_a_long_enough_plan_checks_a_last_time_at_a_quarter_by_half_of_it():
     assert check_steps(8, 36) == (7, 17)  # a quarter (9) is too soon: 10 steps after the first
     assert check_steps(20, 42) == (11, 21)  # 21 is half the plan
     assert check_steps(20, 41) == (11,)  # 21 would come after half of it
-    assert check_steps(100, 1 + PACE_STEPS) == ()  # too short to check
+    assert check_steps(100, 12) == (6,)
+    assert check_steps(100, 4) == ()  # too short to check
 
 
 def test_a_plan_filling_its_budget_is_re_fitted_up_only_well_below_it():
@@ -338,3 +343,15 @@ def test_a_run_re_planned_up_resumes_exactly_from_a_checkpoint_with_or_without_f
             (r["loss"], r["lr"]) for r in records(tmp_path / "whole")]
         for key, value in whole.model.state_dict().items():
             assert torch.equal(resumed.model.state_dict()[key], value)
+
+
+def test_a_short_plan_filling_its_budget_is_checked_at_its_half_and_re_planned_up(tmp_path):
+    # 10 steps (a warm-up timed at 5.4 s a step plans them for a minute) trained at 0.5 s a
+    # step: one check, after step 5 (half the plan), 1 + 4 * 0.5 = 3 s in; 3 + 5 * 0.5 =
+    # 5.5 s < 45 s, so up to 5 + (54 - 3) / 0.5 = 107 steps, ending at 54 s.
+    assert check_steps(1, 10) == (5,) and fitting_steps(60.0, 5.4) == 10
+    result = up_run(tmp_path / "run", max_steps=10, warmup=1).fit()
+    assert result.replan is not None and result.replan.direction == "up"
+    assert (result.replan.at_step, result.replan.steps) == (5, 107)
+    assert (result.stopped_by, result.step, result.elapsed_s) == ("max_steps", 107, 54.0)
+    assert records(tmp_path / "run")[-1]["lr"] == pytest.approx(1e-3, rel=1e-12)  # the floor

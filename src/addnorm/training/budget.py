@@ -3,7 +3,8 @@
 With ``max_minutes``, a fresh run times its steps on the training clock
 (:class:`~addnorm.training.clock.TrainingClock`: probes set aside) and checks whether its
 ``max_steps`` fit the budget at that pace (:func:`check_steps`): first after step
-:func:`pace_step` (inside the warm-up when it is long enough to hold a few timed steps), and,
+:func:`pace_step` (inside the warm-up when it is long enough to hold a few timed steps; by
+half the plan in a short one), and,
 in a plan long enough, a last time after ``LAST_CHECK_SHARE`` of its steps (at least
 ``PACE_STEPS`` steps after the first check, at most half the plan), on the median of the steps
 timed since the first. At each check, until the run has been re-planned (once at most: its
@@ -94,12 +95,15 @@ MIN_PACE_STEPS = 3
 
 
 def pace_step(warmup: int, max_steps: int) -> int | None:
-    """The step after which a run checks its pace: ``1 + PACE_STEPS``, or the step before the
-    warm-up's peak when that comes sooner but still after ``MIN_PACE_STEPS`` timed steps; None
-    for a run too short to check (it ends by then)."""
+    """The step after which a run first checks its pace: ``1 + PACE_STEPS``, or the step
+    before the warm-up's peak when that comes sooner but still after ``MIN_PACE_STEPS`` timed
+    steps, or half the plan when that comes sooner still (at least ``1 + MIN_PACE_STEPS``: a
+    short plan, fitted at a pace it does not keep, is checked while most of it is to run);
+    None for a run too short to check (it ends by then)."""
     step = 1 + PACE_STEPS
     if warmup - 1 >= 1 + MIN_PACE_STEPS:
         step = min(step, warmup - 1)
+    step = min(step, max(1 + MIN_PACE_STEPS, max_steps // 2))
     return step if step < max_steps else None
 
 
