@@ -114,7 +114,7 @@ def test_the_pace_is_the_median_step_so_one_slowed_step_does_not_re_plan():
     for step in range(1, 12):  # step 1: 5 s (allocation); step 6: 20 s (a passing load)
         seconds += 5.0 if step == 1 else 20.0 if step == 6 else 1.0
         measured = budget.pace(step, seconds)
-    assert measured == (1.0, 34.0)  # the median of steps 2-11; their mean is 2.9
+    assert measured == (1.0, 34.0, (34.0 - 5.0) / 10)  # the median of steps 2-11; the mean
     # At the median, 34 + 19 * 1 = 53 s fit the 60; at the mean, 34 + 19 * 2.9 = 89 would not.
     assert budget.refit(step=11, step_s=1.0, elapsed_s=34.0, max_steps=30) is None
     assert budget.refit(step=11, step_s=2.9, elapsed_s=34.0, max_steps=30) == 11 + 6
@@ -241,6 +241,12 @@ def test_a_plan_filling_its_budget_is_re_fitted_up_only_well_below_it():
     assert budget.refit(step=25, step_s=0.5, elapsed_s=10.0, max_steps=100, upward=True) is None
     # No measured pace (0 s a step: a clock that did not move) is no reason to lengthen.
     assert budget.refit(step=25, step_s=0.0, elapsed_s=0.0, max_steps=100, upward=True) is None
+    # Lengthened at the mean step so far when that is slower (a passing load counts): at
+    # 0.4 s, 10 + 75 * 0.4 = 40 s < 45 s still, and 25 + (54 - 10) / 0.4 = 135 steps.
+    assert budget.refit(step=25, step_s=0.25, elapsed_s=10.0, max_steps=100, upward=True,
+                        mean_s=0.4) == 135
+    assert budget.refit(step=25, step_s=0.25, elapsed_s=10.0, max_steps=100, upward=True,
+                        mean_s=0.1) == 201  # (the median when that is slower)
     # Past the budget it is re-planned down whether or not it may go up.
     assert budget.refit(step=25, step_s=1.0, elapsed_s=10.0, max_steps=100, upward=True) == 69
 

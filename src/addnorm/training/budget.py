@@ -17,9 +17,11 @@ schedule holds one re-plan):
 - at the last check, a run whose steps were planned to fill the budget
   (``TrainConfig.fill_budget``: not a caller's ``max_steps`` or ``epochs``, nor a task's own
   steps) whose projection falls below ``RAISE_SHARE`` of the budget is re-planned up, to the
-  same ``FIT_SHARE``: a warm-up timed during a load burst then no longer leaves most of the
-  budget idle. Up waits for the last check (a longer median) because the time cap, not a
-  later check, is what stops a run lengthened on a pace that does not last;
+  same ``FIT_SHARE``, at the slower of that median and the mean of every step after the
+  first (a passing load counts when lengthening): a warm-up timed during a load burst then no
+  longer leaves most of the budget idle. Up waits for the last check (more steps measured)
+  because the time cap, not a later check, is what stops a run lengthened on a pace that does
+  not last;
 - otherwise nothing changes: the run is the one it would be without a budget, bit for bit.
 
 A re-planned run's learning-rate schedule is fitted to its new steps
@@ -137,7 +139,8 @@ class Replan:
 
     Attributes:
         at_step: the step after which the pace was checked (and the plan changed).
-        step_s: the measured training seconds a step (the steps after the first).
+        step_s: the measured training seconds a step the run was fitted at (see
+            :meth:`StepBudget.refit`).
         elapsed_s: training seconds up to ``at_step``.
         budget_s: the budget (``max_minutes``), in seconds.
         planned_steps: ``max_steps`` before; ``steps``: after (more: re-planned up).
@@ -184,6 +187,7 @@ class StepBudget:
         self.fill = check_bool("fill", fill)
         self.replan: Replan | None = None
         self._last: float | None = None  # the seconds after the last step fed, from step 1
+        self._first = 0.0  # the seconds after step 1
         self._timed: list[float] = []  # the seconds of each step since the last check
 
     @property
@@ -217,43 +221,52 @@ class StepBudget:
         measured = self.pace(step, seconds)
         if measured is None or not isinstance(schedule, ScheduleConfig):
             return None
-        step_s, elapsed = (value / distributed.world_size()
-                           for value in distributed.all_reduce_sum(list(measured)))
+        step_s, elapsed, mean_s = (value / distributed.world_size()
+                                   for value in distributed.all_reduce_sum(list(measured)))
         steps = self.refit(step=step, step_s=step_s, elapsed_s=elapsed,
                            max_steps=config.max_steps,
-                           upward=self.fill and step == self.checks[-1])
+                           upward=self.fill and step == self.checks[-1], mean_s=mean_s)
         if steps is None:
             return None
         fitted = schedule.replanned(at=step, total_steps=steps)
         scheduler = replay_schedule(lambda: make_scheduler(fitted, optimizer), optimizer, step)
-        self.replan = Replan(step, step_s, elapsed, self.budget_s, config.max_steps, steps,
+        pace_s = max(step_s, mean_s) if steps > config.max_steps else step_s  # (as fitted)
+        self.replan = Replan(step, pace_s, elapsed, self.budget_s, config.max_steps, steps,
                              fitted.replanned_warmup)
         config = dataclasses.replace(config, max_steps=steps, warmup=fitted.replanned_warmup)
         return config, fitted, scheduler
 
-    def pace(self, step: int, seconds: float) -> tuple[float, float] | None:
+    def pace(self, step: int, seconds: float) -> tuple[float, float, float] | None:
         """Fed the training seconds after each ``step``: at a check step, ``(the median
         seconds of the steps timed since the last check (the first check: the steps after
-        the first), seconds so far)``; None at the others."""
+        the first), seconds so far, the mean seconds of every step after the first)``; None
+        at the others."""
         if self._last is not None and step > 1:
             self._timed.append(seconds - self._last)
+        else:
+            self._first = seconds
         self._last = seconds
         if step not in self.checks or not self._timed:
             return None
         median, self._timed = statistics.median(self._timed), []
-        return median, seconds
+        return median, seconds, (seconds - self._first) / (step - 1)
 
     def refit(self, *, step: int, step_s: float, elapsed_s: float, max_steps: int,
-              upward: bool = False) -> int | None:
+              upward: bool = False, mean_s: float | None = None) -> int | None:
         """``max_steps`` fitted to ``FIT_SHARE`` of the budget after ``step`` steps in
         ``elapsed_s`` seconds at ``step_s`` a step, or None when the planned ones stay: fewer
         when their projection passes ``REPLAN_SHARE`` of the budget (at least ``step + 1``);
-        more when ``upward`` and it falls below ``RAISE_SHARE`` (a measured pace: above 0)."""
+        more when ``upward`` and their projection at the slower of ``step_s`` and ``mean_s``
+        (the mean step so far: a passing load counts when lengthening, since the steps it
+        adds are what the time cap would cut) falls below ``RAISE_SHARE`` (a measured pace:
+        above 0)."""
         projected = elapsed_s + (max_steps - step) * step_s
         if projected > REPLAN_SHARE * self.budget_s:
             steps = fitting_steps(self.budget_s, step_s, elapsed_s=elapsed_s, done=step)
             return min(steps, max_steps - 1) if max_steps > step + 1 else None
-        if upward and step_s > 0 and projected < RAISE_SHARE * self.budget_s:
-            steps = fitting_steps(self.budget_s, step_s, elapsed_s=elapsed_s, done=step)
+        slow_s = max(step_s, mean_s or 0.0)
+        if upward and slow_s > 0 and (elapsed_s + (max_steps - step) * slow_s
+                                      < RAISE_SHARE * self.budget_s):
+            steps = fitting_steps(self.budget_s, slow_s, elapsed_s=elapsed_s, done=step)
             return steps if steps > max_steps else None
         return None
