@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from toy_batches import SumBatches, mse_loss
 
+from addnorm.training.best import Validation
 from addnorm.training.budget import (
     FIT_SHARE,
     LAST_CHECK_SHARE,
@@ -64,7 +65,8 @@ class FakeTime:
         return timed
 
 
-def make_trainer(run_dir, clock: FakeTime | None, *, max_minutes=None, **overrides) -> Trainer:
+def make_trainer(run_dir, clock: FakeTime | None, *, max_minutes=None, validation=None,
+                 **overrides) -> Trainer:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Linear(32, 1))
     settings = dict(max_steps=100, lr=1e-2, warmup=20, final_lr_fraction=0.1, log_every=1,
@@ -75,7 +77,7 @@ def make_trainer(run_dir, clock: FakeTime | None, *, max_minutes=None, **overrid
                               final_lr_fraction=config.final_lr_fraction)
     loss = mse_loss if clock is None else clock.loss(config.grad_accum)
     return Trainer(model, loss, SumBatches(), config, run_dir=run_dir, schedule=schedule,
-                   clock=clock)
+                   clock=clock, validation=validation)
 
 
 def records(run_dir) -> list[dict]:
@@ -361,3 +363,39 @@ def test_a_short_plan_filling_its_budget_is_checked_at_its_half_and_re_planned_u
     assert (result.replan.at_step, result.replan.steps) == (5, 107)
     assert (result.stopped_by, result.step, result.elapsed_s) == ("max_steps", 107, 54.0)
     assert records(tmp_path / "run")[-1]["lr"] == pytest.approx(1e-3, rel=1e-12)  # the floor
+
+
+def test_a_re_planned_runs_evaluations_come_every_tenth_of_its_new_plan_as_on_resume(
+        tmp_path):
+    # keep_best without eval_every: a tenth of the plan, 36 // 10 = 3 steps, to the re-plan
+    # at step 17, then 107 // 10 = 10, the interval a run resumed from a later checkpoint
+    # (whose max_steps is 107) takes; and the last step.
+    held_out = SumBatches(seed=99, batch_size=64).next_batch()
+    validation = Validation("val_mse", higher_is_better=False, score=lambda model: {
+        "val_mse": float(mse_loss(model, held_out)[0])})
+
+    def evaluated(name: str) -> list[int]:
+        return [r["step"] for r in records(tmp_path / name) if "val_mse" in r]
+
+    up_run(tmp_path / "whole", validation=validation, keep_best=True).fit()
+    assert evaluated("whole") == [3, 6, 9, 12, 15, *range(20, 101, 10), 107]
+    clock = FakeTime(0.25, first=0.5)
+    timed, calls = clock.loss(2), {"n": 0}
+
+    def interrupted(model, batch):
+        calls["n"] += 1
+        if calls["n"] == 2 * 50 + 1:  # the first micro-batch of step 51
+            raise KeyboardInterrupt
+        return timed(model, batch)
+
+    first = up_run(tmp_path / "split", clock=clock, validation=validation, keep_best=True)
+    first.loss_fn = interrupted
+    assert first.fit().step == 50
+    saved = load_checkpoint(tmp_path / "split")
+    resumed = up_run(tmp_path / "split", clock=FakeTime(0.25), validation=validation,
+                     **saved.state["train_config"])
+    resumed.schedule = ScheduleConfig(**saved.state["schedule"])
+    resumed.scheduler = resumed.schedule.build(resumed.optimizer)
+    resumed.load(saved)
+    assert resumed.fit().step == 107
+    assert evaluated("split") == evaluated("whole")

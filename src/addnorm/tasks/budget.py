@@ -13,10 +13,11 @@ prints (``addnorm train``, ``addnorm demo``).
    over the new one's when that is wider (the width rule of muP for Adam, Yang et al. 2022:
    hidden layers' learning rates in proportion to 1 / width), and its pace measured again;
 3. the steps: as given (``max_steps``, or ``epochs``: :func:`steps_for_epochs`, already
-   applied by ``plan_fresh_run``); else on a user's data as many as fit the budget; else the
-   task's own. Then, when they do not fit ``FIT_SHARE`` of the budget at the measured pace,
-   the steps that do (the run finishes its schedule rather than being cut), the warm-up
-   scaled with them unless given (:func:`scaled_warmup`).
+   applied by ``plan_fresh_run``); else on a user's data (or with ``fill_budget`` given on)
+   as many as fit the budget, recorded as ``fill_budget``; else the task's own. Then, when
+   they do not fit ``FIT_SHARE`` of the budget at the measured pace, the steps that do (the
+   run finishes its schedule rather than being cut), the warm-up scaled with them unless
+   given (:func:`scaled_warmup`).
 
 A run still checks its pace in training and re-plans once if the machine turns out slower,
 or, when its steps fill the budget (``steps_from`` "budget": on a user's data without

@@ -52,7 +52,7 @@ from torch.optim.swa_utils import AveragedModel
 
 from addnorm.data.batches import RankShard
 from addnorm.training import distributed
-from addnorm.training.best import Validation
+from addnorm.training.best import Validation, eval_interval
 from addnorm.training.best_runner import probe_runner
 from addnorm.training.budget import StepBudget
 from addnorm.training.callbacks import Callback, MetricsFile, ProgressBar
@@ -320,6 +320,9 @@ class Trainer:
         if self._budget and (fitted := self._budget.after_step(  # (before the checkpoint)
                 self.step, self._clock.seconds(), cfg, self.schedule, self.optimizer)):
             self.config, self.schedule, self.scheduler = fitted
+            keeper = getattr(self.probe, "keeper", None)  # evaluations: a tenth of the new
+            if keeper is not None and cfg.eval_every is None:  # plan, as a resumed run's
+                keeper.every = eval_interval(self.config)
         if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
             self.save(elapsed_now=self._clock.seconds())
 
