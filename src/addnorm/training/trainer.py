@@ -48,6 +48,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.optim.lr_scheduler import LRScheduler
 from torch.optim.swa_utils import AveragedModel
 
 from addnorm.data.batches import RankShard
@@ -319,10 +320,7 @@ class Trainer:
             self._records.restart(now)
         if self._budget and (fitted := self._budget.after_step(  # (before the checkpoint)
                 self.step, self._clock.seconds(), cfg, self.schedule, self.optimizer)):
-            self.config, self.schedule, self.scheduler = fitted
-            keeper = getattr(self.probe, "keeper", None)  # evaluations: a tenth of the new
-            if keeper is not None and cfg.eval_every is None:  # plan, as a resumed run's
-                keeper.every = eval_interval(self.config)
+            self.config, self.schedule, self.scheduler = _replanned(fitted, self.probe)
         if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
             self.save(elapsed_now=self._clock.seconds())
 
@@ -361,6 +359,18 @@ def time_steps(trainer: Trainer, steps: int) -> list[tuple[float, int]]:
         _, tokens = trainer._train_step()
         timed.append((time.monotonic() - began, tokens))
     return timed
+
+
+def _replanned(fitted: tuple[TrainConfig, ScheduleConfig, LRScheduler], probe: Probe | None
+               ) -> tuple[TrainConfig, ScheduleConfig, LRScheduler]:
+    """A re-plan's ``fitted`` config, schedule and scheduler (``StepBudget.after_step``), the
+    evaluations on the validation split without ``eval_every`` set to every tenth of the new
+    plan, as a run resumed after the re-plan takes them
+    (:func:`~addnorm.training.best.eval_interval`)."""
+    keeper = getattr(probe, "keeper", None)
+    if keeper is not None and fitted[0].eval_every is None:
+        keeper.every = eval_interval(fitted[0])
+    return fitted
 
 
 def _own_callbacks(run_dir: Path, progress: bool, metrics_file: bool, watch: int | None,
