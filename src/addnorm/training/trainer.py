@@ -54,7 +54,7 @@ from torch.optim.swa_utils import AveragedModel
 from addnorm.data.batches import RankShard
 from addnorm.training import distributed
 from addnorm.training.best import Validation, eval_interval
-from addnorm.training.best_runner import probe_runner
+from addnorm.training.best_runner import BestRunner, probe_runner
 from addnorm.training.budget import StepBudget
 from addnorm.training.callbacks import Callback, MetricsFile, ProgressBar
 from addnorm.training.checkpoint import LoadedCheckpoint
@@ -69,7 +69,7 @@ from addnorm.training.clock import TrainingClock
 from addnorm.training.config import TrainConfig
 from addnorm.training.logger import Logger, LoggerCallback
 from addnorm.training.optimizer import clip_factor, gradient_norm, make_optimizer
-from addnorm.training.probes import Probe
+from addnorm.training.probes import Probe, ProbeRunner
 from addnorm.training.record_window import RecordWindow
 from addnorm.training.resume import check_checkpoint_fits
 from addnorm.training.schedules import ScheduleConfig, SchedulerFactory, make_scheduler
@@ -361,15 +361,14 @@ def time_steps(trainer: Trainer, steps: int) -> list[tuple[float, int]]:
     return timed
 
 
-def _replanned(fitted: tuple[TrainConfig, ScheduleConfig, LRScheduler], probe: Probe | None
-               ) -> tuple[TrainConfig, ScheduleConfig, LRScheduler]:
+def _replanned(fitted: tuple[TrainConfig, ScheduleConfig, LRScheduler],
+               probe: ProbeRunner | None) -> tuple[TrainConfig, ScheduleConfig, LRScheduler]:
     """A re-plan's ``fitted`` config, schedule and scheduler (``StepBudget.after_step``), the
     evaluations on the validation split without ``eval_every`` set to every tenth of the new
     plan, as a run resumed after the re-plan takes them
     (:func:`~addnorm.training.best.eval_interval`)."""
-    keeper = getattr(probe, "keeper", None)
-    if keeper is not None and fitted[0].eval_every is None:
-        keeper.every = eval_interval(fitted[0])
+    if isinstance(probe, BestRunner) and fitted[0].eval_every is None:
+        probe.keeper.every = eval_interval(fitted[0])
     return fitted
 
 
