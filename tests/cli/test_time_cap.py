@@ -54,6 +54,11 @@ def test_a_cap_after_half_the_planned_steps_is_a_note_and_a_re_plan_is_one_line(
     assert text == ("re-planned after step 11: 1.26 s a step here, so 214 of the 500 planned "
                     "steps fit the 5-minute budget (--max-minutes); the warm-up ends at step "
                     "21 and the schedule with the last step")
+    up = replan_text(Replan(at_step=20, step_s=0.31, elapsed_s=9.0, budget_s=300.0,
+                            planned_steps=79, steps=842, warmup=8))
+    assert up == ("re-planned up after step 20: 0.31 s a step here, faster than planned, so "
+                  "842 steps, not the 79 planned, fill the 5-minute budget (--max-minutes); "
+                  "the warm-up ends at step 8 and the schedule with the last step")
 
 
 def test_train_warns_when_its_time_cap_stops_it_short(tmp_path, capsys):

@@ -72,9 +72,22 @@ def test_a_run_on_your_data_prints_its_plan_then_trains_it(task, tmp_path, capsy
     assert "as many as fit the budget" in captured.err
     saved = load_checkpoint(out)
     planned = int(steps.group(1).replace(",", ""))
-    # the plan, or fewer steps: a re-plan in training only shortens a run (training/budget.py),
-    # and on a busy machine the time cap may still end it before its last planned step
-    assert saved.step <= saved.state["train_config"]["max_steps"] <= planned
+    # the plan, or the steps a re-plan in training printed: more (up: the machine faster than
+    # its warm-up; these steps fill the budget) or fewer (down) (training/budget.py); on a
+    # busy machine the time cap may still end the run before its last planned step
+    train_config = saved.state["train_config"]
+    assert train_config["fill_budget"] is True
+    up = re.search(r"re-planned up after step \d+: .* so (\d+) steps, not the (\d+) planned",
+                   captured.out)
+    down = re.search(r"re-planned after step \d+: .* so (\d+) of the (\d+) planned",
+                     captured.out)
+    if up:
+        assert int(up.group(2)) == planned < int(up.group(1)) == train_config["max_steps"]
+    elif down:
+        assert int(down.group(2)) == planned > int(down.group(1)) == train_config["max_steps"]
+    else:
+        assert train_config["max_steps"] == planned
+    assert saved.step <= train_config["max_steps"]
     assert saved.state["run"]["model_config"]["d_model"] == int(model.group(2))
     assert f"trained {saved.step} steps" in captured.out
     data_json = json.loads((out / "data.json").read_text())
@@ -97,3 +110,6 @@ def test_epochs_set_the_steps_from_the_data(tmp_path, capsys):
     assert main(["train", "translate", "--data", data, *flags, "--epochs", "2", "--max-steps",
                  "5", "--quiet", "--out", str(tmp_path / "both")]) == 2
     assert "--epochs (2) and --max-steps (5) both set the steps" in capsys.readouterr().err
+    assert main(["train", "translate", "--data", data, *flags, "--fill-budget", "--max-steps",
+                 "5", "--quiet", "--out", str(tmp_path / "fill")]) == 2
+    assert "--fill-budget and --max-steps both set the steps" in capsys.readouterr().err

@@ -247,3 +247,44 @@ def test_a_run_re_planned_in_training_resumes_exactly_through_train_run(
     assert [(r["loss"], r["lr"]) for r in records(tmp_path / "split")] == [
         (r["loss"], r["lr"]) for r in records(tmp_path / "whole")]
     assert resumed.metrics["val_mse"] == whole.metrics["val_mse"]
+
+
+def test_steps_planned_to_fill_the_budget_are_recorded_for_the_trainer(sum_task):
+    users = SumTask(data=SumData(n_train=10**6, record="your files"))
+    task, cfg, train_cfg, task_cfg = sum_plan(users, max_minutes=5.0)
+    given = {"d_model"}  # (the model kept: one measured pace)
+    _, fitted, plan = budget_plan(task, cfg, train_cfg, task_cfg, "cpu", given=given,
+                                  measure=fake_pace(0.5))
+    # As many as fit 0.9 * 300 s at 0.5 s: 540, re-planned up in training if faster.
+    assert (plan.steps_from, fitted.max_steps, fitted.fill_budget, plan.fill) == (
+        "budget", 540, True, True)
+    assert fitted.max_steps == fitting_steps(300.0, 0.5)
+    # The last check of 540 steps (warm-up scaled to them) comes at a quarter: step 135.
+    assert plan.lines()[-1].endswith(
+        "re-planned once, down after its first steps if slower, or up after step 135 if faster")
+    # Steps a caller gave, or no to fill_budget, are only fitted down.
+    for more, values in (({"max_steps"}, {}), ({"fill_budget"}, {"fill_budget": False})):
+        asked = dataclasses.replace(train_cfg, **values)
+        _, kept, plan = budget_plan(task, cfg, asked, task_cfg, "cpu", given=given | more,
+                                    measure=fake_pace(0.5))
+        assert kept.fill_budget is values.get("fill_budget") and not plan.fill
+        assert plan.lines()[-1].endswith("re-planned once, after its first steps, if slower")
+
+
+def test_the_bundled_datas_steps_fill_the_budget_only_when_asked(sum_task):
+    task, cfg, train_cfg, task_cfg = sum_plan(max_minutes=1.0, max_steps=8)
+    _, kept, plan = budget_plan(task, cfg, train_cfg, task_cfg, "cpu", measure=fake_pace(0.5))
+    assert (kept, plan.steps_from, plan.fill) == (train_cfg, "task", False)  # bit for bit
+    asked = dataclasses.replace(train_cfg, fill_budget=True)
+    _, filled, plan = budget_plan(task, cfg, asked, task_cfg, "cpu", given={"fill_budget"},
+                                  measure=fake_pace(0.5))
+    assert (plan.steps_from, filled.max_steps, filled.fill_budget) == ("budget", 108, True)
+    with pytest.raises(ValueError, match="fill_budget and max_steps both set the steps"):
+        budget_plan(task, cfg, asked, task_cfg, "cpu", given={"fill_budget", "max_steps"},
+                    measure=fake_pace(0.5))
+    with pytest.raises(ValueError, match="fill_budget and epochs both set the steps"):
+        budget_plan(task, cfg, dataclasses.replace(asked, epochs=1.0), task_cfg, "cpu",
+                    given={"fill_budget", "epochs"}, measure=fake_pace(0.5))
+    with pytest.raises(ValueError, match="fill_budget needs a time budget"):
+        budget_plan(task, cfg, dataclasses.replace(asked, max_minutes=None), task_cfg, "cpu",
+                    given={"fill_budget"}, measure=fake_pace(0.5))

@@ -2,7 +2,8 @@
 plan its budget changed.
 
 A run with ``max_minutes`` is planned to its budget (before it starts, from a measured
-warm-up; and once more in training if the machine turns out slower:
+warm-up; and once more in training if the machine turns out slower, or faster for a run whose
+steps fill its budget:
 :mod:`addnorm.training.budget`), so it ends at its planned steps with its schedule complete.
 The time cap stays as the last resort: on a machine that slows down further it can still stop
 training early, and the results printed after it are then those of a model whose schedule did
@@ -52,7 +53,13 @@ def time_cap_note(*, step: int, max_steps: int, stopped_by: str, flag: str) -> s
 
 
 def replan_text(replan, budget_flag: str = "--max-minutes") -> str:
-    """One line for a run re-planned in training (a ``Replan``)."""
+    """One line for a run re-planned in training (a ``Replan``), down or up."""
+    if replan.direction == "up":
+        return (f"re-planned up after step {replan.at_step}: {replan.step_s:.3g} s a step "
+                f"here, faster than planned, so {replan.steps} steps, not the "
+                f"{replan.planned_steps} planned, fill the {replan.budget_s / 60:g}-minute "
+                f"budget ({budget_flag}); the warm-up ends at step {replan.warmup} and the "
+                "schedule with the last step")
     return (f"re-planned after step {replan.at_step}: {replan.step_s:.3g} s a step here, so "
             f"{replan.steps} of the {replan.planned_steps} planned steps fit the "
             f"{replan.budget_s / 60:g}-minute budget ({budget_flag}); the warm-up ends at "

@@ -13,13 +13,19 @@ prints (``addnorm train``, ``addnorm demo``).
    over the new one's when that is wider (the width rule of muP for Adam, Yang et al. 2022:
    hidden layers' learning rates in proportion to 1 / width), and its pace measured again;
 3. the steps: as given (``max_steps``, or ``epochs``: :func:`steps_for_epochs`, already
-   applied by ``plan_fresh_run``); else on a user's data as many as fit the budget; else the
-   task's own. Then, when they do not fit ``FIT_SHARE`` of the budget at the measured pace,
-   the steps that do (the run finishes its schedule rather than being cut), the warm-up
-   scaled with them unless given (:func:`scaled_warmup`).
+   applied by ``plan_fresh_run``); else on a user's data (or with ``fill_budget`` given on)
+   as many as fit the budget, recorded as ``fill_budget``; else the task's own. Then, when
+   they do not fit ``FIT_SHARE`` of the budget at the measured pace, the steps that do (the
+   run finishes its schedule rather than being cut), the warm-up scaled with them unless
+   given (:func:`scaled_warmup`).
 
-A run still checks its pace in training and re-plans once if the machine turns out slower
-(:mod:`addnorm.training.budget`). :class:`BudgetPlan` holds what was decided and words it
+A run still checks its pace in training and re-plans once if the machine turns out slower,
+or, when its steps fill the budget (``steps_from`` "budget": on a user's data without
+``max_steps`` or ``epochs``, or ``fill_budget`` given; recorded as ``TrainConfig.fill_budget``),
+faster (:mod:`addnorm.training.budget`). An upward re-plan needs no cap from this plan: the
+steps from the budget have none (no epoch cap), and the model-size rule's bounds only loosen
+with more steps (``D >= r N`` holds for a larger ``D``; the data bound does not depend on
+the steps). :class:`BudgetPlan` holds what was decided and words it
 (:meth:`BudgetPlan.lines`).
 """
 
@@ -39,7 +45,7 @@ import torch
 from addnorm.tasks.model_size import MODEL_SIZE_FIELDS, SizeChoice, ladder, pick_size
 from addnorm.tasks.task import DEFAULT_SIZE_RULE, AnyTask, SizeRule, TaskConfig, TrainsOnData
 from addnorm.training import distributed
-from addnorm.training.budget import fitting_steps
+from addnorm.training.budget import check_steps, fitting_steps
 from addnorm.training.config import TrainConfig
 from addnorm.training.schedules import ScheduleConfig
 from addnorm.training.trainer import Trainer, time_steps
@@ -152,6 +158,8 @@ class BudgetPlan:
         pace: the measured warm-up (None: not measured).
         budget_s: the time budget in seconds (None: none).
         size: the sized model and why (None: the model kept); ``rule`` the rule it followed.
+        fill: the steps fill the budget (``TrainConfig.fill_budget``): re-planned in training
+            up as well as down.
     """
 
     model: Any
@@ -169,6 +177,7 @@ class BudgetPlan:
     budget_s: float | None
     size: SizeChoice | None = None
     rule: SizeRule | None = None
+    fill: bool = False
 
     @classmethod
     def kept(cls, task: AnyTask, model_cfg: Any, train_cfg: TrainConfig,
@@ -218,8 +227,16 @@ class BudgetPlan:
             lines.append(
                 f"expected: {_duration(self.expected_s or 0.0)} of training here{budget} "
                 f"({self.pace.step_s:.3g} s a step, the median of a measured warm-up of "
-                f"{MEASURED_STEPS} steps); re-planned once, after its first steps, if slower")
+                f"{MEASURED_STEPS} steps); {self._replan_words()}")
         return lines
+
+    def _replan_words(self) -> str:
+        """When the run is re-planned in training (:mod:`addnorm.training.budget`)."""
+        checks = check_steps(self.warmup, self.steps)
+        if self.fill and checks:
+            return (f"re-planned once, down after its first steps if slower, or up after step "
+                    f"{checks[-1]} if faster")
+        return "re-planned once, after its first steps, if slower"
 
 
 def _size_reason(plan: BudgetPlan) -> str:
@@ -262,9 +279,10 @@ def budget_plan(
     user_data = isinstance(task, TrainsOnData) and task.data.record is not None
     sizing = user_data and not ({"preset", *MODEL_SIZE_FIELDS} & set(given))
     sizing = sizing and (budget_s is not None or train_cfg.epochs is not None)
+    fill = _fill_given(train_cfg, given, budget_s)
     steps_from = ("epochs" if train_cfg.epochs is not None else
                   "max_steps" if "max_steps" in given else
-                  "budget" if user_data and budget_s is not None else "task")
+                  "budget" if budget_s is not None and (user_data or fill) else "task")
     pace = None
     if budget_s is not None or sizing:
         pace = measure(task, model, train_cfg, task_cfg, device)
@@ -284,13 +302,30 @@ def budget_plan(
         warmup = train_cfg.warmup if "warmup" in given else scaled_warmup(
             train_cfg.warmup, train_cfg.max_steps, steps, train_cfg.schedule)
         train_cfg = dataclasses.replace(train_cfg, max_steps=steps, warmup=warmup)
+    if steps_from == "budget" and fill is not False:  # (for the trainer, and checkpoints:
+        train_cfg = dataclasses.replace(train_cfg, fill_budget=True)  # re-planned up too)
     data_size = task.data.train_size() if isinstance(task, TrainsOnData) else None
     unit = getattr(task.data, "unit", "examples") if isinstance(task, TrainsOnData) else ""
     plan = BudgetPlan(model, model.count_parameters(),
                       train_cfg.batch_size * train_cfg.grad_accum, steps, train_cfg.warmup,
                       train_cfg.lr, steps_from, asked, examples, data_size, unit, pace,
-                      budget_s, size, rule)
+                      budget_s, size, rule, bool(train_cfg.fill_budget))
     return model, train_cfg, plan
+
+
+def _fill_given(train_cfg: TrainConfig, given: Collection[str], budget_s: float | None
+                ) -> bool | None:
+    """``fill_budget`` as the caller gave it (None: not given). Raises ValueError for one
+    given on that has no budget to fill or whose steps ``max_steps`` or ``epochs`` set."""
+    if "fill_budget" not in given or train_cfg.fill_budget is None:
+        return None
+    if train_cfg.fill_budget:
+        if budget_s is None:
+            raise ValueError("fill_budget needs a time budget to fill: give max_minutes")
+        if train_cfg.epochs is not None or "max_steps" in given:
+            setting = ("epochs" if train_cfg.epochs is not None else "max_steps")
+            raise ValueError(f"fill_budget and {setting} both set the steps: give one")
+    return train_cfg.fill_budget
 
 
 def _sized(task: AnyTask, model: Any, train_cfg: TrainConfig, task_cfg: TaskConfig,

@@ -77,6 +77,12 @@ class TrainConfig:
             max_steps when the run is planned, epochs * examples / (batch_size * grad_accum)
             rounded up; none = max_steps as given (a run on your data without either: as
             many steps as fit the time budget).
+        fill_budget: the steps are as many as fit the time budget (``max_minutes``): the plan
+            made before training fits them to a measured warm-up, and the run re-plans them in
+            training to its measured pace, up when the machine turns out faster as well as
+            down when slower (:mod:`addnorm.training.budget`); none = on for a run on your
+            data given neither max_steps nor epochs, off otherwise (the plan decides and
+            records it). Needs max_minutes; excludes max_steps and epochs.
         keep_best: score the weights on the validation split every eval_every steps (and at
             the end) and keep the best as a checkpoint of its own (checkpoints/best-N), which
             translate, generate, sample and addnorm.load then use, and metrics.json scores;
@@ -112,6 +118,7 @@ class TrainConfig:
     # How long the run is planned to be (addnorm.tasks.budget); the fields added for issue 40
     # stay together here.
     epochs: float | None = None
+    fill_budget: bool | None = None
     # Keeping the best (addnorm.training.best): evaluations on the validation split while
     # training, the best checkpoint, early stopping.
     keep_best: bool | None = None
@@ -154,6 +161,8 @@ class TrainConfig:
         check_int("log_every", self.log_every, min_value=1)
         if self.epochs is not None:
             check_float("epochs", self.epochs, min_value=0.0, min_inclusive=False)
+        if self.fill_budget is not None:
+            check_bool("fill_budget", self.fill_budget)
         # Keeping the best.
         if self.keep_best is not None:
             check_bool("keep_best", self.keep_best)

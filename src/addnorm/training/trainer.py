@@ -48,12 +48,13 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.optim.lr_scheduler import LRScheduler
 from torch.optim.swa_utils import AveragedModel
 
 from addnorm.data.batches import RankShard
 from addnorm.training import distributed
-from addnorm.training.best import Validation
-from addnorm.training.best_runner import probe_runner
+from addnorm.training.best import Validation, eval_interval
+from addnorm.training.best_runner import BestRunner, probe_runner
 from addnorm.training.budget import StepBudget
 from addnorm.training.callbacks import Callback, MetricsFile, ProgressBar
 from addnorm.training.checkpoint import LoadedCheckpoint
@@ -68,7 +69,7 @@ from addnorm.training.clock import TrainingClock
 from addnorm.training.config import TrainConfig
 from addnorm.training.logger import Logger, LoggerCallback
 from addnorm.training.optimizer import clip_factor, gradient_norm, make_optimizer
-from addnorm.training.probes import Probe
+from addnorm.training.probes import Probe, ProbeRunner
 from addnorm.training.record_window import RecordWindow
 from addnorm.training.resume import check_checkpoint_fits
 from addnorm.training.schedules import ScheduleConfig, SchedulerFactory, make_scheduler
@@ -319,7 +320,7 @@ class Trainer:
             self._records.restart(now)
         if self._budget and (fitted := self._budget.after_step(  # (before the checkpoint)
                 self.step, self._clock.seconds(), cfg, self.schedule, self.optimizer)):
-            self.config, self.schedule, self.scheduler = fitted
+            self.config, self.schedule, self.scheduler = _replanned(fitted, self.probe)
         if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
             self.save(elapsed_now=self._clock.seconds())
 
@@ -358,6 +359,17 @@ def time_steps(trainer: Trainer, steps: int) -> list[tuple[float, int]]:
         _, tokens = trainer._train_step()
         timed.append((time.monotonic() - began, tokens))
     return timed
+
+
+def _replanned(fitted: tuple[TrainConfig, ScheduleConfig, LRScheduler],
+               probe: ProbeRunner | None) -> tuple[TrainConfig, ScheduleConfig, LRScheduler]:
+    """A re-plan's ``fitted`` config, schedule and scheduler (``StepBudget.after_step``), the
+    evaluations on the validation split without ``eval_every`` set to every tenth of the new
+    plan, as a run resumed after the re-plan takes them
+    (:func:`~addnorm.training.best.eval_interval`)."""
+    if isinstance(probe, BestRunner) and fitted[0].eval_every is None:
+        probe.keeper.every = eval_interval(fitted[0])
+    return fitted
 
 
 def _own_callbacks(run_dir: Path, progress: bool, metrics_file: bool, watch: int | None,
