@@ -335,3 +335,48 @@ def test_past_the_bound_the_latent_judge_fits_as_the_whole_datas_judge(data, mon
     assert bounded.train_flat.shape[0] == 5 and whole.train_flat.shape[0] == 16
     assert torch.equal(bounded.train_flat, whole.train_flat[image_quality.reference_draw(16)])
     assert torch.equal(bounded.held_flat, whole.held_flat)  # 4 held out: within the bound
+
+
+def test_the_encoding_device_is_the_processs_cuda_device_where_there_is_one(monkeypatch):
+    from addnorm.tasks import dit_latents
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert dit_latents.encoding_device() == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)  # torchrun's set_device
+    assert dit_latents.encoding_device() == torch.device("cuda", 1)
+
+
+def test_the_images_are_encoded_on_the_encoding_device_and_the_vae_kept_on_the_cpu(
+        data, monkeypatch):
+    from addnorm.tasks import dit_latents
+
+    pics, vae = data
+    task = DiTTask.from_config(DiTTaskConfig(data=str(pics), vae=str(vae)))
+    seen: list[torch.device] = []
+    real = LatentVAE.encode
+    monkeypatch.setattr(LatentVAE, "encode", lambda self, x, **k: seen.append(x.device)
+                        or real(self, x, **k))
+    asked: list[int] = []
+    monkeypatch.setattr(dit_latents, "encoding_device",
+                        lambda: asked.append(1) or torch.device("cpu"))
+    task.data.latents(16)
+    assert asked == [1] and seen and set(seen) == {torch.device("cpu")}
+    assert next(task.data.vae.parameters()).device == torch.device("cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_latents_encoded_on_cuda_are_the_cpus_up_to_the_encoders_rounding(data, tmp_path,
+                                                                          monkeypatch):
+    # The noise is drawn on the CPU by each row's generator on both devices, so only the
+    # encoder's arithmetic differs: cuDNN convolutions run in TF32 by default (a 10-bit
+    # mantissa, about 1e-3 relative an operation), so 2e-2 on latents of about unit scale,
+    # still far below a wrong noise draw (differences of order 1).
+    from addnorm.tasks import dit_latents
+
+    pics, vae = data
+    on_gpu = DiTTask.from_config(DiTTaskConfig(data=str(pics), vae=str(vae))).data.latents(16)
+    monkeypatch.setenv("ADDNORM_CACHE", str(tmp_path / "cpu-cache"))
+    monkeypatch.setattr(dit_latents, "encoding_device", lambda: torch.device("cpu"))
+    on_cpu = DiTTask.from_config(DiTTaskConfig(data=str(pics), vae=str(vae))).data.latents(16)
+    assert np.abs(np.asarray(on_gpu) - np.asarray(on_cpu)).max() < 2e-2

@@ -68,6 +68,7 @@ __all__ = [
     "LatentImages",
     "LatentRows",
     "check_vae_setting",
+    "encoding_device",
     "latent_data_for",
     "latent_data_from_dict",
     "save_pipeline",
@@ -85,6 +86,17 @@ def check_vae_setting(cfg: Any) -> None:
     if cfg.data is None:
         raise ValueError("vae needs data (your images, --data): the digits are trained on "
                          "their 8x8 pixels")
+
+
+def encoding_device() -> torch.device:
+    """Where a run's VAE encodes its images: this process's CUDA device where there is one
+    (under ``torchrun --device cuda``, the rank's), else the CPU. Encoding is a one-time pass
+    over the data, whatever device the DiT trains on; the encoder's noise is drawn on the CPU
+    by each row's generator (:func:`~addnorm.data.latent_cache.encode_rows`), so a GPU's
+    latents differ from the CPU's by the encoder's float rounding only."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 class LatentRows(torch.utils.data.Dataset):
@@ -241,9 +253,13 @@ class LatentImages:
         if image_size not in self._latents:
             spec = {"data": self.record.fingerprint.digest, "image_size": image_size,
                     "mode": self.corpus.mode, "vae": self.sha256}
-            self._latents[image_size] = cached_latents(
-                PixelRows(self.corpus, image_size), self.vae, spec,
-                check_read=self.corpus.check_unchanged)
+            vae = self.vae.to(encoding_device())  # for this pass only: kept on the CPU
+            try:
+                self._latents[image_size] = cached_latents(
+                    PixelRows(self.corpus, image_size), vae, spec,
+                    check_read=self.corpus.check_unchanged)
+            finally:
+                vae.to("cpu")
         return self._latents[image_size]
 
     def batches(self, cfg: DiTConfig, *, batch_size: int, n_steps: int, seed: int
