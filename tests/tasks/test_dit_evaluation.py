@@ -54,6 +54,8 @@ def test_the_validation_draws_other_noise_than_the_final_evaluation(monkeypatch)
     assert seeds == [(1, 1)]  # the probe's size, seed 1 (the final evaluation: seed 0)
     assert scores == {f"val_{k}": v for k, v in real(model, per_class=1, seed=1).items()}
     assert (validation.metric, validation.higher_is_better) == ("val_class_agreement", True)
+    # the agreement saturates at 1.0: equal ones are ranked by the spread the judge measures
+    assert validation.tie_break == "val_frechet_distance" and validation.tie_break in scores
     assert not validation.keep_by_default
 
 

@@ -169,8 +169,10 @@ class DiTEvaluation:
         """While training: the probe's samples (``PROBE_PER_CLASS`` per class, at least
         ``PROBE_MIN_SAMPLES``) drawn from other noise (seed 1) than the final evaluation's
         (seed 0), scored by its judge, each figure as ``val_<name>``, ranked by the headline
-        (``val_class_agreement``, or ``val_precision`` for one class; higher is better). A
-        run on a user's images keeps its best by default."""
+        (``val_class_agreement``, or ``val_precision`` for one class; higher is better),
+        equal ones by ``val_frechet_distance`` (lower is better: the agreement saturates at
+        1.0 long before the samples have the data's spread). A run on a user's images keeps
+        its best by default."""
         per_class = max(PROBE_PER_CLASS, math.ceil(PROBE_MIN_SAMPLES / len(self.class_names)))
 
         def score(model: nn.Module) -> dict[str, float]:
@@ -178,7 +180,8 @@ class DiTEvaluation:
             return {f"val_{name}": value for name, value in scores.items()}
 
         return Validation(f"val_{self.metric}", higher_is_better=True, score=score,
-                          keep_by_default=self.data.record is not None)
+                          keep_by_default=self.data.record is not None,
+                          tie_break="val_frechet_distance")
 
     def run_samples(self, model: DiT) -> list[dict[str, Any]]:
         """One sample of each of the first ``RUN_SAMPLE_CLASSES`` classes, for the run's

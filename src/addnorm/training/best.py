@@ -7,7 +7,8 @@ its best by default); a run keeps its best with ``keep_best`` (None: the task's 
 :func:`keeps_best`) and evaluates every ``eval_every`` steps (:func:`eval_interval`) and at
 its last step. :class:`BestKeeper` holds the record of the evaluations so far
 (:class:`BestSoFar`, which every periodic checkpoint keeps as its ``"best"``): a better score is
-strictly better (a tie keeps the earlier step; NaN and inf never are), and with ``patience``
+strictly better (a tie keeps the earlier step, unless the validation names a ``tie_break``
+figure and the later one's is strictly lower; NaN and inf never are), and with ``patience``
 training stops after that many evaluations in a row without one (``stopped_by``
 "patience").
 
@@ -58,6 +59,9 @@ class Validation:
             user's data).
         unavailable: why this data has nothing to validate on (then a run keeps no best by
             default, and asking for it raises ValueError saying this); None: it has.
+        tie_break: a figure of ``score``'s, lower is better, that ranks weights whose
+            ``metric`` is equal (one that saturates: a DiT's class agreement reaches 1.0 long
+            before its samples have the data's spread); None: a tie keeps the earlier step.
     """
 
     metric: str
@@ -65,6 +69,7 @@ class Validation:
     score: Callable[[nn.Module], dict[str, float]]
     keep_by_default: bool = False
     unavailable: str | None = None
+    tie_break: str | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,7 @@ class BestSoFar:
         evaluated: the step of the last evaluation; None before any.
         last: the last evaluation's score (None if it was not finite, or before any).
         since: evaluations since the best (all of them before it): what ``patience`` counts.
+        tie: the best one's ``tie_break`` figure (:class:`Validation`); None without one.
     """
 
     metric: str
@@ -86,27 +92,36 @@ class BestSoFar:
     evaluated: int | None = None
     last: float | None = None
     since: int = 0
+    tie: float | None = None
 
-    def better(self, value: float) -> bool:
-        """Whether ``value`` beats the best so far (strictly; NaN and inf never do)."""
+    def better(self, value: float, tie: float | None = None) -> bool:
+        """Whether ``value`` beats the best so far: strictly, or equal with a finite ``tie``
+        strictly below the best's (or the best has none); NaN and inf never do."""
         if not math.isfinite(value):
             return False
         if self.value is None:
             return True
+        if value == self.value:
+            return tie is not None and math.isfinite(tie) and (self.tie is None
+                                                               or tie < self.tie)
         return value > self.value if self.higher_is_better else value < self.value
 
-    def after(self, step: int, value: float) -> BestSoFar:
-        """The record once ``step`` scored ``value``."""
+    def after(self, step: int, value: float, tie: float | None = None) -> BestSoFar:
+        """The record once ``step`` scored ``value`` (and ``tie``, its tie-break figure)."""
         finite = value if math.isfinite(value) else None
-        if self.better(value):
-            return replace(self, step=step, value=value, evaluated=step, last=finite, since=0)
+        if self.better(value, tie):
+            kept = tie if tie is not None and math.isfinite(tie) else None
+            return replace(self, step=step, value=value, evaluated=step, last=finite, since=0,
+                           tie=kept)
         return replace(self, evaluated=step, last=finite, since=self.since + 1)
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as JSON."""
-        return {"metric": self.metric, "higher_is_better": self.higher_is_better,
+        """The record as JSON (``tie`` only where there is one: a record without is the
+        earlier versions')."""
+        data = {"metric": self.metric, "higher_is_better": self.higher_is_better,
                 "step": self.step, "value": self.value, "evaluated": self.evaluated,
                 "last": self.last, "since": self.since}
+        return data if self.tie is None else {**data, "tie": self.tie}
 
     @classmethod
     def from_dict(cls, data: object) -> BestSoFar:
@@ -114,7 +129,7 @@ class BestSoFar:
         if not isinstance(data, dict):
             raise ValueError(f"'best' must be an object, got {type(data).__name__}")
         unknown = sorted(set(data) - {"metric", "higher_is_better", "step", "value",
-                                      "evaluated", "last", "since"})
+                                      "evaluated", "last", "since", "tie"})
         if unknown:
             raise ValueError(f"'best' has unknown entries {unknown}")
         if not isinstance(data.get("metric"), str):
@@ -127,7 +142,7 @@ class BestSoFar:
                 raise ValueError(f"best.{name} must be an int >= 0 or null, got {data[name]!r}")
         if not _is_count(data.get("since", 0)):
             raise ValueError(f"best.since must be an int >= 0, got {data.get('since')!r}")
-        for name in ("value", "last"):
+        for name in ("value", "last", "tie"):
             value = data.get(name)
             if value is not None and not (_is_number(value) and math.isfinite(value)):
                 raise ValueError(f"best.{name} must be a finite number or null, got {value!r}")
@@ -137,6 +152,7 @@ class BestSoFar:
             data["metric"], data["higher_is_better"], data.get("step"),
             None if data.get("value") is None else float(data["value"]), data.get("evaluated"),
             None if data.get("last") is None else float(data["last"]), data.get("since", 0),
+            None if data.get("tie") is None else float(data["tie"]),
         )
 
 
@@ -227,7 +243,9 @@ class BestKeeper:
             raise ValueError(
                 f"the validation's scores {sorted(scores)} lack its metric {metric!r}"
             )
-        return self.record.after(step, float(scores[metric]))
+        tie_break = self.validation.tie_break
+        tie = None if tie_break is None or tie_break not in scores else float(scores[tie_break])
+        return self.record.after(step, float(scores[metric]), tie)
 
     def resume(self, saved: BestSoFar | None, where: Path) -> None:
         """Go on from the record a checkpoint kept (None: it kept none, so the evaluations
