@@ -20,6 +20,7 @@ import pytest
 import torch
 from image_folders import write_folder
 from PIL import Image
+from torchrun_runs import assert_two_ranks_train_as_one
 
 from addnorm.cli.parser import main
 from addnorm.tasks.trained import load_trained
@@ -202,8 +203,6 @@ def test_torchrun_with_data_equals_the_one_process_run(tmp_path):
     process's (to float32 summation order) and rank 0 reports once."""
     from training.test_distributed import _train_cli
 
-    from addnorm.training.metrics import read_metrics
-
     write_folder(tmp_path / "pics", {"ants": 8, "bees": 8, "wasps": 8}, size=8)
     flags = ["--data", str(tmp_path / "pics"), "--preset", "DiT-digits-tiny", "--max-steps",
              "8", "--eval-size", "6", "--batch-size", "8", "--log-every", "1"]
@@ -212,11 +211,6 @@ def test_torchrun_with_data_equals_the_one_process_run(tmp_path):
     assert one.returncode == 0, one.stderr[-2000:]
     assert two.returncode == 0, two.stderr[-2000:]
     assert two.stdout.count("trained 8 steps") == 1
-    # The tolerance of the bundled tasks' equivalence test (test_distributed.py): float32
+    # The tolerance of every torchrun equivalence test (tests/torchrun_runs.py): float32
     # means summed in another order, plus Adam's steps on rounding noise.
-    losses = [[r["loss"] for r in read_metrics(tmp_path / run / "metrics.jsonl")]
-              for run in ("one", "two")]
-    assert len(losses[0]) == len(losses[1]) == 8
-    for x, y in zip(*losses, strict=True):
-        assert abs(x - y) <= 1e-4 * abs(x), losses
-    assert json.loads((tmp_path / "two" / "metrics.json").read_text())["world_size"] == 2
+    assert_two_ranks_train_as_one(tmp_path, 8)

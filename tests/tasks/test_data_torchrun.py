@@ -10,15 +10,14 @@ summed in another order, 1e-4 relative).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 
 import pytest
+from torchrun_runs import assert_two_ranks_train_as_one
 
 from addnorm.training.checkpoint import load_checkpoint
-from addnorm.training.metrics import read_metrics
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
 WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
@@ -56,13 +55,7 @@ def test_torchrun_on_your_data_equals_one_process_and_resumes_with_one(tmp_path,
     assert one.returncode == 0, one.stderr[-2000:]
     assert two.returncode == 0, two.stderr[-2000:]
     assert two.stdout.count("trained 8 steps") == 1
-    losses = [[r["loss"] for r in read_metrics(tmp_path / run / "metrics.jsonl")]
-              for run in ("one", "two")]
-    assert len(losses[0]) == len(losses[1]) == 8
-    for x, y in zip(*losses, strict=True):
-        assert abs(x - y) <= 1e-4 * abs(x), losses
-    metrics = json.loads((tmp_path / "two" / "metrics.json").read_text())
-    assert metrics["world_size"] == 2
+    assert_two_ranks_train_as_one(tmp_path, 8)
     if task == "lm":  # one token file for both ranks (the second waited, then reused it)
         assert len(list((tmp_path / "cache2").rglob("tokens.bin"))) == 1
     resumed = _train(tmp_path / "two", task, data, tmp_path / "cache2", "--resume",
@@ -119,11 +112,6 @@ def test_torchrun_on_latents_equals_one_process_and_encodes_the_cache_once(tmp_p
     ranks, rows = train("two", *flags, nproc=2)
     assert rows == 48 and len(set(ranks)) == 1  # one rank encoded every row, once
     assert len(list((tmp_path / "cache-two").rglob("meta.json"))) == 1
-    losses = [[r["loss"] for r in read_metrics(tmp_path / run / "metrics.jsonl")]
-              for run in ("one", "two")]
-    assert len(losses[0]) == len(losses[1]) == 6
-    for x, y in zip(*losses, strict=True):
-        assert abs(x - y) <= 1e-4 * abs(x), losses
-    assert json.loads((tmp_path / "two" / "metrics.json").read_text())["world_size"] == 2
+    assert_two_ranks_train_as_one(tmp_path, 6)
     assert train("two-resumed", "--resume", "--max-steps", "8", nproc=1) == ([], 0)
     assert load_checkpoint(tmp_path / "two").step == 8

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.multiprocessing as mp
+from torchrun_runs import assert_two_ranks_train_as_one
 
 import addnorm
 from addnorm.data.batches import RankShard
@@ -335,19 +336,7 @@ def test_torchrun_cli_run_equals_the_one_process_run_and_resumes_with_one(tmp_pa
     assert one.returncode == 0, one.stderr[-2000:]
     assert two.returncode == 0, two.stderr[-2000:]
     assert two.stdout.count("trained 12 steps") == 1
-    # The CLI trains in float32, where Adam turns rounding noise on zero-gradient weights
-    # into lr-sized steps (see TRAJECTORY_RTOL), so the weights are no measure here. The
-    # losses are: those weights do not change the function. Each logged loss is a mean over
-    # about 1e3 float32 terms summed in another order (sum_bound: 1e3 * 2**-24, 6e-5 at worst,
-    # near sqrt(1e3) * 2**-24 = 2e-6 for blocked sums), plus the effect of the other weights'
-    # rounding differences; 1e-4 bounds both (measured on AVX-512: at most 1.9e-7).
-    losses = [[r["loss"] for r in read_metrics(tmp_path / run / "metrics.jsonl")]
-              for run in ("one", "two")]
-    assert len(losses[0]) == len(losses[1]) == 12
-    for x, y in zip(*losses, strict=True):
-        assert abs(x - y) <= 1e-4 * abs(x), losses
-    metrics = json.loads((tmp_path / "two" / "metrics.json").read_text())
-    assert metrics["world_size"] == 2
+    assert_two_ranks_train_as_one(tmp_path, 12)  # the losses, within LOSS_RTOL (why there)
     resumed = _train_cli(tmp_path / "two", task, "--resume", "--max-steps", "14", nproc=1)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert load_checkpoint(tmp_path / "two").step == 14
