@@ -13,7 +13,7 @@ import torch
 
 from addnorm.data.batches import DiffusionDraws
 from addnorm.data.flips import FlippedDraws, with_flips
-from addnorm.data.images import ImageBatches
+from addnorm.data.image_batches import ImageBatches
 
 
 def _source(flip: bool, seed: int = 3) -> ImageBatches:

@@ -24,7 +24,7 @@ import torch
 from addnorm.data.batches import DateBatches, DigitBatches, TextBatches
 from addnorm.data.dates import dates_in_split, random_examples
 from addnorm.data.fingerprint import DataRecord, fingerprint_files
-from addnorm.data.images import ImageBatches
+from addnorm.data.image_batches import ImageBatches
 from addnorm.data.pairs import PairBatches, PairCorpus
 from addnorm.data.text import TextCorpus
 from addnorm.data.token_corpus import TokenCorpus

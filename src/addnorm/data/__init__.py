@@ -17,7 +17,8 @@ from addnorm.data.fingerprint import (
     DataRecord,
 )
 from addnorm.data.hf_tokenizer import HFTokenizer
-from addnorm.data.images import ImageBatches, ImageCorpus, ImageDataset
+from addnorm.data.image_batches import ImageBatches, ImageDataset
+from addnorm.data.images import ImageCorpus
 from addnorm.data.pairs import PairBatches, PairCorpus, TranslationPairs
 from addnorm.data.sampler import SampledBatches, SeededSampler
 from addnorm.data.text import TextCorpus

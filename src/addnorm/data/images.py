@@ -32,10 +32,7 @@ file where one is to blame (an image Pillow cannot decode is found from its head
 data is read, or when it is decoded); a file that cannot be read, or changes while it is
 read, raises :class:`~addnorm.data.fingerprint.DataReadError` (an ``OSError``).
 
-:class:`ImageDataset` is a ``torch.utils.data.Dataset`` of one split at one size, for a
-``DataLoader``; :class:`ImageBatches` is the trainer's batch source for the DiT: such a
-dataset drawn by a seeded sampler, with the timesteps, noise and label-dropout draw of each
-batch from the same generator.
+:mod:`addnorm.data.image_batches` holds the corpus's dataset and the DiT's batches of it.
 """
 
 from __future__ import annotations
@@ -49,7 +46,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from addnorm.data.batches import DiffusionDraws, LabelledImages, image_batch
 from addnorm.data.fingerprint import (
     DataError,
     DataFingerprint,
@@ -78,16 +74,13 @@ from addnorm.data.image_files import (
     read_header,
     read_npz,
 )
-from addnorm.data.sampler import SampledBatches, SeededSampler
 from addnorm.utils.checks import check_choice, check_float, check_int
 
 __all__ = [
     "COLOUR_MODES",
     "DEFAULT_VAL_FRACTION",
     "GRAY_MODES",
-    "ImageBatches",
     "ImageCorpus",
-    "ImageDataset",
     "PixelRows",
     "image_suffixes",
     "to_model_scale",
@@ -402,57 +395,3 @@ def _record(
     if ignored:
         details["other_files_left_out"] = ignored
     return DataRecord(absolute_path(path), "images", fingerprint, split, None, details)
-
-
-class ImageDataset(LabelledImages):
-    """One split of an :class:`ImageCorpus` at one size, as a map-style dataset: item ``i``
-    is ``(image, label)``, the image float32 (C, S, S) on the DiT's [-1, 1] scale
-    (:func:`to_model_scale`), the label an int class id. ``DataLoader(dataset,
-    batch_size=..., shuffle=True)`` gives (B, C, S, S) and (B,) batches.
-
-    Args:
-        corpus: the images.
-        split: ``"train"`` or ``"val"`` (held out).
-        image_size: S, the side every image is cropped and resized to.
-    """
-
-    def __init__(self, corpus: ImageCorpus, split: str = "train", *, image_size: int) -> None:
-        pixels, labels = corpus.split(split, image_size)
-        super().__init__(to_model_scale(pixels), labels)
-        self.corpus = corpus
-
-
-class ImageBatches(SampledBatches):
-    """Endless batches of random train images for the DiT, with the timesteps, noise and
-    label-dropout draws they are trained with (:class:`~addnorm.data.batches.DiffusionDraws`),
-    all from this source's own random generator (its state is the data order a checkpoint
-    saves: a resumed run sees the same batches; and ``torchrun`` ranks, each keeping its rows
-    of the same global batch, see what one process sees, the label dropout included).
-
-    Args:
-        images: the train images: an :class:`ImageDataset` (or any
-            :class:`~addnorm.data.batches.LabelledImages`), or a tensor (N, C, S, S) of them
-            on the [-1, 1] scale.
-        labels: with a tensor of images, their class ids (N,); None with a dataset.
-        batch_size: images per batch.
-        n_steps: the diffusion's timesteps; t is uniform on 0 .. n_steps - 1.
-        class_dropout: the probability that a label is replaced by the null class.
-        seed: seeds the data order.
-
-    Batches: ``images`` (B, C, S, S), ``labels`` (B,) long, ``t`` (B,) long, ``noise``
-    (B, C, S, S) standard normal, ``drop`` (B,) bool (True: the null class).
-    """
-
-    def __init__(self, images: LabelledImages | torch.Tensor, labels: torch.Tensor | None = None,
-                 *, batch_size: int, n_steps: int, class_dropout: float, seed: int) -> None:
-        dataset: LabelledImages
-        if isinstance(images, LabelledImages) and labels is None:
-            dataset = images
-        elif isinstance(images, torch.Tensor) and labels is not None:
-            dataset = LabelledImages(images, labels)
-        else:
-            raise TypeError("ImageBatches takes a dataset of images, or a tensor of images and "
-                            f"one of their labels; got {type(images).__name__} and "
-                            f"{type(labels).__name__}")
-        super().__init__(dataset, SeededSampler(len(dataset), seed), batch_size=batch_size,
-                         collate=image_batch, draws=DiffusionDraws(n_steps, class_dropout))

@@ -18,7 +18,8 @@ import torch
 from addnorm.data.batches import DigitBatches
 from addnorm.data.digits import IMAGE_SIZE, MAX_PIXEL, N_CLASSES, load_digits, to_pixel_scale
 from addnorm.data.fingerprint import DataRecord
-from addnorm.data.images import ImageBatches, ImageCorpus, ImageDataset, to_pixels
+from addnorm.data.image_batches import ImageBatches, ImageDataset
+from addnorm.data.images import ImageCorpus, to_pixels
 from addnorm.data.sampler import SampledBatches
 from addnorm.dit import DiTConfig
 from addnorm.tasks.data_source import DataSource, is_data_source, record_files
